@@ -1,0 +1,24 @@
+// kernels.h: the entry points that cuda/ exports to the host code in backend/.
+//
+// Plain C++ (no CUDA headers), so backend/ compiles with or without nvcc. The stream is passed as
+// an opaque pointer (a cudaStream_t). Each entry returns a cudaError_t value as int (0 = success)
+// after launching asynchronously; it never synchronizes and never allocates device memory.
+//
+// Arch-specific kernel families live side by side: launch.cpp picks one per device. A Hopper-only
+// family adds run_*_sm90 here and one branch in launch.cpp; callers never change.
+#pragma once
+
+#include "flashsdpa/params.h"
+
+namespace flashsdpa {
+
+// Portable path: mma.sync + ldmatrix + cp.async; runs on sm_80 and newer (compiled for 80 and 90).
+// Dispatches on dtype x head-dim bucket inside (cuda/sm80/dispatch_sm80.cu).
+int run_fwd_sm80(const AttnFwdParams& params, void* stream);
+int run_bwd_sm80(const AttnBwdParams& params, void* stream);
+
+// The head-dim bucket (the kernel's compile-time kHeadDim) that serves max(head_dim_qk, head_dim_v),
+// or 0 if this build has none large enough. Buckets are the compiled head dims (FLASHSDPA_HEAD_DIMS).
+int head_dim_bucket(int head_dim_qk, int head_dim_v);
+
+}  // namespace flashsdpa

@@ -1,0 +1,83 @@
+// build_config.cpp: see build_config.h.
+#include "build_config.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "flashsdpa/kernels.h"
+#include "flashsdpa/params.h"
+
+#ifndef FLASHSDPA_VERSION
+#define FLASHSDPA_VERSION "0.0.0"
+#endif
+#ifndef FLASHSDPA_HEAD_DIMS_LIST
+#define FLASHSDPA_HEAD_DIMS_LIST ""
+#endif
+#ifndef FLASHSDPA_ARCHS_LIST
+#define FLASHSDPA_ARCHS_LIST ""
+#endif
+#ifndef FLASHSDPA_DTYPES_LIST
+#define FLASHSDPA_DTYPES_LIST ""
+#endif
+#ifndef FLASHSDPA_CUDA_VERSION
+#define FLASHSDPA_CUDA_VERSION ""
+#endif
+
+namespace flashsdpa {
+namespace {
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::vector<int> split_ints(const std::string& s) {
+  std::vector<int> out;
+  for (const auto& item : split(s)) out.push_back(std::stoi(item));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+BuildConfig make_config() {
+  BuildConfig c;
+  c.version = FLASHSDPA_VERSION;
+#ifdef FLASHSDPA_WITH_CUDA
+  c.with_cuda = true;
+  c.cuda_version = FLASHSDPA_CUDA_VERSION;
+  c.archs = split_ints(FLASHSDPA_ARCHS_LIST);
+  c.head_dims = split_ints(FLASHSDPA_HEAD_DIMS_LIST);
+  for (const auto& d : split(FLASHSDPA_DTYPES_LIST)) c.dtypes.push_back(d == "fp16" ? "float16" : "bfloat16");
+  c.kernel_families = {"sm80"};
+#else
+  c.with_cuda = false;
+#endif
+  return c;
+}
+
+}  // namespace
+
+const BuildConfig& build_config() {
+  static const BuildConfig config = make_config();
+  return config;
+}
+
+bool dtype_compiled(int dtype) {
+  const char* name = dtype == int(DType::kFloat16) ? "float16" : "bfloat16";
+  const auto& d = build_config().dtypes;
+  return std::find(d.begin(), d.end(), name) != d.end();
+}
+
+int head_dim_bucket(int head_dim_qk, int head_dim_v) {
+  const int need = std::max(head_dim_qk, head_dim_v);
+  for (int bucket : build_config().head_dims) {
+    if (bucket >= need) return bucket;
+  }
+  return 0;
+}
+
+}  // namespace flashsdpa

@@ -1,0 +1,101 @@
+// checks.cpp: see checks.h. One predicate per rule; the message says which argument broke which limit.
+#include "checks.h"
+
+#include <stdexcept>
+
+#include "build_config.h"
+#include "flashsdpa/kernels.h"
+
+namespace flashsdpa {
+namespace {
+
+[[noreturn]] void fail(const std::string& message) { throw std::invalid_argument(message); }
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+void check_positive_sizes(const AttnFwdParams& p) {
+  // Empty problems never reach the kernels: the Python layer returns empty outputs / zero grads
+  // for them, so a kernel can assume at least one row and one key per launch.
+  if (p.batch < 1) fail("batch=" + str(p.batch) + ": must be >= 1 (empty problems are handled in Python)");
+  if (p.heads_q < 1) fail("heads_q=" + str(p.heads_q) + ": must be >= 1");
+  if (p.heads_kv < 1) fail("heads_kv=" + str(p.heads_kv) + ": must be >= 1");
+  if (p.seqlen_q < 1) fail("seqlen_q=" + str(p.seqlen_q) + ": must be >= 1 (empty problems are handled in Python)");
+  if (p.seqlen_k < 1) fail("seqlen_k=" + str(p.seqlen_k) + ": must be >= 1 (empty problems are handled in Python)");
+}
+
+void check_gqa(const AttnFwdParams& p) {
+  if (p.heads_q % p.heads_kv != 0)
+    fail("heads_q=" + str(p.heads_q) + ", heads_kv=" + str(p.heads_kv) +
+         ": the number of query heads must be a multiple of the number of key/value heads");
+}
+
+void check_head_dim(const char* name, int d) {
+  if (d <= 0 || d % 8 != 0) fail(std::string(name) + "=" + str(d) + ": must be a positive multiple of 8");
+  if (d > 256) fail(std::string(name) + "=" + str(d) + ": exceeds the maximum head dim 256");
+}
+
+void check_bucket(const AttnFwdParams& p) {
+  if (head_dim_bucket(p.head_dim_qk, p.head_dim_v) == 0)
+    fail("head_dim_qk=" + str(p.head_dim_qk) + ", head_dim_v=" + str(p.head_dim_v) +
+         ": this build compiled no head-dim bucket that large (rebuild with FLASHSDPA_HEAD_DIMS)");
+}
+
+// 16-byte cp.async needs every row start 16-byte aligned: the base pointer, and every batch, head
+// and row stride a multiple of 8 two-byte elements.
+void check_aligned(const char* name, const void* ptr, int64_t sb, int64_t sh, int64_t sr) {
+  if (ptr == nullptr) fail(std::string(name) + ": null data pointer");
+  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0)
+    fail(std::string(name) + ": data pointer must be 16-byte aligned");
+  if (sb % 8 != 0 || sh % 8 != 0 || sr % 8 != 0)
+    fail(std::string(name) + " strides (batch=" + str(sb) + ", head=" + str(sh) + ", row=" + str(sr) +
+         "): must be multiples of 8 elements (16 bytes)");
+}
+
+void check_dtype(DType d) {
+  if (d != DType::kFloat16 && d != DType::kBFloat16) fail("dtype=" + str(int(d)) + ": must be 0 (float16) or 1 (bfloat16)");
+  if (!dtype_compiled(int(d)))
+    fail(std::string("dtype ") + (d == DType::kFloat16 ? "float16" : "bfloat16") +
+         ": not compiled in this build (rebuild with FLASHSDPA_DTYPES)");
+}
+
+void check_causal(CausalMode c) {
+  if (c != CausalMode::kNone && c != CausalMode::kTopLeft && c != CausalMode::kBottomRight)
+    fail("causal=" + str(int(c)) + ": must be 0 (none), 1 (top-left) or 2 (bottom-right)");
+}
+
+void check_varlen(const AttnFwdParams& p) {
+  if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr))
+    fail("cu_seqlens_q and cu_seqlens_k: give both or neither");
+}
+
+void check_lse(const AttnFwdParams& p) {
+  if (p.lse == nullptr) fail("lse: null data pointer");
+}
+
+}  // namespace
+
+void check_fwd_params(const AttnFwdParams& p) {
+  check_positive_sizes(p);
+  check_gqa(p);
+  check_head_dim("head_dim_qk", p.head_dim_qk);
+  check_head_dim("head_dim_v", p.head_dim_v);
+  check_dtype(p.dtype);
+  check_causal(p.causal);
+  check_varlen(p);
+  check_bucket(p);
+  check_aligned("q", p.q, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
+  check_aligned("k", p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
+  check_aligned("v", p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
+  check_aligned("out", p.o, p.o_batch_stride, p.o_head_stride, p.o_row_stride);
+  check_lse(p);
+}
+
+void check_bwd_params(const AttnBwdParams& p) {
+  check_fwd_params(p);
+  check_aligned("grad_out", p.dout, p.dout_batch_stride, p.dout_head_stride, p.dout_row_stride);
+  check_aligned("grad_query", p.dq, p.dq_batch_stride, p.dq_head_stride, p.dq_row_stride);
+  check_aligned("grad_key", p.dk, p.dk_batch_stride, p.dk_head_stride, p.dk_row_stride);
+  check_aligned("grad_value", p.dv, p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride);
+}
+
+}  // namespace flashsdpa

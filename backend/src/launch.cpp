@@ -1,0 +1,116 @@
+// launch.cpp: see launch.h.
+#include "launch.h"
+
+#include <array>
+#include <mutex>
+#include <stdexcept>
+
+#include "build_config.h"
+#include "flashsdpa/kernels.h"
+
+#ifdef FLASHSDPA_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace flashsdpa {
+
+#ifdef FLASHSDPA_WITH_CUDA
+namespace {
+
+void throw_on_error(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string("flashsdpa: ") + what + ": " + cudaGetErrorString(err));
+}
+
+// Sets `device` current for one scope and restores the caller's device after, so a launch on
+// cuda:1 from a thread whose current device is cuda:0 runs on the right GPU and leaves no trace.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    throw_on_error(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) throw_on_error(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() {
+    int current = -1;
+    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+constexpr int kMaxDevices = 64;
+
+std::string family_for(int major) {
+  // The portable family's SASS targets: sm_80 SASS runs on 8.x, sm_90 SASS on 9.0.
+  for (int arch : build_config().archs) {
+    if (arch / 10 == major) return "sm80";
+  }
+  return "";
+}
+
+const DeviceInfo& cached_device_info(int device) {
+  static std::array<DeviceInfo, kMaxDevices> infos;
+  static std::array<std::once_flag, kMaxDevices> flags;
+  int count = 0;
+  throw_on_error(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (device < 0 || device >= count || device >= kMaxDevices)
+    throw std::invalid_argument("device=" + std::to_string(device) + ": no such CUDA device (" +
+                                std::to_string(count) + " visible)");
+  std::call_once(flags[device], [&] {
+    cudaDeviceProp prop{};
+    throw_on_error(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+    DeviceInfo& info = infos[device];
+    info.name = prop.name;
+    info.major = prop.major;
+    info.minor = prop.minor;
+    info.sms = prop.multiProcessorCount;
+    info.smem_optin_bytes = prop.sharedMemPerBlockOptin;
+    info.family = family_for(prop.major);
+  });
+  return infos[device];
+}
+
+const DeviceInfo& serving_device(int device) {
+  const DeviceInfo& info = cached_device_info(device);
+  if (info.family.empty())
+    throw std::invalid_argument("device " + std::to_string(device) + " (" + info.name + ", compute capability " +
+                                std::to_string(info.major) + "." + std::to_string(info.minor) +
+                                "): this build has no kernels for it (compiled archs: FLASHSDPA_ARCHS)");
+  return info;
+}
+
+}  // namespace
+
+DeviceInfo device_info(int device) { return cached_device_info(device); }
+
+void launch_fwd(AttnFwdParams& params, int device, void* stream) {
+  const DeviceInfo& info = serving_device(device);
+  params.num_sms = info.sms;
+  DeviceGuard guard(device);
+  throw_on_error(static_cast<cudaError_t>(run_fwd_sm80(params, stream)), "forward launch");
+}
+
+void launch_bwd(AttnBwdParams& params, int device, void* stream) {
+  const DeviceInfo& info = serving_device(device);
+  params.num_sms = info.sms;
+  DeviceGuard guard(device);
+  throw_on_error(static_cast<cudaError_t>(run_bwd_sm80(params, stream)), "backward launch");
+}
+
+#else  // CPU-only build: the package imports and always falls back.
+
+namespace {
+[[noreturn]] void no_cuda() {
+  throw std::runtime_error("flashsdpa._C was built without CUDA (no nvcc at build time)");
+}
+}  // namespace
+
+DeviceInfo device_info(int) { no_cuda(); }
+void launch_fwd(AttnFwdParams&, int, void*) { no_cuda(); }
+void launch_bwd(AttnBwdParams&, int, void*) { no_cuda(); }
+
+#endif
+
+}  // namespace flashsdpa

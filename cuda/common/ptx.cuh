@@ -1,0 +1,179 @@
+// ptx.cuh: the small primitive layer of the portable (sm80+) kernels: async copies, ldmatrix,
+// mma.sync m16n8k16, packing, quad reductions. Every inline asm of the project lives here, so a
+// reader checks the instruction forms in one place and the kernels read like the algorithm.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cstdint>
+
+namespace flashsdpa {
+
+// ---- element types ---------------------------------------------------------------------------
+template <typename Elem> struct ElemTraits;
+template <> struct ElemTraits<__half> {
+  static constexpr const char* kMmaType = "f16";
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  __device__ __forceinline__ static float2 unpack(uint32_t v) {
+    return __half22float2(*reinterpret_cast<__half2*>(&v));
+  }
+};
+template <> struct ElemTraits<__nv_bfloat16> {
+  static constexpr const char* kMmaType = "bf16";
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  __device__ __forceinline__ static float2 unpack(uint32_t v) {
+    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v));
+  }
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- cp.async (global -> shared, 16 bytes, bypassing L1) ---------------------------------------
+// When `valid` is false the 16 destination bytes are zero-filled (src-size 0) and nothing is read,
+// which is how tiles past the end of a sequence or past head_dim become exact zeros.
+__device__ __forceinline__ void cp_async_16(uint32_t smem_addr, const void* gmem, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem),
+               "r"(src_bytes));
+}
+// 4-byte form (through L1: .cg takes 16 bytes only), for per-row float vectors with any row stride.
+__device__ __forceinline__ void cp_async_4(uint32_t smem_addr, const void* gmem, bool valid) {
+  const int src_bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr), "l"(gmem),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPendingGroups>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPendingGroups));
+}
+
+// ---- plain shared-memory accesses by 32-bit shared address (epilogue staging, in-place edits) ----
+__device__ __forceinline__ void st_shared_b32(uint32_t smem_addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(smem_addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t smem_addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(smem_addr)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_shared_v4(uint32_t smem_addr, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_addr), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// ---- ldmatrix ---------------------------------------------------------------------------------
+// x4: lanes 0-7, 8-15, 16-23, 24-31 give the row addresses of matrices 0..3 (8x8 of 16-bit each).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t smem_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr));
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t smem_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_addr));
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t smem_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_addr));
+}
+
+// ---- mma.sync m16n8k16, fp32 accumulate --------------------------------------------------------
+// Fragment layout (PTX ISA "mma.m16n8k16"), g = lane / 4, t = lane % 4:
+//   A (16x16, row): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
+//   B (16x8, col):  b0 = (k 2t..2t+1, n g), b1 = (k 2t+8.., n g)
+//   C (16x8):       c0,c1 = (g, 2t..2t+1), c2,c3 = (g+8, 2t..2t+1)
+template <typename Elem>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[2]);
+template <>
+__device__ __forceinline__ void mma_m16n8k16<__half>(float (&d)[4], const uint32_t (&a)[4],
+                                                     const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <>
+__device__ __forceinline__ void mma_m16n8k16<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
+                                                            const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// ---- reductions across the 4 lanes of a quad (the lanes that share an mma row) ----------------
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// ---- float atomics into global memory (no return value: red, not atom) -------------------------
+// The backward's dQ accumulation is the user.
+// Four adjacent floats (16-byte aligned). sm_90: one red.global.add.v4.f32 (one L2 transaction,
+// one LSU instruction); sm_80: four scalar reds. The _if form adds only where `pred` holds; the
+// predicate lives inside the asm, since a C++ `if` around asm volatile compiles to a branch.
+__device__ __forceinline__ void red_add_f32x4(float* gmem, float a, float b, float c, float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(gmem), "f"(a), "f"(b), "f"(c), "f"(d));
+#else
+  atomicAdd(gmem, a);
+  atomicAdd(gmem + 1, b);
+  atomicAdd(gmem + 2, c);
+  atomicAdd(gmem + 3, d);
+#endif
+}
+__device__ __forceinline__ void red_add_f32x4_if(float* gmem, float a, float b, float c, float d, bool pred) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(gmem),
+      "f"(a), "f"(b), "f"(c), "f"(d), "r"(static_cast<int>(pred)));
+#else
+  if (pred) red_add_f32x4(gmem, a, b, c, d);
+#endif
+}
+
+// ---- shared-memory swizzle ----------------------------------------------------------------------
+// Tiles are stored row-major with rows of kRowChunks 16-byte chunks. The chunk index is XORed with
+// (row % 8) inside each group of 8 chunks, so the 8 row addresses of one ldmatrix (same logical
+// chunk, 8 consecutive rows) hit 8 different 16-byte bank groups: conflict-free for both cp.async
+// stores (a warp writes 4 rows x 8 chunks) and ldmatrix reads, without padding.
+template <int kRowChunks>
+__device__ __forceinline__ int swizzled_offset_bytes(int row, int chunk) {
+  static_assert(kRowChunks % 8 == 0, "rows must be a multiple of 128 bytes (64 half-precision elements)");
+  return row * kRowChunks * 16 + (((chunk & ~7) | ((chunk ^ row) & 7)) * 16);
+}
+
+}  // namespace flashsdpa

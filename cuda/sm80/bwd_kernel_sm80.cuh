@@ -1,0 +1,606 @@
+// bwd_kernel_sm80.cuh: the FlashAttention-2 backward of the portable path (mma.sync m16n8k16,
+// ldmatrix, cp.async; sm_80 and newer). Three kernels: preprocess (delta = rowsum(dO * O), zero the
+// fp32 dQ accumulator), the key-major main kernel (dK, dV in registers, dQ by fp32 atomics) and the
+// dQ postprocess (scale, convert). The tile table that instantiates BwdTraits is bwd_launch_sm80.cuh;
+// docs/kernel_notes_bwd.md has the derivation, the measurements and the rejected variants.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/ptx.cuh"
+#include "common/seqlen_mask.cuh"
+#include "common/tile_scheduler.cuh"
+#include "flashsdpa/params.h"
+
+namespace flashsdpa {
+namespace bwd_sm80 {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Column order inside a dq_accum row (private to these kernels: preprocess zeroes whole rows,
+// the main kernel adds, postprocess reads). Each aligned group of 16 columns is stored permuted:
+// logical column 8a + 2t + j (a, j in {0, 1}, t in 0..3) lives at 4t + 2a + j. An mma thread
+// (t = lane % 4) then owns 4 adjacent floats per row and n8-tile pair: one 16-byte red.
+struct DqAccumLayout {
+  __host__ __device__ static constexpr int position(int col) {
+    const int group = col & ~15, a = (col >> 3) & 1, t = (col >> 1) & 3, j = col & 1;
+    return group + 4 * t + 2 * a + j;
+  }
+};
+
+// A kRows x kChunks tile of 16-byte chunks in shared memory, row-major, each row padded by one
+// chunk: with an odd row stride (in 16-byte units) the 8 rows of any ldmatrix 8x8 matrix, and the
+// 8 rows a quad-group stores into, start in 8 different 16-byte bank groups, so reads and writes
+// are conflict-free. Padding rather than ptx.cuh's XOR swizzle because the address then stays
+// linear in (row, chunk): every ldmatrix is one per-warp base register plus an immediate, where
+// the XOR form cost a LOP3 per load and, hoisted out of the loop by ptxas, ~100 live address
+// registers (336 bytes of spills at d = 128; docs/kernel_notes_bwd.md).
+template <int kRows, int kChunks>
+struct SmemTile {
+  static constexpr int kStride = kChunks | 1;
+  static constexpr int kBytes = kRows * kStride * 16;
+  __host__ __device__ __forceinline__ static constexpr uint32_t offset(uint32_t row, uint32_t chunk) {
+    return (row * kStride + chunk) * 16;
+  }
+  // Byte offset of element `col` (16-bit elements) of row `row`.
+  __host__ __device__ __forceinline__ static constexpr uint32_t elem_offset(uint32_t row, uint32_t col) {
+    return offset(row, col / 8) + (col % 8) * 2;
+  }
+};
+
+// Every compile-time choice of one backward configuration.
+//   kBlockN keys per CTA (held for the whole CTA), kBlockM query rows per inner iteration.
+//   Warp grids: S = Q K^T and dP = dO V^T split kBlockM x kBlockN as kWarpsM_SdP x (rest);
+//   dV += P^T dO and dK += dS^T Q split kBlockN x kHeadDim as kWarpsN_dKV x (rest);
+//   dQ = dS K splits kBlockM x kHeadDim as kWarpsM_dQ x (rest).
+template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kWarpsM_SdP_,
+          int kWarpsN_dKV_, int kWarpsM_dQ_>
+struct BwdTraits {
+  using Elem = Elem_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kThreads = kWarps * 32;
+
+  static constexpr int kWarpsM_SdP = kWarpsM_SdP_;
+  static constexpr int kWarpsN_SdP = kWarps / kWarpsM_SdP;
+  static constexpr int kWarpRowsS = kBlockM / kWarpsM_SdP;
+  static constexpr int kWarpColsS = kBlockN / kWarpsN_SdP;
+
+  static constexpr int kWarpsN_dKV = kWarpsN_dKV_;
+  static constexpr int kWarpsD_dKV = kWarps / kWarpsN_dKV;
+  static constexpr int kWarpRowsKV = kBlockN / kWarpsN_dKV;
+  static constexpr int kWarpColsKV = kHeadDim / kWarpsD_dKV;
+
+  static constexpr int kWarpsM_dQ = kWarpsM_dQ_;
+  static constexpr int kWarpsD_dQ = kWarps / kWarpsM_dQ;
+  static constexpr int kWarpRowsQ = kBlockM / kWarpsM_dQ;
+  static constexpr int kWarpColsQ = kHeadDim / kWarpsD_dQ;
+
+  // Every warp tile is whole 16x16 ldmatrix blocks: A fragments are 16 rows, B fragments are
+  // loaded two n8 tiles (16 columns) per ldmatrix.x4.
+  static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "head-dim buckets are multiples of 32");
+  static_assert(kWarpsN_SdP * kWarpsM_SdP == kWarps && kWarpsD_dKV * kWarpsN_dKV == kWarps &&
+                    kWarpsD_dQ * kWarpsM_dQ == kWarps, "warp grids must use every warp");
+  static_assert(kWarpRowsS % 16 == 0 && kWarpColsS % 16 == 0, "S/dP warp tile");
+  static_assert(kWarpRowsKV % 16 == 0 && kWarpColsKV % 16 == 0, "dK/dV warp tile");
+  static_assert(kWarpRowsQ % 16 == 0 && kWarpColsQ % 16 == 0, "dQ warp tile");
+
+  using TileQ = SmemTile<kBlockM, kHeadDim / 8>;  // Q and dO: [kBlockM][kHeadDim]
+  using TileK = SmemTile<kBlockN, kHeadDim / 8>;  // K and V:  [kBlockN][kHeadDim]
+  using TileP = SmemTile<kBlockM, kBlockN / 8>;   // P and dS: [kBlockM][kBlockN]
+
+  // Q and dO are double-buffered: tile it+1 streams in (cp.async) while tile it is computed.
+  static constexpr int kOffK = 0;
+  static constexpr int kOffV = kOffK + TileK::kBytes;
+  static constexpr int kOffQ = kOffV + TileK::kBytes;
+  static constexpr int kOffdO = kOffQ + 2 * TileQ::kBytes;
+  static constexpr int kOffP = kOffdO + 2 * TileQ::kBytes;
+  static constexpr int kOffdS = kOffP + TileP::kBytes;
+  // LSE * log2(e) source and delta rows of the two Q stages: [2][kBlockM] floats each.
+  static constexpr int kOffLse = kOffdS + TileP::kBytes;
+  static constexpr int kOffDelta = kOffLse + 2 * kBlockM * 4;
+  static constexpr int kSmemBytes = kOffDelta + 2 * kBlockM * 4;
+  static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared-memory limit");
+};
+
+// ---- helpers ------------------------------------------------------------------------------------
+
+// In varlen mode batch strides are ignored: the row offsets from cu_seqlens place the sequence.
+__device__ __forceinline__ int64_t batch_offset(const AttnBwdParams& p, int batch, int64_t stride) {
+  return p.cu_seqlens_q != nullptr ? 0 : static_cast<int64_t>(batch) * stride;
+}
+
+// Global -> shared copy of a kRows x kChunks tile (16-byte chunks) with cp.async. Consecutive
+// threads take consecutive chunks of a row, so a warp reads whole 256-byte rows at d = 128.
+// kPredicated: rows >= valid_rows and columns >= valid_cols (a multiple of 8) are zero-filled,
+// never read; the unpredicated form serves full tiles (every block but a sequence's last one),
+// with one 64-bit address add per chunk.
+template <typename Tile, int kRows, int kChunks, int kThreads, bool kPredicated, typename Elem>
+__device__ __forceinline__ void load_tile_async(uint32_t smem, const Elem* gmem, int64_t row_stride,
+                                                int valid_rows, int valid_cols, int tid) {
+  if constexpr (kThreads % kChunks == 0) {
+    // Each thread keeps one chunk column: one base address, then constant row steps.
+    constexpr int kRowsPerPass = kThreads / kChunks;
+    const int row0 = tid / kChunks, chunk = tid % kChunks;
+    const Elem* src = gmem + row0 * row_stride + chunk * 8;
+    const uint32_t dst = smem + Tile::offset(row0, chunk);
+#pragma unroll
+    for (int i = 0; i < ceil_div(kRows, kRowsPerPass); ++i) {
+      const int row = row0 + i * kRowsPerPass;
+      if (kRows % kRowsPerPass != 0 && row >= kRows) break;
+      const bool valid = !kPredicated || (row < valid_rows && chunk * 8 < valid_cols);
+      cp_async_16(dst + Tile::offset(i * kRowsPerPass, 0), valid ? src + i * kRowsPerPass * row_stride : gmem,
+                  valid);
+    }
+  } else {
+    // Row widths that do not divide the thread count (head dims 96, 192): plain index walk.
+    constexpr int kTotal = kRows * kChunks;
+#pragma unroll
+    for (int i = 0; i < ceil_div(kTotal, kThreads); ++i) {
+      const int idx = i * kThreads + tid;
+      if (kTotal % kThreads != 0 && idx >= kTotal) break;
+      const int row = idx / kChunks, chunk = idx % kChunks;
+      const bool valid = !kPredicated || (row < valid_rows && chunk * 8 < valid_cols);
+      cp_async_16(smem + Tile::offset(row, chunk), valid ? gmem + row * row_stride + chunk * 8 : gmem, valid);
+    }
+  }
+}
+
+template <typename Tile, int kRows, int kChunks, int kThreads, typename Elem>
+__device__ __forceinline__ void load_tile_async(uint32_t smem, const Elem* gmem, int64_t row_stride,
+                                                int valid_rows, int valid_cols, int tid) {
+  if (valid_rows >= kRows && valid_cols >= kChunks * 8) {
+    load_tile_async<Tile, kRows, kChunks, kThreads, false>(smem, gmem, row_stride, valid_rows, valid_cols, tid);
+  } else {
+    load_tile_async<Tile, kRows, kChunks, kThreads, true>(smem, gmem, row_stride, valid_rows, valid_cols, tid);
+  }
+}
+
+// acc[kMT][kNT] += A * B for one warp: A is (kMT*16) x kK starting at row a_row0, B is kK x (kNT*8)
+// starting at column b_col0, both read from shared memory with ldmatrix.
+//   kATrans = false: A stored [row][k] (Q, dO, dS);  true: A stored [k][row] (P^T, dS^T from P, dS)
+//   kBTrans = false: B stored [col][k] (K, V);       true: B stored [k][col] (dO, Q, K for dQ)
+// Lane address patterns (l = lane): "X" rows l%16, chunk +l/16; "Y" rows (l/16)*8 + l%8, chunk
+// +(l/8)%2. Non-transposed A and transposed B use X; transposed A and non-transposed B use Y. Both
+// give the register order of the PTX fragments (a0..a3; b0,b1 of two n8 tiles) directly.
+// Tile offsets are linear, so each address is (tile + warp + lane) base + a compile-time immediate:
+// the loops below add only constants, and ldmatrix takes them in its [reg + imm] operand.
+template <typename Elem, typename ATile, typename BTile, int kMT, int kNT, int kK, bool kATrans,
+          bool kBTrans>
+__device__ __forceinline__ void warp_mma(float (&acc)[kMT][kNT][4], uint32_t a_smem, uint32_t a_row0,
+                                         uint32_t b_smem, uint32_t b_col0, uint32_t lane) {
+  static_assert(kNT % 2 == 0 && kK % 16 == 0, "whole ldmatrix.x4 blocks");
+  const uint32_t x_row = lane % 16, x_chunk = lane / 16;
+  const uint32_t y_row = (lane / 16) * 8 + lane % 8, y_chunk = (lane / 8) % 2;
+  const uint32_t a_base =
+      kATrans ? a_smem + ATile::offset(y_row, a_row0 / 8 + y_chunk) : a_smem + ATile::offset(a_row0 + x_row, x_chunk);
+  const uint32_t b_base =
+      kBTrans ? b_smem + BTile::offset(x_row, b_col0 / 8 + x_chunk) : b_smem + BTile::offset(b_col0 + y_row, y_chunk);
+#pragma unroll
+  for (int k0 = 0; k0 < kK; k0 += 16) {
+    uint32_t a[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      if constexpr (!kATrans) {
+        ldmatrix_x4(a[mt], a_base + ATile::offset(mt * 16, k0 / 8));
+      } else {
+        ldmatrix_x4_trans(a[mt], a_base + ATile::offset(k0, mt * 2));
+      }
+    }
+    uint32_t b[kNT][2];
+#pragma unroll
+    for (int np = 0; np < kNT / 2; ++np) {
+      uint32_t r[4];
+      if constexpr (!kBTrans) {
+        ldmatrix_x4(r, b_base + BTile::offset(np * 16, k0 / 8));
+      } else {
+        ldmatrix_x4_trans(r, b_base + BTile::offset(k0, np * 2));
+      }
+      b[2 * np][0] = r[0];
+      b[2 * np][1] = r[1];
+      b[2 * np + 1][0] = r[2];
+      b[2 * np + 1][1] = r[3];
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) mma_m16n8k16<Elem>(acc[mt][nt], a[mt], b[nt]);
+    }
+  }
+}
+
+template <int kMT, int kNT>
+__device__ __forceinline__ void zero(float (&acc)[kMT][kNT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+}
+
+// Writes a warp's accumulator fragment (rows row0.., cols col0..) to a [rows][cols] smem tile as
+// Elem, times `mult`. Each quad writes 4 x 4 bytes into one 16-byte chunk of 8 different rows:
+// with the swizzle, conflict-free.
+template <typename Elem, typename Tile, int kMT, int kNT>
+__device__ __forceinline__ void store_frag(unsigned char* smem, const float (&acc)[kMT][kNT][4],
+                                           uint32_t row0, uint32_t col0, uint32_t lane, float mult) {
+  // col0 is a multiple of 8, so the lane's element offset plus per-fragment immediates is exact.
+  unsigned char* base = smem + Tile::elem_offset(row0 + lane / 4, col0 + 2 * (lane % 4));
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        *reinterpret_cast<uint32_t*>(base + Tile::offset(mt * 16 + h * 8, nt)) =
+            ElemTraits<Elem>::pack(acc[mt][nt][2 * h] * mult, acc[mt][nt][2 * h + 1] * mult);
+      }
+}
+
+// ---- preprocess: delta = rowsum(dO * O) in fp32, and zero dq_accum ------------------------------
+// One CTA per 64 query rows of one (batch, head); 8 lanes share a row (16-byte loads, 3 shuffles).
+constexpr int kPrePostRows = 64;
+constexpr int kPrePostThreads = 256;
+
+template <typename Elem, int kHeadDim>
+__global__ void __launch_bounds__(kPrePostThreads)
+    flashsdpa_bwd_sm80_preprocess_kernel(const __grid_constant__ AttnBwdParams p) {
+  const LinearTileScheduler sched{ceil_div(p.seqlen_q, kPrePostRows), p.heads_q, p.batch};
+  const WorkTile tile = sched.tile();
+  const SeqlenInfo seq(p, tile.batch);
+  const int row0 = tile.block * kPrePostRows;
+  if (row0 >= seq.seqlen_q) return;
+  const int tid = threadIdx.x;
+  const int64_t q_row0 = seq.q_row_offset + row0;
+
+  const Elem* dout = static_cast<const Elem*>(p.dout) + batch_offset(p, tile.batch, p.dout_batch_stride) +
+                     tile.head * p.dout_head_stride + q_row0 * p.dout_row_stride;
+  const Elem* out = static_cast<const Elem*>(p.o) + batch_offset(p, tile.batch, p.o_batch_stride) +
+                    tile.head * p.o_head_stride + q_row0 * p.o_row_stride;
+  float* delta = p.delta + batch_offset(p, tile.batch, p.delta_batch_stride) +
+                 tile.head * p.delta_head_stride + q_row0 * p.delta_row_stride;
+  float* dq_accum = p.dq_accum + batch_offset(p, tile.batch, p.dq_accum_batch_stride) +
+                    tile.head * p.dq_accum_head_stride + q_row0 * p.dq_accum_row_stride;
+  const int rows = min(kPrePostRows, seq.seqlen_q - row0);
+
+  constexpr int kLanesPerRow = 8;
+  const int sub = tid % kLanesPerRow;
+#pragma unroll
+  for (int r = tid / kLanesPerRow; r < kPrePostRows; r += kPrePostThreads / kLanesPerRow) {
+    float acc = 0.f;
+    if (r < rows) {
+#pragma unroll
+      for (int c = sub; c < kHeadDim / 8; c += kLanesPerRow) {
+        if (c * 8 < p.head_dim_v) {
+          const uint4 a = *reinterpret_cast<const uint4*>(dout + r * p.dout_row_stride + c * 8);
+          const uint4 b = *reinterpret_cast<const uint4*>(out + r * p.o_row_stride + c * 8);
+          const uint32_t av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const float2 x = ElemTraits<Elem>::unpack(av[j]), y = ElemTraits<Elem>::unpack(bv[j]);
+            acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));
+          }
+        }
+      }
+    }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+    if (sub == 0 && r < rows) delta[r * p.delta_row_stride] = acc;
+  }
+
+  constexpr int kVecPerRow = kHeadDim / 4;  // float4 stores; every kHeadDim column exists
+  for (int i = tid; i < rows * kVecPerRow; i += kPrePostThreads) {
+    const int r = i / kVecPerRow, c = i % kVecPerRow;
+    *reinterpret_cast<float4*>(dq_accum + r * p.dq_accum_row_stride + c * 4) =
+        make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+// ---- postprocess: dq = dq_accum * scale, in the input dtype -------------------------------------
+template <typename Elem, int kHeadDim>
+__global__ void __launch_bounds__(kPrePostThreads)
+    flashsdpa_bwd_sm80_dq_postprocess_kernel(const __grid_constant__ AttnBwdParams p) {
+  const LinearTileScheduler sched{ceil_div(p.seqlen_q, kPrePostRows), p.heads_q, p.batch};
+  const WorkTile tile = sched.tile();
+  const SeqlenInfo seq(p, tile.batch);
+  const int row0 = tile.block * kPrePostRows;
+  if (row0 >= seq.seqlen_q) return;
+  const int64_t q_row0 = seq.q_row_offset + row0;
+  const float* dq_accum = p.dq_accum + batch_offset(p, tile.batch, p.dq_accum_batch_stride) +
+                          tile.head * p.dq_accum_head_stride + q_row0 * p.dq_accum_row_stride;
+  Elem* dq = static_cast<Elem*>(p.dq) + batch_offset(p, tile.batch, p.dq_batch_stride) +
+             tile.head * p.dq_head_stride + q_row0 * p.dq_row_stride;
+  const int rows = min(kPrePostRows, seq.seqlen_q - row0);
+  const int chunks = p.head_dim_qk / 8;
+  for (int i = threadIdx.x; i < rows * chunks; i += kPrePostThreads) {
+    const int r = i / chunks, c = i % chunks;
+    // Output columns 8c .. 8c+7 sit at 4t + 2(c % 2) + j, t = 0..3, j = 0..1, of their 16-group.
+    const float* src = dq_accum + r * p.dq_accum_row_stride + DqAccumLayout::position(8 * c);
+    float2 v[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) v[t] = *reinterpret_cast<const float2*>(src + 4 * t);
+    uint4 out;
+    out.x = ElemTraits<Elem>::pack(v[0].x * p.scale, v[0].y * p.scale);
+    out.y = ElemTraits<Elem>::pack(v[1].x * p.scale, v[1].y * p.scale);
+    out.z = ElemTraits<Elem>::pack(v[2].x * p.scale, v[2].y * p.scale);
+    out.w = ElemTraits<Elem>::pack(v[3].x * p.scale, v[3].y * p.scale);
+    *reinterpret_cast<uint4*>(dq + r * p.dq_row_stride + c * 8) = out;
+  }
+}
+
+// ---- main kernel: one CTA per (key block, kv head, batch) ---------------------------------------
+// Loads K_n, V_n once, then for every query head of the GQA group and every query block m that can
+// see key block n: S = Q K^T, P = exp2(S * scale_log2 - LSE * log2e), dP = dO V^T,
+// dS = P * (dP - delta), dV += P^T dO, dK += dS^T Q, dQ_accum[m] += dS K (fp32 reds).
+template <typename T>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    flashsdpa_bwd_sm80_dkdv_kernel(const __grid_constant__ AttnBwdParams p) {
+  using Elem = typename T::Elem;
+  using TileQ = typename T::TileQ;
+  using TileK = typename T::TileK;
+  using TileP = typename T::TileP;
+  constexpr int kBlockM = T::kBlockM, kBlockN = T::kBlockN, kHeadDim = T::kHeadDim;
+  constexpr int kChunksD = kHeadDim / 8;
+  constexpr int kMTS = T::kWarpRowsS / 16, kNTS = T::kWarpColsS / 8;
+  constexpr int kMTKV = T::kWarpRowsKV / 16, kNTKV = T::kWarpColsKV / 8;
+  constexpr int kMTQ = T::kWarpRowsQ / 16, kNTQ = T::kWarpColsQ / 8;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s_base = smem_u32(smem);
+  const uint32_t sK = s_base + T::kOffK, sV = s_base + T::kOffV;
+  const uint32_t sP = s_base + T::kOffP, sdS = s_base + T::kOffdS;
+
+  const int tid = threadIdx.x;
+  const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+
+  // The scheduler hands out its highest block index first; for the backward the heaviest key block
+  // under causal masking is the lowest (it is seen by the most query blocks), so flip the order to
+  // keep longest-first scheduling.
+  const LinearTileScheduler sched{ceil_div(p.seqlen_k, kBlockN), p.heads_kv, p.batch};
+  const WorkTile tile = sched.tile();
+  const int n_block = sched.num_blocks - 1 - tile.block;
+  const int kv_head = tile.head, batch = tile.batch;
+  const SeqlenInfo seq(p, batch);
+  if (n_block * kBlockN >= seq.seqlen_k) return;  // varlen: this sequence has fewer key blocks
+  const AttentionMask mask(seq, p.causal);
+
+  const int m_begin = mask.m_block_min<kBlockM, kBlockN>(n_block);
+  const int num_m = max(0, ceil_div(seq.seqlen_q, kBlockM) - m_begin);
+  const int group = p.heads_q / p.heads_kv;
+  const int iters = group * num_m;  // (query head, query block) pairs, head-major
+  const int keys_valid = seq.seqlen_k - n_block * kBlockN;
+  const int64_t key_row0 = seq.k_row_offset + static_cast<int64_t>(n_block) * kBlockN;
+
+  const Elem* q_base = static_cast<const Elem*>(p.q) + batch_offset(p, batch, p.q_batch_stride);
+  const Elem* do_base = static_cast<const Elem*>(p.dout) + batch_offset(p, batch, p.dout_batch_stride);
+  const float* lse_base = p.lse + batch_offset(p, batch, p.lse_batch_stride);
+  const float* delta_base = p.delta + batch_offset(p, batch, p.delta_batch_stride);
+  float* dqa_base = p.dq_accum + batch_offset(p, batch, p.dq_accum_batch_stride);
+
+  // Iterations walk (query head, query block) pairs head-major: hq from kv_head * group, m from
+  // m_begin to m_end - 1. Carried incrementally: a division per iteration showed up in the SASS.
+  const int m_end = m_begin + num_m;
+  auto advance = [&](int& hq, int& m) {
+    if (++m == m_end) {
+      m = m_begin;
+      ++hq;
+    }
+  };
+  auto load_q_do = [&](int hq, int m, int stage) {
+    const int64_t row0 = seq.q_row_offset + static_cast<int64_t>(m) * kBlockM;
+    const int rows = seq.seqlen_q - m * kBlockM;
+    load_tile_async<TileQ, kBlockM, kChunksD, T::kThreads>(
+        s_base + T::kOffQ + stage * TileQ::kBytes, q_base + hq * p.q_head_stride + row0 * p.q_row_stride,
+        p.q_row_stride, rows, p.head_dim_qk, tid);
+    load_tile_async<TileQ, kBlockM, kChunksD, T::kThreads>(
+        s_base + T::kOffdO + stage * TileQ::kBytes,
+        do_base + hq * p.dout_head_stride + row0 * p.dout_row_stride, p.dout_row_stride, rows,
+        p.head_dim_v, tid);
+    // LSE and delta travel with their Q/dO tile (4-byte copies: LSE rows may have any stride).
+    // Rows past seqlen_q read as 0: their Q and dO rows are zero, so P = exp2(0) = 1 there but
+    // dV += P^T dO and dS = P * (dO V^T - 0) both add exact zeros.
+    static_assert(2 * kBlockM <= T::kThreads, "one thread per LSE and per delta row");
+    if (tid < 2 * kBlockM) {
+      const int r = tid % kBlockM;
+      const bool valid = r < rows;
+      if (tid < kBlockM) {
+        cp_async_4(s_base + T::kOffLse + (stage * kBlockM + r) * 4,
+                   lse_base + hq * p.lse_head_stride + (valid ? (row0 + r) * p.lse_row_stride : 0), valid);
+      } else {
+        cp_async_4(s_base + T::kOffDelta + (stage * kBlockM + r) * 4,
+                   delta_base + hq * p.delta_head_stride + (valid ? (row0 + r) * p.delta_row_stride : 0),
+                   valid);
+      }
+    }
+  };
+
+  int hq = kv_head * group, m = m_begin;  // this iteration's query head and block
+  if (iters > 0) {
+    load_tile_async<TileK, kBlockN, kChunksD, T::kThreads>(
+        sK,
+        static_cast<const Elem*>(p.k) + batch_offset(p, batch, p.k_batch_stride) +
+            kv_head * p.k_head_stride + key_row0 * p.k_row_stride,
+        p.k_row_stride, keys_valid, p.head_dim_qk, tid);
+    load_tile_async<TileK, kBlockN, kChunksD, T::kThreads>(
+        sV,
+        static_cast<const Elem*>(p.v) + batch_offset(p, batch, p.v_batch_stride) +
+            kv_head * p.v_head_stride + key_row0 * p.v_row_stride,
+        p.v_row_stride, keys_valid, p.head_dim_v, tid);
+    load_q_do(hq, m, 0);
+    cp_async_commit();
+  }
+
+  // Warp coordinates in the three warp grids.
+  const uint32_t s_row0 = (warp % T::kWarpsM_SdP) * T::kWarpRowsS;
+  const uint32_t s_col0 = (warp / T::kWarpsM_SdP) * T::kWarpColsS;
+  const uint32_t kv_row0 = (warp % T::kWarpsN_dKV) * T::kWarpRowsKV;
+  const uint32_t kv_col0 = (warp / T::kWarpsN_dKV) * T::kWarpColsKV;
+  const uint32_t q_row0w = (warp % T::kWarpsM_dQ) * T::kWarpRowsQ;
+  const uint32_t q_col0w = (warp / T::kWarpsM_dQ) * T::kWarpColsQ;
+
+  float acc_dk[kMTKV][kNTKV][4], acc_dv[kMTKV][kNTKV][4];
+  zero(acc_dk);
+  zero(acc_dv);
+
+  for (int it = 0; it < iters; ++it) {
+    const int stage = it & 1;
+    const uint32_t sQ = s_base + T::kOffQ + stage * TileQ::kBytes;
+    const uint32_t sdO = s_base + T::kOffdO + stage * TileQ::kBytes;
+
+    // Tile `it` has landed (this thread's copies) and every warp is past iteration it-1, so the
+    // other stage and sP/sdS are free to overwrite.
+    cp_async_wait<0>();
+    __syncthreads();
+    int hq_next = hq, m_next = m;
+    advance(hq_next, m_next);
+    if (it + 1 < iters) load_q_do(hq_next, m_next, stage ^ 1);
+    cp_async_commit();
+
+    const int64_t q_row0 = seq.q_row_offset + static_cast<int64_t>(m) * kBlockM;
+    const int rows_valid = seq.seqlen_q - m * kBlockM;
+    const float* s_lse = reinterpret_cast<const float*>(smem + T::kOffLse) + stage * kBlockM;
+    const float* s_delta = reinterpret_cast<const float*>(smem + T::kOffDelta) + stage * kBlockM;
+
+    // LSE (natural log) becomes a log2 offset. A row that sees no key has LSE = +inf from the
+    // forward, so P = exp2(-inf) = 0 and its gradients are exact zeros; a forward that wrote -inf
+    // for such a row is treated the same (else exp2(+inf) = NaN).
+    float lse2[kMTS][2], dlt[kMTS][2];
+#pragma unroll
+    for (int mt = 0; mt < kMTS; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = s_row0 + mt * 16 + h * 8 + lane / 4;
+        const float l = s_lse[r];
+        lse2[mt][h] = l == -INFINITY ? INFINITY : l * kLog2e;
+        dlt[mt][h] = s_delta[r];
+      }
+
+    float s[kMTS][kNTS][4];
+    zero(s);
+    warp_mma<Elem, TileQ, TileK, kMTS, kNTS, kHeadDim, false, false>(s, sQ, s_row0, sK, s_col0, lane);
+    float dp[kMTS][kNTS][4];
+    zero(dp);
+    warp_mma<Elem, TileQ, TileK, kMTS, kNTS, kHeadDim, false, false>(dp, sdO, s_row0, sV, s_col0, lane);
+
+    // dS = P * (dP - delta) in place of dP. Element-wise masking (P = 0) only where the block is
+    // not fully visible (causal blocks crossing the diagonal, the ragged last key block): a
+    // separate unrolled copy, so full blocks carry no compare/select per element. Masking after
+    // exp2 (not S = -inf before it) stays right for a negative or zero scale.
+    auto probs_and_grads = [&](auto masked) {
+      int limit[kMTS][2];  // first invisible key column (block-relative) of each of this thread's rows
+      if constexpr (decltype(masked)::value) {
+#pragma unroll
+        for (int mt = 0; mt < kMTS; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            limit[mt][h] = mask.col_limit(m * kBlockM + s_row0 + mt * 16 + h * 8 + lane / 4) -
+                           n_block * kBlockN - static_cast<int>(s_col0 + 2 * (lane % 4));
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMTS; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNTS; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float pv = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -lse2[mt][e / 2]));
+            if constexpr (decltype(masked)::value) {
+              if (nt * 8 + e % 2 >= limit[mt][e / 2]) pv = 0.f;
+            }
+            s[mt][nt][e] = pv;
+            dp[mt][nt][e] = pv * (dp[mt][nt][e] - dlt[mt][e / 2]);
+          }
+    };
+    if (mask.col_limit(m * kBlockM) < (n_block + 1) * kBlockN) {
+      probs_and_grads(std::true_type{});
+    } else {
+      probs_and_grads(std::false_type{});
+    }
+    store_frag<Elem, TileP>(smem + T::kOffP, s, s_row0, s_col0, lane, 1.f);
+    store_frag<Elem, TileP>(smem + T::kOffdS, dp, s_row0, s_col0, lane, 1.f);
+    __syncthreads();
+
+    // dQ_accum[m] += dS K from the accumulator fragments, 16 bytes per red: dq_accum stores each
+    // aligned group of 16 columns permuted (DqAccumLayout), so the two n8 tiles a thread holds for
+    // a row (columns 2t, 2t+1 and 8+2t, 8+2t+1) are 4 adjacent floats. Half the reds of the
+    // natural layout's v2 form; ncu had the red burst at 8.8% of all stall samples (LSU queue full,
+    // and the next ldmatrix waiting for the reds to release their source registers).
+    float dq[kMTQ][kNTQ][4];
+    const int r0 = q_row0w + lane / 4;
+    float* dqa = dqa_base + hq * p.dq_accum_head_stride + (q_row0 + r0) * p.dq_accum_row_stride + q_col0w +
+                 4 * (lane % 4);
+    const int rows_left = rows_valid - r0;
+    // Full tiles (all but a sequence's last query block) take an unpredicated copy: ptxas turns
+    // even an in-asm predicate into a branch per red. Columns need no predicate: past head_dim_qk
+    // K is zero-filled, so those adds are exact zeros into columns that exist (kHeadDim wide).
+    const bool full_dq = rows_valid >= kBlockM;
+    constexpr int kReds = kMTQ * 2 * (kNTQ / 2);  // red.v4 per thread per iteration
+    auto red = [&](int i, auto predicated) {       // i enumerates (mt, h, n8-tile pair)
+      const int mt = i / kNTQ, h = (i / (kNTQ / 2)) % 2, np = i % (kNTQ / 2);
+      float* dst = dqa + (mt * 16 + h * 8) * p.dq_accum_row_stride + np * 16;
+      const float* lo = dq[mt][2 * np];
+      const float* hi = dq[mt][2 * np + 1];
+      if constexpr (decltype(predicated)::value) {
+        red_add_f32x4_if(dst, lo[2 * h], lo[2 * h + 1], hi[2 * h], hi[2 * h + 1], mt * 16 + h * 8 < rows_left);
+      } else {
+        red_add_f32x4(dst, lo[2 * h], lo[2 * h + 1], hi[2 * h], hi[2 * h + 1]);
+      }
+    };
+
+    // dQ = dS K first, its reds straight after: they drain through the LSU while the dV and dK
+    // GEMMs run (dQ between dV and dK: 284 -> dQ first: 293 TFLOP/s at d = 128, S = 8k). Spreading
+    // the reds through the next GEMM's k steps in source order changes nothing: ptxas hoists them.
+    zero(dq);
+    warp_mma<Elem, TileP, TileK, kMTQ, kNTQ, kBlockN, false, true>(dq, sdS, q_row0w, sK, q_col0w, lane);
+    if (full_dq) {
+#pragma unroll
+      for (int i = 0; i < kReds; ++i) red(i, std::false_type{});
+    } else {
+#pragma unroll
+      for (int i = 0; i < kReds; ++i) red(i, std::true_type{});
+    }
+    // dV += P^T dO, dK += dS^T Q
+    warp_mma<Elem, TileP, TileQ, kMTKV, kNTKV, kBlockM, true, true>(acc_dv, sP, kv_row0, sdO, kv_col0, lane);
+    warp_mma<Elem, TileP, TileQ, kMTKV, kNTKV, kBlockM, true, true>(acc_dk, sdS, kv_row0, sQ, kv_col0, lane);
+    hq = hq_next;
+    m = m_next;
+  }
+
+  // Epilogue: stage dK * scale and dV as Elem in the K/V buffers, then 16-byte predicated stores.
+  // Key blocks that no query sees arrive here with zero accumulators and write dK = dV = 0.
+  cp_async_wait<0>();
+  __syncthreads();
+  store_frag<Elem, TileK>(smem + T::kOffK, acc_dk, kv_row0, kv_col0, lane, p.scale);
+  store_frag<Elem, TileK>(smem + T::kOffV, acc_dv, kv_row0, kv_col0, lane, 1.f);
+  __syncthreads();
+  Elem* dk = static_cast<Elem*>(p.dk) + batch_offset(p, batch, p.dk_batch_stride) +
+             kv_head * p.dk_head_stride + key_row0 * p.dk_row_stride;
+  Elem* dv = static_cast<Elem*>(p.dv) + batch_offset(p, batch, p.dv_batch_stride) +
+             kv_head * p.dv_head_stride + key_row0 * p.dv_row_stride;
+  constexpr int kTotal = kBlockN * kChunksD;
+#pragma unroll
+  for (int i = 0; i < ceil_div(kTotal, T::kThreads); ++i) {
+    const int idx = i * T::kThreads + tid;
+    if (kTotal % T::kThreads != 0 && idx >= kTotal) break;
+    const int row = idx / kChunksD, chunk = idx % kChunksD;
+    if (row >= keys_valid) continue;
+    const int off = TileK::offset(row, chunk);
+    if (chunk * 8 < p.head_dim_qk)
+      *reinterpret_cast<uint4*>(dk + row * p.dk_row_stride + chunk * 8) =
+          *reinterpret_cast<const uint4*>(smem + T::kOffK + off);
+    if (chunk * 8 < p.head_dim_v)
+      *reinterpret_cast<uint4*>(dv + row * p.dv_row_stride + chunk * 8) =
+          *reinterpret_cast<const uint4*>(smem + T::kOffV + off);
+  }
+}
+
+}  // namespace bwd_sm80
+}  // namespace flashsdpa

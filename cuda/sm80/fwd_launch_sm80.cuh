@@ -1,0 +1,81 @@
+// fwd_launch_sm80.cuh: run_fwd_sm80_<Elem, kHeadDim>, the host launcher of the portable forward
+// kernel. Picks the traits of the head-dim bucket from the tile table, raises the dynamic
+// shared-memory limit once per device, sizes the 1-D grid from the scheduler and launches.
+// Included by the generated cuda/instantiations/fwd_sm80_<dtype>_hdim<d>.cu files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdint>
+
+#include "sm80/fwd_kernel_sm80.cuh"
+#include "sm80/launch_sm80.h"
+
+namespace flashsdpa {
+
+// Launches the forward kernel of one traits configuration.
+template <typename Traits>
+cudaError_t launch_fwd_sm80(const AttnFwdParams& params, cudaStream_t stream) {
+  constexpr int kSmemBytes = Traits::kSmemBytes;
+  auto* kernel = &flashsdpa_fwd_sm80_kernel<Traits>;
+
+  // One CTA per (query block, head, batch); the kernel picks the order (see its tile schedulers).
+  const int64_t grid = LinearTileScheduler{(params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM,
+                                           params.heads_q, params.batch}
+                           .grid_size();
+  if (grid == 0) return cudaSuccess;  // no query rows: nothing to write
+  if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
+
+  // Above 48 KB a kernel must opt in to dynamic shared memory, per device. Remember which devices
+  // have been set (one bit each) so the per-call cost is one cudaGetDevice.
+  if constexpr (kSmemBytes > 48 * 1024) {
+    static std::atomic<uint64_t> devices_set{0};
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err != cudaSuccess) return err;
+    const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
+    if (bit == 0 || !(devices_set.load(std::memory_order_relaxed) & bit)) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+      if (err != cudaSuccess) return err;
+      devices_set.fetch_or(bit, std::memory_order_relaxed);
+    }
+  }
+
+  kernel<<<static_cast<unsigned>(grid), Traits::kNThreads, kSmemBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+// The device's opt-in shared memory per block, cached per device (one attribute query each).
+inline int max_smem_per_block_optin(int device) {
+  static std::atomic<int> cached[64] = {};
+  if (device < 0 || device >= 64) return 0;
+  int bytes = cached[device].load(std::memory_order_relaxed);
+  if (bytes == 0) {
+    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) return 0;
+    cached[device].store(bytes, std::memory_order_relaxed);
+  }
+  return bytes;
+}
+
+template <typename Elem, int kHeadDim>
+cudaError_t run_fwd_sm80_(const AttnFwdParams& params, cudaStream_t stream) {
+  constexpr FwdTileShapeSm80 kShape = fwd_tile_shape_sm80(kHeadDim);
+  using Traits = FwdTraitsSm80<Elem, kHeadDim, kShape.block_m, kShape.block_n, kShape.warps>;
+  // sm_80 and sm_90 give every bucket its table tile; only parts with 99 KB per block (sm_86,
+  // sm_89) fall back to the smaller tile for d > 192.
+  if constexpr (Traits::kSmemBytes > 99 * 1024) {
+    int device = 0;
+    const cudaError_t err = cudaGetDevice(&device);
+    if (err != cudaSuccess) return err;
+    if (max_smem_per_block_optin(device) < Traits::kSmemBytes) {
+      constexpr FwdTileShapeSm80 kSmall = fwd_tile_shape_sm80_small_smem(kHeadDim);
+      return launch_fwd_sm80<FwdTraitsSm80<Elem, kHeadDim, kSmall.block_m, kSmall.block_n, kSmall.warps>>(
+          params, stream);
+    }
+  }
+  return launch_fwd_sm80<Traits>(params, stream);
+}
+
+}  // namespace flashsdpa

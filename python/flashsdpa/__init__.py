@@ -1,0 +1,41 @@
+# __init__.py: the public API of flashsdpa; each name lives in the module that owns it.
+"""flashsdpa: exact FlashAttention CUDA kernels behind torch.nn.functional.scaled_dot_product_attention.
+
+    with flashsdpa.enable():          # or flashsdpa.install(), or
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.nn.attention.activate_flash_attention_impl("FLASHSDPA")
+
+    flashsdpa.explain(q, k, v, dropout_p=0.1)   # why a call would fall back to PyTorch's kernel
+    flashsdpa.attention(q, k, v, causal=True)   # the direct API (differentiable, compilable)
+
+Importing the package registers "FLASHSDPA" with torch.nn.attention's registry but never
+activates anything: PyTorch behaves exactly as before until you opt in.
+"""
+
+from __future__ import annotations
+
+from flashsdpa import reference
+from flashsdpa._backend import build_info
+from flashsdpa.ops import attention, attention_varlen
+from flashsdpa.sdpa import REGISTRY_NAME, enable, install, is_active, uninstall
+from flashsdpa.selection import FallbackWarning, explain, reset_stats, set_fallback_warnings, stats
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "REGISTRY_NAME",
+    "FallbackWarning",
+    "__version__",
+    "attention",
+    "attention_varlen",
+    "build_info",
+    "enable",
+    "explain",
+    "install",
+    "is_active",
+    "reference",
+    "reset_stats",
+    "set_fallback_warnings",
+    "stats",
+    "uninstall",
+]

@@ -1,0 +1,301 @@
+# _backend.py: the one door to the compiled module flashsdpa._C.
+#
+# Loads _C (or records why it cannot), keeps what it reports about the build and each GPU, and
+# turns torch tensors into the pointer/stride arguments of _C.fwd / _C.bwd. Everything per call
+# sits on the SDPA hot path (budget: a few microseconds over PyTorch's own kernel), so the build
+# facts are module constants, device facts are cached per device index, and nothing synchronizes.
+"""Loading of ``flashsdpa._C`` and the tensor-to-pointer launch wrappers."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+from torch import Tensor
+
+try:
+    _C: Any = importlib.import_module("flashsdpa._C")
+except ImportError as _exc:  # absent (not built) or unloadable: the package still imports
+    _C = None
+    IMPORT_ERROR: str | None = f"{type(_exc).__name__}: {_exc}"
+else:
+    IMPORT_ERROR = None
+
+
+MAX_HEAD_DIM = 256
+
+_NO_BUILD: dict[str, Any] = {
+    "version": None,
+    "with_cuda": False,
+    "cuda_version": None,
+    "archs": [],
+    "dtypes": [],
+    "head_dims": [],
+    "kernel_families": [],
+    "max_head_dim": MAX_HEAD_DIM,
+}
+
+_DTYPE_BY_NAME = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+_CODE_BY_DTYPE = {torch.float16: 0, torch.bfloat16: 1}  # flashsdpa::DType in params.h
+
+# Module state derived from _C by _configure(). Other modules read it as _backend.NAME (never
+# `from _backend import NAME`), so that tests can swap in a fake _C and every reader follows.
+BUILD_INFO: dict[str, Any]
+CUDA_KERNELS: bool  # _C exists and was built with CUDA kernels
+UNAVAILABLE_REASON: str | None  # why not, in explain()'s words; None when CUDA_KERNELS
+DTYPE_CODES: dict[torch.dtype, int]  # element types with compiled kernels -> _C's dtype code
+HEAD_DIM_PAIRS: frozenset[tuple[int, int]]  # every (head_dim_qk, head_dim_v) a compiled bucket serves
+_DEVICE_INFO: dict[int, dict[str, Any]] = {}
+_DEVICE_REASON: dict[int, str | None] = {}
+_DEVICE_OK: dict[int, bool] = {}  # device index -> our kernels run there; the hot path reads only this
+
+
+def _configure(module: Any, import_error: str | None = None) -> None:
+    """(Re)derive the module state from a _C module (or None). Called once at import; tests call it
+    with a stand-in module to exercise the selection and the routers without a GPU."""
+    global _C, IMPORT_ERROR, BUILD_INFO, CUDA_KERNELS, UNAVAILABLE_REASON, DTYPE_CODES, HEAD_DIM_PAIRS
+    _C, IMPORT_ERROR = module, import_error
+    BUILD_INFO = dict(module.build_info()) if module is not None else dict(_NO_BUILD)
+    CUDA_KERNELS = bool(BUILD_INFO["with_cuda"])
+    if module is None:
+        UNAVAILABLE_REASON = f"flashsdpa._C could not be imported ({import_error}); build it with pip install -e ."
+    elif not CUDA_KERNELS:
+        UNAVAILABLE_REASON = "flashsdpa._C was built without CUDA (no nvcc at build time)"
+    else:
+        UNAVAILABLE_REASON = None
+    DTYPE_CODES = {
+        _DTYPE_BY_NAME[name]: _CODE_BY_DTYPE[_DTYPE_BY_NAME[name]]
+        for name in BUILD_INFO["dtypes"]
+        if CUDA_KERNELS and name in _DTYPE_BY_NAME
+    }
+    # Asked of _C once (32 x 32 calls, well under a millisecond): a frozenset lookup is the
+    # cheapest per-call test, and plain Python data that torch.compile can trace.
+    dims = range(8, MAX_HEAD_DIM + 1, 8)
+    HEAD_DIM_PAIRS = frozenset(
+        (dqk, dv) for dqk in dims for dv in dims if CUDA_KERNELS and module.head_dim_bucket(dqk, dv) != 0
+    )
+    _DEVICE_INFO.clear()
+    _DEVICE_REASON.clear()
+    _DEVICE_OK.clear()
+
+
+_configure(_C, IMPORT_ERROR)
+
+
+def build_info() -> dict[str, Any]:
+    """What this build of ``flashsdpa._C`` contains (a copy; see ``_C.build_info``), plus
+    ``import_error`` (why ``_C`` could not be imported, or None)."""
+    info = dict(BUILD_INFO)
+    info["import_error"] = IMPORT_ERROR
+    return info
+
+
+# ---- per-device facts, cached --------------------------------------------------------------------
+
+
+def device_info(index: int) -> dict[str, Any]:
+    """``_C.device_info(index)``, cached (name, major, minor, sms, smem_optin_bytes, family)."""
+    info = _DEVICE_INFO.get(index)
+    if info is None:
+        if _C is None:
+            raise RuntimeError(UNAVAILABLE_REASON)
+        info = _DEVICE_INFO[index] = dict(_C.device_info(index))
+    return info
+
+
+def device_reason(index: int) -> str | None:
+    """Why our kernels cannot run on CUDA device ``index``, or None when they can (cached)."""
+    if index in _DEVICE_REASON:
+        return _DEVICE_REASON[index]
+    if not CUDA_KERNELS:
+        reason: str | None = UNAVAILABLE_REASON
+    else:
+        info = device_info(index)
+        capability = f"{info['major']}.{info['minor']}"
+        if info["family"] is not None:
+            reason = None
+        elif info["major"] < 8:
+            reason = f"GPU compute capability {capability}: needs 8.0 or newer"
+        else:
+            reason = (
+                f"GPU compute capability {capability} ({info['name']}): this build has no kernel for it "
+                f"(archs {BUILD_INFO['archs']}); rebuild with FLASHSDPA_ARCHS including "
+                f"{info['major']}{info['minor']}"
+            )
+    _DEVICE_REASON[index] = reason
+    _DEVICE_OK[index] = reason is None
+    return reason
+
+
+def device_ok(index: int) -> bool:
+    """True when our kernels run on CUDA device ``index``; one dict lookup after the first call."""
+    ok = _DEVICE_OK.get(index)
+    if ok is None:
+        ok = device_reason(index) is None
+    return ok
+
+
+def prime_devices() -> None:
+    """Query every visible GPU now, so later checks are pure dict reads (torch.compile traces them)."""
+    if CUDA_KERNELS and torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            device_reason(index)
+
+
+# ---- launch wrappers -----------------------------------------------------------------------------
+
+
+def rows_aligned(t: Tensor, row_dims: tuple[int, ...]) -> bool:
+    """Whether every row of ``t`` (indexed by ``row_dims``) starts on a 16-byte boundary, as the
+    kernels' 16-byte cp.async loads need: storage offset and strides multiples of 8 elements."""
+    stride = t.stride()
+    bits = t.storage_offset()
+    for d in row_dims:
+        bits |= stride[d]
+    return bits & 7 == 0
+
+
+def aligned_rows(t: Tensor) -> Tensor:
+    """``t`` itself if its rows have unit stride and start on 16-byte boundaries, else a
+    contiguous copy. For gradients, which arrive in whatever layout autograd made (``out.sum()``
+    gives stride 0 everywhere); PyTorch's own flash backward copies those too."""
+    if t.stride(-1) == 1 and rows_aligned(t, tuple(range(t.dim() - 1))):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+_get_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _current_stream(index: int) -> int:
+    # torch._C._cuda_getCurrentRawStream is what Inductor's generated code calls: an int, no
+    # Stream object. torch.cuda.current_stream is the public spelling, kept for builds without it.
+    if _get_raw_stream is not None:
+        return _get_raw_stream(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+def launch_fwd(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: float, causal: int) -> None:
+    """Forward on dense (B, H, S, D) views: writes ``out`` (B, Hq, Sq, Dv) and ``lse`` (B, Hq, Sq).
+
+    Callers have checked the problem (``selection.dense_reason``) and that it is non-empty.
+    """
+    batch, heads_q, seqlen_q, head_dim_qk = q.shape
+    heads_kv, seqlen_k, head_dim_v = v.shape[1], v.shape[2], v.shape[3]
+    device = q.get_device()
+    _C.fwd(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+        q.stride()[:3], k.stride()[:3], v.stride()[:3], out.stride()[:3], lse.stride(),
+        batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v,
+        0, 0, 0,
+        scale, causal, DTYPE_CODES[q.dtype], device, _current_stream(device),
+    )  # fmt: skip
+
+
+def _packed_strides(t: Tensor) -> tuple[int, int, int]:
+    # (total, H, D) rows: no batch stride (cu_seqlens selects the rows), head then row stride.
+    stride = t.stride()
+    return (0, stride[1], stride[0])
+
+
+def _packed_lse_strides(lse: Tensor) -> tuple[int, int, int]:
+    # Varlen LSE is (H, total): head stride, then row stride.
+    stride = lse.stride()
+    return (0, stride[0], stride[1])
+
+
+def launch_fwd_varlen(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    seqused_k: Tensor | None,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    scale: float,
+    causal: int,
+) -> None:
+    """Forward on packed (total, H, D) rows; ``lse`` is (H, total_q); cu_seqlens are int32 (B + 1)."""
+    device = q.get_device()
+    _C.fwd(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+        _packed_strides(q), _packed_strides(k), _packed_strides(v), _packed_strides(out), _packed_lse_strides(lse),
+        cu_seqlens_q.shape[0] - 1, q.shape[1], k.shape[1], max_seqlen_q, max_seqlen_k, q.shape[2], v.shape[2],
+        cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), 0 if seqused_k is None else seqused_k.data_ptr(),
+        scale, causal, DTYPE_CODES[q.dtype], device, _current_stream(device),
+    )  # fmt: skip
+
+
+def _workspace(nbytes: int, like: Tensor) -> Tensor:
+    # From the caching allocator (stream-ordered, CUDA-graph friendly); the kernels zero what they
+    # need, so no fill launch. Blocks are 512-byte aligned, more than the 256 _C asks for.
+    return torch.empty(nbytes, dtype=torch.uint8, device=like.device)
+
+
+def launch_bwd(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    dq: Tensor,
+    dk: Tensor,
+    dv: Tensor,
+    scale: float,
+    causal: int,
+) -> None:
+    """Backward on dense (B, H, S, D) views: writes ``dq``, ``dk``, ``dv``."""
+    batch, heads_q, seqlen_q, head_dim_qk = q.shape
+    heads_kv, seqlen_k, head_dim_v = v.shape[1], v.shape[2], v.shape[3]
+    device = q.get_device()
+    nbytes = _C.bwd_workspace_bytes(batch, heads_q, seqlen_q, head_dim_qk, head_dim_v, -1)
+    workspace = _workspace(nbytes, q)
+    _C.bwd(
+        dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+        dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+        dout.stride()[:3], q.stride()[:3], k.stride()[:3], v.stride()[:3], out.stride()[:3], lse.stride(),
+        dq.stride()[:3], dk.stride()[:3], dv.stride()[:3],
+        batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v,
+        0, 0, 0,
+        scale, causal, DTYPE_CODES[q.dtype], workspace.data_ptr(), nbytes, -1, device, _current_stream(device),
+    )  # fmt: skip
+
+
+def launch_bwd_varlen(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    dq: Tensor,
+    dk: Tensor,
+    dv: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    seqused_k: Tensor | None,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    scale: float,
+    causal: int,
+) -> None:
+    """Backward on packed (total, H, D) rows; ``lse`` is (H, total_q)."""
+    batch, heads_q, total_q = cu_seqlens_q.shape[0] - 1, q.shape[1], q.shape[0]
+    head_dim_qk, head_dim_v = q.shape[2], v.shape[2]
+    device = q.get_device()
+    nbytes = _C.bwd_workspace_bytes(batch, heads_q, max_seqlen_q, head_dim_qk, head_dim_v, total_q)
+    workspace = _workspace(nbytes, q)
+    _C.bwd(
+        dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+        dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+        _packed_strides(dout), _packed_strides(q), _packed_strides(k), _packed_strides(v), _packed_strides(out),
+        _packed_lse_strides(lse), _packed_strides(dq), _packed_strides(dk), _packed_strides(dv),
+        batch, heads_q, k.shape[1], max_seqlen_q, max_seqlen_k, head_dim_qk, head_dim_v,
+        cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), 0 if seqused_k is None else seqused_k.data_ptr(),
+        scale, causal, DTYPE_CODES[q.dtype], workspace.data_ptr(), nbytes, total_q, device, _current_stream(device),
+    )  # fmt: skip

@@ -1,0 +1,522 @@
+# selection.py: which attention calls our kernels serve, and why not when they do not.
+#
+# Owns every rule of the form "needs X": the per-call predicates the SDPA routers and the direct
+# API run (dense_reason, varlen_reason), the full explanation behind explain(), the choice of the
+# calls the TorchFunctionMode sends straight to our op (direct_causal_mode), and the reporting of
+# fallbacks (DEBUG log, opt-in warnings). Each reason is one sentence naming the argument and the
+# limit, so that explain(), log lines and errors read the same.
+"""Which attention calls flashsdpa's kernels serve, and why not."""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from flashsdpa import _backend
+
+try:  # torch.nn.attention.bias (2.3+): causal_upper_left / causal_lower_right masks
+    from torch.nn.attention.bias import CausalBias, CausalVariant
+except ImportError:  # pragma: no cover - every supported torch has it
+    CausalBias = CausalVariant = None  # type: ignore[assignment,misc]
+
+__all__ = [
+    "HALF_DTYPES",
+    "FallbackWarning",
+    "counter",
+    "dense_reason",
+    "direct_causal_mode",
+    "dtype_reason",
+    "explain",
+    "head_dims_reason",
+    "kernel_reasons",
+    "layout_reason",
+    "note_fallback",
+    "reset_stats",
+    "servable",
+    "set_fallback_warnings",
+    "stats",
+    "varlen_reason",
+]
+
+_log = logging.getLogger("flashsdpa")
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+_DTYPE_FLAG = {"float16": "fp16", "bfloat16": "bf16"}  # FLASHSDPA_DTYPES spelling
+
+
+# ---- the dense predicate: the routers' hot path ---------------------------------------------------
+
+
+def dense_reason(query: Tensor, key: Tensor, value: Tensor) -> str | None:
+    """Why our kernels cannot run attention on these (B, H, S, D) views as they are; None if they can.
+
+    The caller has settled everything that is not about the tensors (dropout, masks, ...). Runs on
+    every routed SDPA call: the passing path is only attribute reads and integer tests. On failure
+    the message comes from kernel_reasons(), the one full statement of the rules; the two must
+    agree (tests/test_selection.py checks them against each other over a grid of inputs).
+    """
+    if _backend.CUDA_KERNELS:
+        dtype = query.dtype
+        if dtype in _backend.DTYPE_CODES and key.dtype is dtype and value.dtype is dtype and query.is_cuda:
+            qshape, kshape, vshape = query.shape, key.shape, value.shape
+            if len(qshape) == 4 and len(kshape) == 4 and len(vshape) == 4:
+                batch, heads_q, seqlen_q, head_dim = qshape
+                heads_kv, seqlen_k = kshape[1], kshape[2]
+                if (
+                    batch == kshape[0] == vshape[0]
+                    and heads_kv == vshape[1]
+                    and seqlen_k == vshape[2]
+                    and head_dim == kshape[3]
+                    and heads_kv
+                    and heads_q % heads_kv == 0
+                    and batch
+                    and heads_q
+                    and seqlen_q
+                    and seqlen_k
+                    and (head_dim, vshape[3]) in _backend.HEAD_DIM_PAIRS
+                ):
+                    qs, ks, vs = query.stride(), key.stride(), value.stride()
+                    # Rows must start on 16-byte boundaries (cp.async): strides and storage offsets
+                    # multiples of 8 two-byte elements. One OR of all of them, tested once.
+                    misaligned = (
+                        qs[0]
+                        | qs[1]
+                        | qs[2]
+                        | ks[0]
+                        | ks[1]
+                        | ks[2]
+                        | vs[0]
+                        | vs[1]
+                        | vs[2]
+                        | query.storage_offset()
+                        | key.storage_offset()
+                        | value.storage_offset()
+                    ) & 7
+                    if qs[3] == 1 and ks[3] == 1 and vs[3] == 1 and not misaligned:
+                        device = query.get_device()
+                        if key.get_device() == device and value.get_device() == device:
+                            ok = _backend._DEVICE_OK.get(device)
+                            if ok or (ok is None and _backend.device_ok(device)):
+                                return None
+    reasons = kernel_reasons(query, key, value, first=True)
+    return reasons[0] if reasons else "internal error: the selection's fast and full checks disagree"
+
+
+def servable(query: Tensor, key: Tensor, value: Tensor) -> bool:
+    """Whether our kernels run attention on these (B, H, S, D) tensors, layout aside (flashsdpa's
+    own ops copy rows they cannot read in place).
+
+    Safe to trace with torch.compile: it reads only what Dynamo folds into guards (dtypes, device,
+    sizes) and plain Python data (device facts are cached when flashsdpa activates), never
+    storage offsets, and builds no message.
+    Agrees with kernel_reasons(..., layout=False) == [] (tested over a grid of inputs).
+    """
+    if not _backend.CUDA_KERNELS or query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        return False
+    dtype, device = query.dtype, query.device
+    if dtype not in _backend.DTYPE_CODES or key.dtype != dtype or value.dtype != dtype or not query.is_cuda:
+        return False
+    if key.device != device or value.device != device:
+        return False
+    ok = _backend._DEVICE_OK.get(device.index)  # primed by enable(): a dict read when traced
+    if not (ok or (ok is None and _backend.device_ok(device.index))):
+        return False
+    batch, heads_q, seqlen_q, head_dim = query.shape
+    heads_kv, seqlen_k = key.shape[1], key.shape[2]
+    return bool(
+        batch == key.shape[0] == value.shape[0]
+        and heads_kv == value.shape[1]
+        and seqlen_k == value.shape[2]
+        and head_dim == key.shape[3]
+        and heads_kv
+        and heads_q % heads_kv == 0
+        and batch
+        and heads_q
+        and seqlen_q
+        and seqlen_k
+        and (head_dim, value.shape[3]) in _backend.HEAD_DIM_PAIRS
+    )
+
+
+def _dims_label(head_dim: int, head_dim_v: int) -> str:
+    return f"head_dim={head_dim}" if head_dim == head_dim_v else f"head_dim={head_dim}, value head_dim={head_dim_v}"
+
+
+def dtype_reason(dtype: torch.dtype) -> str | None:
+    """Why the kernels of this build cannot take ``dtype``, or None."""
+    if dtype not in HALF_DTYPES:
+        return f"query.dtype={dtype}: needs float16 or bfloat16"
+    if _backend.CUDA_KERNELS and dtype not in _backend.DTYPE_CODES:
+        name = str(dtype).removeprefix("torch.")
+        return (
+            f"query.dtype={dtype}: this build compiled {_backend.BUILD_INFO['dtypes']}; "
+            f"rebuild with FLASHSDPA_DTYPES including {_DTYPE_FLAG[name]}"
+        )
+    return None
+
+
+def head_dims_reason(head_dim: int, head_dim_v: int) -> str | None:
+    """Why no compiled kernel takes this (query/key, value) head-dim pair, or None."""
+    for label, d in (("head_dim", head_dim), ("value head_dim", head_dim_v)):
+        if d > _backend.MAX_HEAD_DIM:
+            return f"{label}={d}: exceeds {_backend.MAX_HEAD_DIM}"
+        if d <= 0 or d % 8:
+            return f"{label}={d}: needs a positive multiple of 8"
+    if _backend.CUDA_KERNELS and (head_dim, head_dim_v) not in _backend.HEAD_DIM_PAIRS:
+        return (
+            f"{_dims_label(head_dim, head_dim_v)}: this build compiled head dims {_backend.BUILD_INFO['head_dims']}; "
+            f"rebuild with FLASHSDPA_HEAD_DIMS including {max(head_dim, head_dim_v)} or larger"
+        )
+    return None
+
+
+def layout_reason(name: str, t: Tensor, row_dims: tuple[int, ...]) -> str | None:
+    """Why the kernels cannot read ``t`` (argument ``name``) in place: they need a unit stride
+    along the head dim and rows (indexed by ``row_dims``) on 16-byte boundaries."""
+    stride = t.stride()
+    if stride[-1] != 1:
+        return f"last dimension stride {stride[-1]} of {name}: needs 1"
+    if not _backend.rows_aligned(t, row_dims):
+        return (
+            f"{name} strides {tuple(stride[d] for d in row_dims)} and storage offset {t.storage_offset()}: "
+            f"need multiples of 8 elements (16-byte aligned rows)"
+        )
+    return None
+
+
+def kernel_reasons(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    first: bool = False,
+    head_dims: tuple[int, int] | None = None,
+    layout: bool = True,
+) -> list[str]:
+    """Everything that stops our kernels from running attention on these (B, H, S, D) views.
+
+    ``first``: stop at the first reason (the routers need one). ``head_dims``: judge these
+    (head_dim, value head_dim) instead of the tensors' own, and skip the layout checks: what
+    SDPA does when it pads the head dim to a multiple of 8 (a fresh copy) before its flash op.
+    ``layout=False``: skip the layout checks (flashsdpa's own ops copy such inputs).
+    """
+    reasons: list[str] = []
+
+    def fail(message: str | None) -> bool:
+        """Record a reason (if any); True when the caller should stop here."""
+        if message is None:
+            return False
+        reasons.append(message)
+        return first
+
+    named = (("query", query), ("key", key), ("value", value))
+    if not _backend.CUDA_KERNELS and fail(_backend.UNAVAILABLE_REASON):
+        return reasons
+    for name, t in named:
+        if t.dim() != 4 and fail(f"{name}.dim()={t.dim()}: needs 4 (batch, heads, seq_len, head_dim)"):
+            return reasons
+    if any(t.dim() != 4 for _, t in named):
+        return reasons  # everything below reads four dimensions
+
+    dtype = query.dtype
+    if fail(dtype_reason(dtype)):
+        return reasons
+    for name, t in named[1:]:
+        if t.dtype != dtype and fail(f"{name}.dtype={t.dtype}: differs from query.dtype={dtype}"):
+            return reasons
+
+    if not query.is_cuda:
+        if fail(f"device {query.device}: needs a CUDA device"):
+            return reasons
+    elif _backend.CUDA_KERNELS and fail(_backend.device_reason(query.get_device())):
+        return reasons
+    for name, t in named[1:]:
+        if t.device != query.device and fail(f"{name}.device={t.device}: differs from query.device={query.device}"):
+            return reasons
+
+    batch, heads_q, seqlen_q, head_dim = query.shape
+    heads_kv, seqlen_k = key.shape[1], key.shape[2]
+    for name, t in named[1:]:
+        if t.shape[0] != batch and fail(f"{name}.size(0)={t.shape[0]}: differs from query.size(0)={batch} (batch)"):
+            return reasons
+    if value.shape[1] != heads_kv and fail(
+        f"value.size(1)={value.shape[1]}: differs from key.size(1)={heads_kv} (heads)"
+    ):
+        return reasons
+    if value.shape[2] != seqlen_k and fail(
+        f"value.size(2)={value.shape[2]}: differs from key.size(2)={seqlen_k} (key sequence length)"
+    ):
+        return reasons
+    if key.shape[3] != head_dim and fail(
+        f"key.size(3)={key.shape[3]}: differs from query.size(3)={head_dim} (head_dim)"
+    ):
+        return reasons
+    if (heads_kv == 0 or heads_q % heads_kv) and fail(
+        f"query heads {heads_q}: must be a multiple of key/value heads {heads_kv}"
+    ):
+        return reasons
+    for label, size in (("batch", batch), ("heads", heads_q), ("seqlen_q", seqlen_q), ("seqlen_k", seqlen_k)):
+        if size == 0 and fail(f"{label}=0: empty inputs are left to PyTorch's kernels"):
+            return reasons
+
+    if fail(head_dims_reason(*((head_dim, value.shape[3]) if head_dims is None else head_dims))):
+        return reasons
+    if layout and head_dims is None:
+        for name, t in named:
+            if fail(layout_reason(name, t, (0, 1, 2))):
+                return reasons
+    return reasons
+
+
+# ---- the varlen predicate (aten::_flash_attention_forward with cum_seq_q) -------------------------
+
+
+def varlen_reason(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    seqused_k: Tensor | None,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+) -> str | None:
+    """Why our kernels cannot run attention on packed (total, H, D) rows; None if they can.
+
+    Reached only by packed calls (nested-tensor SDPA, varlen_attn), so it favours one plain
+    sequence of early returns over the dense predicate's fused fast path.
+    """
+    if not _backend.CUDA_KERNELS:
+        return _backend.UNAVAILABLE_REASON
+    named = (("query", query), ("key", key), ("value", value))
+    for name, t in named:
+        if t.dim() != 3:
+            return f"{name}.dim()={t.dim()}: packed sequences need 3 (total, heads, head_dim)"
+    dtype = query.dtype
+    reason = dtype_reason(dtype)
+    if reason is not None:
+        return reason
+    if not query.is_cuda:
+        return f"device {query.device}: needs a CUDA device"
+    device = query.get_device()
+    for name, t in named[1:]:
+        if t.dtype != dtype:
+            return f"{name}.dtype={t.dtype}: differs from query.dtype={dtype}"
+        if t.device != query.device:
+            return f"{name}.device={t.device}: differs from query.device={query.device}"
+    reason = _backend.device_reason(device)
+    if reason is not None:
+        return reason
+    heads_q, heads_kv, head_dim = query.shape[1], key.shape[1], query.shape[2]
+    if value.shape[0] != key.shape[0] or value.shape[1] != heads_kv:
+        return f"value {tuple(value.shape)}: differs from key {tuple(key.shape)} in rows or heads"
+    if key.shape[2] != head_dim:
+        return f"key.size(2)={key.shape[2]}: differs from query.size(2)={head_dim} (head_dim)"
+    if heads_kv == 0 or heads_q % heads_kv:
+        return f"query heads {heads_q}: must be a multiple of key/value heads {heads_kv}"
+    reason = head_dims_reason(head_dim, value.shape[2])
+    if reason is not None:
+        return reason
+    if query.shape[0] == 0 or key.shape[0] == 0 or max_seqlen_q < 1 or max_seqlen_k < 1:
+        return "empty packed sequences are left to PyTorch's kernels"
+    for name, t in named:
+        reason = layout_reason(name, t, (0, 1))
+        if reason is not None:
+            return reason
+    batch = cu_seqlens_q.shape[0] - 1 if cu_seqlens_q.dim() == 1 else 0
+    for name, t in (("cum_seq_q", cu_seqlens_q), ("cum_seq_k", cu_seqlens_k)):
+        if t.dtype != torch.int32 or t.dim() != 1 or t.stride(0) != 1 or t.device != query.device:
+            return f"{name}: needs a 1-D contiguous int32 tensor on {query.device}"
+        if batch < 1 or t.shape[0] != batch + 1:
+            return f"{name} has {t.shape[0]} entries: needs batch + 1 >= 2, as many as cum_seq_q"
+    if seqused_k is not None and (
+        seqused_k.dtype != torch.int32
+        or seqused_k.dim() != 1
+        or seqused_k.stride(0) != 1
+        or seqused_k.shape[0] != batch
+        or seqused_k.device != query.device
+    ):
+        return f"seqused_k: needs a 1-D contiguous int32 tensor of {batch} entries on {query.device}"
+    return None
+
+
+# ---- SDPA-level decisions ------------------------------------------------------------------------
+
+
+def _is_causal_bias(attn_mask: object) -> bool:
+    return CausalBias is not None and isinstance(attn_mask, CausalBias)
+
+
+def direct_causal_mode(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: object,
+    dropout_p: float,
+    is_causal: bool,
+    enable_gqa: bool,
+) -> int | None:
+    """For an F.scaled_dot_product_attention call that PyTorch's flash path turns away but our
+    kernels serve, the causal mode to run it with on flashsdpa's own op; None: leave it to SDPA.
+    Runs inside the TorchFunctionMode, so under torch.compile it is traced: see servable().
+
+    PyTorch's flash filter rejects is_causal with seqlen_q != seqlen_k (its kernel aligns causal
+    masks bottom-right, SDPA's is_causal means top-left), value head dims that differ from the
+    query's, and causal_upper_left / causal_lower_right masks. Our kernels do all of them.
+    Calls it accepts go through SDPA as usual (to the routers, with less overhead than our op).
+    """
+    if dropout_p != 0.0 or not isinstance(query, Tensor) or query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        return None
+    same_lengths = query.shape[2] == key.shape[2]
+    same_dims = query.shape[3] == value.shape[3]
+    if attn_mask is None:
+        mode = 1 if is_causal else 0
+        if same_dims and (same_lengths or not is_causal):
+            return None
+    elif _is_causal_bias(attn_mask) and not is_causal:
+        mode = 1 if attn_mask.variant == CausalVariant.UPPER_LEFT else 2  # type: ignore[union-attr]
+        if same_dims and same_lengths:
+            return None  # CausalBias itself turns this into is_causal=True: the routers serve it
+    else:
+        return None
+    if query.shape[1] != key.shape[1] and not enable_gqa:
+        return None  # SDPA raises its own error for this
+    return mode if servable(query, key, value) else None
+
+
+def explain(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> list[str]:
+    """Why ``F.scaled_dot_product_attention(query, key, value, ...)`` with these arguments would not
+    run flashsdpa's kernels inside ``flashsdpa.enable()``; an empty list means it would.
+
+    Takes SDPA's arguments. Each reason names the argument and the limit, e.g.
+    ``"dropout_p=0.1: dropout is not supported (needs 0.0)"``. ``scale`` never disqualifies a call.
+    """
+    del scale  # any scale is served; the parameter mirrors SDPA's signature
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if query.is_nested or key.is_nested or value.is_nested:
+        return [
+            "nested tensors: explain() covers dense (B, H, S, D) inputs; nested SDPA calls reach "
+            "aten::_flash_attention_forward, whose decisions are logged at DEBUG (logger 'flashsdpa')"
+        ]
+    reasons: list[str] = []
+    causal_bias = _is_causal_bias(attn_mask)
+    if attn_mask is not None and not causal_bias:
+        reasons.append(
+            "attn_mask given: attention masks are not supported yet (needs None; for causal masks pass "
+            "is_causal=True or torch.nn.attention.bias.causal_lower_right(...))"
+        )
+    if dropout_p != 0.0:
+        reasons.append(f"dropout_p={dropout_p}: dropout is not supported (needs 0.0)")
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        return reasons + kernel_reasons(query, key, value)
+
+    heads_q, heads_kv = query.shape[1], key.shape[1]
+    if heads_q != heads_kv and not enable_gqa:
+        reasons.append(
+            f"query has {heads_q} heads, key and value {heads_kv}: "
+            f"SDPA needs enable_gqa=True for grouped-query attention"
+        )
+    seqlen_q, seqlen_k = query.shape[2], key.shape[2]
+    head_dim, head_dim_v = query.shape[3], value.shape[3]
+    if causal_bias or (attn_mask is None and (head_dim != head_dim_v or (is_causal and seqlen_q != seqlen_k))):
+        # Calls PyTorch's flash path turns away go straight to our op (direct_causal_mode), which
+        # takes the tensors as they are (and copies rows it cannot read in place).
+        reasons += kernel_reasons(query, key, value, layout=False)
+    elif head_dim % 8:
+        # SDPA pads the head dim to a multiple of 8 (a fresh contiguous copy) before its flash op.
+        padded = -(-head_dim // 8) * 8
+        reasons += kernel_reasons(query, key, value, head_dims=(padded, padded))
+    else:
+        reasons += kernel_reasons(query, key, value)
+    if query.is_cuda and not torch.backends.cuda.flash_sdp_enabled():
+        reasons.append(
+            "PyTorch's flash backend is disabled (torch.backends.cuda.enable_flash_sdp(False), or an "
+            "sdpa_kernel context without FLASH_ATTENTION): SDPA never reaches flashsdpa"
+        )
+    if query.is_cuda and _backend.CUDA_KERNELS and head_dim > 192:
+        info = _backend.device_info(query.get_device())
+        if (info["major"], info["minor"]) in ((8, 6), (8, 9)) and any(t.requires_grad for t in (query, key, value)):
+            reasons.append(
+                f"head_dim={head_dim} with requires_grad on compute capability {info['major']}.{info['minor']}: "
+                f"PyTorch's flash path does not train head dims over 192 on 8.6 and 8.9 GPUs"
+            )
+    return reasons
+
+
+# ---- reporting fallbacks -------------------------------------------------------------------------
+
+
+class FallbackWarning(UserWarning):
+    """A call went to PyTorch's kernel instead of flashsdpa's; issued once per distinct reason
+    when ``flashsdpa.set_fallback_warnings(True)`` or ``FLASHSDPA_WARN_FALLBACK=1``."""
+
+
+_warn_fallbacks: bool = os.environ.get("FLASHSDPA_WARN_FALLBACK", "0") not in ("", "0")
+_warned: set[str] = set()
+
+
+def set_fallback_warnings(enabled: bool = True) -> None:
+    """Warn (FallbackWarning) once per distinct reason whenever a call falls back to PyTorch's
+    kernel. Off by default; fallbacks are always logged at DEBUG on the 'flashsdpa' logger.
+    Turning it on starts afresh: reasons warned about before are warned about again."""
+    global _warn_fallbacks
+    _warn_fallbacks = bool(enabled)
+    _warned.clear()
+
+
+# Served / fallen-back counts per op: each router binds its own [served, fallback] list once and
+# bumps it in place, one list index per call; stats() copies them out.
+_COUNTS: dict[str, list[int]] = {}
+_REASON_COUNTS: dict[str, int] = {}
+
+
+def counter(op: str) -> list[int]:
+    """The live ``[served, fallback]`` counts of ``op``, created on first use."""
+    return _COUNTS.setdefault(op, [0, 0])
+
+
+def stats() -> dict[str, Any]:
+    """Counts since import (or reset_stats): ``{"served": n, "fallback": n, "ops": {op: {"served": n,
+    "fallback": n}}, "fallback_reasons": {"op: reason": n}}``. Ops are the aten ops the routers
+    override (``aten::_scaled_dot_product_flash_attention`` ...) and flashsdpa's own CUDA ops
+    (``flashsdpa::fwd`` ...; these never fall back, they raise)."""
+    ops = {op: {"served": c[0], "fallback": c[1]} for op, c in sorted(_COUNTS.items())}
+    return {
+        "served": sum(c["served"] for c in ops.values()),
+        "fallback": sum(c["fallback"] for c in ops.values()),
+        "ops": ops,
+        "fallback_reasons": dict(_REASON_COUNTS),
+    }
+
+
+def reset_stats() -> None:
+    """Zero every count of stats()."""
+    for c in _COUNTS.values():
+        c[0] = c[1] = 0
+    _REASON_COUNTS.clear()
+
+
+def note_fallback(where: str, reason: str) -> None:
+    """Report that ``where`` (an op name) left a call to PyTorch's kernel, and why. The caller
+    has counted the call; this keeps the per-reason count, the DEBUG log and the opt-in warning."""
+    key = f"{where}: {reason}"
+    _REASON_COUNTS[key] = _REASON_COUNTS.get(key, 0) + 1
+    _log.debug("%s: falling back to PyTorch's kernel: %s", where, reason)
+    if _warn_fallbacks and reason not in _warned:
+        _warned.add(reason)
+        warnings.warn(f"flashsdpa: {where} falls back to PyTorch's kernel: {reason}", FallbackWarning, stacklevel=2)

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# bootstrap.sh: make this checkout usable: torch (a CPU build where none is installed), the build
+# tools, the test tools, then `pip install -e .` of flashsdpa (building _C; with CUDA kernels when
+# nvcc is on PATH). Idempotent and quiet when everything is already there.
+#
+#   FLASHSDPA_SKIP_INSTALL=1   only check/install dependencies
+#   any FLASHSDPA_* build knob  (see setup.py) is passed through to the build
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+
+have() { "$PY" -c "import $1" >/dev/null 2>&1; }
+pip_install() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
+
+# torch: never replace an installed one (the GPU machine's CUDA build). Where none is installed,
+# take the CPU build 2.13.0, which lies on this workplace's disk; a plain `pip install torch`
+# would download a multi-GB CUDA build.
+if ! have torch; then
+  echo "bootstrap: installing torch==2.13.0 (CPU build)"
+  pip_install "torch==2.13.0"
+fi
+
+missing=()
+have pybind11 || missing+=("pybind11>=2.10")
+have pytest || missing+=("pytest")
+have expecttest || missing+=("expecttest")
+command -v cmake >/dev/null 2>&1 || have cmake || missing+=("cmake>=3.24")
+command -v ninja >/dev/null 2>&1 || have ninja || missing+=("ninja")
+if ((${#missing[@]})); then
+  echo "bootstrap: installing ${missing[*]}"
+  pip_install "${missing[@]}"
+fi
+
+if [[ "${FLASHSDPA_SKIP_INSTALL:-0}" != 1 ]]; then
+  if command -v nvcc >/dev/null 2>&1; then
+    echo "bootstrap: building flashsdpa with CUDA kernels ($(nvcc --version | tail -1))"
+  else
+    echo "bootstrap: no nvcc: building a CPU-only flashsdpa._C (calls fall back to PyTorch)"
+  fi
+  start=$(date +%s)
+  mkdir -p build
+  "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e . \
+    > build/bootstrap-install.log 2>&1 || { cat build/bootstrap-install.log; exit 1; }
+  echo "bootstrap: flashsdpa installed in $(( $(date +%s) - start )) s"
+fi

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# gpu_check.sh: everything the GPU machine is for, in one call (device time is scarce):
+#   1. build flashsdpa with the preinstalled torch/cmake/ninja/pybind11 (no network there)
+#   2. the GPU test suite (tests/gpu)
+#   3. the benchmark (BENCH="--quick" by default; BENCH=full for the standard sweep; BENCH=none)
+#   4. compute-sanitizer memcheck + racecheck on a small subset (SANITIZE=1)
+#   5. unless FAST=1, the CPU suite under this machine's torch
+# and prints a short table last. Logs and bench files go to $OUT (the device tool brings them back).
+#
+#   FLASHSDPA_HEAD_DIMS=128 FLASHSDPA_DTYPES=bf16 FLASHSDPA_ARCHS=90 bash scripts/gpu_check.sh   # dev config
+#   TESTS="tests/gpu/test_kernels.py -k bf16" BENCH=none bash scripts/gpu_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/flashsdpa_out}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+PY=python3
+
+# Wheels carried in .whl (pure-Python test deps the image lacks, e.g. expecttest).
+if compgen -G ".whl/*.whl" >/dev/null; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
+summary=()
+step() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
+
+t0=$(date +%s)
+export FLASHSDPA_BUILD_JOBS="${FLASHSDPA_BUILD_JOBS:-$(nproc)}"
+if FLASHSDPA_SKIP_INSTALL=0 bash scripts/bootstrap.sh > "$OUT/build.log" 2>&1; then
+  step build "ok in $(( $(date +%s) - t0 )) s"
+else
+  tail -40 "$OUT/build.log"; step build "FAILED (see build.log)"; printf '%s\n' "${summary[@]}"; exit 1
+fi
+$PY -m flashsdpa info 2>&1
+
+# Each step has its own time limit (a device call is capped at 10 minutes), so one slow step
+# cannot take the bench or the summary table with it.
+t0=$(date +%s)
+TESTS="${TESTS:-tests/gpu}"
+timeout "${TESTS_TIMEOUT:-240}" $PY -m pytest $TESTS -q -p no:cacheprovider --durations=10 -rs 2>&1 \
+  | tee "$OUT/tests.log" | tail -40
+step "gpu tests" "rc=${PIPESTATUS[0]} $(grep -E '(passed|failed|error)' "$OUT/tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+
+BENCH="${BENCH:---quick}"
+if [[ "$BENCH" != none ]]; then
+  t0=$(date +%s)
+  [[ "$BENCH" == full ]] && BENCH=""
+  timeout "${BENCH_TIMEOUT:-240}" $PY -m flashsdpa bench $BENCH --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" | tail -70
+  step bench "rc=${PIPESTATUS[0]} ($(( $(date +%s) - t0 )) s)"
+fi
+
+if [[ "${SANITIZE:-0}" == 1 ]]; then
+  for tool in memcheck racecheck; do
+    t0=$(date +%s)
+    timeout "${SANITIZE_TIMEOUT:-90}" compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all \
+      $PY -m pytest tests/gpu/test_kernels.py -q -x -p no:cacheprovider -k "sanitizer_subset" \
+      > "$OUT/sanitize_$tool.log" 2>&1
+    src=$?
+    step "sanitizer $tool" "rc=$src $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+  done
+fi
+
+if [[ "${FAST:-0}" != 1 ]]; then
+  t0=$(date +%s)
+  timeout "${CPU_TESTS_TIMEOUT:-120}" $PY -m pytest tests -q -p no:cacheprovider --ignore=tests/gpu 2>&1 \
+    | tee "$OUT/cpu_tests.log" | tail -15
+  step "cpu tests (this torch)" "rc=${PIPESTATUS[0]} $(grep -E '(passed|failed|error)' "$OUT/cpu_tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+fi
+
+echo "================ summary ================"
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,141 @@
+# conftest.py: what every test file shares: the `gpu` marker (skipped cleanly without a CUDA GPU
+# and a CUDA build of flashsdpa._C), fixed seeds, a guard that no test leaves flashsdpa active, and
+# the stand-in for a CUDA build of _C that lets the CPU suite exercise selection and routing.
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+import flashsdpa
+from flashsdpa import _backend, sdpa
+
+
+def _gpu_skip_reason() -> str | None:
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU (torch.cuda.is_available() is False)"
+    if not _backend.CUDA_KERNELS:
+        return f"needs a CUDA build of flashsdpa._C: {_backend.UNAVAILABLE_REASON}"
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU and a CUDA build of flashsdpa._C (skipped otherwise)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = _gpu_skip_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _seeded() -> None:
+    random.seed(0)
+    torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _left_inactive() -> Iterator[None]:
+    """Every test must leave flashsdpa as it found it: a leak would change later tests' SDPA."""
+    order = torch._C._get_sdp_priority_order()
+    yield
+    leaked = flashsdpa.is_active()
+    while flashsdpa.is_active():  # clean up so one failure does not cascade
+        sdpa._release()
+    sdpa._installed = False
+    torch._C._set_sdp_priority_order(order)
+    assert not leaked, "the test left flashsdpa active"
+
+
+# ---- a stand-in for a CUDA build of _C -----------------------------------------------------------
+
+
+class FakeCudaBuild:
+    """Answers like a CUDA build of flashsdpa._C on one GPU; records launches instead of running them.
+
+    ``head_dim_bucket`` follows _C's rule: the smallest compiled head dim holding max(dqk, dv).
+    """
+
+    def __init__(
+        self,
+        head_dims: tuple[int, ...] = (64, 128, 256),
+        dtypes: tuple[str, ...] = ("float16", "bfloat16"),
+        capability: tuple[int, int] = (9, 0),
+        family: str | None = "sm80",
+        with_cuda: bool = True,
+    ) -> None:
+        self.head_dims = head_dims
+        self.dtypes = dtypes
+        self.capability = capability
+        self.family = family
+        self.with_cuda = with_cuda
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def build_info(self) -> dict[str, Any]:
+        return {
+            "version": "0.1.0",
+            "with_cuda": self.with_cuda,
+            "cuda_version": "13.0" if self.with_cuda else None,
+            "archs": [80, 90] if self.with_cuda else [],
+            "dtypes": list(self.dtypes) if self.with_cuda else [],
+            "head_dims": list(self.head_dims) if self.with_cuda else [],
+            "kernel_families": ["sm80"] if self.with_cuda else [],
+            "max_head_dim": 256,
+        }
+
+    def device_info(self, index: int) -> dict[str, Any]:
+        major, minor = self.capability
+        return {
+            "name": "Fake GPU",
+            "major": major,
+            "minor": minor,
+            "sms": 132,
+            "smem_optin_bytes": 232448,
+            "family": self.family,
+        }
+
+    def head_dim_bucket(self, head_dim_qk: int, head_dim_v: int) -> int:
+        return next((d for d in self.head_dims if d >= max(head_dim_qk, head_dim_v)), 0)
+
+    def bwd_workspace_bytes(self, *args: int) -> int:
+        self.calls.append(("bwd_workspace_bytes", args))
+        return 4096
+
+    def fwd(self, *args: Any) -> None:
+        self.calls.append(("fwd", args))
+
+    def bwd(self, *args: Any) -> None:
+        self.calls.append(("bwd", args))
+
+
+@pytest.fixture
+def fake_build() -> Iterator[Any]:
+    """Swap in a FakeCudaBuild; call the yielded function with FakeCudaBuild's arguments to
+    reconfigure. The real _C (or its absence) is restored afterwards."""
+    saved = (_backend._C, _backend.IMPORT_ERROR)
+
+    def configure(**kwargs: Any) -> FakeCudaBuild:
+        build = FakeCudaBuild(**kwargs)
+        _backend._configure(build)
+        return build
+
+    configure()
+    yield configure
+    _backend._configure(*saved)
+
+
+@pytest.fixture
+def fake_mode() -> Iterator[Any]:
+    """A FakeTensorMode: CUDA tensors with metadata and no data, even on a CPU-only torch."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        yield mode

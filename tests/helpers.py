@@ -1,0 +1,468 @@
+# helpers.py: what the CPU and GPU test suites share: the named shape table, input makers, the two
+# references (a float64 textbook formula and PyTorch's own math SDPA), the correctness rule, and
+# the NaN poisoning of the CUDA caching allocator.
+"""Shared test helpers.
+
+The correctness rule (DEVELOPERS.md; FlashAttention's own tests use it): with ``ref`` the textbook
+formula computed in float64 from the same (already rounded) inputs, and ``pt`` PyTorch's math SDPA
+run in the input dtype, an implementation passes when, for the output, the LSE and each gradient,
+
+    max |ours - ref| <= 2 * max |pt - ref| + 1e-5
+
+Non-finite values must sit at the same places as in ``ref`` (the +inf LSE of rows with no visible
+key); anything else non-finite in ``ours`` fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Self
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+CAUSAL_MODES: dict[str, int] = {"none": 0, "top_left": 1, "bottom_right": 2}
+AWKWARD_LENGTHS: tuple[int, ...] = (1, 7, 113, 239, 1023)
+RULE_FACTOR = 2.0
+RULE_ATOL = 1e-5
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One attention problem in SDPA's (B, H, S, D) terms; ``head_dim_v`` None means equal to head_dim."""
+
+    name: str
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seqlen_q: int
+    seqlen_k: int
+    head_dim: int
+    head_dim_v: int | None = None
+
+    @property
+    def dv(self) -> int:
+        return self.head_dim if self.head_dim_v is None else self.head_dim_v
+
+    def replace(self, **changes: int | str | None) -> Shape:
+        fields = {**self.__dict__, **changes}
+        return Shape(**fields)  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        dims = f"d{self.head_dim}" + ("" if self.head_dim_v is None else f"v{self.head_dim_v}")
+        return f"{self.name}-b{self.batch}h{self.heads_q}kv{self.heads_kv}-q{self.seqlen_q}k{self.seqlen_k}-{dims}"
+
+
+# The named shape table: awkward lengths (1, 7, 113, 239, 1023; none a multiple of a tile), Sq != Sk
+# both ways, a single query (decode) and a single key, GQA and MQA, and Dv != Dqk. Test files
+# combine it with dtypes, causal modes and head dims.
+SHAPES: dict[str, Shape] = {
+    s.name: s
+    for s in (
+        Shape("one", 1, 2, 2, 1, 1, 64),
+        Shape("tiny", 2, 2, 2, 7, 7, 64),
+        Shape("square113", 2, 4, 4, 113, 113, 64),
+        Shape("square239", 1, 3, 3, 239, 239, 64),
+        Shape("square1023", 1, 2, 2, 1023, 1023, 64),
+        Shape("q_longer", 2, 2, 2, 239, 113, 64),  # bottom-right leaves the first 126 rows without keys
+        Shape("k_longer", 2, 2, 2, 113, 239, 64),
+        Shape("decode", 2, 4, 4, 1, 1023, 64),
+        Shape("single_key", 2, 2, 2, 239, 1, 64),
+        Shape("q_much_longer", 1, 2, 2, 1023, 7, 64),
+        Shape("gqa2", 2, 8, 4, 239, 113, 64),
+        Shape("mqa", 1, 8, 1, 113, 1023, 64),
+        Shape("dv_wider", 2, 4, 2, 113, 239, 32, 64),
+        Shape("dv_narrower", 1, 4, 4, 239, 239, 64, 16),
+    )
+}
+
+# Zero-size problems: every dimension that can be empty, one at a time.
+EMPTY_SHAPES: tuple[Shape, ...] = (
+    Shape("no_batch", 0, 2, 2, 7, 7, 16),
+    Shape("no_heads", 1, 0, 0, 7, 7, 16),
+    Shape("no_queries", 1, 2, 2, 0, 7, 16),
+    Shape("no_keys", 1, 2, 2, 7, 0, 16),
+)
+
+
+def make_qkv(
+    shape: Shape,
+    dtype: torch.dtype,
+    device: str | torch.device = "cpu",
+    *,
+    layout: str = "bhsd",
+    requires_grad: bool = False,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Fresh standard-normal q, k, v in (B, H, S, D) view.
+
+    ``layout``: "bhsd" contiguous; "bshd" allocated (B, S, H, D) and transposed, as models produce
+    them; "packed" slices of one (B, S, Hq + 2 Hkv, D) projection output, so the row stride is
+    larger than H * D (needs head_dim == head_dim_v).
+    """
+    b, hq, hkv, sq, sk, d, dv = (
+        shape.batch,
+        shape.heads_q,
+        shape.heads_kv,
+        shape.seqlen_q,
+        shape.seqlen_k,
+        shape.head_dim,
+        shape.dv,
+    )
+
+    def randn(*size: int) -> Tensor:
+        return torch.randn(*size, generator=generator, device=device, dtype=torch.float32).to(dtype)
+
+    if layout == "bhsd":
+        q, k, v = randn(b, hq, sq, d), randn(b, hkv, sk, d), randn(b, hkv, sk, dv)
+    elif layout == "bshd":
+        q = randn(b, sq, hq, d).transpose(1, 2)
+        k = randn(b, sk, hkv, d).transpose(1, 2)
+        v = randn(b, sk, hkv, dv).transpose(1, 2)
+    elif layout == "packed":
+        if sq != sk or d != dv:
+            raise ValueError("the packed layout needs seqlen_q == seqlen_k and head_dim == head_dim_v")
+        qkv = randn(b, sq, hq + 2 * hkv, d)
+        q, k, v = (t.transpose(1, 2) for t in qkv.split([hq, hkv, hkv], dim=2))
+    else:
+        raise ValueError(f"unknown layout {layout!r}")
+    if requires_grad:
+        for t in (q, k, v):
+            t.requires_grad_(True)
+    return q, k, v
+
+
+def default_scale(head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim) if head_dim > 0 else 1.0
+
+
+def visible_keys(seqlen_q: int, seqlen_k: int, causal_mode: int, device: str | torch.device = "cpu") -> Tensor | None:
+    """Bool (Sq, Sk): True where query i may attend key j; None when nothing is masked."""
+    if causal_mode == 0:
+        return None
+    diag = 0 if causal_mode == 1 else seqlen_k - seqlen_q
+    rows = torch.arange(seqlen_q, device=device)[:, None]
+    cols = torch.arange(seqlen_k, device=device)[None, :]
+    return cols <= rows + diag
+
+
+def textbook_attention(
+    q: Tensor, k: Tensor, v: Tensor, *, scale: float, causal_mode: int, dtype: torch.dtype = torch.float64
+) -> tuple[Tensor, Tensor]:
+    """softmax(scale q k^T + mask) v, materialized, computed in ``dtype``; differentiable.
+
+    Returns ``(out, lse)`` in ``dtype``. Rows that see no key get out 0 and lse +inf (the
+    convention of reference.py and of PyTorch's CUDA flash kernel), and zero gradients.
+    """
+    groups = q.shape[1] // max(k.shape[1], 1)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    k = k.repeat_interleave(groups, dim=1)
+    v = v.repeat_interleave(groups, dim=1)
+    s = (q @ k.transpose(-1, -2)) * scale
+    mask = visible_keys(q.shape[2], k.shape[2], causal_mode, q.device)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    if s.shape[-1] == 0:
+        out = q.new_zeros(*q.shape[:-1], v.shape[-1])
+        return out, torch.full(q.shape[:-1], float("inf"), dtype=dtype, device=q.device)
+    # Softmax with the max detached (the result does not depend on it) and an empty-row guard, so
+    # that fully masked rows give 0 instead of NaN, in the forward and in autograd's backward.
+    row_max = s.amax(dim=-1, keepdim=True).detach()
+    row_max = torch.where(row_max == float("-inf"), 0.0, row_max)
+    e = torch.exp(s - row_max)
+    row_sum = e.sum(dim=-1, keepdim=True)
+    p = e / torch.where(row_sum == 0, 1.0, row_sum)
+    lse = torch.where(row_sum == 0, float("inf"), row_max + torch.log(row_sum)).squeeze(-1)
+    return p @ v, lse
+
+
+@contextlib.contextmanager
+def _reduced_precision_math(enabled: bool) -> Iterator[None]:
+    """Let the math backend compute fp16/bf16 in the input dtype instead of upcasting to float32."""
+    before = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(enabled)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(before)
+
+
+def textbook_with_grads(
+    q: Tensor, k: Tensor, v: Tensor, dout: Tensor, *, scale: float, causal_mode: int
+) -> tuple[Tensor, Tensor, list[Tensor]]:
+    """The float64 textbook ``(out, lse)`` and its autograd gradients w.r.t. q, k, v for ``dout``,
+    taken at float64 leaves so that the gradients are not rounded back to the inputs' dtype."""
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    out, lse = textbook_attention(*leaves, scale=scale, causal_mode=causal_mode, dtype=torch.float64)
+    return out.detach(), lse.detach(), grads_or_zeros(out, leaves, dout.double())
+
+
+def grads_or_zeros(out: Tensor, inputs: Sequence[Tensor], dout: Tensor) -> list[Tensor]:
+    """autograd.grad of ``out`` w.r.t. ``inputs``, with zeros where there is no dependence (empty
+    problems: no keys, no queries)."""
+    if not out.requires_grad or out.numel() == 0:
+        return [torch.zeros_like(t) for t in inputs]
+    grads = torch.autograd.grad(out, inputs, dout, allow_unused=True)
+    return [torch.zeros_like(t) if g is None else g for g, t in zip(grads, inputs)]
+
+
+def torch_math_attention(
+    q: Tensor, k: Tensor, v: Tensor, *, scale: float, causal_mode: int, reduced_precision: bool = False
+) -> Tensor:
+    """PyTorch's math SDPA in the input dtype (differentiable): the ``pt`` of the rule.
+
+    ``reduced_precision`` keeps fp16/bf16 arithmetic in the input dtype (scores and probabilities
+    rounded, as FlashAttention's tests do with their "pt" reference); use it to judge kernels that
+    round P to 16 bits for the P @ V matmul. Without it the math backend upcasts to float32 and
+    rounds once at the end, which is the bar for float32-accumulating code such as reference.py.
+    """
+    kwargs: dict[str, object] = {"scale": scale, "enable_gqa": q.shape[1] != k.shape[1]}
+    if causal_mode == 1:
+        kwargs["is_causal"] = True
+    elif causal_mode == 2:
+        kwargs["attn_mask"] = visible_keys(q.shape[2], k.shape[2], causal_mode, q.device)
+    with sdpa_kernel([SDPBackend.MATH]), _reduced_precision_math(reduced_precision):
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+
+def max_error(ours: Tensor, ref: Tensor) -> float:
+    """max |ours - ref| over finite entries; inf if the non-finite entries differ in place or value."""
+    if ours.shape != ref.shape:
+        raise AssertionError(f"shape {tuple(ours.shape)} != reference shape {tuple(ref.shape)}")
+    if ours.numel() == 0:
+        return 0.0
+    ours, ref = ours.detach().double(), ref.detach().double()
+    finite = torch.isfinite(ref)
+    if not torch.equal(torch.isfinite(ours), finite):
+        return math.inf
+    if not torch.equal(ours[~finite], ref[~finite]):  # +inf where ref has +inf, never -inf or NaN
+        return math.inf
+    return (ours[finite] - ref[finite]).abs().max().item() if bool(finite.any()) else 0.0
+
+
+# How far PyTorch's own result may sit from the float64 reference, relative to the reference's
+# magnitude, before the reference itself is suspect. The rule compares ours with ref, so a mistake
+# shared by ref and ours (a mask off by one, say) would pass it; PyTorch's math SDPA is independent
+# of both, and its distance to ref exposes such a mistake.
+_PT_SANITY = {torch.float16: 0.25, torch.bfloat16: 0.25, torch.float32: 1e-3, torch.float64: 1e-8}
+
+
+def check_rule(
+    name: str, ours: Tensor, pt: Tensor, ref: Tensor, *, factor: float = RULE_FACTOR, atol: float = RULE_ATOL
+) -> None:
+    """Assert the correctness rule for one quantity; the message carries both errors."""
+    err, pt_err = max_error(ours, ref), max_error(pt, ref)
+    finite_ref = ref[torch.isfinite(ref)] if ref.numel() else ref
+    scale = max(1.0, finite_ref.abs().max().item()) if finite_ref.numel() else 1.0
+    sanity = _PT_SANITY.get(pt.dtype, 0.25) * scale
+    if not pt_err <= sanity:
+        raise AssertionError(
+            f"{name}: the reference disagrees with PyTorch's math SDPA by {pt_err:.3e} (> {sanity:.1e}): "
+            f"the test's reference or its mask convention is wrong"
+        )
+    bound = factor * pt_err + atol
+    if not err <= bound:
+        raise AssertionError(
+            f"{name}: max|ours - ref| = {err:.3e} > {factor:g} * max|pt - ref| ({pt_err:.3e}) + {atol:g} = {bound:.3e}"
+        )
+
+
+def check_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    dout: Tensor | None,
+    out: Tensor,
+    grads: Sequence[Tensor] | None = None,
+    lse: Tensor | None = None,
+    *,
+    scale: float,
+    causal_mode: int,
+    reduced_precision: bool = True,
+) -> None:
+    """The rule for one attention call's results (out, and lse and dq, dk, dv when given) against
+    the float64 textbook, PyTorch's math SDPA in the input dtype being the yardstick.
+
+    ``reduced_precision``: the math SDPA keeps fp16/bf16 arithmetic (the kernels round P to 16
+    bits for the P @ V product, as FlashAttention does); False upcasts to float32, the bar for
+    code that accumulates in float32 throughout (reference.py).
+    """
+    names = ("dq", "dk", "dv")
+    assert out.shape == (*q.shape[:-1], v.shape[-1]) and out.dtype == q.dtype, (out.shape, out.dtype)
+    if dout is not None and grads is not None:
+        ref_out, ref_lse, ref_grads = textbook_with_grads(q, k, v, dout, scale=scale, causal_mode=causal_mode)
+    else:
+        ref_out, ref_lse = textbook_attention(q, k, v, scale=scale, causal_mode=causal_mode)
+    leaves = [t.detach().requires_grad_(grads is not None) for t in (q, k, v)]
+    pt_out = torch_math_attention(*leaves, scale=scale, causal_mode=causal_mode, reduced_precision=reduced_precision)
+    check_rule("out", out, pt_out, ref_out)
+    if lse is not None:
+        assert lse.shape == q.shape[:-1] and lse.dtype == torch.float32, (lse.shape, lse.dtype)
+        # Our LSE comes from float32 scores; so would the math backend's, had it one to return.
+        acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+        pt_lse = textbook_attention(
+            q.detach(), k.detach(), v.detach(), scale=scale, causal_mode=causal_mode, dtype=acc
+        )[1]
+        check_rule("lse", lse, pt_lse, ref_lse)
+    if grads is not None:
+        assert dout is not None
+        pt_grads = grads_or_zeros(pt_out, leaves, dout)
+        for name, ours, pt, ref, inp in zip(names, grads, pt_grads, ref_grads, (q, k, v)):
+            assert ours.shape == inp.shape and ours.dtype == inp.dtype, (name, ours.shape, ours.dtype)
+            assert_all_finite(name, ours)
+            check_rule(name, ours, pt, ref)
+
+
+def assert_all_finite(name: str, t: Tensor) -> None:
+    bad = ~torch.isfinite(t)
+    if bool(bad.any()):
+        raise AssertionError(
+            f"{name}: {int(bad.sum())} non-finite entries, first at {tuple(bad.nonzero()[0].tolist())}"
+        )
+
+
+def skip_unless_compiled(dtype: torch.dtype, head_dim: int, head_dim_v: int | None = None) -> None:
+    """Skip when this build of flashsdpa._C lacks the dtype or head dims: development builds
+    narrow them (FLASHSDPA_DTYPES, FLASHSDPA_HEAD_DIMS)."""
+    import pytest
+
+    from flashsdpa import selection
+
+    dims = (head_dim, head_dim if head_dim_v is None else head_dim_v)
+    reason = selection.dtype_reason(dtype) or selection.head_dims_reason(*dims)
+    if reason is not None:
+        pytest.skip(f"not in this build: {reason}")
+
+
+@contextlib.contextmanager
+def fresh_compile() -> Iterator[None]:
+    """torch.compile with no graph from earlier tests and no on-disk caches: the cache keys do not
+    include SDPA's backend choice (pytorch#185449), so a cached graph could hide which kernel runs."""
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+
+    torch._dynamo.reset()
+    no_cache = (
+        inductor_config.patch(force_disable_caches=True)
+        if hasattr(inductor_config, "force_disable_caches")
+        else contextlib.nullcontext()
+    )
+    try:
+        with no_cache:
+            yield
+    finally:
+        torch._dynamo.reset()
+
+
+def gpu_skip_reason() -> str | None:
+    """Why the GPU suite cannot run here (None: it can): a CUDA GPU, and a build of flashsdpa._C
+    with CUDA kernels for it."""
+    if not torch.cuda.is_available():
+        return "no CUDA GPU (torch.cuda.is_available() is False)"
+    try:
+        import flashsdpa
+        from flashsdpa import _backend
+    except Exception as exc:  # noqa: BLE001 - a broken install must skip with its reason, not crash collection
+        return f"flashsdpa does not import: {type(exc).__name__}: {exc}"
+    if not flashsdpa.build_info()["with_cuda"]:
+        return f"flashsdpa._C has no CUDA kernels: {_backend.UNAVAILABLE_REASON}"
+    return _backend.device_reason(torch.cuda.current_device())
+
+
+# ---- NaN poisoning of the CUDA caching allocator -------------------------------------------------
+# An output element a kernel forgets to write holds whatever the allocator's block held before. To
+# make such a bug visible, every cached free block that the next allocations of the output sizes
+# can receive is filled with 0xFF bytes first (NaN in fp16, bf16 and fp32). The caching allocator
+# hands out the smallest cached free block that fits, lowest address first among equals: so the
+# stale free blocks of exactly those sizes are allocated, filled and freed again, and fresh ones
+# are added, each fenced by small live allocations so that freeing it does not merge it into a
+# larger free neighbour. verify() then proves, by allocating the same sizes, that NaN is what the
+# next allocations get.
+
+_SMALL_POOL_MAX = 1 << 20  # the allocator serves requests up to 1 MiB from 2 MiB segments
+
+
+def _round_up(nbytes: int) -> int:
+    return max(512, (nbytes + 511) // 512 * 512)  # the allocator's own size rounding
+
+
+def _free_blocks_fitting(size: int, device: torch.device) -> int:
+    """Cached free blocks the allocator would hand out for a ``size``-byte request: the exact size
+    (small pool), or up to 1 MiB more (large pool, whose segments it does not split finer)."""
+    slack = 0 if size <= _SMALL_POOL_MAX else _SMALL_POOL_MAX
+    count = 0
+    for segment in torch.cuda.memory_snapshot():
+        if segment.get("device") != device.index:
+            continue
+        for block in segment["blocks"]:
+            if block["state"] == "inactive" and size <= block["size"] <= size + slack:
+                count += 1
+    return count
+
+
+class AllocatorPoison:
+    """Poisons the blocks that the next allocations of ``nbytes`` will receive, and holds the
+    fences that keep them apart until release(); use as a context around the launch."""
+
+    def __init__(self, nbytes: Sequence[int], device: torch.device, spare: int = 1) -> None:
+        self.device = torch.device(device)
+        self.needed: dict[int, int] = {}
+        for n in nbytes:
+            if n > 0:
+                self.needed[_round_up(n)] = self.needed.get(_round_up(n), 0) + 1
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()  # drop wholly free segments: fewer stale blocks to fill
+        self._fences: list[Tensor] = []
+        blocks: list[Tensor] = []
+        for size, count in sorted(self.needed.items(), reverse=True):
+            # Stale free blocks first: these requests land in them (best fit), fenced already.
+            for _ in range(_free_blocks_fitting(size, self.device)):
+                blocks.append(torch.empty(size, dtype=torch.uint8, device=self.device))
+            fence = 512 if size <= _SMALL_POOL_MAX else _SMALL_POOL_MAX + 512  # same pool as the block
+            for _ in range(count + spare):
+                self._fences.append(torch.empty(fence, dtype=torch.uint8, device=self.device))
+                blocks.append(torch.empty(size, dtype=torch.uint8, device=self.device))
+                self._fences.append(torch.empty(fence, dtype=torch.uint8, device=self.device))
+        for block in blocks:
+            block.fill_(0xFF)
+        torch.cuda.synchronize(self.device)
+        del blocks
+
+    def verify(self) -> None:
+        """Check that the next allocations of the poisoned sizes really receive NaN-filled blocks.
+
+        The probes are freed again, which leaves the allocator as it was: the blocks they saw are
+        the blocks the kernel's outputs will get.
+        """
+        for size, count in self.needed.items():
+            probes = [torch.empty(size, dtype=torch.uint8, device=self.device) for _ in range(count)]
+            ok = all(bool((p == 0xFF).all()) for p in probes)
+            del probes
+            if not ok:
+                raise AssertionError(f"allocator poisoning ineffective for {size}-byte blocks")
+
+    def release(self) -> None:
+        self._fences.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def nbytes_of(*tensors_or_specs: Tensor | tuple[Sequence[int], torch.dtype]) -> list[int]:
+    """Byte sizes of tensors, or of (shape, dtype) pairs, for AllocatorPoison."""
+    sizes = []
+    for item in tensors_or_specs:
+        if isinstance(item, Tensor):
+            sizes.append(item.numel() * item.element_size())
+        else:
+            shape, dtype = item
+            sizes.append(math.prod(shape) * torch.empty((), dtype=dtype).element_size())
+    return sizes

@@ -1,0 +1,73 @@
+# test_cli.py: the command line (python -m flashsdpa info | explain | bench) on CPU: exit codes,
+# explain's verdicts on fake CUDA tensors, bench's FLOP count, ratios and files, and the no-GPU
+# self-check of the shim that `python -m flashsdpa bench` runs on a machine without a GPU.
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from flashsdpa import bench, cli
+from flashsdpa.bench import Problem, Result
+
+
+def test_parse_count() -> None:
+    assert [bench.parse_count(s) for s in ("512", "8k", "1M")] == [512, 8192, 1 << 20]
+    with pytest.raises(Exception, match="not a size"):
+        bench.parse_count("eight")
+
+
+def test_flops_follow_flashattention() -> None:
+    p = Problem(head_dim=128, seqlen=8192, causal=False, batch=2, heads=16)
+    assert p.flops("fwd") == 4 * 2 * 16 * 8192 * 8192 * 128
+    assert p.flops("bwd") == 2.5 * p.flops("fwd")
+    assert Problem(128, 8192, True, 2, 16).flops("fwd") == p.flops("fwd") / 2
+
+
+def test_explain_exit_codes(fake_build, capsys) -> None:
+    assert cli.main(["explain", "--seqlen-q", "8k", "--causal"]) == 0
+    assert "served by flashsdpa" in capsys.readouterr().out
+    assert cli.main(["explain", "--dropout", "0.1", "--dtype", "fp32"]) == 1
+    out = capsys.readouterr().out
+    assert "dropout_p=0.1" in out and "float32" in out
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["explain", "--heads-q", "3", "--heads-kv", "2"])
+    assert exc.value.code == 2
+
+
+def test_info_json(capsys) -> None:
+    rc = cli.main(["info", "--json"])
+    info = json.loads(capsys.readouterr().out)
+    assert info["torch"]["version"] == torch.__version__
+    assert rc == (0 if info["build"]["import_error"] is None else 1)
+
+
+def _results() -> list[Result]:
+    rows = []
+    for backend, tflops in (("flashsdpa", 300.0), ("torch-flash", 200.0), ("torch-cudnn", 400.0)):
+        rows.append(Result("fwd", 128, 4096, False, 4, 16, backend, ms=1.0, tflops=tflops, status="ok"))
+    rows.append(Result("fwd", 128, 4096, False, 4, 16, "torch-efficient", status="unsupported: no"))
+    return rows
+
+
+def test_ratios_and_files(tmp_path: Path) -> None:
+    (row,) = bench.ratios(_results())
+    assert row["ours_over_flash"] == pytest.approx(1.5)
+    assert row["ours_over_best"] == pytest.approx(0.75)
+    wrong = _results()
+    wrong[0].status = "WRONG"
+    assert bench.ratios(wrong)[0]["ours_over_best"] is None  # a wrong kernel never scores
+    written = bench.write_files(tmp_path, _results(), {"results": []})
+    assert [p.name for p in written] == ["results.csv", "results.json"]
+    pytest.importorskip("matplotlib")
+    assert "plot" in bench.plot(_results(), tmp_path / "tflops.png")
+    assert (tmp_path / "tflops.png").stat().st_size > 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the self-check is what bench runs without a GPU")
+def test_bench_without_gpu_runs_the_self_check(capsys) -> None:
+    assert cli.main(["bench"]) == 0
+    out = capsys.readouterr().out
+    assert "No CUDA GPU" in out and "self-check: all passed" in out

@@ -1,0 +1,491 @@
+# test_registration.py: activation and teardown of the SDPA plug-in, and what a registered router
+# does with a call (serve it in the op's meta contract, or forward it untouched to PyTorch's kernel).
+#
+# CPU only: routers are inspected in the dispatcher's table and called directly on FakeTensors
+# with a stand-in CUDA build (conftest.FakeCudaBuild); launches are recorded, not run.
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+from torch.nn.attention import (
+    activate_flash_attention_impl,
+    current_flash_attention_impl,
+    list_flash_attention_impls,
+    restore_flash_attention_impl,
+)
+from torch.overrides import TorchFunctionMode
+
+import flashsdpa
+from flashsdpa import _backend, sdpa
+
+F16 = torch.float16
+ROUTED_OPS = [route.op for route in sdpa._ROUTES if hasattr(torch.ops.aten, route.op)]
+
+
+def routed() -> set[str]:
+    """The aten ops whose CUDA kernel is currently one of our routers."""
+    found = set()
+    for op in ROUTED_OPS:
+        for line in torch._C._dispatch_dump(f"aten::{op}").splitlines():
+            if line.startswith("CUDA:") and "flashsdpa" in line and "sdpa.py" in line:
+                found.add(op)
+    return found
+
+
+def mode_stack() -> list[Any]:
+    return [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+
+
+def our_modes() -> list[Any]:
+    return [m for m in mode_stack() if isinstance(m, sdpa._FlashSDPAMode)]
+
+
+# ---- registration and teardown -------------------------------------------------------------------
+
+
+def test_import_offers_but_does_not_activate() -> None:
+    assert flashsdpa.REGISTRY_NAME in list_flash_attention_impls()
+    assert current_flash_attention_impl() is None
+    assert not flashsdpa.is_active()
+    assert routed() == set()
+    assert our_modes() == []
+
+
+def test_every_route_binds_this_torch() -> None:
+    # Schema drift (2.12 added keyword arguments and the inplace forward) must not go unnoticed.
+    assert {
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_flash_attention_backward",
+        "_flash_attention_forward",
+        "_flash_attention_backward",
+    } <= set(ROUTED_OPS)
+    for route in sdpa._ROUTES:
+        if hasattr(torch.ops.aten, route.op):
+            assert sdpa.schema_mismatch(route, getattr(torch.ops.aten, route.op).default._schema) is None, route.op
+
+
+def test_schema_mismatch_is_detected() -> None:
+    route = sdpa._ROUTES[0]
+    swapped = torch._C.parse_schema(
+        "aten::_scaled_dot_product_flash_attention(Tensor key, Tensor query, Tensor value, float dropout_p=0., "
+        "bool is_causal=False, bool return_debug_mask=False, *, float? scale=None) -> Tensor"
+    )
+    assert sdpa.schema_mismatch(route, swapped) == (
+        "positional arguments ('key', 'query', 'value', 'dropout_p', 'is_causal', 'return_debug_mask'), "
+        "expected ('query', 'key', 'value', 'dropout_p', 'is_causal', 'return_debug_mask')"
+    )
+    extended = torch._C.parse_schema(
+        "aten::_scaled_dot_product_flash_attention(Tensor query, Tensor key, Tensor value, float dropout_p=0., "
+        "bool is_causal=False, bool return_debug_mask=False, *, float? scale=None, int? window=None) -> Tensor"
+    )
+    assert sdpa.schema_mismatch(route, extended) == "unknown keyword arguments ['window']"
+
+
+def test_enable_registers_and_tears_down() -> None:
+    before = mode_stack()
+    with flashsdpa.enable() as ctx:
+        assert isinstance(ctx, flashsdpa.enable)
+        assert flashsdpa.is_active()
+        assert routed() == set(ROUTED_OPS)
+        assert len(our_modes()) == 1 and mode_stack()[:-1] == before
+    assert not flashsdpa.is_active()
+    assert routed() == set()
+    assert mode_stack() == before
+
+
+def test_enable_is_reentrant() -> None:
+    ctx = flashsdpa.enable()
+    with ctx:
+        state = sdpa._active
+        with ctx, flashsdpa.enable():
+            assert sdpa._active is state  # nested entries do not register again
+            assert len(our_modes()) == 1
+        assert flashsdpa.is_active() and routed() == set(ROUTED_OPS)
+    assert not flashsdpa.is_active() and routed() == set()
+
+
+def test_install_and_uninstall() -> None:
+    flashsdpa.install()
+    flashsdpa.install()  # idempotent
+    with flashsdpa.enable():
+        pass
+    assert flashsdpa.is_active()
+    flashsdpa.uninstall()
+    assert not flashsdpa.is_active() and routed() == set() and our_modes() == []
+    flashsdpa.uninstall()  # a no-op
+
+
+def test_uninstall_keeps_enclosing_context() -> None:
+    with flashsdpa.enable():
+        flashsdpa.install()
+        flashsdpa.uninstall()
+        assert flashsdpa.is_active()
+    assert not flashsdpa.is_active()
+
+
+def test_uninstall_under_another_mode() -> None:
+    # install() / uninstall() need not nest with other TorchFunctionModes: ours is taken out from
+    # under the other one, which stays.
+    class Other(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            return func(*args, **(kwargs or {}))
+
+    flashsdpa.install()
+    other = Other()
+    other.__enter__()
+    try:
+        flashsdpa.uninstall()
+        assert our_modes() == [] and mode_stack()[-1] is other
+    finally:
+        other.__exit__(None, None, None)
+
+
+def test_torch_registry_activation() -> None:
+    activate_flash_attention_impl(flashsdpa.REGISTRY_NAME)
+    try:
+        assert current_flash_attention_impl() == flashsdpa.REGISTRY_NAME
+        assert flashsdpa.is_active() and routed() == set(ROUTED_OPS)
+        activate_flash_attention_impl(flashsdpa.REGISTRY_NAME)  # restores, then activates again
+        assert sdpa._refcount == 1
+    finally:
+        restore_flash_attention_impl()
+    assert current_flash_attention_impl() is None
+    assert not flashsdpa.is_active() and routed() == set()
+
+
+def test_release_more_than_acquired_raises() -> None:
+    with pytest.raises(RuntimeError, match="released more often than activated"):
+        sdpa._release()
+
+
+def test_failed_activation_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken() -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(sdpa, "_kernels_usable", lambda: True)
+    monkeypatch.setattr(sdpa, "_prefer_flash", broken)
+    before = mode_stack()
+    with pytest.raises(RuntimeError, match="boom"), flashsdpa.enable():
+        pass
+    assert not flashsdpa.is_active() and routed() == set() and mode_stack() == before
+
+
+def test_warns_once_when_a_gpu_meets_a_build_without_cuda(monkeypatch: pytest.MonkeyPatch, fake_build: Any) -> None:
+    fake_build(with_cuda=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(sdpa, "_warned_unusable", False)
+    expected = r"flashsdpa\._C was built without CUDA .*; SDPA keeps PyTorch's kernels"
+    with pytest.warns(UserWarning, match=expected), flashsdpa.enable():
+        pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with flashsdpa.enable():
+            pass
+
+
+# ---- SDPA's priority order -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def hopper_order() -> Iterator[list[int]]:
+    """The order PyTorch settles on on Hopper with a recent cuDNN: cuDNN, flash, efficient, math, overrideable."""
+    saved = torch._C._get_sdp_priority_order()
+    order = [3, 1, 2, 0, 4]
+    torch._C._set_sdp_priority_order(order)
+    yield order
+    torch._C._set_sdp_priority_order(saved)
+
+
+def test_priority_flash_first_then_restored(monkeypatch: pytest.MonkeyPatch, hopper_order: list[int]) -> None:
+    monkeypatch.setattr(sdpa, "_kernels_usable", lambda: True)
+    with flashsdpa.enable():
+        assert torch._C._get_sdp_priority_order() == [1, 3, 2, 0, 4]
+        with flashsdpa.enable():
+            assert torch._C._get_sdp_priority_order() == [1, 3, 2, 0, 4]
+        assert torch._C._get_sdp_priority_order() == [1, 3, 2, 0, 4]
+    assert torch._C._get_sdp_priority_order() == hopper_order
+
+
+def test_priority_restored_after_user_change_inside(monkeypatch: pytest.MonkeyPatch, hopper_order: list[int]) -> None:
+    monkeypatch.setattr(sdpa, "_kernels_usable", lambda: True)
+    with flashsdpa.enable():
+        torch._C._set_sdp_priority_order([0, 1, 2, 3, 4])
+    assert torch._C._get_sdp_priority_order() == hopper_order
+
+
+def test_priority_untouched_without_kernels(hopper_order: list[int]) -> None:
+    # Without a GPU or a CUDA build our kernels never run, so PyTorch's choice stays as it was.
+    assert not sdpa._kernels_usable()
+    with flashsdpa.enable():
+        assert torch._C._get_sdp_priority_order() == hopper_order
+    assert torch._C._get_sdp_priority_order() == hopper_order
+
+
+# ---- what a router does with a call --------------------------------------------------------------
+
+
+class LaunchRecorder:
+    """Stands in for the _backend launch wrappers: records (name, args) of each launch."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        for name in ("launch_fwd", "launch_fwd_varlen", "launch_bwd", "launch_bwd_varlen"):
+            monkeypatch.setattr(_backend, name, self._recorder(name))
+
+    def _recorder(self, name: str) -> Any:
+        def record(*args: Any) -> None:
+            self.calls.append((name, args))
+
+        return record
+
+
+class NativeRecorder:
+    """Stands in for PyTorch's captured kernel (a SafeKernelFunction)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
+
+    def call_boxed(self, keyset: Any, *args: Any, **kwargs: Any) -> str:
+        self.calls.append((keyset, args, kwargs))
+        return "native result"
+
+
+@pytest.fixture
+def launches(monkeypatch: pytest.MonkeyPatch, fake_build: Any) -> LaunchRecorder:
+    # The routers cache template tensors per device; here they would be FakeTensors of this test.
+    monkeypatch.setattr(sdpa, "_SPARES", {})
+    return LaunchRecorder(monkeypatch)
+
+
+@pytest.fixture
+def native(monkeypatch: pytest.MonkeyPatch) -> NativeRecorder:
+    recorder = NativeRecorder()
+    for route in sdpa._ROUTES:
+        monkeypatch.setitem(sdpa._NATIVE, route.op, recorder)
+    return recorder
+
+
+def same_meta(ours: Tensor, meta: Tensor) -> bool:
+    return ours.shape == meta.shape and ours.stride() == meta.stride() and ours.dtype == meta.dtype
+
+
+def bhsd(b: int, h: int, s: int, d: int, layout: str = "bhsd") -> Tensor:
+    if layout == "bshd":
+        return torch.empty(b, s, h, d, dtype=F16, device="cuda").transpose(1, 2)
+    return torch.empty(b, h, s, d, dtype=F16, device="cuda")
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_sdpa_forward_router_serves_in_meta_contract(layout: str, launches: LaunchRecorder, fake_mode: Any) -> None:
+    q, k, v = bhsd(2, 8, 16, 64, layout), bhsd(2, 2, 24, 64, layout), bhsd(2, 2, 24, 64, layout)
+    flashsdpa.reset_stats()
+    ours = sdpa._sdpa_flash_forward(None, q, k, v, 0.0, True)
+    meta = torch.ops.aten._scaled_dot_product_flash_attention.default(q, k, v, 0.0, True)
+    assert len(ours) == len(meta) == 9
+    assert same_meta(ours[0], meta[0]) and same_meta(ours[1], meta[1]) and same_meta(ours[8], meta[8])
+    assert ours[2] is None and ours[3] is None and ours[4:6] == (16, 24) == tuple(meta[4:6])
+    for i in (6, 7):  # rng_state and the unused offset: meta tensors there, CUDA ones here
+        assert ours[i].shape == meta[i].shape and ours[i].dtype == meta[i].dtype == torch.uint64
+    [(name, args)] = launches.calls
+    assert name == "launch_fwd"
+    assert args[:5] == (q, k, v, ours[0], ours[1])
+    assert args[5] == pytest.approx(1 / math.sqrt(64)) and args[6] == 2  # is_causal: bottom-right, as PyTorch's kernel
+    assert flashsdpa.stats()["ops"]["aten::_scaled_dot_product_flash_attention"] == {"served": 1, "fallback": 0}
+
+
+def test_sdpa_backward_router_serves_in_meta_contract(launches: LaunchRecorder, fake_mode: Any) -> None:
+    q, k, v = bhsd(2, 8, 16, 64, "bshd"), bhsd(2, 2, 24, 64, "bshd"), bhsd(2, 2, 24, 64, "bshd")
+    out, lse = torch.empty_like(q), torch.empty(2, 8, 16, dtype=torch.float32, device="cuda")
+    grad_out = torch.empty(1, 1, 1, 1, dtype=F16, device="cuda").expand(2, 8, 16, 64)  # what out.sum() gives
+    seed, offset = torch.empty(2, dtype=torch.uint64, device="cuda"), torch.empty((), dtype=torch.uint64, device="cuda")
+    args = (grad_out, q, k, v, out, lse, None, None, 16, 24, 0.0, False, seed, offset)
+    ours = sdpa._sdpa_flash_backward(None, *args, scale=0.5)
+    meta = torch.ops.aten._scaled_dot_product_flash_attention_backward.default(*args, scale=0.5)
+    assert all(same_meta(a, b) for a, b in zip(ours, meta))
+    [(name, launch)] = launches.calls
+    assert name == "launch_bwd" and launch[0].stride()[-1] == 1 and launch[0].is_contiguous()
+    assert launch[1:9] == (q, k, v, out, lse, *ours) and launch[9:] == (0.5, 0)
+
+
+def test_flash_forward_router_dense_uses_views(launches: LaunchRecorder, fake_mode: Any) -> None:
+    q, k, v = (torch.empty(2, s, h, 64, dtype=F16, device="cuda") for s, h in ((16, 8), (24, 2), (24, 2)))
+    ours = sdpa._flash_forward(None, q, k, v, None, None, 16, 24, 0.0, True, False, num_splits=4)
+    meta = torch.ops.aten._flash_attention_forward.default(q, k, v, None, None, 16, 24, 0.0, True, False)
+    assert (
+        len(ours) == 5 and same_meta(ours[0], meta[0]) and same_meta(ours[1], meta[1]) and same_meta(ours[4], meta[4])
+    )
+    [(name, args)] = launches.calls
+    # (B, S, H, D) arguments reach the kernel as (B, H, S, D) views of the same memory: no copy.
+    assert name == "launch_fwd" and args[0].shape == (2, 8, 16, 64) and args[0].stride() == q.transpose(1, 2).stride()
+    assert args[3].shape == (2, 8, 16, 64) and args[3].stride() == ours[0].transpose(1, 2).stride()
+    assert args[6] == 2
+
+
+def test_flash_forward_router_varlen(launches: LaunchRecorder, fake_mode: Any) -> None:
+    q, k, v = (torch.empty(t, 4, 64, dtype=F16, device="cuda") for t in (30, 40, 40))
+    cu_q, cu_k = (torch.empty(4, dtype=torch.int32, device="cuda") for _ in range(2))
+    ours = sdpa._flash_forward(None, q, k, v, cu_q, cu_k, 12, 20, 0.0, False, False, scale=0.25)
+    meta = torch.ops.aten._flash_attention_forward.default(q, k, v, cu_q, cu_k, 12, 20, 0.0, False, False, scale=0.25)
+    assert same_meta(ours[0], meta[0]) and same_meta(ours[1], meta[1]) and ours[1].shape == (4, 30)
+    [(name, args)] = launches.calls
+    assert name == "launch_fwd_varlen"
+    assert args[:7] == (q, k, v, ours[0], ours[1], cu_q, cu_k) and args[7:] == (None, 12, 20, 0.25, 0)
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.aten, "_flash_attention_forward_no_dropout_inplace"), reason="torch < 2.12")
+def test_flash_forward_inplace_router(launches: LaunchRecorder, fake_mode: Any) -> None:
+    q, k, v = (torch.empty(2, 16, 4, 64, dtype=F16, device="cuda") for _ in range(3))
+    out = torch.empty_like(q)
+    lse = sdpa._flash_forward_inplace(None, out, q, k, v, None, None, 16, 16, 0.0, False, False)
+    assert lse.shape == (2, 4, 16) and lse.dtype == torch.float32
+    [(name, args)] = launches.calls
+    assert name == "launch_fwd" and args[3].shape == (2, 4, 16, 64) and args[3].stride() == out.transpose(1, 2).stride()
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_flash_backward_router(varlen: bool, launches: LaunchRecorder, fake_mode: Any) -> None:
+    if varlen:
+        q, k, v = (torch.empty(t, 4, 64, dtype=F16, device="cuda") for t in (30, 40, 40))
+        cu_q, cu_k = (torch.empty(4, dtype=torch.int32, device="cuda") for _ in range(2))
+        lse = torch.empty(4, 30, dtype=torch.float32, device="cuda")
+        max_q, max_k = 12, 20
+    else:
+        q, k, v = (torch.empty(2, s, 4, 64, dtype=F16, device="cuda") for s in (16, 24, 24))
+        cu_q = cu_k = None
+        lse = torch.empty(2, 4, 16, dtype=torch.float32, device="cuda")
+        max_q, max_k = 16, 24
+    out, grad_out = torch.empty_like(q), torch.empty_like(q)
+    rng = torch.empty(2, dtype=torch.uint64, device="cuda")
+    args = (grad_out, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, 0.0, True, rng, rng)
+    ours = sdpa._flash_backward(None, *args)
+    meta = torch.ops.aten._flash_attention_backward.default(*args)
+    assert all(same_meta(a, b) for a, b in zip(ours, meta))
+    [(name, launch)] = launches.calls
+    assert name == ("launch_bwd_varlen" if varlen else "launch_bwd")
+    if not varlen:  # views of the (B, S, H, D) tensors, grads included
+        assert launch[1].shape == (2, 4, 16, 64) and launch[6].stride() == ours[0].transpose(1, 2).stride()
+
+
+def test_router_fallback_forwards_the_call_untouched(fake_build: Any, native: NativeRecorder, fake_mode: Any) -> None:
+    flashsdpa.reset_stats()
+    q, k, v = bhsd(2, 4, 16, 64), bhsd(2, 4, 16, 64), bhsd(2, 4, 16, 64)
+    assert sdpa._sdpa_flash_forward("keys", q, k, v, 0.1, True, scale=0.3) == "native result"
+    assert native.calls == [("keys", (q, k, v, 0.1, True, False), {"scale": 0.3})]
+    stats = flashsdpa.stats()
+    assert stats["ops"]["aten::_scaled_dot_product_flash_attention"] == {"served": 0, "fallback": 1}
+    assert stats["fallback_reasons"] == {
+        "aten::_scaled_dot_product_flash_attention: dropout_p=0.1: dropout is not supported (needs 0.0)": 1
+    }
+
+
+@pytest.mark.parametrize(
+    "kwargs, reason",
+    [
+        (dict(dropout_p=0.1), "dropout_p=0.1: dropout is not supported (needs 0.0)"),
+        (dict(return_debug_mask=True), "return_debug_mask=True: the debug attention mask is not supported"),
+        (dict(window_size_left=8), "window_size_left=8, window_size_right=None: sliding windows are not supported"),
+        (dict(alibi_slopes="slopes"), "alibi_slopes given: not supported by flashsdpa"),
+        (dict(block_table="table"), "block_table given: not supported by flashsdpa"),
+        (dict(seqused_k="used"), "seqused_k given with dense inputs: PyTorch's dense kernel ignores it; left to it"),
+        (dict(dtype=torch.float32), "query.dtype=torch.float32: needs float16 or bfloat16"),
+    ],
+)
+def test_flash_forward_router_fallbacks(
+    kwargs: dict[str, Any], reason: str, fake_build: Any, native: NativeRecorder, fake_mode: Any
+) -> None:
+    flashsdpa.reset_stats()
+    kwargs = dict(kwargs)  # the parametrized dict is shared; take the non-aten entries out of a copy
+    dtype = kwargs.pop("dtype", F16)
+    dropout_p = kwargs.pop("dropout_p", 0.0)
+    debug = kwargs.pop("return_debug_mask", False)
+    q, k, v = (torch.empty(2, 16, 4, 64, dtype=dtype, device="cuda") for _ in range(3))
+    positional = (q, k, v, None, None, 16, 16, dropout_p, False, debug)
+    assert sdpa._flash_forward("keys", *positional, **kwargs) == "native result"
+    [(keys, args, forwarded)] = native.calls
+    assert keys == "keys" and args == positional and forwarded == kwargs
+    assert flashsdpa.stats()["fallback_reasons"] == {f"aten::_flash_attention_forward: {reason}": 1}
+
+
+@pytest.mark.parametrize(
+    "is_causal, left, right, expected",
+    [
+        (False, None, None, (None, 0)),
+        (True, None, None, (None, 2)),
+        (True, -1, -1, (None, 2)),
+        (False, -1, 0, (None, 2)),  # FA2's spelling of causal
+        (False, 64, 64, (None, 0)),  # windows as long as the keys: unbounded
+        (True, 100, None, (None, 2)),
+        (False, 8, -1, ("window_size_left=8, window_size_right=-1: sliding windows are not supported", 0)),
+        (False, -1, 3, ("window_size_left=-1, window_size_right=3: sliding windows are not supported", 0)),
+    ],
+)
+def test_window_sizes(is_causal: bool, left: int | None, right: int | None, expected: tuple[str | None, int]) -> None:
+    assert sdpa._window_causal(is_causal, left, right, 64) == expected
+
+
+# ---- the launch wrappers: tensors to _C's pointers and strides -----------------------------------
+
+
+@pytest.fixture
+def recorded_build(fake_build: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setattr(_backend, "_current_stream", lambda device: 77)
+    return fake_build()
+
+
+def test_launch_fwd_dense_arguments(recorded_build: Any) -> None:
+    q = torch.empty(2, 16, 8, 64, dtype=torch.bfloat16).transpose(1, 2)  # (B, H, S, D) view of BSHD memory
+    k = v = torch.empty(2, 2, 24, 64, dtype=torch.bfloat16)
+    out, lse = torch.empty_like(q), torch.empty(2, 8, 16)
+    _backend.launch_fwd(q, k, v, out, lse, 0.125, 1)
+    [(name, args)] = recorded_build.calls
+    assert name == "fwd"
+    assert args[:5] == (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
+    assert args[5:10] == ((8192, 64, 512), (3072, 1536, 64), (3072, 1536, 64), (8192, 64, 512), (128, 16, 1))
+    assert args[10:17] == (2, 8, 2, 16, 24, 64, 64)
+    assert args[17:] == (0, 0, 0, 0.125, 1, 1, -1, 77)  # no varlen; scale, causal, bf16 = 1, device, stream
+
+
+def test_launch_fwd_varlen_arguments(recorded_build: Any) -> None:
+    q, k, v = torch.empty(30, 4, 64, dtype=F16), torch.empty(40, 2, 64, dtype=F16), torch.empty(40, 2, 32, dtype=F16)
+    out, lse = torch.empty(30, 4, 32, dtype=F16), torch.empty(4, 30)
+    cu_q, cu_k, used = (torch.zeros(n, dtype=torch.int32) for n in (4, 4, 3))
+    _backend.launch_fwd_varlen(q, k, v, out, lse, cu_q, cu_k, used, 12, 20, 0.5, 2)
+    [(name, args)] = recorded_build.calls
+    assert name == "fwd"
+    assert args[5:10] == ((0, 64, 256), (0, 64, 128), (0, 32, 64), (0, 32, 128), (0, 30, 1))
+    assert args[10:17] == (3, 4, 2, 12, 20, 64, 32)
+    assert args[17:20] == (cu_q.data_ptr(), cu_k.data_ptr(), used.data_ptr())
+    assert args[20:] == (0.5, 2, 0, -1, 77)
+
+
+def test_launch_bwd_allocates_the_workspace(recorded_build: Any) -> None:
+    q = k = v = out = dout = torch.empty(1, 2, 16, 64, dtype=F16)
+    lse = torch.empty(1, 2, 16)
+    dq, dk, dv = (torch.empty_like(q) for _ in range(3))
+    _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, 0.125, 0)
+    [(first, sizes), (second, args)] = recorded_build.calls
+    assert (first, second) == ("bwd_workspace_bytes", "bwd")
+    assert sizes == (1, 2, 16, 64, 64, -1)
+    assert args[6:9] == (dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
+    assert args[18:25] == (1, 2, 2, 16, 16, 64, 64)
+    assert args[28:31] == (0.125, 0, 0) and args[31] != 0 and args[32:] == (4096, -1, -1, 77)
+
+
+def test_launch_bwd_varlen_arguments(recorded_build: Any) -> None:
+    q = k = v = out = dout = torch.empty(30, 4, 64, dtype=F16)
+    lse = torch.empty(4, 30)
+    dq, dk, dv = (torch.empty_like(q) for _ in range(3))
+    cu = torch.zeros(3, dtype=torch.int32)
+    _backend.launch_bwd_varlen(dout, q, k, v, out, lse, dq, dk, dv, cu, cu, None, 20, 20, 1.0, 2)
+    [(first, sizes), (second, args)] = recorded_build.calls
+    assert (first, second) == ("bwd_workspace_bytes", "bwd")
+    assert sizes == (2, 4, 20, 64, 64, 30)
+    assert args[14] == (0, 30, 1)  # the LSE: (H, total)
+    assert args[18:25] == (2, 4, 4, 20, 20, 64, 64) and args[25:28] == (cu.data_ptr(), cu.data_ptr(), 0)
+    assert args[33] == 30  # total_q
