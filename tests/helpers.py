@@ -152,9 +152,19 @@ def visible_keys(seqlen_q: int, seqlen_k: int, causal_mode: int, device: str | t
 
 
 def textbook_attention(
-    q: Tensor, k: Tensor, v: Tensor, *, scale: float, causal_mode: int, dtype: torch.dtype = torch.float64
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    scale: float,
+    causal_mode: int,
+    dtype: torch.dtype = torch.float64,
+    score_dtype: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor]:
     """softmax(scale q k^T + mask) v, materialized, computed in ``dtype``; differentiable.
+
+    ``score_dtype`` rounds the scaled scores to that dtype first, as PyTorch's math backend does
+    when it multiplies fp16/bf16 inputs in their own dtype.
 
     Returns ``(out, lse)`` in ``dtype``. Rows that see no key get out 0 and lse +inf (the
     convention of reference.py and of PyTorch's CUDA flash kernel), and zero gradients.
@@ -164,6 +174,8 @@ def textbook_attention(
     k = k.repeat_interleave(groups, dim=1)
     v = v.repeat_interleave(groups, dim=1)
     s = (q @ k.transpose(-1, -2)) * scale
+    if score_dtype is not None:
+        s = s.to(score_dtype).to(dtype)
     mask = visible_keys(q.shape[2], k.shape[2], causal_mode, q.device)
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))
@@ -253,13 +265,23 @@ _PT_SANITY = {torch.float16: 0.25, torch.bfloat16: 0.25, torch.float32: 1e-3, to
 
 
 def check_rule(
-    name: str, ours: Tensor, pt: Tensor, ref: Tensor, *, factor: float = RULE_FACTOR, atol: float = RULE_ATOL
+    name: str,
+    ours: Tensor,
+    pt: Tensor,
+    ref: Tensor,
+    *,
+    factor: float = RULE_FACTOR,
+    atol: float = RULE_ATOL,
+    input_dtype: torch.dtype | None = None,
 ) -> None:
-    """Assert the correctness rule for one quantity; the message carries both errors."""
+    """Assert the correctness rule for one quantity; the message carries both errors.
+
+    ``input_dtype`` is the precision ``pt`` was computed in when its storage dtype says otherwise
+    (the LSE yardstick is float32 built from scores rounded to the input dtype)."""
     err, pt_err = max_error(ours, ref), max_error(pt, ref)
     finite_ref = ref[torch.isfinite(ref)] if ref.numel() else ref
     scale = max(1.0, finite_ref.abs().max().item()) if finite_ref.numel() else 1.0
-    sanity = _PT_SANITY.get(pt.dtype, 0.25) * scale
+    sanity = _PT_SANITY.get(input_dtype or pt.dtype, 0.25) * scale
     if not pt_err <= sanity:
         raise AssertionError(
             f"{name}: the reference disagrees with PyTorch's math SDPA by {pt_err:.3e} (> {sanity:.1e}): "
@@ -303,12 +325,13 @@ def check_attention(
     check_rule("out", out, pt_out, ref_out)
     if lse is not None:
         assert lse.shape == q.shape[:-1] and lse.dtype == torch.float32, (lse.shape, lse.dtype)
-        # Our LSE comes from float32 scores; so would the math backend's, had it one to return.
+        # The yardstick is PyTorch's math in the input dtype: scores rounded to q.dtype (its
+        # q @ k^T product), the log-sum-exp itself in float32 as a softmax kernel accumulates it.
         acc = torch.float64 if q.dtype == torch.float64 else torch.float32
         pt_lse = textbook_attention(
-            q.detach(), k.detach(), v.detach(), scale=scale, causal_mode=causal_mode, dtype=acc
+            q.detach(), k.detach(), v.detach(), scale=scale, causal_mode=causal_mode, dtype=acc, score_dtype=q.dtype
         )[1]
-        check_rule("lse", lse, pt_lse, ref_lse)
+        check_rule("lse", lse, pt_lse, ref_lse, input_dtype=q.dtype)
     if grads is not None:
         assert dout is not None
         pt_grads = grads_or_zeros(pt_out, leaves, dout)
