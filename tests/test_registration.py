@@ -219,9 +219,9 @@ def test_priority_restored_after_user_change_inside(monkeypatch: pytest.MonkeyPa
     assert torch._C._get_sdp_priority_order() == hopper_order
 
 
-def test_priority_untouched_without_kernels(hopper_order: list[int]) -> None:
+def test_priority_untouched_without_kernels(monkeypatch: pytest.MonkeyPatch, hopper_order: list[int]) -> None:
     # Without a GPU or a CUDA build our kernels never run, so PyTorch's choice stays as it was.
-    assert not sdpa._kernels_usable()
+    monkeypatch.setattr(sdpa, "_kernels_usable", lambda: False)
     with flashsdpa.enable():
         assert torch._C._get_sdp_priority_order() == hopper_order
     assert torch._C._get_sdp_priority_order() == hopper_order

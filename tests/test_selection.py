@@ -83,6 +83,11 @@ def test_explain_sdpa_arguments(fake_build: Any, fake_mode: Any) -> None:
     )
 
 
+# A second CUDA device for the device-mismatch rules. FakeTensorMode makes one from nothing on a
+# CPU-only torch, but on a real CUDA torch it initializes that device, which must then exist.
+HAVE_SECOND_CUDA = not torch.cuda.is_available() or torch.cuda.device_count() >= 2
+
+
 def test_explain_dtypes_and_devices(fake_build: Any, fake_mode: Any) -> None:
     assert_expected_inline(
         lines(flashsdpa.explain(*qkv(dtype=F32))), """query.dtype=torch.float32: needs float16 or bfloat16"""
@@ -92,10 +97,11 @@ def test_explain_dtypes_and_devices(fake_build: Any, fake_mode: Any) -> None:
     assert_expected_inline(
         lines(flashsdpa.explain(q, k, v)), """value.dtype=torch.bfloat16: differs from query.dtype=torch.float16"""
     )
-    v = torch.empty(2, 4, 16, 64, dtype=F16, device="cuda:1")
-    assert_expected_inline(
-        lines(flashsdpa.explain(q, k, v)), """value.device=cuda:1: differs from query.device=cuda:0"""
-    )
+    if HAVE_SECOND_CUDA:
+        v = torch.empty(2, 4, 16, 64, dtype=F16, device="cuda:1")
+        assert_expected_inline(
+            lines(flashsdpa.explain(q, k, v)), """value.device=cuda:1: differs from query.device=cuda:0"""
+        )
     fake_build(dtypes=("bfloat16",))
     assert_expected_inline(
         lines(flashsdpa.explain(*qkv(dtype=F16))),
@@ -250,12 +256,10 @@ def _variants(fake_mode: Any) -> list[tuple[str, tuple[Tensor, Tensor, Tensor]]]
         out.append((f"dtype {dtype}", qkv(dtype=dtype)))
     q, k, v = qkv()
     cpu = torch.empty(2, 4, 16, 64, dtype=F16)
-    other = torch.empty(2, 4, 16, 64, dtype=F16, device="cuda:1")
     flat = torch.empty(2 * 4 * 16 * 64 + 8, dtype=F16, device="cuda")
     contiguous = (4096, 1024, 64, 1)
     out += [
         ("cpu query", (cpu, k, v)),
-        ("cuda:1 key", (q, other, v)),
         ("bf16 value", (q, k, v.to(BF16))),
         ("3-D query", (q.unbind(0)[0], k, v)),
         ("batch mismatch", (q, k.narrow(0, 0, 1), v.narrow(0, 0, 1))),
@@ -267,6 +271,8 @@ def _variants(fake_mode: Any) -> list[tuple[str, tuple[Tensor, Tensor, Tensor]]]
         ("offset", (q, k, flat.as_strided((2, 4, 16, 64), contiguous, 4))),
         ("aligned offset", (q, k, flat.as_strided((2, 4, 16, 64), contiguous, 8))),
     ]
+    if HAVE_SECOND_CUDA:
+        out.append(("cuda:1 key", (q, torch.empty(2, 4, 16, 64, dtype=F16, device="cuda:1"), v)))
     return out
 
 

@@ -304,6 +304,8 @@ def _bwd_varlen_fake(
 # ---- autograd ------------------------------------------------------------------------------------
 # The LSE output carries no gradient (marked non-differentiable): the kernels' backward takes dO
 # only, as FlashAttention's does. Double backward raises rather than silently giving zeros.
+# Grads are not materialized: autograd would otherwise allocate a zero (B, H, Sq) float32 dLSE
+# for every backward (2 MiB at B*S = 16k tokens, H = 32) only for it to be ignored.
 
 
 def _fwd_setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
@@ -312,9 +314,12 @@ def _fwd_setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, 
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.scale, ctx.causal_mode = scale, causal_mode
     ctx.mark_non_differentiable(lse)
+    ctx.set_materialize_grads(False)
 
 
-def _fwd_backward(ctx: Any, dout: Tensor, _dlse: Tensor | None) -> tuple[Tensor, Tensor, Tensor, None, None]:
+def _fwd_backward(ctx: Any, dout: Tensor | None, _dlse: Tensor | None) -> tuple[Tensor | None, ...]:
+    if dout is None:  # nothing downstream used the output
+        return None, None, None, None, None
     q, k, v, out, lse = ctx.saved_tensors
     dq, dk, dv = torch.ops.flashsdpa.bwd.default(dout, q, k, v, out, lse, ctx.scale, ctx.causal_mode)
     return dq, dk, dv, None, None
@@ -326,9 +331,12 @@ def _fwd_varlen_setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[T
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
     ctx.max_q, ctx.max_k, ctx.scale, ctx.causal_mode = max_q, max_k, scale, causal_mode
     ctx.mark_non_differentiable(lse)
+    ctx.set_materialize_grads(False)
 
 
-def _fwd_varlen_backward(ctx: Any, dout: Tensor, _dlse: Tensor | None) -> tuple[Tensor | None, ...]:
+def _fwd_varlen_backward(ctx: Any, dout: Tensor | None, _dlse: Tensor | None) -> tuple[Tensor | None, ...]:
+    if dout is None:  # nothing downstream used the output
+        return (None,) * 9
     q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
     dq, dk, dv = torch.ops.flashsdpa.bwd_varlen.default(
         dout, q, k, v, out, lse, cu_q, cu_k, ctx.max_q, ctx.max_k, ctx.scale, ctx.causal_mode
