@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -362,3 +363,33 @@ def test_cuda_impls(fake_build: Any, fake_mode: Any, monkeypatch: pytest.MonkeyP
     fake_build(capability=(7, 5), family=None)
     with pytest.raises(RuntimeError, match=re.escape("our kernels cannot run this call: GPU compute capability 7.5")):
         ops._fwd_cuda(q, k, v, 0.5, 1)
+
+
+@pytest.fixture
+def deterministic() -> Iterator[Callable[[bool], None]]:
+    """Turns torch.use_deterministic_algorithms on (warn_only as given) and restores it after."""
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+
+    def turn_on(warn_only: bool) -> None:
+        torch.use_deterministic_algorithms(True, warn_only=warn_only)
+
+    yield turn_on
+    torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def test_cuda_backward_honours_deterministic_algorithms(
+    fake_build: Any, fake_mode: Any, monkeypatch: pytest.MonkeyPatch, deterministic: Callable[[bool], None]
+) -> None:
+    # dQ is accumulated with float atomics: like PyTorch's own nondeterministic ops, an error under
+    # use_deterministic_algorithms(True), a warning with warn_only=True; the forward is unaffected.
+    launches = Launches(monkeypatch)
+    q, k, v = cuda_qkv()
+    deterministic(False)
+    out, lse = ops._fwd_cuda(q, k, v, 0.5, 1)
+    with pytest.raises(RuntimeError, match=r"flashsdpa::bwd does not have a deterministic implementation"):
+        ops._bwd_cuda(torch.empty_like(out), q, k, v, out, lse, 0.5, 1)
+    assert launches.names == ["launch_fwd"]
+    deterministic(True)
+    with pytest.warns(UserWarning, match=r"flashsdpa::bwd does not have a deterministic implementation"):
+        ops._bwd_cuda(torch.empty_like(out), q, k, v, out, lse, 0.5, 1)
+    assert launches.names == ["launch_fwd", "launch_bwd"]

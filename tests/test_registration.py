@@ -489,3 +489,27 @@ def test_launch_bwd_varlen_arguments(recorded_build: Any) -> None:
     assert args[14] == (0, 30, 1)  # the LSE: (H, total)
     assert args[18:25] == (2, 4, 4, 20, 20, 64, 64) and args[25:28] == (cu.data_ptr(), cu.data_ptr(), 0)
     assert args[33] == 30  # total_q
+
+
+def test_backward_routers_leave_deterministic_runs_to_pytorch(
+    launches: LaunchRecorder, native: NativeRecorder, fake_mode: Any
+) -> None:
+    # Under torch.use_deterministic_algorithms(True) the backward goes to PyTorch's kernel, which
+    # honours the flag; ours would accumulate dQ with atomics.
+    q, k, v = bhsd(2, 4, 16, 64), bhsd(2, 4, 16, 64), bhsd(2, 4, 16, 64)
+    out, lse = torch.empty_like(q), torch.empty(2, 4, 16, dtype=torch.float32, device="cuda")
+    seed, offset = torch.empty(2, dtype=torch.uint64, device="cuda"), torch.empty((), dtype=torch.uint64, device="cuda")
+    args = (torch.empty_like(out), q, k, v, out, lse, None, None, 16, 16, 0.0, True, seed, offset)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(True)
+    try:
+        flashsdpa.reset_stats()
+        assert sdpa._sdpa_flash_backward("keys", *args) == "native result"
+        dense = [t.transpose(1, 2) for t in (torch.empty_like(out), q, k, v, out)]
+        flash_args = (*dense, lse, None, None, 16, 16, 0.0, True, seed, offset)
+        assert sdpa._flash_backward("keys", *flash_args) == "native result"
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    assert launches.calls == [] and len(native.calls) == 2
+    reasons = flashsdpa.stats()["fallback_reasons"]
+    assert all("use_deterministic_algorithms(True)" in reason for reason in reasons) and len(reasons) == 2

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import torch
@@ -143,6 +144,23 @@ def _fwd_fake(q: Tensor, k: Tensor, v: Tensor, scale: float, causal_mode: int) -
     return _fwd_outputs(q, v)
 
 
+def _alert_nondeterministic(op: str) -> None:
+    """PyTorch's contract for ops without a deterministic implementation, for our CUDA backward
+    (dQ is accumulated with float atomics): under torch.use_deterministic_algorithms(True) an
+    error, with warn_only=True a warning. The SDPA routers fall back to PyTorch instead."""
+    if not torch.are_deterministic_algorithms_enabled():
+        return
+    message = (
+        f"{op} does not have a deterministic implementation (dQ is accumulated with float atomics), but you "
+        "set 'torch.use_deterministic_algorithms(True)'. Use SDPA outside flashsdpa, or "
+        "torch.use_deterministic_algorithms(True, warn_only=True) to allow it."
+    )
+    if torch.is_deterministic_algorithms_warn_only_enabled():
+        warnings.warn(message, stacklevel=3)
+    else:
+        raise RuntimeError(message)
+
+
 def _bwd_cuda(
     dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: float, causal_mode: int
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -152,6 +170,7 @@ def _bwd_cuda(
         return dq.zero_(), dk.zero_(), dv.zero_()
     dout, q, k, v, out = _readable(dout, q, k, v, out)
     _require_kernels(selection.dense_reason(q, k, v))
+    _alert_nondeterministic("flashsdpa::bwd")
     _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, scale, causal_mode)
     _BWD_COUNTS[0] += 1
     return dq, dk, dv
@@ -244,6 +263,7 @@ def _bwd_varlen_cuda(
         return dq.zero_(), dk.zero_(), dv.zero_()
     dout, q, k, v, out = _readable(dout, q, k, v, out)
     _require_kernels(selection.varlen_reason(q, k, v, cu_q, cu_k, None, max_q, max_k))
+    _alert_nondeterministic("flashsdpa::bwd_varlen")
     _backend.launch_bwd_varlen(dout, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, None, max_q, max_k, scale, causal_mode)
     _BWD_VARLEN_COUNTS[0] += 1
     return dq, dk, dv

@@ -97,6 +97,13 @@ def _dropout_reason(dropout_p: float) -> str:
 
 _DEBUG_MASK_REASON = "return_debug_mask=True: the debug attention mask is not supported"
 
+# Our backward adds dQ contributions with float32 atomics, so its dQ is not bitwise reproducible.
+# A user who asked for deterministic algorithms gets PyTorch's kernel (which honours the flag).
+_DETERMINISTIC_REASON = (
+    "torch.use_deterministic_algorithms(True): flashsdpa's backward accumulates dQ with float atomics "
+    "(not bitwise reproducible)"
+)
+
 
 def _bwd_tensors_reason(
     grad_out: Tensor, out: Tensor, logsumexp: Tensor, query: Tensor, value: Tensor, lse_shape: tuple[int, ...]
@@ -163,6 +170,8 @@ def _sdpa_flash_backward(keyset: Any, *args: Any, scale: float | None = None) ->
     grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, _, _, dropout_p, is_causal, _, _ = args
     if dropout_p != 0.0:
         reason: str | None = _dropout_reason(dropout_p)
+    elif torch.are_deterministic_algorithms_enabled():
+        reason = _DETERMINISTIC_REASON
     elif cum_seq_q is not None or cum_seq_k is not None:
         reason = "cum_seq_q / cum_seq_k given: the dense SDPA backward takes none"
     else:
@@ -319,6 +328,8 @@ def _flash_backward(keyset: Any, *args: Any, **kwargs: Any) -> Any:
     #  is_causal, rng_state, unused)
     grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, _, _ = args
     reason, plan = _flash_plan(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, kwargs)
+    if plan is not None and torch.are_deterministic_algorithms_enabled():
+        reason, plan = _DETERMINISTIC_REASON, None
     if plan is not None:
         lse_shape = (query.shape[1], query.shape[0]) if plan.varlen else tuple(plan.q.shape[:3])
         reason = _bwd_tensors_reason(grad_out, out, logsumexp, query, value, lse_shape)
