@@ -1,6 +1,6 @@
 # helpers.py: what the CPU and GPU test suites share: the named shape table, input makers, the two
-# references (a float64 textbook formula and PyTorch's own math SDPA), the correctness rule, and
-# the NaN poisoning of the CUDA caching allocator.
+# references (a float64 textbook formula and PyTorch's own math SDPA) and the correctness rule.
+# (NaN poisoning lives in the GPU kernel tests: they launch into NaN-filled output buffers.)
 """Shared test helpers.
 
 The correctness rule (DEVELOPERS.md; FlashAttention's own tests use it): with ``ref`` the textbook
@@ -19,7 +19,6 @@ import contextlib
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Self
 
 import torch
 import torch.nn.functional as F
@@ -325,13 +324,15 @@ def check_attention(
     check_rule("out", out, pt_out, ref_out)
     if lse is not None:
         assert lse.shape == q.shape[:-1] and lse.dtype == torch.float32, (lse.shape, lse.dtype)
-        # The yardstick is PyTorch's math in the input dtype: scores rounded to q.dtype (its
-        # q @ k^T product), the log-sum-exp itself in float32 as a softmax kernel accumulates it.
+        # The yardstick is the same math SDPA as for the output: with reduced_precision its
+        # q @ k^T product is rounded to q.dtype, otherwise it stays float32; the log-sum-exp itself
+        # is float32 either way, as a softmax kernel accumulates it.
         acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+        score_dtype = q.dtype if reduced_precision else None
         pt_lse = textbook_attention(
-            q.detach(), k.detach(), v.detach(), scale=scale, causal_mode=causal_mode, dtype=acc, score_dtype=q.dtype
+            q.detach(), k.detach(), v.detach(), scale=scale, causal_mode=causal_mode, dtype=acc, score_dtype=score_dtype
         )[1]
-        check_rule("lse", lse, pt_lse, ref_lse, input_dtype=q.dtype)
+        check_rule("lse", lse, pt_lse, ref_lse, input_dtype=score_dtype)
     if grads is not None:
         assert dout is not None
         pt_grads = grads_or_zeros(pt_out, leaves, dout)
@@ -395,97 +396,3 @@ def gpu_skip_reason() -> str | None:
     if not flashsdpa.build_info()["with_cuda"]:
         return f"flashsdpa._C has no CUDA kernels: {_backend.UNAVAILABLE_REASON}"
     return _backend.device_reason(torch.cuda.current_device())
-
-
-# ---- NaN poisoning of the CUDA caching allocator -------------------------------------------------
-# An output element a kernel forgets to write holds whatever the allocator's block held before. To
-# make such a bug visible, every cached free block that the next allocations of the output sizes
-# can receive is filled with 0xFF bytes first (NaN in fp16, bf16 and fp32). The caching allocator
-# hands out the smallest cached free block that fits, lowest address first among equals: so the
-# stale free blocks of exactly those sizes are allocated, filled and freed again, and fresh ones
-# are added, each fenced by small live allocations so that freeing it does not merge it into a
-# larger free neighbour. verify() then proves, by allocating the same sizes, that NaN is what the
-# next allocations get.
-
-_SMALL_POOL_MAX = 1 << 20  # the allocator serves requests up to 1 MiB from 2 MiB segments
-
-
-def _round_up(nbytes: int) -> int:
-    return max(512, (nbytes + 511) // 512 * 512)  # the allocator's own size rounding
-
-
-def _free_blocks_fitting(size: int, device: torch.device) -> int:
-    """Cached free blocks the allocator would hand out for a ``size``-byte request: the exact size
-    (small pool), or up to 1 MiB more (large pool, whose segments it does not split finer)."""
-    slack = 0 if size <= _SMALL_POOL_MAX else _SMALL_POOL_MAX
-    count = 0
-    for segment in torch.cuda.memory_snapshot():
-        if segment.get("device") != device.index:
-            continue
-        for block in segment["blocks"]:
-            if block["state"] == "inactive" and size <= block["size"] <= size + slack:
-                count += 1
-    return count
-
-
-class AllocatorPoison:
-    """Poisons the blocks that the next allocations of ``nbytes`` will receive, and holds the
-    fences that keep them apart until release(); use as a context around the launch."""
-
-    def __init__(self, nbytes: Sequence[int], device: torch.device, spare: int = 1) -> None:
-        self.device = torch.device(device)
-        self.needed: dict[int, int] = {}
-        for n in nbytes:
-            if n > 0:
-                self.needed[_round_up(n)] = self.needed.get(_round_up(n), 0) + 1
-        torch.cuda.synchronize(self.device)
-        torch.cuda.empty_cache()  # drop wholly free segments: fewer stale blocks to fill
-        self._fences: list[Tensor] = []
-        blocks: list[Tensor] = []
-        for size, count in sorted(self.needed.items(), reverse=True):
-            # Stale free blocks first: these requests land in them (best fit), fenced already.
-            for _ in range(_free_blocks_fitting(size, self.device)):
-                blocks.append(torch.empty(size, dtype=torch.uint8, device=self.device))
-            fence = 512 if size <= _SMALL_POOL_MAX else _SMALL_POOL_MAX + 512  # same pool as the block
-            for _ in range(count + spare):
-                self._fences.append(torch.empty(fence, dtype=torch.uint8, device=self.device))
-                blocks.append(torch.empty(size, dtype=torch.uint8, device=self.device))
-                self._fences.append(torch.empty(fence, dtype=torch.uint8, device=self.device))
-        for block in blocks:
-            block.fill_(0xFF)
-        torch.cuda.synchronize(self.device)
-        del blocks
-
-    def verify(self) -> None:
-        """Check that the next allocations of the poisoned sizes really receive NaN-filled blocks.
-
-        The probes are freed again, which leaves the allocator as it was: the blocks they saw are
-        the blocks the kernel's outputs will get.
-        """
-        for size, count in self.needed.items():
-            probes = [torch.empty(size, dtype=torch.uint8, device=self.device) for _ in range(count)]
-            ok = all(bool((p == 0xFF).all()) for p in probes)
-            del probes
-            if not ok:
-                raise AssertionError(f"allocator poisoning ineffective for {size}-byte blocks")
-
-    def release(self) -> None:
-        self._fences.clear()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-def nbytes_of(*tensors_or_specs: Tensor | tuple[Sequence[int], torch.dtype]) -> list[int]:
-    """Byte sizes of tensors, or of (shape, dtype) pairs, for AllocatorPoison."""
-    sizes = []
-    for item in tensors_or_specs:
-        if isinstance(item, Tensor):
-            sizes.append(item.numel() * item.element_size())
-        else:
-            shape, dtype = item
-            sizes.append(math.prod(shape) * torch.empty((), dtype=dtype).element_size())
-    return sizes
