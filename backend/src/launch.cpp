@@ -2,6 +2,7 @@
 #include "launch.h"
 
 #include <array>
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 
@@ -67,6 +68,12 @@ const DeviceInfo& cached_device_info(int device) {
     info.minor = prop.minor;
     info.sms = prop.multiProcessorCount;
     info.smem_optin_bytes = prop.sharedMemPerBlockOptin;
+    // FLASHSDPA_MAX_SMEM_PER_BLOCK=<bytes> makes a GPU look smaller: the tiles of parts with less
+    // shared memory (sm_80: 163 KB, sm_86/89: 99 KB) then run, and are tested, on an H100/H200.
+    if (const char* cap = std::getenv("FLASHSDPA_MAX_SMEM_PER_BLOCK")) {
+      const long long bytes = std::atoll(cap);
+      if (bytes > 0 && bytes < info.smem_optin_bytes) info.smem_optin_bytes = bytes;
+    }
     info.family = family_for(prop.major);
   });
   return infos[device];
@@ -81,20 +88,29 @@ const DeviceInfo& serving_device(int device) {
   return info;
 }
 
+void set_device_facts(AttnFwdParams& params, const DeviceInfo& info) {
+  params.num_sms = info.sms;
+  params.cc_major = info.major;
+  params.smem_optin_bytes = static_cast<int32_t>(info.smem_optin_bytes);
+}
+
 }  // namespace
 
 DeviceInfo device_info(int device) { return cached_device_info(device); }
 
-void launch_fwd(AttnFwdParams& params, int device, void* stream) {
+int bwd_smem_bytes(int head_dim_qk, int head_dim_v, int device) {
   const DeviceInfo& info = serving_device(device);
-  params.num_sms = info.sms;
+  return bwd_smem_bytes_sm80(head_dim_qk, head_dim_v, info.major, static_cast<int>(info.smem_optin_bytes));
+}
+
+void launch_fwd(AttnFwdParams& params, int device, void* stream) {
+  set_device_facts(params, serving_device(device));
   DeviceGuard guard(device);
   throw_on_error(static_cast<cudaError_t>(run_fwd_sm80(params, stream)), "forward launch");
 }
 
 void launch_bwd(AttnBwdParams& params, int device, void* stream) {
-  const DeviceInfo& info = serving_device(device);
-  params.num_sms = info.sms;
+  set_device_facts(params, serving_device(device));
   DeviceGuard guard(device);
   throw_on_error(static_cast<cudaError_t>(run_bwd_sm80(params, stream)), "backward launch");
 }
@@ -108,6 +124,7 @@ namespace {
 }  // namespace
 
 DeviceInfo device_info(int) { no_cuda(); }
+int bwd_smem_bytes(int, int, int) { no_cuda(); }
 void launch_fwd(AttnFwdParams&, int, void*) { no_cuda(); }
 void launch_bwd(AttnBwdParams&, int, void*) { no_cuda(); }
 

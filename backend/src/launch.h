@@ -17,6 +17,9 @@ struct DeviceInfo {
 };
 
 DeviceInfo device_info(int device);  // throws std::runtime_error without CUDA or on a bad index
+// Shared memory per block the backward takes for this head-dim pair on `device` (its tile choice
+// follows the device's opt-in limit), 0 when no backward tile fits there: callers fall back.
+int bwd_smem_bytes(int head_dim_qk, int head_dim_v, int device);
 void launch_fwd(AttnFwdParams& params, int device, void* stream);
 void launch_bwd(AttnBwdParams& params, int device, void* stream);
 

@@ -97,6 +97,17 @@ __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t sme
                : "r"(smem_addr));
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// stmatrix (sm_90): the store twin of ldmatrix. One x4 writes four 8x8 16-bit matrices (lanes
+// 8j..8j+7 address the rows of matrix j; register j holds this lane's pair of matrix j): an
+// accumulator pair of n8 tiles in one instruction where 32-bit stores take four.
+__device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+#endif
+
 // ---- mma.sync m16n8k16, fp32 accumulate --------------------------------------------------------
 // Fragment layout (PTX ISA "mma.m16n8k16"), g = lane / 4, t = lane % 4:
 //   A (16x16, row): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
@@ -140,6 +151,23 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// 2^x on the FMA pipe, for x <= ~0 (probabilities), so that part of a tile's exponentials can run
+// beside the MUFU unit (16 ex2 per clock per SM against 128 FMAs). x = j + f with j = round(x),
+// f in [-0.5, 0.5]; 2^f by a degree-4 polynomial (fitted for relative error: 5.2e-6, below half
+// an fp16 ulp of 2.4e-4 by 50x); j goes into the exponent field with one integer add. Inputs below
+// -125 give 2^-125 (not 0): callers use it only where every row has a finite LSE.
+__device__ __forceinline__ float exp2_fma(float x) {
+  x = fmaxf(x, -125.f);
+  const float t = x + 12582912.f;  // 1.5 * 2^23: the sum's low mantissa bits hold round(x)
+  const float f = x - (t - 12582912.f);
+  float p = fmaf(0.009627114f, f, 0.05598684f);
+  p = fmaf(p, f, 0.24023318f);
+  p = fmaf(p, f, 0.69310886f);
+  p = fmaf(p, f, 1.f);
+  // t's bits are 0x4B400000 + round(x); shifted left by 23 only round(x) << 23 remains.
+  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+
 // ---- float atomics into global memory (no return value: red, not atom) -------------------------
 // The backward's dQ accumulation is the user.
 // Four adjacent floats (16-byte aligned). sm_90: one red.global.add.v4.f32 (one L2 transaction,
@@ -164,6 +192,32 @@ __device__ __forceinline__ void red_add_f32x4_if(float* gmem, float a, float b, 
   if (pred) red_add_f32x4(gmem, a, b, c, d);
 #endif
 }
+
+// ---- bulk asynchronous reduction shared -> global (sm_90: the TMA unit) -------------------------
+// The backward's dQ tile goes to global memory this way on sm_90: the warps store their fp32
+// fragments to shared memory (registers free at once) and one warp hands each row to the copy
+// engine as one `cp.reduce.async.bulk ... add.f32`. Register-sourced reds held their source
+// registers until the LSU drained them, so the next GEMM's ldmatrix waited (ncu: the red burst and
+// the ldmatrix right after it took 15-18% of all stall samples; docs/kernel_notes_bwd.md).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Makes this thread's generic-proxy shared-memory writes visible to later async-proxy (bulk) reads.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// gmem[0 .. bytes/4) += smem[0 .. bytes/4) as float32; both 16-byte aligned, bytes a multiple of 16.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, uint32_t smem_addr, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gmem),
+               "r"(smem_addr), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until this thread's committed bulk operations have finished reading shared memory.
+__device__ __forceinline__ void bulk_wait_read_all() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// Until they have completed (their global writes done).
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+#endif
 
 // ---- shared-memory swizzle ----------------------------------------------------------------------
 // Tiles are stored row-major with rows of kRowChunks 16-byte chunks. The chunk index is XORed with

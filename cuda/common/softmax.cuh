@@ -22,7 +22,6 @@ namespace flashsdpa {
 template <int kMTiles>
 struct OnlineSoftmax {
   static constexpr int kRows = 2 * kMTiles;
-  static constexpr float kLn2 = 0.6931471805599453f;
   static constexpr float kRescaleThresholdLog2 = 8.f;
 
   float row_max[kRows];  // raw-score max over the keys seen so far; -inf until a visible key
@@ -111,8 +110,11 @@ struct OnlineSoftmax {
   // Divides o by the row sums and returns the natural-log LSE per row. A row that saw no visible
   // key has sum 0: its o stayed exactly 0 (every p was 0) and its LSE is +inf, PyTorch's FA2
   // convention, so a backward pass recomputes p = exp(s - inf) = 0 for it.
+  // LSE = max * scale + ln(sum), with the natural `scale` rather than (max * scale_log2 +
+  // log2(sum)) * ln 2: that form rounds twice more at |max * scale_log2| ~ 100+ (large logits),
+  // where one fp32 ulp is 8e-6 (test_large_logits measured 4.6e-5 with it).
   template <int kDTiles>
-  __device__ __forceinline__ void finalize(float (&o)[kMTiles][kDTiles][4], float scale_log2,
+  __device__ __forceinline__ void finalize(float (&o)[kMTiles][kDTiles][4], float scale,
                                            float (&lse)[kRows]) {
 #pragma unroll
     for (int i = 0; i < kMTiles; ++i) {
@@ -122,7 +124,7 @@ struct OnlineSoftmax {
         const float sum = quad_sum(row_sum[r]);
         const bool empty = !(sum > 0.f);  // also catches NaN from non-finite inputs
         const float inv_sum = empty ? 1.f : 1.f / sum;
-        lse[r] = empty ? INFINITY : (row_max[r] * scale_log2 + log2f(sum)) * kLn2;
+        lse[r] = empty ? INFINITY : fmaf(row_max[r], scale, logf(sum));
 #pragma unroll
         for (int d = 0; d < kDTiles; ++d) {
           o[i][d][2 * h] *= inv_sum;

@@ -1,6 +1,7 @@
 // bwd_kernel_sm80.cuh: the FlashAttention-2 backward of the portable path (mma.sync m16n8k16,
 // ldmatrix, cp.async; sm_80 and newer). Three kernels: preprocess (delta = rowsum(dO * O), zero the
-// fp32 dQ accumulator), the key-major main kernel (dK, dV in registers, dQ by fp32 atomics) and the
+// fp32 dQ accumulator), the key-major main kernel (dK, dV in registers, dQ added into the fp32
+// accumulator: register reds on sm_8x, bulk reductions from shared memory on sm_90) and the
 // dQ postprocess (scale, convert). The tile table that instantiates BwdTraits is bwd_launch_sm80.cuh;
 // docs/kernel_notes_bwd.md has the derivation, the measurements and the rejected variants.
 #pragma once
@@ -24,12 +25,17 @@ __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / 
 
 // Column order inside a dq_accum row (private to these kernels: preprocess zeroes whole rows,
 // the main kernel adds, postprocess reads). Each aligned group of 16 columns is stored permuted:
-// logical column 8a + 2t + j (a, j in {0, 1}, t in 0..3) lives at 4t + 2a + j. An mma thread
-// (t = lane % 4) then owns 4 adjacent floats per row and n8-tile pair: one 16-byte red.
+// logical column 8a + 2t + j (a, j in {0, 1}, t in 0..3) lives at 4t + 2a + j, so an mma thread
+// (t = lane % 4) owns 4 adjacent floats per row and n8-tile pair: one 16-byte red or store. On odd
+// rows (absolute row index in the head) the groups are swapped in pairs (group g at g ^ 1), so the
+// 8 rows of one warp-wide 16-byte store into the unpadded sm_90 staging tile alternate between the
+// two halves of the banks: 4 wavefronts, the minimum, instead of 8. Buckets are multiples of 32
+// columns, so every row has an even number of groups.
 struct DqAccumLayout {
-  __host__ __device__ static constexpr int position(int col) {
-    const int group = col & ~15, a = (col >> 3) & 1, t = (col >> 1) & 3, j = col & 1;
-    return group + 4 * t + 2 * a + j;
+  __host__ __device__ static constexpr int group_position(int64_t row, int group) { return group ^ static_cast<int>(row & 1); }
+  __host__ __device__ static constexpr int position(int64_t row, int col) {
+    const int a = (col >> 3) & 1, t = (col >> 1) & 3, j = col & 1;
+    return group_position(row, col >> 4) * 16 + 4 * t + 2 * a + j;
   }
 };
 
@@ -106,8 +112,16 @@ struct BwdTraits {
   // LSE * log2(e) source and delta rows of the two Q stages: [2][kBlockM] floats each.
   static constexpr int kOffLse = kOffdS + TileP::kBytes;
   static constexpr int kOffDelta = kOffLse + 2 * kBlockM * 4;
-  static constexpr int kSmemBytes = kOffDelta + 2 * kBlockM * 4;
+  static constexpr int kSmemBytes = kOffDelta + 2 * kBlockM * 4;  // sm_8x: everything above
   static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared-memory limit");
+
+  // sm_90 adds a staging tile for the dQ bulk reduction: kBlockM rows of kHeadDim floats laid out
+  // exactly like the tile's rows of dq_accum (contiguous, DqAccumLayout order), so one bulk
+  // reduction adds the whole tile. Where it does not fit (d = 256: 281 KB) dQ keeps the reds.
+  static constexpr int kDqStageRowBytes = kHeadDim * 4;
+  static constexpr int kOffDqStage = kSmemBytes;
+  static constexpr bool kDqBulk = kOffDqStage + kBlockM * kDqStageRowBytes <= 227 * 1024;
+  static constexpr int kSmemBytesSm90 = kDqBulk ? kOffDqStage + kBlockM * kDqStageRowBytes : kSmemBytes;
 };
 
 // ---- helpers ------------------------------------------------------------------------------------
@@ -227,11 +241,29 @@ __device__ __forceinline__ void zero(float (&acc)[kMT][kNT][4]) {
 }
 
 // Writes a warp's accumulator fragment (rows row0.., cols col0..) to a [rows][cols] smem tile as
-// Elem, times `mult`. Each quad writes 4 x 4 bytes into one 16-byte chunk of 8 different rows:
-// with the swizzle, conflict-free.
+// Elem, times `mult`. sm_90: one stmatrix.x4 per pair of n8 tiles (lanes 8j..8j+7 give the rows of
+// matrix j = (half h = j % 2, tile nt + j / 2)). Before: each quad writes 4 x 4 bytes into one
+// 16-byte chunk of 8 different rows, four times as many store instructions; at d = 64 the P and
+// dS stores were 64 of the ~290 shared-memory-pipe instructions a thread issues per iteration, and
+// ncu had that pipe's queue ("mio throttle") as the top stall. With the padded rows both forms are
+// conflict-free.
 template <typename Elem, typename Tile, int kMT, int kNT>
 __device__ __forceinline__ void store_frag(unsigned char* smem, const float (&acc)[kMT][kNT][4],
                                            uint32_t row0, uint32_t col0, uint32_t lane, float mult) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  static_assert(kNT % 2 == 0, "pairs of n8 tiles");
+  const uint32_t base = smem_u32(smem) + Tile::offset(row0 + ((lane / 8) % 2) * 8 + lane % 8, col0 / 8 + lane / 16);
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; nt += 2) {
+      stmatrix_x4(base + Tile::offset(mt * 16, nt),
+                  ElemTraits<Elem>::pack(acc[mt][nt][0] * mult, acc[mt][nt][1] * mult),
+                  ElemTraits<Elem>::pack(acc[mt][nt][2] * mult, acc[mt][nt][3] * mult),
+                  ElemTraits<Elem>::pack(acc[mt][nt + 1][0] * mult, acc[mt][nt + 1][1] * mult),
+                  ElemTraits<Elem>::pack(acc[mt][nt + 1][2] * mult, acc[mt][nt + 1][3] * mult));
+    }
+#else
   // col0 is a multiple of 8, so the lane's element offset plus per-fragment immediates is exact.
   unsigned char* base = smem + Tile::elem_offset(row0 + lane / 4, col0 + 2 * (lane % 4));
 #pragma unroll
@@ -243,6 +275,7 @@ __device__ __forceinline__ void store_frag(unsigned char* smem, const float (&ac
         *reinterpret_cast<uint32_t*>(base + Tile::offset(mt * 16 + h * 8, nt)) =
             ElemTraits<Elem>::pack(acc[mt][nt][2 * h] * mult, acc[mt][nt][2 * h + 1] * mult);
       }
+#endif
 }
 
 // ---- preprocess: delta = rowsum(dO * O) in fp32, and zero dq_accum ------------------------------
@@ -324,7 +357,7 @@ __global__ void __launch_bounds__(kPrePostThreads)
   for (int i = threadIdx.x; i < rows * chunks; i += kPrePostThreads) {
     const int r = i / chunks, c = i % chunks;
     // Output columns 8c .. 8c+7 sit at 4t + 2(c % 2) + j, t = 0..3, j = 0..1, of their 16-group.
-    const float* src = dq_accum + r * p.dq_accum_row_stride + DqAccumLayout::position(8 * c);
+    const float* src = dq_accum + r * p.dq_accum_row_stride + DqAccumLayout::position(q_row0 + r, 8 * c);
     float2 v[4];
 #pragma unroll
     for (int t = 0; t < 4; ++t) v[t] = *reinterpret_cast<const float2*>(src + 4 * t);
@@ -340,7 +373,7 @@ __global__ void __launch_bounds__(kPrePostThreads)
 // ---- main kernel: one CTA per (key block, kv head, batch) ---------------------------------------
 // Loads K_n, V_n once, then for every query head of the GQA group and every query block m that can
 // see key block n: S = Q K^T, P = exp2(S * scale_log2 - LSE * log2e), dP = dO V^T,
-// dS = P * (dP - delta), dV += P^T dO, dK += dS^T Q, dQ_accum[m] += dS K (fp32 reds).
+// dS = P * (dP - delta), dV += P^T dO, dK += dS^T Q, dQ_accum[m] += dS K (fp32 adds).
 template <typename T>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flashsdpa_bwd_sm80_dkdv_kernel(const __grid_constant__ AttnBwdParams p) {
@@ -451,6 +484,38 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   zero(acc_dk);
   zero(acc_dv);
 
+  // dQ on sm_90: iteration it stages its dQ tile in shared memory; at the top of iteration it+1
+  // (after the barrier that makes the tile complete) thread 0 hands it to the copy engine as one
+  // bulk reduction, and waits for that to have read shared memory before the mid-iteration
+  // barrier, after which the tile is overwritten. (pending_hq, pending_m) names the staged tile.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kBulkDq = T::kDqBulk;
+#else
+  constexpr bool kBulkDq = false;
+#endif
+  const uint32_t sDqStage = s_base + T::kOffDqStage;
+  // Every dq row this thread touches has the parity of its first one (tile and fragment row steps
+  // are even), so each of its n8-tile pairs sits at one fixed column of the DqAccumLayout row.
+  int dq_col[kNTQ / 2];
+  {
+    const int parity = static_cast<int>((seq.q_row_offset + q_row0w + lane / 4) & 1);
+#pragma unroll
+    for (int np = 0; np < kNTQ / 2; ++np)
+      dq_col[np] = DqAccumLayout::group_position(parity, q_col0w / 16 + np) * 16 + 4 * (lane % 4);
+  }
+  int pending_hq = -1, pending_m = 0;
+  auto issue_dq_bulk = [&](int hq_, int m_) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // dq_accum rows are kHeadDim floats apart (api.cpp), so the valid rows of the tile are one
+    // contiguous range; staged rows past seqlen_q are left out.
+    const int rows = min(kBlockM, seq.seqlen_q - m_ * kBlockM);
+    float* dst = dqa_base + hq_ * p.dq_accum_head_stride +
+                 (seq.q_row_offset + static_cast<int64_t>(m_) * kBlockM) * p.dq_accum_row_stride;
+    bulk_reduce_add_f32(dst, sDqStage, rows * T::kDqStageRowBytes);
+    bulk_commit_group();
+#endif
+  };
+
   for (int it = 0; it < iters; ++it) {
     const int stage = it & 1;
     const uint32_t sQ = s_base + T::kOffQ + stage * TileQ::kBytes;
@@ -464,6 +529,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     advance(hq_next, m_next);
     if (it + 1 < iters) load_q_do(hq_next, m_next, stage ^ 1);
     cp_async_commit();
+    if constexpr (kBulkDq) {
+      if (tid == 0 && pending_hq >= 0) issue_dq_bulk(pending_hq, pending_m);
+    }
 
     const int64_t q_row0 = seq.q_row_offset + static_cast<int64_t>(m) * kBlockM;
     const int rows_valid = seq.seqlen_q - m * kBlockM;
@@ -487,15 +555,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     float s[kMTS][kNTS][4];
     zero(s);
     warp_mma<Elem, TileQ, TileK, kMTS, kNTS, kHeadDim, false, false>(s, sQ, s_row0, sK, s_col0, lane);
-    float dp[kMTS][kNTS][4];
-    zero(dp);
-    warp_mma<Elem, TileQ, TileK, kMTS, kNTS, kHeadDim, false, false>(dp, sdO, s_row0, sV, s_col0, lane);
 
-    // dS = P * (dP - delta) in place of dP. Element-wise masking (P = 0) only where the block is
-    // not fully visible (causal blocks crossing the diagonal, the ragged last key block): a
-    // separate unrolled copy, so full blocks carry no compare/select per element. Masking after
-    // exp2 (not S = -inf before it) stays right for a negative or zero scale.
-    auto probs_and_grads = [&](auto masked) {
+    // P = exp2(S * scale_log2 - LSE * log2e) in place of S. Element-wise masking (P = 0) only
+    // where the block is not fully visible (causal blocks crossing the diagonal, the ragged last
+    // key block): a separate unrolled copy, so full blocks carry no compare/select per element.
+    // Masking after exp2 (not S = -inf before it) stays right for a negative or zero scale.
+    auto probs = [&](auto masked) {
       int limit[kMTS][2];  // first invisible key column (block-relative) of each of this thread's rows
       if constexpr (decltype(masked)::value) {
 #pragma unroll
@@ -511,65 +576,114 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         for (int nt = 0; nt < kNTS; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            float pv = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -lse2[mt][e / 2]));
+            const float x = fmaf(s[mt][nt][e], p.scale_log2, -lse2[mt][e / 2]);
+            float pv;
             if constexpr (decltype(masked)::value) {
-              if (nt * 8 + e % 2 >= limit[mt][e / 2]) pv = 0.f;
+              pv = nt * 8 + e % 2 >= limit[mt][e / 2] ? 0.f : fast_exp2(x);
+            } else {
+              // 2 of every 8 on the FMA pipe: the MUFU unit sits behind the same queue as
+              // ldmatrix and the P/dS stores, the top stall at d = 64 (ncu); 2/8 measured best
+              // (d = 64, S = 8k: 275 -> 281 TFLOP/s; 3/8: 278, 4/8: 276).
+              pv = ((nt * 4 + e) % 8) < 2 ? exp2_fma(x) : fast_exp2(x);
             }
             s[mt][nt][e] = pv;
-            dp[mt][nt][e] = pv * (dp[mt][nt][e] - dlt[mt][e / 2]);
           }
     };
     if (mask.col_limit(m * kBlockM) < (n_block + 1) * kBlockN) {
-      probs_and_grads(std::true_type{});
+      probs(std::true_type{});
     } else {
-      probs_and_grads(std::false_type{});
+      probs(std::false_type{});
     }
+    float dp[kMTS][kNTS][4];
+    zero(dp);
+    warp_mma<Elem, TileQ, TileK, kMTS, kNTS, kHeadDim, false, false>(dp, sdO, s_row0, sV, s_col0, lane);
+    // dS = P * (dP - delta) in place of dP; masked elements have P = 0, so dS = 0 there.
+#pragma unroll
+    for (int mt = 0; mt < kMTS; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNTS; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dp[mt][nt][e] = s[mt][nt][e] * (dp[mt][nt][e] - dlt[mt][e / 2]);
     store_frag<Elem, TileP>(smem + T::kOffP, s, s_row0, s_col0, lane, 1.f);
     store_frag<Elem, TileP>(smem + T::kOffdS, dp, s_row0, s_col0, lane, 1.f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (kBulkDq) {
+      if (tid == 0) bulk_wait_read_all();  // the staged dQ tile may be overwritten after the barrier
+    }
+#endif
     __syncthreads();
 
-    // dQ_accum[m] += dS K from the accumulator fragments, 16 bytes per red: dq_accum stores each
-    // aligned group of 16 columns permuted (DqAccumLayout), so the two n8 tiles a thread holds for
-    // a row (columns 2t, 2t+1 and 8+2t, 8+2t+1) are 4 adjacent floats. Half the reds of the
-    // natural layout's v2 form; ncu had the red burst at 8.8% of all stall samples (LSU queue full,
-    // and the next ldmatrix waiting for the reds to release their source registers).
-    float dq[kMTQ][kNTQ][4];
-    const int r0 = q_row0w + lane / 4;
-    float* dqa = dqa_base + hq * p.dq_accum_head_stride + (q_row0 + r0) * p.dq_accum_row_stride + q_col0w +
-                 4 * (lane % 4);
-    const int rows_left = rows_valid - r0;
-    // Full tiles (all but a sequence's last query block) take an unpredicated copy: ptxas turns
-    // even an in-asm predicate into a branch per red. Columns need no predicate: past head_dim_qk
-    // K is zero-filled, so those adds are exact zeros into columns that exist (kHeadDim wide).
-    const bool full_dq = rows_valid >= kBlockM;
-    constexpr int kReds = kMTQ * 2 * (kNTQ / 2);  // red.v4 per thread per iteration
-    auto red = [&](int i, auto predicated) {       // i enumerates (mt, h, n8-tile pair)
-      const int mt = i / kNTQ, h = (i / (kNTQ / 2)) % 2, np = i % (kNTQ / 2);
-      float* dst = dqa + (mt * 16 + h * 8) * p.dq_accum_row_stride + np * 16;
-      const float* lo = dq[mt][2 * np];
-      const float* hi = dq[mt][2 * np + 1];
-      if constexpr (decltype(predicated)::value) {
-        red_add_f32x4_if(dst, lo[2 * h], lo[2 * h + 1], hi[2 * h], hi[2 * h + 1], mt * 16 + h * 8 < rows_left);
+    // dQ_accum[m] += dS K. dq_accum stores each aligned group of 16 columns permuted
+    // (DqAccumLayout), so the two n8 tiles a thread holds for a row (columns 2t, 2t+1 and 8+2t,
+    // 8+2t+1) are 4 adjacent floats: one 16-byte red (sm_8x, and d = 256 on sm_90), or one 16-byte
+    // store into the staging tile that the copy engine reduces into dq_accum (sm_90). The reds
+    // held their source registers until the LSU drained them: the red burst and the ldmatrix after
+    // it took 15-18% of ncu's stall samples; staging took d = 128, S = 8k from 282 to 311 TFLOP/s.
+    auto dq_step = [&]() {
+      float dq[kMTQ][kNTQ][4];
+      const int r0 = q_row0w + lane / 4;
+      float* dqa = dqa_base + hq * p.dq_accum_head_stride + (q_row0 + r0) * p.dq_accum_row_stride;
+      const int rows_left = rows_valid - r0;
+      // Full tiles (all but a sequence's last query block) take an unpredicated copy: ptxas turns
+      // even an in-asm predicate into a branch per red. Columns need no predicate: past head_dim_qk
+      // K is zero-filled, so those adds are exact zeros into columns that exist (kHeadDim wide).
+      const bool full_dq = rows_valid >= kBlockM;
+      constexpr int kReds = kMTQ * 2 * (kNTQ / 2);  // red.v4 per thread per iteration
+      auto red = [&](int i, auto predicated) {       // i enumerates (mt, h, n8-tile pair)
+        const int mt = i / kNTQ, h = (i / (kNTQ / 2)) % 2, np = i % (kNTQ / 2);
+        float* dst = dqa + (mt * 16 + h * 8) * p.dq_accum_row_stride + dq_col[np];
+        const float* lo = dq[mt][2 * np];
+        const float* hi = dq[mt][2 * np + 1];
+        if constexpr (decltype(predicated)::value) {
+          red_add_f32x4_if(dst, lo[2 * h], lo[2 * h + 1], hi[2 * h], hi[2 * h + 1], mt * 16 + h * 8 < rows_left);
+        } else {
+          red_add_f32x4(dst, lo[2 * h], lo[2 * h + 1], hi[2 * h], hi[2 * h + 1]);
+        }
+      };
+
+      // dQ = dS K, then its reds or its staging. Spreading the reds through the next GEMM's k steps
+      // in source order changes nothing: ptxas hoists them back into one burst.
+      zero(dq);
+      warp_mma<Elem, TileP, TileK, kMTQ, kNTQ, kBlockN, false, true>(dq, sdS, q_row0w, sK, q_col0w, lane);
+      if constexpr (kBulkDq) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        // Stage the tile: the 4 floats a thread holds per (row, n8-tile pair) are adjacent in
+        // DqAccumLayout order, one 16-byte store each. Rows past seqlen_q are staged too (they are
+        // exact zeros) but never reduced.
+        const uint32_t stage_row = sDqStage + (q_row0w + lane / 4) * T::kDqStageRowBytes;
+#pragma unroll
+        for (int mt = 0; mt < kMTQ; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int np = 0; np < kNTQ / 2; ++np) {
+              const float* lo = dq[mt][2 * np];
+              const float* hi = dq[mt][2 * np + 1];
+              st_shared_v4(stage_row + (mt * 16 + h * 8) * T::kDqStageRowBytes + dq_col[np] * 4,
+                           make_uint4(__float_as_uint(lo[2 * h]), __float_as_uint(lo[2 * h + 1]),
+                                      __float_as_uint(hi[2 * h]), __float_as_uint(hi[2 * h + 1])));
+            }
+        fence_proxy_async_shared();
+        pending_hq = hq;
+        pending_m = m;
+#endif
+      } else if (full_dq) {
+#pragma unroll
+        for (int i = 0; i < kReds; ++i) red(i, std::false_type{});
       } else {
-        red_add_f32x4(dst, lo[2 * h], lo[2 * h + 1], hi[2 * h], hi[2 * h + 1]);
+#pragma unroll
+        for (int i = 0; i < kReds; ++i) red(i, std::true_type{});
       }
     };
-
-    // dQ = dS K first, its reds straight after: they drain through the LSU while the dV and dK
-    // GEMMs run (dQ between dV and dK: 284 -> dQ first: 293 TFLOP/s at d = 128, S = 8k). Spreading
-    // the reds through the next GEMM's k steps in source order changes nothing: ptxas hoists them.
-    zero(dq);
-    warp_mma<Elem, TileP, TileK, kMTQ, kNTQ, kBlockN, false, true>(dq, sdS, q_row0w, sK, q_col0w, lane);
-    if (full_dq) {
-#pragma unroll
-      for (int i = 0; i < kReds; ++i) red(i, std::false_type{});
-    } else {
-#pragma unroll
-      for (int i = 0; i < kReds; ++i) red(i, std::true_type{});
-    }
+    // Register reds go first, so they drain through the LSU while the dV and dK GEMMs run (dQ
+    // between dV and dK: 284 -> first: 293 TFLOP/s at d = 128, S = 8k). Staged bulk dQ goes last:
+    // its 16-byte stores then drain while warps wait at the next iteration's barrier instead of
+    // queueing in front of the dV GEMM's ldmatrix (d = 64, S = 8k: 279 -> 286 TFLOP/s).
+    if constexpr (!kBulkDq) dq_step();
     // dV += P^T dO, dK += dS^T Q
     warp_mma<Elem, TileP, TileQ, kMTKV, kNTKV, kBlockM, true, true>(acc_dv, sP, kv_row0, sdO, kv_col0, lane);
     warp_mma<Elem, TileP, TileQ, kMTKV, kNTKV, kBlockM, true, true>(acc_dk, sdS, kv_row0, sQ, kv_col0, lane);
+    if constexpr (kBulkDq) dq_step();
     hq = hq_next;
     m = m_next;
   }
@@ -578,6 +692,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // Key blocks that no query sees arrive here with zero accumulators and write dK = dV = 0.
   cp_async_wait<0>();
   __syncthreads();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kBulkDq) {
+    if (tid == 0 && pending_hq >= 0) {
+      issue_dq_bulk(pending_hq, pending_m);
+      bulk_wait_all();  // the staging tile is released at exit; the postprocess kernel reads dq_accum
+    }
+  }
+#endif
   store_frag<Elem, TileK>(smem + T::kOffK, acc_dk, kv_row0, kv_col0, lane, p.scale);
   store_frag<Elem, TileK>(smem + T::kOffV, acc_dv, kv_row0, kv_col0, lane, 1.f);
   __syncthreads();

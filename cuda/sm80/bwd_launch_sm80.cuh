@@ -30,45 +30,81 @@ using BwdTraitsFor = std::conditional_t<
     std::conditional_t<(kHeadDim <= 128), BwdTraits<Elem, kHeadDim, 64, 128, 8, 2, 4, (kHeadDim == 128 ? 2 : 4)>,
                        BwdTraits<Elem, kHeadDim, 64, 64, 8, 2, 4, 4>>>;
 
+// Parts with less shared memory per block than the table tile needs (sm_80 / sm_87: 163 KB,
+// sm_86 / sm_89: 99 KB; the table is sized for sm_90's 227 KB) take 64 x 64 tiles: 73 KB at
+// d = 64, 123 KB at d = 128 (the d > 128 table tile itself). Buckets whose smallest tile still does
+// not fit are not served there (bwd_smem_bytes_sm80 returns 0 and the host falls back).
+template <typename Elem, int kHeadDim>
+using BwdTraitsSmallSmemFor = BwdTraits<Elem, kHeadDim, 64, 64, 8, 2, 4, 4>;
+
+// Dynamic shared memory of one traits configuration on a device of compute capability `major`
+// (sm_90 code adds the dQ staging tile).
+template <typename T>
+constexpr int smem_bytes_on(int major) {
+  return major >= 9 ? T::kSmemBytesSm90 : T::kSmemBytes;
+}
+
+// 0: the table tile fits; 1: the small tile; -1: neither fits in `optin_bytes`.
+template <int kHeadDim>
+constexpr int bwd_tile_choice(int major, int optin_bytes) {
+  using T = BwdTraitsFor<__half, kHeadDim>;
+  using S = BwdTraitsSmallSmemFor<__half, kHeadDim>;
+  if (smem_bytes_on<T>(major) <= optin_bytes) return 0;
+  if (!std::is_same_v<T, S> && smem_bytes_on<S>(major) <= optin_bytes) return 1;
+  return -1;
+}
+
+template <typename T>
+cudaError_t launch_bwd_main(const AttnBwdParams& params, cudaStream_t stream, int major) {
+  const LinearTileScheduler keys_sched{ceil_div(params.seqlen_k, T::kBlockN), params.heads_kv, params.batch};
+  if (keys_sched.grid_size() > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  // Runs even when no query row exists (dense seqlen_q == 0): it must still write dK = dV = 0.
+  if (keys_sched.grid_size() == 0) return cudaSuccess;
+  auto kernel = flashsdpa_bwd_sm80_dkdv_kernel<T>;
+  const int smem_bytes = smem_bytes_on<T>(major);
+  // Set on every call (about a microsecond): the attribute is per device, and a static
+  // "done once" flag would be wrong on the second GPU of a multi-GPU process.
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (err != cudaSuccess) return err;
+  kernel<<<static_cast<unsigned>(keys_sched.grid_size()), T::kThreads, smem_bytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
 }  // namespace bwd_sm80
 
 template <typename Elem, int kHeadDim>
 cudaError_t run_bwd_sm80_(const AttnBwdParams& params, cudaStream_t stream) {
   using namespace bwd_sm80;
-  using T = BwdTraitsFor<Elem, kHeadDim>;
+  const int major = params.cc_major;
+  const int choice = bwd_tile_choice<kHeadDim>(major, params.smem_optin_bytes);
+  if (choice < 0) return cudaErrorNotSupported;  // the host checks bwd_smem_bytes_sm80 first
+  cudaError_t err = cudaSuccess;
 
   const LinearTileScheduler rows_sched{ceil_div(params.seqlen_q, kPrePostRows), params.heads_q,
                                        params.batch};
-  const LinearTileScheduler keys_sched{ceil_div(params.seqlen_k, T::kBlockN), params.heads_kv,
-                                       params.batch};
   // 1-D grids: gridDim.x goes to 2^31 - 1, far beyond any batch x heads x blocks we can hold.
-  if (rows_sched.grid_size() > 0x7fffffff || keys_sched.grid_size() > 0x7fffffff)
-    return cudaErrorInvalidConfiguration;
+  if (rows_sched.grid_size() > 0x7fffffff) return cudaErrorInvalidConfiguration;
 
   if (rows_sched.grid_size() > 0) {
     flashsdpa_bwd_sm80_preprocess_kernel<Elem, kHeadDim>
         <<<static_cast<unsigned>(rows_sched.grid_size()), kPrePostThreads, 0, stream>>>(params);
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-  }
-
-  // Runs even when no query row exists (dense seqlen_q == 0): it must still write dK = dV = 0.
-  if (keys_sched.grid_size() > 0) {
-    auto kernel = flashsdpa_bwd_sm80_dkdv_kernel<T>;
-    // Set on every call (about a microsecond): the attribute is per device, and a static
-    // "done once" flag would be wrong on the second GPU of a multi-GPU process.
-    cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
-    if (err != cudaSuccess) return err;
-    kernel<<<static_cast<unsigned>(keys_sched.grid_size()), T::kThreads, T::kSmemBytes, stream>>>(params);
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
 
+  using Table = BwdTraitsFor<Elem, kHeadDim>;
+  using Small = BwdTraitsSmallSmemFor<Elem, kHeadDim>;
+  if constexpr (std::is_same_v<Table, Small>) {
+    err = launch_bwd_main<Table>(params, stream, major);
+  } else {
+    err = choice == 0 ? launch_bwd_main<Table>(params, stream, major) : launch_bwd_main<Small>(params, stream, major);
+  }
+  if (err != cudaSuccess) return err;
+
   if (rows_sched.grid_size() > 0) {
     flashsdpa_bwd_sm80_dq_postprocess_kernel<Elem, kHeadDim>
         <<<static_cast<unsigned>(rows_sched.grid_size()), kPrePostThreads, 0, stream>>>(params);
-    cudaError_t err = cudaGetLastError();
+    err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -3,6 +3,7 @@
 // (FLASHSDPA_DTYPE_<dtype> and FLASHSDPA_HDIM_<d> definitions), matching the TUs it compiles;
 // the host checks have already rejected anything outside that set.
 #include "flashsdpa/kernels.h"
+#include "sm80/bwd_launch_sm80.cuh"  // the backward tile table (traits only; no kernel is instantiated here)
 #include "sm80/launch_sm80.h"
 
 #include <cuda_bf16.h>
@@ -11,30 +12,35 @@
 namespace flashsdpa {
 namespace {
 
-template <typename Elem, typename Params, typename Launch>
-cudaError_t by_head_dim(const Params& params, Launch&& launch) {
-  const int bucket = head_dim_bucket(params.head_dim_qk, params.head_dim_v);
+// fn(std::integral_constant<int, bucket>) for a compiled head-dim bucket, else `none`.
+template <typename Fn, typename R>
+R by_bucket(int bucket, Fn&& fn, R none) {
   switch (bucket) {
 #ifdef FLASHSDPA_HDIM_32
-    case 32: return launch(std::integral_constant<int, 32>{});
+    case 32: return fn(std::integral_constant<int, 32>{});
 #endif
 #ifdef FLASHSDPA_HDIM_64
-    case 64: return launch(std::integral_constant<int, 64>{});
+    case 64: return fn(std::integral_constant<int, 64>{});
 #endif
 #ifdef FLASHSDPA_HDIM_96
-    case 96: return launch(std::integral_constant<int, 96>{});
+    case 96: return fn(std::integral_constant<int, 96>{});
 #endif
 #ifdef FLASHSDPA_HDIM_128
-    case 128: return launch(std::integral_constant<int, 128>{});
+    case 128: return fn(std::integral_constant<int, 128>{});
 #endif
 #ifdef FLASHSDPA_HDIM_192
-    case 192: return launch(std::integral_constant<int, 192>{});
+    case 192: return fn(std::integral_constant<int, 192>{});
 #endif
 #ifdef FLASHSDPA_HDIM_256
-    case 256: return launch(std::integral_constant<int, 256>{});
+    case 256: return fn(std::integral_constant<int, 256>{});
 #endif
-    default: return cudaErrorNotSupported;
+    default: return none;
   }
+}
+
+template <typename Elem, typename Params, typename Launch>
+cudaError_t by_head_dim(const Params& params, Launch&& launch) {
+  return by_bucket(head_dim_bucket(params.head_dim_qk, params.head_dim_v), launch, cudaErrorNotSupported);
 }
 
 template <typename Params, typename LaunchForElem>
@@ -58,6 +64,19 @@ int run_fwd_sm80(const AttnFwdParams& params, void* stream) {
     using Elem = decltype(elem);
     return by_head_dim<Elem>(params, [&](auto hdim) { return run_fwd_sm80_<Elem, decltype(hdim)::value>(params, s); });
   });
+}
+
+int bwd_smem_bytes_sm80(int head_dim_qk, int head_dim_v, int major, int smem_optin_bytes) {
+  using namespace bwd_sm80;
+  const auto bytes = [&](auto hdim) {
+    constexpr int kHeadDim = decltype(hdim)::value;  // shared memory is the same for both dtypes
+    switch (bwd_tile_choice<kHeadDim>(major, smem_optin_bytes)) {
+      case 0: return smem_bytes_on<BwdTraitsFor<__half, kHeadDim>>(major);
+      case 1: return smem_bytes_on<BwdTraitsSmallSmemFor<__half, kHeadDim>>(major);
+      default: return 0;
+    }
+  };
+  return by_bucket(head_dim_bucket(head_dim_qk, head_dim_v), bytes, 0);
 }
 
 int run_bwd_sm80(const AttnBwdParams& params, void* stream) {

@@ -47,18 +47,6 @@ cudaError_t launch_fwd_sm80(const AttnFwdParams& params, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// The device's opt-in shared memory per block, cached per device (one attribute query each).
-inline int max_smem_per_block_optin(int device) {
-  static std::atomic<int> cached[64] = {};
-  if (device < 0 || device >= 64) return 0;
-  int bytes = cached[device].load(std::memory_order_relaxed);
-  if (bytes == 0) {
-    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) return 0;
-    cached[device].store(bytes, std::memory_order_relaxed);
-  }
-  return bytes;
-}
-
 template <typename Elem, int kHeadDim>
 cudaError_t run_fwd_sm80_(const AttnFwdParams& params, cudaStream_t stream) {
   constexpr FwdTileShapeSm80 kShape = fwd_tile_shape_sm80(kHeadDim);
@@ -66,10 +54,7 @@ cudaError_t run_fwd_sm80_(const AttnFwdParams& params, cudaStream_t stream) {
   // sm_80 and sm_90 give every bucket its table tile; only parts with 99 KB per block (sm_86,
   // sm_89) fall back to the smaller tile for d > 192.
   if constexpr (Traits::kSmemBytes > 99 * 1024) {
-    int device = 0;
-    const cudaError_t err = cudaGetDevice(&device);
-    if (err != cudaSuccess) return err;
-    if (max_smem_per_block_optin(device) < Traits::kSmemBytes) {
+    if (params.smem_optin_bytes < Traits::kSmemBytes) {
       constexpr FwdTileShapeSm80 kSmall = fwd_tile_shape_sm80_small_smem(kHeadDim);
       return launch_fwd_sm80<FwdTraitsSm80<Elem, kHeadDim, kSmall.block_m, kSmall.block_n, kSmall.warps>>(
           params, stream);

@@ -16,6 +16,10 @@ namespace flashsdpa {
 // Dispatches on dtype x head-dim bucket inside (cuda/sm80/dispatch_sm80.cu).
 int run_fwd_sm80(const AttnFwdParams& params, void* stream);
 int run_bwd_sm80(const AttnBwdParams& params, void* stream);
+// Dynamic shared memory the backward's main kernel takes for this head-dim pair on a device of
+// compute capability `major` with `smem_optin_bytes` per block, or 0 when no tile fits there (or
+// no bucket serves the pair): the host then leaves the backward to PyTorch.
+int bwd_smem_bytes_sm80(int head_dim_qk, int head_dim_v, int major, int smem_optin_bytes);
 
 // The head-dim bucket (the kernel's compile-time kHeadDim) that serves max(head_dim_qk, head_dim_v),
 // or 0 if this build has none large enough. Buckets are the compiled head dims (FLASHSDPA_HEAD_DIMS).

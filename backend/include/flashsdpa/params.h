@@ -55,7 +55,10 @@ struct AttnFwdParams {
 
   CausalMode causal;
   DType dtype;
-  int32_t num_sms;   // of the launch device; schedulers may size persistent grids from it
+  // Facts of the launch device, filled by the host launcher (backend/src/launch.cpp):
+  int32_t num_sms;           // schedulers may size persistent grids from it
+  int32_t cc_major;          // compute capability major: sm_90 code takes more shared memory
+  int32_t smem_optin_bytes;  // dynamic shared memory a block may opt in to: picks the tiles
 };
 
 // Backward: dO, and the forward's O and LSE in; dQ, dK, dV out. The host reports the workspace

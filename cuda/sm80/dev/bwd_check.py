@@ -269,6 +269,8 @@ def run_bench(quick: bool):
 
     rows = []
     seqlens = (2048, 8192) if quick else (2048, 4096, 8192, 16384)
+    if os.environ.get("BENCH_SEQLENS"):  # e.g. "2048,16384"
+        seqlens = tuple(int(x) for x in os.environ["BENCH_SEQLENS"].split(","))
     for d in (64, 128):
         for causal in (False, True):
             for s in seqlens:

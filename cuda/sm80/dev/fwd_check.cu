@@ -311,6 +311,8 @@ bool run_case(const Case& c, uint64_t seed) {
   p.causal = CausalMode(c.causal);
   p.dtype = c.bf16 ? DType::kBFloat16 : DType::kFloat16;
   p.num_sms = 132;
+  p.cc_major = 9;
+  p.smem_optin_bytes = 227 * 1024;
   const int bucket = c.bucket ? c.bucket : bucket_for(std::max(c.Dqk, c.Dv));
   cudaError_t err = c.bf16 ? run_bucket<__nv_bfloat16>(bucket, p) : run_bucket<__half>(bucket, p);
   CHECK_CUDA(err);
