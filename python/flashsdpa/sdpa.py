@@ -38,10 +38,14 @@ _FLASH = 1  # int(torch.nn.attention.SDPBackend.FLASH_ATTENTION), the value _sdp
 
 # ---- outputs in each op's meta contract (torch/_meta_registrations.py) ---------------------------
 
-# (device, dtype) -> templates of rng_state uint64[2] and the unused offset uint64[], and the empty
-# debug mask itself. torch.empty_like of a template skips most of torch.empty's argument parsing
-# (about a microsecond per tensor on the routers' hot path).
-_SPARES: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor, Tensor]] = {}
+# (device index, dtype) -> templates of rng_state uint64[2] and the unused offset uint64[], and the
+# empty debug mask itself. torch.empty_like of a template skips most of torch.empty's argument
+# parsing (about a microsecond per tensor on the routers' hot path); keying on get_device()'s int
+# rather than the torch.device saves another 60 ns per call (1.95 -> 1.89 us on CPU, against 1.58
+# for the two allocations alone). The float32 LSE is allocated as query.new_empty(B, H, S,
+# dtype=torch.float32): with the sizes as separate ints the cheapest spelling measured (1.07 us on
+# CPU, against 1.20 for torch.empty(..., device=query.device) and 1.52 with the sizes as one tuple).
+_SPARES: dict[tuple[int, torch.dtype], tuple[Tensor, Tensor, Tensor]] = {}
 
 
 def _unused_outputs(query: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -52,11 +56,10 @@ def _unused_outputs(query: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     recycle a dead output's memory. The zero-element debug mask is shared: it has no memory to
     write into, so sharing it cannot alias anything, and it saves an allocation.
     """
-    key = (query.device, query.dtype)
-    spares = _SPARES.get(key)
+    spares = _SPARES.get((query.get_device(), query.dtype))
     if spares is None:
         device = query.device
-        spares = _SPARES[key] = (
+        spares = _SPARES[(query.get_device(), query.dtype)] = (
             torch.empty(2, dtype=torch.uint64, device=device),
             torch.empty((), dtype=torch.uint64, device=device),
             torch.empty(0, dtype=query.dtype, device=device),
@@ -158,7 +161,7 @@ def _sdpa_flash_forward(
         return _fall_back(_SDPA_FWD, _SDPA_FWD_COUNTS, reason, keyset, args, {"scale": scale})
     batch, heads, seqlen_q, head_dim = query.shape
     out = torch.empty_like(query)
-    lse = torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=query.device)
+    lse = query.new_empty(batch, heads, seqlen_q, dtype=torch.float32)
     _backend.launch_fwd(query, key, value, out, lse, _softmax_scale(scale, head_dim), 2 if is_causal else 0)
     _SDPA_FWD_COUNTS[0] += 1
     return (out, lse, None, None, seqlen_q, key.shape[2], *_unused_outputs(query))
@@ -279,14 +282,14 @@ def _flash_forward_run(plan: _FlashPlan, out: Tensor, args: tuple[Any, ...], kwa
     cum_seq_q, cum_seq_k, max_q, max_k = args[3:7]
     scale = _softmax_scale(kwargs.get("scale"), plan.q.shape[-1])
     if plan.varlen:
-        lse = torch.empty(plan.q.shape[1], plan.q.shape[0], dtype=torch.float32, device=out.device)
+        lse = out.new_empty(plan.q.shape[1], plan.q.shape[0], dtype=torch.float32)
         seqused_k = kwargs.get("seqused_k")
         _backend.launch_fwd_varlen(
             plan.q, plan.k, plan.v, out, lse, cum_seq_q, cum_seq_k, seqused_k, max_q, max_k, scale, plan.causal
         )
     else:
         batch, heads, seqlen_q = plan.q.shape[:3]
-        lse = torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=out.device)
+        lse = out.new_empty(batch, heads, seqlen_q, dtype=torch.float32)
         _backend.launch_fwd(plan.q, plan.k, plan.v, out.transpose(1, 2), lse, scale, plan.causal)
     return lse
 
