@@ -451,12 +451,17 @@ def _sdpa_arguments(
     return query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
 
 
-def _direct_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor | None:
+def _direct_sdpa(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Any,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> Tensor | None:
     """Run an SDPA call that PyTorch's flash path turns away on our op; None leaves it to SDPA."""
-    try:
-        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = _sdpa_arguments(*args, **kwargs)
-    except TypeError:
-        return None  # let SDPA report its own argument error
     if not isinstance(query, Tensor) or not query.is_cuda:
         return None
     # An sdpa_kernel context (or enable_flash_sdp(False)) that excludes flash keeps the call away
@@ -468,6 +473,36 @@ def _direct_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor | None
         return None
     scale_ = _softmax_scale(scale, query.shape[-1])
     return torch.ops.flashsdpa.fwd.default(query, key, value, scale_, mode)[0]
+
+
+def _flash_path_shapes(query: Any, key: Any, value: Any, is_causal: bool) -> bool:
+    """For a call without attn_mask: whether PyTorch's flash path accepts its shapes as they are
+    (value head dim equal to the query's; equal lengths when causal), so that _direct_sdpa has
+    nothing to decide. That is the common call: skipping _direct_sdpa's flag reads and tensor
+    checks takes the mode's decision from 1.4-1.6 us to 0.45-0.75 us (CPU, timeit).
+
+    Anything whose shapes it cannot read (non-tensors, fewer than two dims, strided nested
+    tensors) answers False: _direct_sdpa then decides as it always has.
+    """
+    try:
+        shape = query.shape  # read once: each .shape builds a torch.Size (about 0.1 us)
+        return value.shape[-1] == shape[-1] and (not is_causal or shape[-2] == key.shape[-2])
+    except (AttributeError, IndexError, RuntimeError, TypeError):
+        return False
+
+
+def _route_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor | None:
+    """The mode's decision for one F.scaled_dot_product_attention call: its output when the mode
+    serves it, None when SDPA runs it (reaching the routers when PyTorch's flash path takes it)."""
+    try:
+        # Python's own binding of SDPA's signature is the cheapest reading of the call (0.1 to
+        # 0.2 us on CPU, with any mix of positional and keyword arguments) and the exact one.
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = _sdpa_arguments(*args, **kwargs)
+    except TypeError:
+        return None  # let SDPA report its own argument error
+    if attn_mask is None and _flash_path_shapes(query, key, value, is_causal):
+        return None
+    return _direct_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
 class _FlashSDPAMode(TorchFunctionMode):
@@ -488,7 +523,7 @@ class _FlashSDPAMode(TorchFunctionMode):
         if kwargs is None:
             kwargs = {}
         if func is _SDPA:
-            out = _direct_sdpa(args, kwargs)
+            out = _route_sdpa(args, kwargs)
             if out is not None:
                 return out
         return func(*args, **kwargs)
