@@ -71,8 +71,17 @@ def outcome(call: Callable[[], Tensor]) -> Tensor | tuple[type[BaseException], s
 
 def same(a: Tensor | tuple[type[BaseException], str], b: Tensor | tuple[type[BaseException], str]) -> bool:
     if isinstance(a, Tensor) and isinstance(b, Tensor):
+        if a.is_nested or b.is_nested:
+            return a.is_nested and b.is_nested and all(same(x, y) for x, y in zip(a.unbind(), b.unbind()))
         return a.shape == b.shape and a.stride() == b.stride() and torch.equal(a, b)
     return a == b
+
+
+def strided_nested() -> list[Tensor]:
+    """(B, H, *, D) nested tensors of the strided layout: type Tensor, but without .shape."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "nested tensors are in prototype stage"
+        return [torch.nested.nested_tensor([torch.randn(2, s, 64, dtype=BF16) for s in (5, 9)]) for _ in range(3)]
 
 
 def _mask_lower_right(sq: int, sk: int) -> Any:
@@ -103,6 +112,7 @@ CALLS: list[tuple[str, Callable[[], list[Tensor]], tuple[Any, ...], dict[str, An
     ("causal_lower_right mask: our op", lambda: tensors(sq=5, sk=9), (), {"attn_mask": _mask_lower_right(5, 9)},
      "ours"),
     ("boolean mask: SDPA", tensors, (), {"attn_mask": torch.ones(8, 8, dtype=torch.bool)}, "sdpa"),
+    ("strided nested tensors: SDPA", strided_nested, (), {"is_causal": True}, "sdpa"),
     ("gqa without enable_gqa, causal sq != sk: SDPA's error", lambda: tensors(hq=4, hkv=2, sq=5, sk=9), (),
      {"is_causal": True}, "sdpa"),
     ("unknown keyword: SDPA's error", tensors, (), {"causal": True}, "parser"),

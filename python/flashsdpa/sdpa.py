@@ -462,8 +462,8 @@ def _direct_sdpa(
     enable_gqa: bool,
 ) -> Tensor | None:
     """Run an SDPA call that PyTorch's flash path turns away on our op; None leaves it to SDPA."""
-    if not isinstance(query, Tensor) or not query.is_cuda:
-        return None
+    if not isinstance(query, Tensor) or not query.is_cuda or query.is_nested:
+        return None  # nested tensors take SDPA's road (to the varlen routers); strided ones have no .shape
     # An sdpa_kernel context (or enable_flash_sdp(False)) that excludes flash keeps the call away
     # from us too. Read in eager only: Dynamo cannot trace the flag (and does not guard on it).
     if not torch.compiler.is_compiling() and not torch.backends.cuda.flash_sdp_enabled():
@@ -482,7 +482,7 @@ def _flash_path_shapes(query: Any, key: Any, value: Any, is_causal: bool) -> boo
     checks takes the mode's decision from 1.4-1.6 us to 0.45-0.75 us (CPU, timeit).
 
     Anything whose shapes it cannot read (non-tensors, fewer than two dims, strided nested
-    tensors) answers False: _direct_sdpa then decides as it always has.
+    tensors) answers False: _direct_sdpa then decides.
     """
     try:
         shape = query.shape  # read once: each .shape builds a torch.Size (about 0.1 us)
