@@ -448,13 +448,17 @@ _EAGER_COUNTS = selection.counter(EAGER_SDPA)
 # What the eager path asks on every call, bound to module names: one global lookup instead of an
 # attribute chain saves 20-40 ns a call on CPU (torch.is_grad_enabled(): 57 -> 37 ns), and the C
 # function behind torch.backends.cuda.flash_sdp_enabled() costs 40 ns against the wrapper's 155.
+# The torch._C internals fall back to answers that keep every call on the usual roads, should a
+# torch lack one (all exist from 2.0 to 2.14).
 _is_grad_enabled = torch.is_grad_enabled
 _is_compiling = torch.compiler.is_compiling
 _is_autocast_enabled = torch.is_autocast_enabled
-_functorch_active = torch._C._are_functorch_transforms_active
-_function_modes = torch._C._len_torch_function_stack
-_dispatch_modes = torch._C._len_torch_dispatch_stack
-_flash_sdp_enabled = torch._C._get_flash_sdp_enabled
+_functorch_active: Callable[[], bool] = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+_function_modes: Callable[[], int] = getattr(torch._C, "_len_torch_function_stack", lambda: 1)
+_dispatch_modes: Callable[[], int] = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 1)
+_flash_sdp_enabled: Callable[[], bool] = getattr(
+    torch._C, "_get_flash_sdp_enabled", torch.backends.cuda.flash_sdp_enabled
+)
 _sdp_priority_order = getattr(torch._C, "_get_sdp_priority_order", None)
 
 
@@ -534,7 +538,7 @@ def _eager_skip_reason(query: Any, key: Any, value: Any, dropout_p: float, enabl
         return "not a dense CUDA tensor"
     if _is_autocast_enabled("cuda"):
         return "CUDA autocast: SDPA casts the inputs first"
-    if forward_ad._current_level >= 0 or _functorch_active():
+    if getattr(forward_ad, "_current_level", 0) >= 0 or _functorch_active():  # no attribute: as if a level were on
         return "forward AD or a functorch transform (vmap, grad, ...) is active: it wraps SDPA's ops"
     if _function_modes() or _dispatch_modes():
         # Counted with this mode off its stack: only modes below it, and every dispatch mode.
