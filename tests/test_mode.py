@@ -1,6 +1,8 @@
 # test_mode.py: the decisions of flashsdpa's TorchFunctionMode on F.scaled_dot_product_attention
-# calls: the shortcut for calls PyTorch's flash path takes as they are, and the road of every
-# other call (our op for the calls PyTorch's flash path turns away, SDPA for the rest).
+# calls: the shortcut for calls PyTorch's flash path takes as they are, the road of every other
+# call (our op for the calls PyTorch's flash path turns away, SDPA for the rest), and the eager
+# path (calls without autograd run on our kernel from the mode): when it serves, with what
+# arguments, and each condition that keeps a call off it.
 #
 # CPU only: real CPU tensors pass for CUDA ones (Tensor.is_cuda patched to True) with a stand-in
 # CUDA build (conftest.FakeCudaBuild), so that every decision runs as on a GPU; flashsdpa's op then

@@ -449,7 +449,7 @@ _EAGER_COUNTS = selection.counter(EAGER_SDPA)
 # attribute chain saves 20-40 ns a call on CPU (torch.is_grad_enabled(): 57 -> 37 ns), and the C
 # function behind torch.backends.cuda.flash_sdp_enabled() costs 40 ns against the wrapper's 155.
 # The torch._C internals fall back to answers that keep every call on the usual roads, should a
-# torch lack one (all exist from 2.0 to 2.14).
+# torch lack one (torch 2.13 has them all).
 _is_grad_enabled = torch.is_grad_enabled
 _is_compiling = torch.compiler.is_compiling
 _is_autocast_enabled = torch.is_autocast_enabled
