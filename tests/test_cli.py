@@ -71,3 +71,25 @@ def test_bench_without_gpu_runs_the_self_check(capsys) -> None:
     assert cli.main(["bench"]) == 0
     out = capsys.readouterr().out
     assert "No CUDA GPU" in out and "self-check: all passed" in out
+
+
+def test_overhead_report(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The overhead report's fields and table, run on CPU tensors (no GPU here: the numbers mean
+    nothing, the structure is what is checked; the fields of earlier reports stay)."""
+    randn = torch.randn
+    monkeypatch.setattr(torch, "randn", lambda *size, device=None, **kwargs: randn(*size, **kwargs))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    o = bench._overhead_us(torch.bfloat16, rounds=3, calls_per_round=2)
+    assert {"shape", "dtype", "us_per_call", "shim_overhead_us", "bar_us", "status"} <= set(o)
+    assert o["shape"] == [1, 4, 64, 64] and o["dtype"] == "bfloat16" and o["bar_us"] == 6.0 and o["status"] == {}
+    assert set(o["us_per_call"]) == {"torch-flash", "flashsdpa-sdpa", "flashsdpa"}
+    assert set(o["grad_us_per_call"]) == {"torch-flash", "flashsdpa-sdpa"}
+    us, grad = o["us_per_call"], o["grad_us_per_call"]
+    assert o["shim_overhead_us"] == pytest.approx(us["flashsdpa-sdpa"] - us["torch-flash"])
+    assert o["grad_shim_overhead_us"] == pytest.approx(grad["flashsdpa-sdpa"] - grad["torch-flash"])
+    assert (o["rounds"], o["calls_per_round"]) == (3, 2) and len(o["us_spread"]) == 5
+    json.dumps(o)  # goes into results.json as it is
+    bench._print_overhead(o)
+    out = capsys.readouterr().out
+    assert "median of 3 interleaved rounds" in out and "us bar, judged without grad)" in out
+    assert out.count("\n  flashsdpa-sdpa ") == 1 and "shim overhead" in out

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -446,7 +447,14 @@ def test_launch_fwd_dense_arguments(recorded_build: Any) -> None:
     [(name, args)] = recorded_build.calls
     assert name == "fwd"
     assert args[:5] == (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
-    assert args[5:10] == ((8192, 64, 512), (3072, 1536, 64), (3072, 1536, 64), (8192, 64, 512), (128, 16, 1))
+    # Strides go whole (no slice): _C reads the first three items, (batch, head, row).
+    assert args[5:10] == (
+        (8192, 64, 512, 1),
+        (3072, 1536, 64, 1),
+        (3072, 1536, 64, 1),
+        (8192, 64, 512, 1),
+        (128, 16, 1),
+    )
     assert args[10:17] == (2, 8, 2, 16, 24, 64, 64)
     assert args[17:] == (0, 0, 0, 0.125, 1, 1, -1, 77)  # no varlen; scale, causal, bf16 = 1, device, stream
 
@@ -489,6 +497,51 @@ def test_launch_bwd_varlen_arguments(recorded_build: Any) -> None:
     assert args[14] == (0, 30, 1)  # the LSE: (H, total)
     assert args[18:25] == (2, 4, 4, 20, 20, 64, 64) and args[25:28] == (cu.data_ptr(), cu.data_ptr(), 0)
     assert args[33] == 30  # total_q
+
+
+# The real _C (a CUDA build or a CPU-only one: both parse the strides before anything else runs).
+needs_c = pytest.mark.skipif(_backend._C is None, reason=f"flashsdpa._C not importable: {_backend.IMPORT_ERROR}")
+
+
+def _fwd_args(q_strides: Any, batch: int = 1) -> tuple[Any, ...]:
+    """_C.fwd's 25 positional arguments for a (1, 4, 64, 64) problem with these query strides."""
+    rows = (16384, 4096, 64, 1)
+    return (1, 2, 3, 4, 5, q_strides, rows, rows, rows, (256, 64, 1),
+            batch, 4, 4, 64, 64, 64, 64, 0, 0, 0, 0.125, 0, 1, 0, 0)  # fmt: skip
+
+
+@needs_c
+@pytest.mark.parametrize(
+    "q_strides",
+    [(16384, 4096), [16384, 4096, 64], (16384, 4096.0, 64), (16384, 2**63, 64)],
+    ids=["short", "list", "float", "overflow"],
+)
+def test_c_rejects_bad_stride_arguments(q_strides: Any) -> None:
+    message = f"q_strides={q_strides!r}: needs a tuple of at least 3 ints (batch, head, row strides in elements)"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        _backend._C.fwd(*_fwd_args(q_strides))
+
+
+@needs_c
+def test_c_names_the_first_bad_stride_argument() -> None:
+    args = list(_fwd_args((16384, 4096, 64, 1)))
+    args[7], args[9] = (1,), (2,)  # v_strides and lse_strides
+    with pytest.raises(ValueError, match=r"^v_strides=\(1,\): "):
+        _backend._C.fwd(*args)
+    bwd_strides = [(4096, 64, 1)] * 9
+    bwd_strides[6], bwd_strides[8] = (1, 2), ()  # dq_strides and dv_strides
+    with pytest.raises(ValueError, match=r"^dq_strides=\(1, 2\): "):
+        _backend._C.bwd(
+            *range(1, 10), *bwd_strides, *(1, 4, 4, 64, 64, 64, 64, 0, 0, 0, 0.125, 0, 1, 256, 4096, -1, 0, 0)
+        )
+
+
+@needs_c
+def test_c_reads_the_first_three_items_of_longer_stride_tuples() -> None:
+    # A whole Tensor.stride() passes the stride parsing; batch=0 then fails the first size check,
+    # before anything touches a GPU (so this runs on CPU-only machines and builds alike).
+    with pytest.raises(ValueError, match=r"^batch=0: must be >= 1"):
+        _backend._C.fwd(*_fwd_args((16384, 4096, 64, 1), batch=0))
 
 
 def test_backward_routers_leave_deterministic_runs_to_pytorch(

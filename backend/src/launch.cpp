@@ -51,11 +51,22 @@ std::string family_for(int major) {
   return "";
 }
 
+// The number of visible devices, asked once: it is fixed when the CUDA runtime initializes
+// (CUDA_VISIBLE_DEVICES is read then), and every launch checks its device against it. A failed
+// query (no driver) is not cached: a static whose initializer throws is initialized again next time.
+int visible_device_count() {
+  static const int count = [] {
+    int n = 0;
+    throw_on_error(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
+    return n;
+  }();
+  return count;
+}
+
 const DeviceInfo& cached_device_info(int device) {
   static std::array<DeviceInfo, kMaxDevices> infos;
   static std::array<std::once_flag, kMaxDevices> flags;
-  int count = 0;
-  throw_on_error(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  const int count = visible_device_count();
   if (device < 0 || device >= count || device >= kMaxDevices)
     throw std::invalid_argument("device=" + std::to_string(device) + ": no such CUDA device (" +
                                 std::to_string(count) + " visible)");

@@ -165,15 +165,20 @@ def aligned_rows(t: Tensor) -> Tensor:
     return t.clone(memory_format=torch.contiguous_format)
 
 
-_get_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-
-
-def _current_stream(index: int) -> int:
-    # torch._C._cuda_getCurrentRawStream is what Inductor's generated code calls: an int, no
-    # Stream object. torch.cuda.current_stream is the public spelling, kept for builds without it.
-    if _get_raw_stream is not None:
-        return _get_raw_stream(index)
+def _public_current_stream(index: int) -> int:
     return torch.cuda.current_stream(index).cuda_stream
+
+
+# The current CUDA stream of a device as an int. torch._C._cuda_getCurrentRawStream is what
+# Inductor's generated code calls: no Stream object, and bound here directly rather than behind a
+# wrapper function (a Python call saved per launch). torch.cuda.current_stream is the public
+# spelling, kept for builds without it.
+_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _public_current_stream)
+
+# The launch wrappers pass Tensor.stride() whole: _C reads the first three items (batch, head,
+# row) of a tuple of three or more, and a [:3] slice per tensor cost Python ~45 ns (4 per
+# forward, 8 per backward), on top of _C's old tuple-to-array conversion (~100 ns per stride
+# argument; CPU timings, see scripts/dev/overhead_probe.py for the GPU's).
 
 
 def launch_fwd(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: float, causal: int) -> None:
@@ -182,11 +187,11 @@ def launch_fwd(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale:
     Callers have checked the problem (``selection.dense_reason``) and that it is non-empty.
     """
     batch, heads_q, seqlen_q, head_dim_qk = q.shape
-    heads_kv, seqlen_k, head_dim_v = v.shape[1], v.shape[2], v.shape[3]
+    _, heads_kv, seqlen_k, head_dim_v = v.shape  # one unpack: three v.shape[i] reads cost 2.5x as much
     device = q.get_device()
     _C.fwd(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-        q.stride()[:3], k.stride()[:3], v.stride()[:3], out.stride()[:3], lse.stride(),
+        q.stride(), k.stride(), v.stride(), out.stride(), lse.stride(),
         batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v,
         0, 0, 0,
         scale, causal, DTYPE_CODES[q.dtype], device, _current_stream(device),
@@ -251,15 +256,15 @@ def launch_bwd(
 ) -> None:
     """Backward on dense (B, H, S, D) views: writes ``dq``, ``dk``, ``dv``."""
     batch, heads_q, seqlen_q, head_dim_qk = q.shape
-    heads_kv, seqlen_k, head_dim_v = v.shape[1], v.shape[2], v.shape[3]
+    _, heads_kv, seqlen_k, head_dim_v = v.shape
     device = q.get_device()
     nbytes = _C.bwd_workspace_bytes(batch, heads_q, seqlen_q, head_dim_qk, head_dim_v, -1)
     workspace = _workspace(nbytes, q)
     _C.bwd(
         dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
         dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-        dout.stride()[:3], q.stride()[:3], k.stride()[:3], v.stride()[:3], out.stride()[:3], lse.stride(),
-        dq.stride()[:3], dk.stride()[:3], dv.stride()[:3],
+        dout.stride(), q.stride(), k.stride(), v.stride(), out.stride(), lse.stride(),
+        dq.stride(), dk.stride(), dv.stride(),
         batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v,
         0, 0, 0,
         scale, causal, DTYPE_CODES[q.dtype], workspace.data_ptr(), nbytes, -1, device, _current_stream(device),

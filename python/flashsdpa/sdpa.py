@@ -5,7 +5,9 @@
 # kernel PyTorch had there (captured before we registered); (2) activation: enable() / install()
 # / the torch.nn.attention registry entry "FLASHSDPA", refcounted, which registers the routers,
 # puts PyTorch's FLASH backend first in SDPA's priority order (on Hopper PyTorch prefers cuDNN)
-# and pushes a TorchFunctionMode, and on the last exit undoes all three exactly.
+# and pushes a TorchFunctionMode, and on the last exit undoes all three exactly. The mode sends
+# the SDPA calls PyTorch's flash path turns away to our op, and runs eager calls that need no
+# autograd on our kernel itself (the eager path, which skips SDPA's dispatch and the router).
 #
 # Routers never override aten::scaled_dot_product_attention itself (that breaks autograd and is
 # ignored by torch.compile) and never register at Meta / Autograd: autograd, autocast, fake
@@ -24,9 +26,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd import forward_ad
 from torch.overrides import TorchFunctionMode
 
-from flashsdpa import _backend, selection
+from flashsdpa import _backend, ops, selection
 
 __all__ = ["REGISTRY_NAME", "enable", "install", "is_active", "uninstall"]
 
@@ -38,10 +41,14 @@ _FLASH = 1  # int(torch.nn.attention.SDPBackend.FLASH_ATTENTION), the value _sdp
 
 # ---- outputs in each op's meta contract (torch/_meta_registrations.py) ---------------------------
 
-# (device, dtype) -> templates of rng_state uint64[2] and the unused offset uint64[], and the empty
-# debug mask itself. torch.empty_like of a template skips most of torch.empty's argument parsing
-# (about a microsecond per tensor on the routers' hot path).
-_SPARES: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor, Tensor]] = {}
+# (device index, dtype) -> templates of rng_state uint64[2] and the unused offset uint64[], and the
+# empty debug mask itself. torch.empty_like of a template skips most of torch.empty's argument
+# parsing (about a microsecond per tensor on the routers' hot path); keying on get_device()'s int
+# rather than the torch.device saves another 60 ns per call (1.95 -> 1.89 us on CPU, against 1.58
+# for the two allocations alone). The float32 LSE is allocated as query.new_empty(B, H, S,
+# dtype=torch.float32): with the sizes as separate ints the cheapest spelling measured (1.07 us on
+# CPU, against 1.20 for torch.empty(..., device=query.device) and 1.52 with the sizes as one tuple).
+_SPARES: dict[tuple[int, torch.dtype], tuple[Tensor, Tensor, Tensor]] = {}
 
 
 def _unused_outputs(query: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -52,11 +59,10 @@ def _unused_outputs(query: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     recycle a dead output's memory. The zero-element debug mask is shared: it has no memory to
     write into, so sharing it cannot alias anything, and it saves an allocation.
     """
-    key = (query.device, query.dtype)
-    spares = _SPARES.get(key)
+    spares = _SPARES.get((query.get_device(), query.dtype))
     if spares is None:
         device = query.device
-        spares = _SPARES[key] = (
+        spares = _SPARES[(query.get_device(), query.dtype)] = (
             torch.empty(2, dtype=torch.uint64, device=device),
             torch.empty((), dtype=torch.uint64, device=device),
             torch.empty(0, dtype=query.dtype, device=device),
@@ -158,7 +164,7 @@ def _sdpa_flash_forward(
         return _fall_back(_SDPA_FWD, _SDPA_FWD_COUNTS, reason, keyset, args, {"scale": scale})
     batch, heads, seqlen_q, head_dim = query.shape
     out = torch.empty_like(query)
-    lse = torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=query.device)
+    lse = query.new_empty(batch, heads, seqlen_q, dtype=torch.float32)
     _backend.launch_fwd(query, key, value, out, lse, _softmax_scale(scale, head_dim), 2 if is_causal else 0)
     _SDPA_FWD_COUNTS[0] += 1
     return (out, lse, None, None, seqlen_q, key.shape[2], *_unused_outputs(query))
@@ -279,14 +285,14 @@ def _flash_forward_run(plan: _FlashPlan, out: Tensor, args: tuple[Any, ...], kwa
     cum_seq_q, cum_seq_k, max_q, max_k = args[3:7]
     scale = _softmax_scale(kwargs.get("scale"), plan.q.shape[-1])
     if plan.varlen:
-        lse = torch.empty(plan.q.shape[1], plan.q.shape[0], dtype=torch.float32, device=out.device)
+        lse = out.new_empty(plan.q.shape[1], plan.q.shape[0], dtype=torch.float32)
         seqused_k = kwargs.get("seqused_k")
         _backend.launch_fwd_varlen(
             plan.q, plan.k, plan.v, out, lse, cum_seq_q, cum_seq_k, seqused_k, max_q, max_k, scale, plan.causal
         )
     else:
         batch, heads, seqlen_q = plan.q.shape[:3]
-        lse = torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=out.device)
+        lse = out.new_empty(batch, heads, seqlen_q, dtype=torch.float32)
         _backend.launch_fwd(plan.q, plan.k, plan.v, out.transpose(1, 2), lse, scale, plan.causal)
     return lse
 
@@ -434,6 +440,27 @@ def _destroy(lib: torch.library.Library) -> None:
 
 _SDPA = F.scaled_dot_product_attention
 
+# The calls the mode's eager path serves, counted apart from the routers' aten ops so that stats()
+# shows which road a call took.
+EAGER_SDPA = "F.scaled_dot_product_attention (eager, no grad)"
+_EAGER_COUNTS = selection.counter(EAGER_SDPA)
+
+# What the eager path asks on every call, bound to module names: one global lookup instead of an
+# attribute chain saves 20-40 ns a call on CPU (torch.is_grad_enabled(): 57 -> 37 ns), and the C
+# function behind torch.backends.cuda.flash_sdp_enabled() costs 40 ns against the wrapper's 155.
+# The torch._C internals fall back to answers that keep every call on the usual roads, should a
+# torch lack one (torch 2.13 has them all).
+_is_grad_enabled = torch.is_grad_enabled
+_is_compiling = torch.compiler.is_compiling
+_is_autocast_enabled = torch.is_autocast_enabled
+_functorch_active: Callable[[], bool] = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+_function_modes: Callable[[], int] = getattr(torch._C, "_len_torch_function_stack", lambda: 1)
+_dispatch_modes: Callable[[], int] = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 1)
+_flash_sdp_enabled: Callable[[], bool] = getattr(
+    torch._C, "_get_flash_sdp_enabled", torch.backends.cuda.flash_sdp_enabled
+)
+_sdp_priority_order = getattr(torch._C, "_get_sdp_priority_order", None)
+
 
 def _sdpa_arguments(
     query: Tensor,
@@ -448,14 +475,19 @@ def _sdpa_arguments(
     return query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
 
 
-def _direct_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor | None:
+def _direct_sdpa(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Any,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> Tensor | None:
     """Run an SDPA call that PyTorch's flash path turns away on our op; None leaves it to SDPA."""
-    try:
-        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = _sdpa_arguments(*args, **kwargs)
-    except TypeError:
-        return None  # let SDPA report its own argument error
-    if not isinstance(query, Tensor) or not query.is_cuda:
-        return None
+    if not isinstance(query, Tensor) or not query.is_cuda or query.is_nested:
+        return None  # nested tensors take SDPA's road (to the varlen routers); strided ones have no .shape
     # An sdpa_kernel context (or enable_flash_sdp(False)) that excludes flash keeps the call away
     # from us too. Read in eager only: Dynamo cannot trace the flag (and does not guard on it).
     if not torch.compiler.is_compiling() and not torch.backends.cuda.flash_sdp_enabled():
@@ -467,6 +499,93 @@ def _direct_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor | None
     return torch.ops.flashsdpa.fwd.default(query, key, value, scale_, mode)[0]
 
 
+def _flash_path_shapes(query: Any, key: Any, value: Any, is_causal: bool) -> bool:
+    """For a call without attn_mask: whether PyTorch's flash path accepts its shapes as they are
+    (value head dim equal to the query's; equal lengths when causal), so that _direct_sdpa has
+    nothing to decide. That is the common call: skipping _direct_sdpa's flag reads and tensor
+    checks takes the mode's decision from 1.4-1.6 us to 0.45-0.75 us (CPU, timeit).
+
+    Anything whose shapes it cannot read (non-tensors, fewer than two dims, strided nested
+    tensors) answers False: _direct_sdpa then decides.
+    """
+    try:
+        shape = query.shape  # read once: each .shape builds a torch.Size (about 0.1 us)
+        return value.shape[-1] == shape[-1] and (not is_causal or shape[-2] == key.shape[-2])
+    except (AttributeError, IndexError, RuntimeError, TypeError):
+        return False
+
+
+def _eager_skip_reason(query: Any, key: Any, value: Any, dropout_p: float, enable_gqa: bool) -> str | None:
+    """Why a call without attn_mask cannot skip SDPA and run our kernel right here; None if it can.
+    (SDPA's argument parser has run: is_causal and enable_gqa are bools, scale None or a number.)
+
+    The eager path serves what SDPA would send to the routers (or the mode to our op) anyway, with
+    exactly their result, and nothing whose meaning something else on the way would change:
+    autograd, torch.compile, autocast, functorch transforms, forward AD, other torch-function or
+    dispatch modes, tensor subclasses, a flash backend that SDPA would not pick. Each reason is a
+    constant (nothing is formatted: on the training path every call ends here), tested in order of
+    cost and of how often it decides.
+    """
+    if type(query) is not Tensor or type(key) is not Tensor or type(value) is not Tensor:
+        return "not three plain tensors: subclasses (FakeTensor, DTensor, jagged nested, ...) take SDPA's road"
+    if _is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
+        return "gradients needed: the flash op's autograd node records the backward"
+    if _is_compiling():
+        return "torch.compile is tracing: the graph records SDPA's own choice"
+    if dropout_p != 0.0:
+        return "dropout: the routers send it to PyTorch's kernel"
+    if not query.is_cuda or query.is_nested:
+        return "not a dense CUDA tensor"
+    if _is_autocast_enabled("cuda"):
+        return "CUDA autocast: SDPA casts the inputs first"
+    if getattr(forward_ad, "_current_level", 0) >= 0 or _functorch_active():  # no attribute: as if a level were on
+        return "forward AD or a functorch transform (vmap, grad, ...) is active: it wraps SDPA's ops"
+    if _function_modes() or _dispatch_modes():
+        # Counted with this mode off its stack: only modes below it, and every dispatch mode.
+        return "another torch-function or dispatch mode is active: it would not see SDPA's call"
+    if not _flash_sdp_enabled() or (_sdp_priority_order is not None and _sdp_priority_order()[0] != _FLASH):
+        return "PyTorch's flash backend is disabled or not first: SDPA may pick another backend"
+    if not selection.dense_ok(query, key, value):
+        return "our kernels cannot read these tensors as they are: the routers' or the mode's checks decide"
+    if not enable_gqa and query.shape[1] != key.shape[1]:
+        return "query and key heads differ without enable_gqa=True: SDPA raises its own error"
+    return None
+
+
+def _eager_sdpa(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float | None) -> Tensor:
+    """Run a call that _eager_skip_reason() passed: our kernel on the tensors as they are, no
+    autograd node (none is needed), SDPA's output. The output is laid out as SDPA's flash path and
+    flashsdpa's op lay theirs (empty_like(query); ops._empty_out when the value head dim differs);
+    the LSE, which nobody reads, still gets a fresh buffer (a CUDA graph may capture this call)."""
+    batch, heads, seqlen_q, head_dim = query.shape
+    head_dim_v = value.shape[3]
+    out = torch.empty_like(query) if head_dim_v == head_dim else ops._empty_out(query, head_dim_v)
+    lse = query.new_empty(batch, heads, seqlen_q, dtype=torch.float32)
+    # SDPA's is_causal is top-left (mode 1); with seqlen_q == seqlen_k, where the routers run it as
+    # bottom-right (2), the two are the same diagonal.
+    _backend.launch_fwd(query, key, value, out, lse, _softmax_scale(scale, head_dim), 1 if is_causal else 0)
+    _EAGER_COUNTS[0] += 1
+    return out
+
+
+def _route_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor | None:
+    """The mode's decision for one F.scaled_dot_product_attention call: its output when the mode
+    serves it (the eager path, or our op for what PyTorch's flash path turns away), None when SDPA
+    runs it (reaching the routers when PyTorch's flash path takes it)."""
+    try:
+        # Python's own binding of SDPA's signature is the cheapest reading of the call (0.1 to
+        # 0.2 us on CPU, with any mix of positional and keyword arguments) and the exact one.
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = _sdpa_arguments(*args, **kwargs)
+    except TypeError:
+        return None  # let SDPA report its own argument error
+    if attn_mask is None:
+        if _eager_skip_reason(query, key, value, dropout_p, enable_gqa) is None:
+            return _eager_sdpa(query, key, value, is_causal, scale)
+        if _flash_path_shapes(query, key, value, is_causal):
+            return None
+    return _direct_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
 class _FlashSDPAMode(TorchFunctionMode):
     """On the torch-function mode stack while flashsdpa is active.
 
@@ -475,8 +594,9 @@ class _FlashSDPAMode(TorchFunctionMode):
     the mode a graph traced outside would keep PyTorch's choice inside, and the other way round.
     It also sends the F.scaled_dot_product_attention calls that PyTorch's flash path turns away
     but our kernels serve (top-left causal with seqlen_q != seqlen_k, value head dim != query's,
-    causal_lower_right masks) straight to flashsdpa's op. Default __enter__/__exit__, as Dynamo
-    requires for graph breaks under a mode.
+    causal_lower_right masks) straight to flashsdpa's op, and in eager code without autograd runs
+    the calls our kernels serve right here (_eager_skip_reason), skipping SDPA, the dispatcher and
+    the routers. Default __enter__/__exit__, as Dynamo requires for graph breaks under a mode.
     """
 
     def __torch_function__(
@@ -485,7 +605,7 @@ class _FlashSDPAMode(TorchFunctionMode):
         if kwargs is None:
             kwargs = {}
         if func is _SDPA:
-            out = _direct_sdpa(args, kwargs)
+            out = _route_sdpa(args, kwargs)
             if out is not None:
                 return out
         return func(*args, **kwargs)

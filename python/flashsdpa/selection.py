@@ -1,10 +1,11 @@
 # selection.py: which attention calls our kernels serve, and why not when they do not.
 #
-# Owns every rule of the form "needs X": the per-call predicates the SDPA routers and the direct
-# API run (dense_reason, varlen_reason), the full explanation behind explain(), the choice of the
-# calls the TorchFunctionMode sends straight to our op (direct_causal_mode), and the reporting of
-# fallbacks (DEBUG log, opt-in warnings). Each reason is one sentence naming the argument and the
-# limit, so that explain(), log lines and errors read the same.
+# Owns every rule of the form "needs X": the per-call predicates the SDPA routers, the mode's eager
+# path and the direct API run (dense_ok / dense_reason, varlen_reason), the full explanation behind
+# explain(), the choice of the calls the TorchFunctionMode sends straight to our op
+# (direct_causal_mode), and the reporting of fallbacks (DEBUG log, opt-in warnings). Each reason is
+# one sentence naming the argument and the limit, so that explain(), log lines and errors read the
+# same.
 """Which attention calls flashsdpa's kernels serve, and why not."""
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "HALF_DTYPES",
     "FallbackWarning",
     "counter",
+    "dense_ok",
     "dense_reason",
     "direct_causal_mode",
     "dtype_reason",
@@ -51,13 +53,13 @@ _DTYPE_FLAG = {"float16": "fp16", "bfloat16": "bf16"}  # FLASHSDPA_DTYPES spelli
 # ---- the dense predicate: the routers' hot path ---------------------------------------------------
 
 
-def dense_reason(query: Tensor, key: Tensor, value: Tensor) -> str | None:
-    """Why our kernels cannot run attention on these (B, H, S, D) views as they are; None if they can.
+def dense_ok(query: Tensor, key: Tensor, value: Tensor) -> bool:
+    """Whether our kernels run attention on these (B, H, S, D) views as they are: dense_reason() is
+    None, without building a reason on failure (for callers that quietly take another road, such
+    as the mode's eager path, where a float32 call must not pay for a message it never shows).
 
     The caller has settled everything that is not about the tensors (dropout, masks, ...). Runs on
-    every routed SDPA call: the passing path is only attribute reads and integer tests. On failure
-    the message comes from kernel_reasons(), the one full statement of the rules; the two must
-    agree (tests/test_selection.py checks them against each other over a grid of inputs).
+    every routed SDPA call: only attribute reads and integer tests.
     """
     if _backend.CUDA_KERNELS:
         dtype = query.dtype
@@ -100,8 +102,19 @@ def dense_reason(query: Tensor, key: Tensor, value: Tensor) -> str | None:
                         device = query.get_device()
                         if key.get_device() == device and value.get_device() == device:
                             ok = _backend._DEVICE_OK.get(device)
-                            if ok or (ok is None and _backend.device_ok(device)):
-                                return None
+                            return ok or (ok is None and _backend.device_ok(device))
+    return False
+
+
+def dense_reason(query: Tensor, key: Tensor, value: Tensor) -> str | None:
+    """Why our kernels cannot run attention on these (B, H, S, D) views as they are; None if they can.
+
+    dense_ok() decides; on failure the message comes from kernel_reasons(), the one full statement
+    of the rules. The two must agree (tests/test_selection.py checks them against each other over
+    a grid of inputs).
+    """
+    if dense_ok(query, key, value):
+        return None
     reasons = kernel_reasons(query, key, value, first=True)
     return reasons[0] if reasons else "internal error: the selection's fast and full checks disagree"
 
@@ -493,8 +506,10 @@ def counter(op: str) -> list[int]:
 def stats() -> dict[str, Any]:
     """Counts since import (or reset_stats): ``{"served": n, "fallback": n, "ops": {op: {"served": n,
     "fallback": n}}, "fallback_reasons": {"op: reason": n}}``. Ops are the aten ops the routers
-    override (``aten::_scaled_dot_product_flash_attention`` ...) and flashsdpa's own CUDA ops
-    (``flashsdpa::fwd`` ...; these never fall back, they raise)."""
+    override (``aten::_scaled_dot_product_flash_attention`` ...), flashsdpa's own CUDA ops
+    (``flashsdpa::fwd`` ...; these never fall back, they raise) and ``F.scaled_dot_product_attention
+    (eager, no grad)``, the calls the mode runs on our kernel itself (never a fallback either: the
+    calls it declines take one of the other roads)."""
     ops = {op: {"served": c[0], "fallback": c[1]} for op, c in sorted(_COUNTS.items())}
     return {
         "served": sum(c["served"] for c in ops.values()),

@@ -1,7 +1,8 @@
 # test_sdpa.py: flashsdpa behind torch.nn.functional.scaled_dot_product_attention inside
-# flashsdpa.enable(): eager and torch.compile, GQA, both causal alignments, Sq = 1 / Sk = 1,
-# nested jagged tensors and torch.nn.attention.varlen, batch x heads beyond the 65,535 grid limit,
-# a 256k-token sequence; every test proves through flashsdpa.stats() that our kernels ran (or,
+# flashsdpa.enable(): eager (through the routers, and without autograd through the mode's eager
+# path, also under CUDA graph capture) and torch.compile, GQA, both causal alignments, Sq = 1 /
+# Sk = 1, nested jagged tensors and torch.nn.attention.varlen, batch x heads beyond the 65,535 grid
+# limit, a 256k-token sequence; every test proves through flashsdpa.stats() that our kernels ran (or,
 # for unsupported calls, that they did not) and checks the numbers with the project's rule.
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 import flashsdpa
+from flashsdpa import ops
 from helpers import (
     CAUSAL_MODES,
     Shape,
@@ -138,6 +140,104 @@ def test_value_head_dim_differs(request: pytest.FixtureRequest) -> None:
         grads = torch.autograd.grad(out, (q, k, v), dout)
     assert served.fwd >= 1 and served.bwd >= 1, served.ops
     check_attention(q, k, v, dout, out, grads, scale=default_scale(64), causal_mode=0)
+
+
+# ---- the eager path: SDPA without autograd runs our kernel from the mode ----------------------------
+
+EAGER = "F.scaled_dot_product_attention (eager, no grad)"  # flashsdpa.stats()'s name for the eager path
+SDPA_FWD = "aten::_scaled_dot_product_flash_attention"
+SDPA_BWD = "aten::_scaled_dot_product_flash_attention_backward"
+
+# (label, shape, SDPA keywords, causal mode): what PyTorch's flash path takes, and what the mode
+# used to send to our op (top-left causal with Sq != Sk, Dv != D).
+_EAGER_CASES = [
+    ("causal", Shape("eager", 2, 8, 8, 239, 239, 128), {"is_causal": True}, 1),
+    ("gqa", Shape("eager_gqa", 2, 8, 2, 113, 239, 64), {"enable_gqa": True}, 0),
+    ("causal_sq_lt_sk", Shape("eager_tl", 2, 4, 2, 113, 239, 64), {"is_causal": True, "enable_gqa": True}, 1),
+    ("dv_differs", Shape("eager_dv", 1, 4, 4, 239, 113, 64, 128), {}, 0),
+]
+
+
+@pytest.mark.parametrize("label,shape,kwargs,causal_mode", _EAGER_CASES, ids=[c[0] for c in _EAGER_CASES])
+def test_eager_no_grad(
+    request: pytest.FixtureRequest, label: str, shape: Shape, kwargs: dict[str, object], causal_mode: int
+) -> None:
+    """Inside enable() under no_grad, SDPA runs our kernel straight from the mode: counted as the
+    eager path only, PyTorch's result within the rule, and bitwise the forward that the routers
+    (or our op) compute for the same call with autograd."""
+    skip_unless_compiled(torch.bfloat16, shape.head_dim, shape.dv)
+    gen = _generator(request)
+    q, k, v = make_qkv(shape, torch.bfloat16, DEVICE, layout="bshd", generator=gen)
+    with flashsdpa.enable(), torch.no_grad(), Served() as served:
+        out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+    assert served.ops == {EAGER: 1}, served.ops
+    assert out.stride() == ops._empty_out(q, shape.dv).stride() and not out.requires_grad
+    check_attention(q, k, v, None, out, scale=default_scale(shape.head_dim), causal_mode=causal_mode)
+    expected = F.scaled_dot_product_attention(q, k, v, **kwargs)  # PyTorch's own kernels, outside
+    torch.testing.assert_close(out, expected, atol=1e-2, rtol=2e-2)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    with flashsdpa.enable(), Served() as with_grad:
+        routed = F.scaled_dot_product_attention(*leaves, **kwargs)
+    assert EAGER not in with_grad.ops and with_grad.fwd == 1, with_grad.ops
+    assert torch.equal(out, routed.detach())
+
+
+def test_eager_path_not_taken_with_grad(request: pytest.FixtureRequest) -> None:
+    """With inputs that require grad, SDPA goes through the routers and our backward runs."""
+    shape = Shape("eager_grad", 2, 4, 4, 239, 239, 64)
+    skip_unless_compiled(torch.bfloat16, shape.head_dim, shape.dv)
+    gen = _generator(request)
+    q, k, v = make_qkv(shape, torch.bfloat16, DEVICE, layout="bshd", requires_grad=True, generator=gen)
+    dout = _dout(shape, torch.bfloat16, gen)
+    with flashsdpa.enable(), Served() as served:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+    assert served.ops == {SDPA_FWD: 1, SDPA_BWD: 1}, served.ops
+    check_attention(q, k, v, dout, out, grads, scale=default_scale(64), causal_mode=1)
+
+
+def test_eager_path_respects_autocast_and_sdpa_kernel(request: pytest.FixtureRequest) -> None:
+    """Under CUDA autocast SDPA casts first (our kernel then runs from the router); inside an
+    sdpa_kernel context without flash nothing of ours runs."""
+    shape = Shape("eager_ctx", 2, 4, 4, 113, 113, 64)
+    skip_unless_compiled(torch.bfloat16, shape.head_dim, shape.dv)
+    gen = _generator(request)
+    q, k, v = make_qkv(shape, torch.float32, DEVICE, generator=gen)
+    with flashsdpa.enable(), torch.no_grad():
+        with torch.autocast("cuda", dtype=torch.bfloat16), Served() as autocast:
+            out = F.scaled_dot_product_attention(q, k, v)
+        qb, kb, vb = (t.bfloat16() for t in (q, k, v))
+        with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION]), Served() as other:
+            F.scaled_dot_product_attention(qb, kb, vb)
+    assert autocast.ops == {SDPA_FWD: 1}, autocast.ops
+    assert out.dtype == torch.bfloat16
+    check_attention(qb, kb, vb, None, out, scale=default_scale(64), causal_mode=0)
+    assert other.total == 0, other.ops
+
+
+def test_eager_path_under_cuda_graph_capture(request: pytest.FixtureRequest) -> None:
+    """A no-grad SDPA call captured in a CUDA graph inside enable(): its buffers come from the
+    graph's pool, and each replay recomputes the output from the (refilled) inputs."""
+    shape = Shape("eager_graph", 1, 4, 4, 128, 128, 64)
+    skip_unless_compiled(torch.bfloat16, shape.head_dim, shape.dv)
+    gen = _generator(request)
+    q, k, v = make_qkv(shape, torch.bfloat16, DEVICE, generator=gen)
+    graph = torch.cuda.CUDAGraph()
+    with flashsdpa.enable(), torch.no_grad():
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)  # warm-up outside the capture
+        torch.cuda.current_stream().wait_stream(stream)
+        with Served() as served, torch.cuda.graph(graph):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        for _ in range(2):
+            for t in (q, k, v):
+                t.copy_(torch.randn(t.shape, generator=gen, device=DEVICE))
+            graph.replay()
+            torch.cuda.synchronize()
+            check_attention(q, k, v, None, out, scale=default_scale(64), causal_mode=1)
+    assert served.ops == {EAGER: 1}, served.ops
 
 
 def test_backward_after_exit(request: pytest.FixtureRequest) -> None:

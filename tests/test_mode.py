@@ -1,0 +1,355 @@
+# test_mode.py: the decisions of flashsdpa's TorchFunctionMode on F.scaled_dot_product_attention
+# calls: the shortcut for calls PyTorch's flash path takes as they are, the road of every other
+# call (our op for the calls PyTorch's flash path turns away, SDPA for the rest), and the eager
+# path (calls without autograd run on our kernel from the mode): when it serves, with what
+# arguments, and each condition that keeps a call off it.
+#
+# CPU only: real CPU tensors pass for CUDA ones (Tensor.is_cuda patched to True) with a stand-in
+# CUDA build (conftest.FakeCudaBuild), so that every decision runs as on a GPU; flashsdpa's op then
+# runs its CPU implementation (the reference) and SDPA its CPU kernels, both deterministic.
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.autograd import forward_ad
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import flashsdpa
+from flashsdpa import _backend, ops, sdpa
+
+BF16 = torch.bfloat16
+
+
+@pytest.fixture
+def cuda_lookalike(monkeypatch: pytest.MonkeyPatch, fake_build: Any) -> None:
+    """CPU tensors answer is_cuda=True, and the build looks like a CUDA one."""
+    monkeypatch.setattr(Tensor, "is_cuda", property(lambda self: True))
+
+
+@pytest.fixture
+def direct_calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """For each call that reaches sdpa._direct_sdpa (the mode's full decision): whether it served it."""
+    calls: list[bool] = []
+    full = sdpa._direct_sdpa
+
+    def recorded(*args: Any) -> Tensor | None:
+        out = full(*args)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(sdpa, "_direct_sdpa", recorded)
+    return calls
+
+
+def tensors(b: int = 1, hq: int = 2, hkv: int = 2, sq: int = 8, sk: int = 8, d: int = 64, dv: int = 64) -> list[Tensor]:
+    """q, k, v (B, H, S, D) in bf16 requiring grad: the mode's eager path never takes them."""
+    return [
+        torch.randn(b, h, s, dim, dtype=BF16, requires_grad=True)
+        for h, s, dim in ((hq, sq, d), (hkv, sk, d), (hkv, sk, dv))
+    ]
+
+
+def before_shortcut(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor:
+    """What the mode did with every call before the shortcut: bind, ask _direct_sdpa, else SDPA."""
+    try:
+        bound = sdpa._sdpa_arguments(*args, **kwargs)
+    except TypeError:
+        bound = None
+    out = None if bound is None else sdpa._direct_sdpa(*bound)
+    return F.scaled_dot_product_attention(*args, **kwargs) if out is None else out
+
+
+def outcome(call: Callable[[], Tensor]) -> Tensor | tuple[type[BaseException], str]:
+    torch.manual_seed(1)  # the same dropout mask for both roads
+    try:
+        return call().detach()
+    except Exception as exc:  # noqa: BLE001 - the error itself is the outcome compared
+        return type(exc), str(exc)
+
+
+def same(a: Tensor | tuple[type[BaseException], str], b: Tensor | tuple[type[BaseException], str]) -> bool:
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        if a.is_nested or b.is_nested:
+            return a.is_nested and b.is_nested and all(same(x, y) for x, y in zip(a.unbind(), b.unbind()))
+        return a.shape == b.shape and a.stride() == b.stride() and torch.equal(a, b)
+    return a == b
+
+
+def strided_nested() -> list[Tensor]:
+    """(B, H, *, D) nested tensors of the strided layout: type Tensor, but without .shape."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "nested tensors are in prototype stage"
+        return [torch.nested.nested_tensor([torch.randn(2, s, 64, dtype=BF16) for s in (5, 9)]) for _ in range(3)]
+
+
+def _mask_lower_right(sq: int, sk: int) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Lower right causal bias will produce NaNs ..." (sq > sk)
+        return causal_lower_right(sq, sk)
+
+
+# (label, (q, k, v) maker, positional extras, keywords, the decision's road): "shortcut" for calls
+# PyTorch's flash path takes as they are (the mode decides without _direct_sdpa); "ours" and
+# "sdpa" for the others, which _direct_sdpa sends to our op or leaves to SDPA; "parser" for calls
+# SDPA's argument parser rejects before any mode sees them.
+CALLS: list[tuple[str, Callable[[], list[Tensor]], tuple[Any, ...], dict[str, Any], str]] = [
+    ("plain", tensors, (), {}, "shortcut"),
+    ("causal square", tensors, (), {"is_causal": True}, "shortcut"),
+    ("keywords, as Hugging Face passes them", tensors, (),
+     {"attn_mask": None, "dropout_p": 0.0, "scale": 0.125, "is_causal": True}, "shortcut"),
+    ("positional, as nn.MultiheadAttention passes them", tensors, (None, 0.0, True), {}, "shortcut"),
+    ("dropout", tensors, (), {"dropout_p": 0.5}, "shortcut"),
+    ("gqa", lambda: tensors(hq=4, hkv=2), (), {"enable_gqa": True, "is_causal": True}, "shortcut"),
+    ("non-causal, sq != sk", lambda: tensors(sq=5, sk=9), (), {}, "shortcut"),
+    ("three dims", lambda: [t[0] for t in tensors()], (), {"is_causal": True}, "shortcut"),
+    ("causal, sq < sk: our op", lambda: tensors(sq=5, sk=9), (), {"is_causal": True}, "ours"),
+    ("causal, sq > sk: our op", lambda: tensors(sq=9, sk=5), (), {"is_causal": True}, "ours"),
+    ("value head dim differs: our op", lambda: tensors(dv=128), (), {}, "ours"),
+    ("causal gqa, sq != sk: our op", lambda: tensors(hq=4, hkv=2, sq=5, sk=9), (),
+     {"is_causal": True, "enable_gqa": True}, "ours"),
+    ("causal_lower_right mask: our op", lambda: tensors(sq=5, sk=9), (), {"attn_mask": _mask_lower_right(5, 9)},
+     "ours"),
+    ("boolean mask: SDPA", tensors, (), {"attn_mask": torch.ones(8, 8, dtype=torch.bool)}, "sdpa"),
+    ("strided nested tensors: SDPA", strided_nested, (), {"is_causal": True}, "sdpa"),
+    ("gqa without enable_gqa, causal sq != sk: SDPA's error", lambda: tensors(hq=4, hkv=2, sq=5, sk=9), (),
+     {"is_causal": True}, "sdpa"),
+    ("unknown keyword: SDPA's error", tensors, (), {"causal": True}, "parser"),
+    ("query twice: SDPA's error", tensors, (), {"query": None}, "parser"),
+    ("query None: SDPA's error", lambda: [None, *tensors()[1:]], (), {}, "parser"),  # type: ignore[list-item]
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("label, make, extra, kwargs, road", CALLS, ids=[c[0] for c in CALLS])
+def test_mode_matches_its_full_decision(
+    label: str,
+    make: Callable[[], list[Tensor]],
+    extra: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    road: str,
+    cuda_lookalike: None,
+    direct_calls: list[bool],
+) -> None:
+    args = (*make(), *extra)
+    expected = outcome(lambda: before_shortcut(args, kwargs))
+    direct_calls.clear()
+    with sdpa._FlashSDPAMode():
+        got = outcome(lambda: F.scaled_dot_product_attention(*args, **kwargs))
+    assert same(got, expected), (got, expected)
+    assert direct_calls == {"ours": [True], "sdpa": [False]}.get(road, []), direct_calls
+
+
+# ---- the eager path: no-grad calls run on our kernel inside the mode ------------------------------
+
+
+class Launches:
+    """Stands in for _backend.launch_fwd: records each launch's arguments."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        monkeypatch.setattr(_backend, "launch_fwd", lambda *args: self.calls.append(args))
+
+
+@pytest.fixture
+def launches(monkeypatch: pytest.MonkeyPatch, cuda_lookalike: None) -> Launches:
+    flashsdpa.reset_stats()
+    return Launches(monkeypatch)
+
+
+def plain(
+    b: int = 2, hq: int = 4, hkv: int = 4, sq: int = 16, sk: int = 16, d: int = 64, dv: int = 64, layout: str = "bhsd"
+) -> list[Tensor]:
+    """q, k, v (B, H, S, D) in bf16, not requiring grad; "bshd" views (B, S, H, D) memory."""
+
+    def make(h: int, s: int, dim: int) -> Tensor:
+        if layout == "bshd":
+            return torch.randn(b, s, h, dim, dtype=BF16).transpose(1, 2)
+        return torch.randn(b, h, s, dim, dtype=BF16)
+
+    return [make(hq, sq, d), make(hkv, sk, d), make(hkv, sk, dv)]
+
+
+def served_eagerly() -> int:
+    return flashsdpa.stats()["ops"].get(sdpa.EAGER_SDPA, {"served": 0})["served"]
+
+
+# (label, (q, k, v) maker, keywords, expected causal mode, expected scale)
+EAGER_CALLS: list[tuple[str, Callable[[], list[Tensor]], dict[str, Any], int, float]] = [
+    ("plain", plain, {}, 0, 0.125),
+    ("causal square", plain, {"is_causal": True}, 1, 0.125),
+    ("causal, sq < sk", lambda: plain(sq=5, sk=9), {"is_causal": True}, 1, 0.125),
+    ("causal, sq > sk", lambda: plain(sq=9, sk=5), {"is_causal": True}, 1, 0.125),
+    ("gqa", lambda: plain(hq=8, hkv=2), {"enable_gqa": True}, 0, 0.125),
+    ("scale", plain, {"scale": 0.3, "attn_mask": None, "dropout_p": 0.0}, 0, 0.3),
+    ("bshd views", lambda: plain(layout="bshd"), {"is_causal": True}, 1, 0.125),
+    ("value head dim differs", lambda: plain(dv=128, layout="bshd"), {}, 0, 0.125),
+]
+
+
+@pytest.mark.parametrize("label, make, kwargs, causal, scale", EAGER_CALLS, ids=[c[0] for c in EAGER_CALLS])
+@pytest.mark.parametrize("grad", ["no_grad", "inference_mode", "no input requires grad"])
+def test_eager_path_serves(
+    label: str,
+    make: Callable[[], list[Tensor]],
+    kwargs: dict[str, Any],
+    causal: int,
+    scale: float,
+    grad: str,
+    launches: Launches,
+) -> None:
+    q, k, v = make()
+    context = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}.get(grad, torch.enable_grad)
+    with flashsdpa.enable(), context():
+        out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+    [(lq, lk, lv, lout, lse, lscale, lcausal)] = launches.calls
+    assert (lq, lk, lv, lout) == (q, k, v, out) and (lcausal, lscale) == (causal, pytest.approx(scale))
+    assert lse.shape == q.shape[:3] and lse.dtype == torch.float32
+    # Laid out as SDPA's flash path and flashsdpa's op lay it: like the query.
+    expected = ops._empty_out(q, v.shape[3])
+    assert out.shape == expected.shape and out.stride() == expected.stride() and out.dtype == q.dtype
+    assert not out.requires_grad
+    stats = flashsdpa.stats()
+    assert stats["ops"]["F.scaled_dot_product_attention (eager, no grad)"] == {"served": 1, "fallback": 0}
+    assert stats["served"] == 1 and stats["fallback"] == 0
+
+
+@contextlib.contextmanager
+def cuda_autocast() -> Iterator[None]:
+    torch.set_autocast_enabled("cuda", True)  # torch.autocast("cuda") turns itself off without a GPU
+    try:
+        yield
+    finally:
+        torch.set_autocast_enabled("cuda", False)
+
+
+class Subclass(Tensor):
+    pass
+
+
+class OtherFunctionMode(TorchFunctionMode):
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return func(*args, **(kwargs or {}))
+
+
+class OtherDispatchMode(TorchDispatchMode):
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def flash_not_first() -> Iterator[None]:
+    saved = torch._C._get_sdp_priority_order()
+    torch._C._set_sdp_priority_order([3, *(b for b in saved if b != 3)])  # cuDNN first, as a user may set it
+    try:
+        yield
+    finally:
+        torch._C._set_sdp_priority_order(saved)
+
+
+def jagged_nested() -> list[Tensor]:
+    return [
+        torch.nested.nested_tensor([torch.randn(s, 4, 64, dtype=BF16) for s in (5, 9)], layout=torch.jagged).transpose(
+            1, 2
+        )
+        for _ in range(3)
+    ]
+
+
+# (label, (q, k, v) maker, keywords, context, the start of the eager path's reason to decline, or
+# None where the mode does not ask, having an attn_mask): each one thing that keeps a call off it.
+NOT_EAGER: list[tuple[str, Callable[[], list[Tensor]], dict[str, Any], Callable[[], Any], str | None]] = [
+    ("gradients needed", lambda: [t.requires_grad_() for t in plain()], {}, contextlib.nullcontext,
+     "gradients needed"),
+    ("one input requires grad", lambda: [plain()[0], plain()[1].requires_grad_(), plain()[2]], {},
+     contextlib.nullcontext, "gradients needed"),
+    ("cuda autocast", plain, {}, cuda_autocast, "CUDA autocast"),
+    ("tensor subclass", lambda: [t.as_subclass(Subclass) for t in plain()], {}, contextlib.nullcontext,
+     "not three plain tensors"),
+    ("strided nested tensors", strided_nested, {}, contextlib.nullcontext, "not a dense CUDA tensor"),
+    ("jagged nested tensors", jagged_nested, {}, contextlib.nullcontext, "not three plain tensors"),
+    ("attn_mask", plain, {"attn_mask": torch.ones(16, 16, dtype=torch.bool)}, contextlib.nullcontext, None),
+    ("dropout", plain, {"dropout_p": 0.5}, contextlib.nullcontext, "dropout"),
+    ("flash excluded by sdpa_kernel", plain, {}, lambda: sdpa_kernel([SDPBackend.MATH]),
+     "PyTorch's flash backend is disabled or not first"),
+    ("flash not first in the priority order", plain, {}, flash_not_first,
+     "PyTorch's flash backend is disabled or not first"),
+    ("forward AD level", plain, {}, forward_ad.dual_level, "forward AD or a functorch transform"),
+    ("a torch-function mode below ours", plain, {}, OtherFunctionMode, "another torch-function or dispatch mode"),
+    ("a dispatch mode", plain, {}, OtherDispatchMode, "another torch-function or dispatch mode"),
+    ("float32", lambda: [t.float() for t in plain()], {}, contextlib.nullcontext, "our kernels cannot"),
+    ("head dim not a multiple of 8", lambda: plain(d=100, dv=100), {}, contextlib.nullcontext, "our kernels cannot"),
+    ("rows not 16-byte aligned", lambda: [t[..., 1:-7] for t in plain(d=72, dv=72)], {}, contextlib.nullcontext,
+     "our kernels cannot"),
+    ("gqa without enable_gqa: SDPA's error", lambda: plain(hq=8, hkv=2), {}, contextlib.nullcontext,
+     "query and key heads differ"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("label, make, kwargs, context, reason", NOT_EAGER, ids=[c[0] for c in NOT_EAGER])
+def test_eager_path_not_taken(
+    label: str,
+    make: Callable[[], list[Tensor]],
+    kwargs: dict[str, Any],
+    context: Callable[[], Any],
+    reason: str | None,
+    launches: Launches,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    q, k, v = make()
+    reasons: list[str | None] = []
+    decide = sdpa._eager_skip_reason
+
+    def recorded(*args: Any) -> str | None:
+        reasons.append(decide(*args))
+        return reasons[-1]
+
+    monkeypatch.setattr(sdpa, "_eager_skip_reason", recorded)
+    with context():
+        expected = outcome(lambda: F.scaled_dot_product_attention(q, k, v, **kwargs))
+    condition = context()
+    if isinstance(condition, TorchFunctionMode):  # entered first, it sits below ours
+        with condition, flashsdpa.enable():
+            got = outcome(lambda: F.scaled_dot_product_attention(q, k, v, **kwargs))
+    else:  # entered inside enable(), which may reorder SDPA's priorities (on a GPU machine)
+        with flashsdpa.enable(), condition:
+            got = outcome(lambda: F.scaled_dot_product_attention(q, k, v, **kwargs))
+    assert launches.calls == [] and served_eagerly() == 0
+    assert same(got, expected), (got, expected)  # SDPA's own result (or error) on the normal road
+    if reason is None:
+        assert reasons == []
+    else:
+        assert len(reasons) == 1 and str(reasons[0]).startswith(reason), reasons
+
+
+def test_eager_path_not_taken_under_vmap(launches: Launches) -> None:
+    q, k, v = (t[None].expand(3, *t.shape).contiguous() for t in plain())
+    with flashsdpa.enable(), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "... not yet implemented the batching rule for aten::_scaled_dot_..."
+        torch.vmap(F.scaled_dot_product_attention)(q, k, v)
+    assert launches.calls == [] and served_eagerly() == 0
+
+
+def test_eager_path_not_taken_while_compiling(launches: Launches) -> None:
+    # aot_eager: the graph runs aten ops, as Inductor's do. (backend="eager" runs the traced Python
+    # calls themselves, F.scaled_dot_product_attention included, under the mode: plain eager code.)
+    def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True) * 2
+
+    q, k, v = plain()
+    torch._dynamo.reset()
+    try:
+        with flashsdpa.enable(), torch.no_grad():
+            out = torch.compile(attend, backend="aot_eager", fullgraph=True)(q, k, v)
+    finally:
+        torch._dynamo.reset()
+    assert launches.calls == [] and served_eagerly() == 0
+    torch.testing.assert_close(out, attend(q, k, v))
