@@ -71,7 +71,9 @@ class FakeCudaBuild:
         capability: tuple[int, int] = (9, 0),
         family: str | None = "sm80",
         with_cuda: bool = True,
+        smem_optin_bytes: int = 232448,
     ) -> None:
+        self.smem_optin_bytes = smem_optin_bytes
         self.head_dims = head_dims
         self.dtypes = dtypes
         self.capability = capability
@@ -98,12 +100,18 @@ class FakeCudaBuild:
             "major": major,
             "minor": minor,
             "sms": 132,
-            "smem_optin_bytes": 232448,
+            "smem_optin_bytes": self.smem_optin_bytes,
             "family": self.family,
         }
 
     def head_dim_bucket(self, head_dim_qk: int, head_dim_v: int) -> int:
         return next((d for d in self.head_dims if d >= max(head_dim_qk, head_dim_v)), 0)
+
+    def bwd_smem_bytes(self, head_dim_qk: int, head_dim_v: int, device_index: int) -> int:
+        # An H100-sized part serves every bucket; smem_optin_bytes below 227 KB drops the largest.
+        if self.head_dim_bucket(head_dim_qk, head_dim_v) == 0:
+            return 0
+        return 0 if max(head_dim_qk, head_dim_v) > 128 and self.smem_optin_bytes < 232448 else 163840
 
     def bwd_workspace_bytes(self, *args: int) -> int:
         self.calls.append(("bwd_workspace_bytes", args))

@@ -314,6 +314,33 @@ def test_sdpa_backward_router_serves_in_meta_contract(launches: LaunchRecorder, 
     assert launch[1:9] == (q, k, v, out, lse, *ours) and launch[9:] == (0.5, 0)
 
 
+def test_sdpa_backward_router_falls_back_where_no_backward_tile_fits(
+    fake_build: Any, native: NativeRecorder, monkeypatch: pytest.MonkeyPatch, fake_mode: Any
+) -> None:
+    # An A100-sized part (163 KB per block): the forward serves head dim 256, the backward has no
+    # tile that fits, so the backward router hands the call to PyTorch and says why.
+    fake_build(smem_optin_bytes=166912)
+    recorder = LaunchRecorder(monkeypatch)
+    flashsdpa.reset_stats()
+    q, k, v = bhsd(1, 2, 16, 256), bhsd(1, 2, 16, 256), bhsd(1, 2, 16, 256)
+    out, lse = torch.empty_like(q), torch.empty(1, 2, 16, dtype=torch.float32, device="cuda")
+    seed, offset = torch.empty(2, dtype=torch.uint64, device="cuda"), torch.empty((), dtype=torch.uint64, device="cuda")
+    args = (torch.empty_like(q), q, k, v, out, lse, None, None, 16, 16, 0.0, False, seed, offset)
+    assert sdpa._sdpa_flash_backward(None, *args, scale=0.5) == "native result"
+    assert recorder.calls == [] and len(native.calls) == 1
+    [reason] = flashsdpa.stats()["fallback_reasons"]
+    assert reason == (
+        "aten::_scaled_dot_product_flash_attention_backward: head_dim=256 (value 256) backward on Fake GPU: "
+        "no backward tile fits its 163 KB of shared memory per block"
+    )
+    # Head dims that fit are served there.
+    q, k, v = bhsd(1, 2, 16, 64), bhsd(1, 2, 16, 64), bhsd(1, 2, 16, 64)
+    out = torch.empty_like(q)
+    args = (torch.empty_like(q), q, k, v, out, lse, None, None, 16, 16, 0.0, False, seed, offset)
+    sdpa._sdpa_flash_backward(None, *args, scale=0.5)
+    assert [name for name, _ in recorder.calls] == ["launch_bwd"]
+
+
 def test_flash_forward_router_dense_uses_views(launches: LaunchRecorder, fake_mode: Any) -> None:
     q, k, v = (torch.empty(2, s, h, 64, dtype=F16, device="cuda") for s, h in ((16, 8), (24, 2), (24, 2)))
     ours = sdpa._flash_forward(None, q, k, v, None, None, 16, 24, 0.0, True, False, num_splits=4)

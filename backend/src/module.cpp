@@ -100,6 +100,8 @@ PYBIND11_MODULE(_C, m) {
       "Forward attention: writes out and lse. Strides are tuples whose first three items are the\n"
       "(batch, head, row) strides in elements (Tensor.stride() may be passed whole).");
 
+  m.def("bwd_smem_bytes", &bwd_smem_bytes, py::arg("head_dim_qk"), py::arg("head_dim_v"), py::arg("device_index"),
+        "Shared memory per block the backward takes there (its tile follows the device's limit); 0: none fits.");
   m.def("bwd_workspace_bytes", &bwd_workspace_bytes, py::arg("batch"), py::arg("heads_q"), py::arg("seqlen_q"),
         py::arg("head_dim_qk"), py::arg("head_dim_v"), py::arg("total_q"),
         "Workspace bytes bwd() needs (total_q = -1 for dense inputs).");

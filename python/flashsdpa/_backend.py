@@ -49,6 +49,7 @@ HEAD_DIM_PAIRS: frozenset[tuple[int, int]]  # every (head_dim_qk, head_dim_v) a 
 _DEVICE_INFO: dict[int, dict[str, Any]] = {}
 _DEVICE_REASON: dict[int, str | None] = {}
 _DEVICE_OK: dict[int, bool] = {}  # device index -> our kernels run there; the hot path reads only this
+_BWD_REASON: dict[tuple[int, int, int], str | None] = {}  # (device, head_dim_qk, head_dim_v) -> why no backward
 
 
 def _configure(module: Any, import_error: str | None = None) -> None:
@@ -78,6 +79,7 @@ def _configure(module: Any, import_error: str | None = None) -> None:
     _DEVICE_INFO.clear()
     _DEVICE_REASON.clear()
     _DEVICE_OK.clear()
+    _BWD_REASON.clear()
 
 
 _configure(_C, IMPORT_ERROR)
@@ -134,6 +136,25 @@ def device_ok(index: int) -> bool:
     if ok is None:
         ok = device_reason(index) is None
     return ok
+
+
+def backward_reason(index: int, head_dim_qk: int, head_dim_v: int) -> str | None:
+    """Why our backward cannot run these head dims on CUDA device ``index`` although the forward
+    can, or None (cached). The backward's tiles need the most shared memory: parts with less per
+    block than an H100 (A100: 163 KB, RTX 30xx/40xx: 99 KB) get smaller tiles, and the largest head
+    dims fit none there. The caller has checked the device and the head dims otherwise."""
+    key = (index, head_dim_qk, head_dim_v)
+    if key in _BWD_REASON:
+        return _BWD_REASON[key]
+    reason = None
+    if _C.bwd_smem_bytes(head_dim_qk, head_dim_v, index) == 0:
+        info = device_info(index)
+        reason = (
+            f"head_dim={head_dim_qk} (value {head_dim_v}) backward on {info['name']}: no backward tile fits its "
+            f"{info['smem_optin_bytes'] // 1024} KB of shared memory per block"
+        )
+    _BWD_REASON[key] = reason
+    return reason
 
 
 def prime_devices() -> None:

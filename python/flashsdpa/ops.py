@@ -109,6 +109,12 @@ def _require_kernels(reason: str | None) -> None:
         raise RuntimeError(f"flashsdpa: our kernels cannot run this call: {reason}")
 
 
+def _backward_reason(q: Tensor, v: Tensor) -> str | None:
+    # The forward ran, so the device and head dims are served; what can still fail is the
+    # backward's shared memory on smaller GPUs. SDPA falls back there; the direct API says why.
+    return _backend.backward_reason(q.get_device(), q.shape[-1], v.shape[-1])
+
+
 def _readable(*tensors: Tensor) -> list[Tensor]:
     """The tensors, each copied if the kernels cannot read its rows in place (a last-dim stride
     other than 1, rows off 16-byte boundaries). SDPA's views never need it; strided slices might.
@@ -169,7 +175,7 @@ def _bwd_cuda(
     if _is_empty(q, k):
         return dq.zero_(), dk.zero_(), dv.zero_()
     dout, q, k, v, out = _readable(dout, q, k, v, out)
-    _require_kernels(selection.dense_reason(q, k, v))
+    _require_kernels(selection.dense_reason(q, k, v) or _backward_reason(q, v))
     _alert_nondeterministic("flashsdpa::bwd")
     _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, scale, causal_mode)
     _BWD_COUNTS[0] += 1
@@ -262,7 +268,7 @@ def _bwd_varlen_cuda(
     if _is_empty_varlen(q, k, max_q, max_k):
         return dq.zero_(), dk.zero_(), dv.zero_()
     dout, q, k, v, out = _readable(dout, q, k, v, out)
-    _require_kernels(selection.varlen_reason(q, k, v, cu_q, cu_k, None, max_q, max_k))
+    _require_kernels(selection.varlen_reason(q, k, v, cu_q, cu_k, None, max_q, max_k) or _backward_reason(q, v))
     _alert_nondeterministic("flashsdpa::bwd_varlen")
     _backend.launch_bwd_varlen(dout, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, None, max_q, max_k, scale, causal_mode)
     _BWD_VARLEN_COUNTS[0] += 1

@@ -115,13 +115,16 @@ def _bwd_tensors_reason(
     grad_out: Tensor, out: Tensor, logsumexp: Tensor, query: Tensor, value: Tensor, lse_shape: tuple[int, ...]
 ) -> str | None:
     """The backward's extra tensors: out and grad_out shaped like the forward's output, the LSE
-    float32, out readable in place (grad_out is copied when it is not: see aligned_rows)."""
+    float32, out readable in place (grad_out is copied when it is not: see aligned_rows); and a
+    backward tile that fits the GPU's shared memory (_backend.backward_reason)."""
     out_shape = (*query.shape[:-1], value.shape[-1])
     if out.dtype != query.dtype or out.shape != out_shape or grad_out.shape != out_shape:
         return f"out {tuple(out.shape)} / grad_out {tuple(grad_out.shape)}: need {out_shape} in {query.dtype}"
     if logsumexp.dtype != torch.float32 or tuple(logsumexp.shape) != lse_shape:
         return f"logsumexp {tuple(logsumexp.shape)} {logsumexp.dtype}: needs {lse_shape} float32"
-    return selection.layout_reason("out", out, tuple(range(out.dim() - 1)))
+    return selection.layout_reason("out", out, tuple(range(out.dim() - 1))) or _backend.backward_reason(
+        query.get_device(), query.shape[-1], value.shape[-1]
+    )
 
 
 # ---- routers: aten::_scaled_dot_product_flash_attention[_backward] --------------------------------

@@ -15,7 +15,7 @@ pyb="$(python3 -c 'import pybind11;print(pybind11.get_cmake_dir())')"
 t0=$(date +%s)
 for v in "${VARS[@]}"; do
   name="${v%%=*}"; flags="${v#*=}"; B=/tmp/bv_$name
-  ( cmake -S . -B $B -GNinja -DCMAKE_BUILD_TYPE=Release -DFLASHSDPA_CUDA=ON -DFLASHSDPA_ARCHS=90 \
+  ( cmake -S . -B $B -GNinja -DCMAKE_BUILD_TYPE=Release -DFLASHSDPA_CUDA=ON -DFLASHSDPA_ARCHS="${ARCHS:-90}" \
       -DFLASHSDPA_DTYPES="${DTYPES:-bf16}" -DFLASHSDPA_HEAD_DIMS="${HDIMS:-64;128}" -DCMAKE_CUDA_FLAGS="$flags" \
       -DPython_EXECUTABLE="$(which python3)" -Dpybind11_DIR="$pyb" -DFLASHSDPA_OUTPUT_DIR=$B/out \
       > "$OUT/build_$name.log" 2>&1 && cmake --build $B --target _C -j $jobs_each >> "$OUT/build_$name.log" 2>&1 \
