@@ -157,26 +157,6 @@ def test_large_logits(request: pytest.FixtureRequest, dtype: str) -> None:
     run_and_check(request, Shape("hot", 1, 4, 4, 239, 1023, 128), DTYPES[dtype], CAUSAL_MODES["none"], input_scale=4.0)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_lse_float32_precision(request: pytest.FixtureRequest, dtype: str) -> None:
-    """The LSE held to a float32 yardstick (scores never rounded to the input dtype), stricter than
-    the project rule's in-dtype math: with inputs x4 |LSE| reaches ~100, where one float32 ulp is
-    8e-6, so the kernel must not round more often than a float32 logsumexp does."""
-    shape = Shape("hot_lse", 1, 4, 4, 239, 1023, 128)
-    skip_unless_compiled(DTYPES[dtype], shape.head_dim, shape.dv)
-    q, k, v = make_qkv(shape, DTYPES[dtype], DEVICE, generator=_generator(request))
-    for t in (q, k, v):
-        t.mul_(4.0)
-    scale = default_scale(shape.head_dim)
-    out = torch.full_like(q, math.nan)
-    lse = torch.full(q.shape[:3], math.nan, dtype=torch.float32, device=DEVICE)
-    _backend.launch_fwd(q, k, v, out, lse, scale, 0)
-    ref = torch.logsumexp((q.double() @ k.double().transpose(-1, -2)) * scale, dim=-1)
-    yardstick = torch.logsumexp((q.float() @ k.float().transpose(-1, -2)) * scale, dim=-1)
-    err, bound = (lse.double() - ref).abs().max().item(), 2 * (yardstick.double() - ref).abs().max().item() + 1e-5
-    assert err <= bound, f"LSE error {err:.3g} over the float32 bound {bound:.3g}"
-
-
 _SANITIZER_CASES = [
     (Shape("san_tiny", 1, 2, 2, 7, 7, 64), "none", torch.bfloat16),
     (Shape("san_gqa", 1, 4, 2, 113, 239, 128), "bottom_right", torch.float16),
