@@ -113,9 +113,9 @@ class FakeCudaBuild:
             return 0
         return 0 if max(head_dim_qk, head_dim_v) > 128 and self.smem_optin_bytes < 232448 else 163840
 
-    def bwd_workspace_bytes(self, *args: int) -> int:
+    def bwd_workspace_bytes(self, *args: int) -> tuple[int, int]:
         self.calls.append(("bwd_workspace_bytes", args))
-        return 4096
+        return 4096, 512
 
     def fwd(self, *args: Any) -> None:
         self.calls.append(("fwd", args))

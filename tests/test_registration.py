@@ -509,7 +509,9 @@ def test_launch_bwd_allocates_the_workspace(recorded_build: Any) -> None:
     assert sizes == (1, 2, 16, 64, 64, -1)
     assert args[6:9] == (dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
     assert args[18:25] == (1, 2, 2, 16, 16, 64, 64)
-    assert args[28:31] == (0.125, 0, 0) and args[31] != 0 and args[32:] == (4096, -1, -1, 77)
+    # dq_accum and delta: two buffers of the sizes _C asked for.
+    assert args[28:31] == (0.125, 0, 0) and args[31] != 0 and args[33] != 0 and args[31] != args[33]
+    assert args[32] == 4096 and args[34:] == (512, -1, -1, 77)
 
 
 def test_launch_bwd_varlen_arguments(recorded_build: Any) -> None:
@@ -523,7 +525,7 @@ def test_launch_bwd_varlen_arguments(recorded_build: Any) -> None:
     assert sizes == (2, 4, 20, 64, 64, 30)
     assert args[14] == (0, 30, 1)  # the LSE: (H, total)
     assert args[18:25] == (2, 4, 4, 20, 20, 64, 64) and args[25:28] == (cu.data_ptr(), cu.data_ptr(), 0)
-    assert args[33] == 30  # total_q
+    assert args[35] == 30  # total_q
 
 
 # The real _C (a CUDA build or a CPU-only one: both parse the strides before anything else runs).
@@ -559,7 +561,7 @@ def test_c_names_the_first_bad_stride_argument() -> None:
     bwd_strides[6], bwd_strides[8] = (1, 2), ()  # dq_strides and dv_strides
     with pytest.raises(ValueError, match=r"^dq_strides=\(1, 2\): "):
         _backend._C.bwd(
-            *range(1, 10), *bwd_strides, *(1, 4, 4, 64, 64, 64, 64, 0, 0, 0, 0.125, 0, 1, 256, 4096, -1, 0, 0)
+            *range(1, 10), *bwd_strides, *(1, 4, 4, 64, 64, 64, 64, 0, 0, 0, 0.125, 0, 1, 256, 4096, 512, 64, -1, 0, 0)
         )
 
 

@@ -16,7 +16,6 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int64_t kWorkspaceAlign = 256;
 
-int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
 template <typename T>
 T* ptr(uintptr_t p) {
@@ -53,12 +52,14 @@ void fill_fwd(AttnFwdParams& p, uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t
   p.dtype = static_cast<DType>(dtype);
 }
 
-// Workspace layout: [dq_accum | delta], rows indexed like q (dense: per batch; varlen: packed).
+// Workspace: two buffers, dq_accum and delta, rows indexed like q (dense: per batch; varlen:
+// packed). Two rather than one carved buffer so that a caching allocator accounts them as
+// PyTorch's own flash backward does: one 129 MiB request (d = 128, S = 16k, 16 heads) lands in a
+// 130 MiB segment whose 1 MiB remainder is too small to split off, and counted 1 MiB more.
 struct WorkspaceLayout {
   int64_t rows_per_head;   // dense: seqlen_q, varlen: total_q
   int64_t dq_accum_bytes;  // float32 rows x heads_q x bucket, per (batch) in dense mode
-  int64_t delta_offset;
-  int64_t total_bytes;
+  int64_t delta_bytes;     // float32 rows x heads_q
   int bucket;
 };
 
@@ -70,9 +71,8 @@ WorkspaceLayout workspace_layout(int32_t batch, int32_t heads_q, int32_t seqlen_
   const int64_t batches = varlen ? 1 : batch;
   w.rows_per_head = varlen ? total_q : seqlen_q;
   const int64_t rows = batches * heads_q * w.rows_per_head;
-  w.dq_accum_bytes = align_up(rows * w.bucket * int64_t(sizeof(float)), kWorkspaceAlign);
-  w.delta_offset = w.dq_accum_bytes;
-  w.total_bytes = w.delta_offset + align_up(rows * int64_t(sizeof(float)), kWorkspaceAlign);
+  w.dq_accum_bytes = rows * w.bucket * int64_t(sizeof(float));
+  w.delta_bytes = rows * int64_t(sizeof(float));
   return w;
 }
 
@@ -89,9 +89,10 @@ void fwd(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, cons
   launch_fwd(p, device, reinterpret_cast<void*>(stream));
 }
 
-int64_t bwd_workspace_bytes(int32_t batch, int32_t heads_q, int32_t seqlen_q, int32_t head_dim_qk,
-                            int32_t head_dim_v, int64_t total_q) {
-  return workspace_layout(batch, heads_q, seqlen_q, head_dim_qk, head_dim_v, total_q).total_bytes;
+std::pair<int64_t, int64_t> bwd_workspace_bytes(int32_t batch, int32_t heads_q, int32_t seqlen_q,
+                                                int32_t head_dim_qk, int32_t head_dim_v, int64_t total_q) {
+  const WorkspaceLayout w = workspace_layout(batch, heads_q, seqlen_q, head_dim_qk, head_dim_v, total_q);
+  return {w.dq_accum_bytes, w.delta_bytes};
 }
 
 void bwd(uintptr_t dout, uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t dq,
@@ -99,8 +100,7 @@ void bwd(uintptr_t dout, uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uin
          const Strides& k_strides, const Strides& v_strides, const Strides& o_strides,
          const Strides& lse_strides, const Strides& dq_strides, const Strides& dk_strides,
          const Strides& dv_strides, const ProblemShape& shape, const VarlenArgs& varlen, float scale,
-         int causal, int dtype, uintptr_t workspace, int64_t workspace_bytes, int64_t total_q, int device,
-         uintptr_t stream) {
+         int causal, int dtype, const Workspace& workspace, int64_t total_q, int device, uintptr_t stream) {
   AttnBwdParams p;
   fill_fwd(p, q, k, v, o, lse, q_strides, k_strides, v_strides, o_strides, lse_strides, shape, varlen, scale,
            causal, dtype);
@@ -120,14 +120,18 @@ void bwd(uintptr_t dout, uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uin
                                 ": must be >= 0 exactly when cu_seqlens_q is given (packed rows), else -1");
   const WorkspaceLayout w = workspace_layout(shape.batch, shape.heads_q, shape.seqlen_q, shape.head_dim_qk,
                                              shape.head_dim_v, total_q);
-  if (workspace == 0 || workspace % kWorkspaceAlign != 0)
-    throw std::invalid_argument("workspace: needs a 256-byte aligned device buffer");
-  if (workspace_bytes < w.total_bytes)
-    throw std::invalid_argument("workspace_bytes=" + std::to_string(workspace_bytes) + ": needs at least " +
-                                std::to_string(w.total_bytes) + " (bwd_workspace_bytes)");
-  char* base = ptr<char>(workspace);
-  p.dq_accum = reinterpret_cast<float*>(base);
-  p.delta = reinterpret_cast<float*>(base + w.delta_offset);
+  const auto check_buffer = [](const char* name, uintptr_t address, int64_t bytes, int64_t needed) {
+    // 16-byte aligned rows: the kernels' vector stores and the sm_90 bulk reduction need it.
+    if (address == 0 || address % kWorkspaceAlign != 0)
+      throw std::invalid_argument(std::string(name) + ": needs a 256-byte aligned device buffer");
+    if (bytes < needed)
+      throw std::invalid_argument(std::string(name) + "_bytes=" + std::to_string(bytes) + ": needs at least " +
+                                  std::to_string(needed) + " (bwd_workspace_bytes)");
+  };
+  check_buffer("dq_accum", workspace.dq_accum, workspace.dq_accum_bytes, w.dq_accum_bytes);
+  check_buffer("delta", workspace.delta, workspace.delta_bytes, w.delta_bytes);
+  p.dq_accum = ptr<float>(workspace.dq_accum);
+  p.delta = ptr<float>(workspace.delta);
   // Rows are indexed as (batch, head, q_row_offset + row), like every other tensor: in varlen
   // mode the batch stride is 0 and the packed row offset selects the sequence.
   p.dq_accum_row_stride = w.bucket;

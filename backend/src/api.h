@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <utility>
 
 #include "flashsdpa/params.h"
 
@@ -26,17 +27,24 @@ void fwd(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, cons
          const Strides& lse_strides, const ProblemShape& shape, const VarlenArgs& varlen, float scale,
          int causal, int dtype, int device, uintptr_t stream);
 
-// Bytes of workspace bwd() needs: float32 dQ accumulator (rows x heads_q x head-dim bucket) and
-// float32 delta = rowsum(dO * O) (rows x heads_q), each 256-byte aligned. total_q < 0: dense.
-int64_t bwd_workspace_bytes(int32_t batch, int32_t heads_q, int32_t seqlen_q, int32_t head_dim_qk,
-                            int32_t head_dim_v, int64_t total_q);
+// Bytes of the two workspace buffers bwd() needs: the float32 dQ accumulator (rows x heads_q x
+// head-dim bucket) and float32 delta = rowsum(dO * O) (rows x heads_q). total_q < 0: dense.
+std::pair<int64_t, int64_t> bwd_workspace_bytes(int32_t batch, int32_t heads_q, int32_t seqlen_q,
+                                                int32_t head_dim_qk, int32_t head_dim_v, int64_t total_q);
+
+// The caller-allocated workspace buffers (device addresses, 256-byte aligned) and their sizes.
+struct Workspace {
+  uintptr_t dq_accum;
+  int64_t dq_accum_bytes;
+  uintptr_t delta;
+  int64_t delta_bytes;
+};
 
 void bwd(uintptr_t dout, uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t dq,
          uintptr_t dk, uintptr_t dv, const Strides& dout_strides, const Strides& q_strides,
          const Strides& k_strides, const Strides& v_strides, const Strides& o_strides,
          const Strides& lse_strides, const Strides& dq_strides, const Strides& dk_strides,
          const Strides& dv_strides, const ProblemShape& shape, const VarlenArgs& varlen, float scale,
-         int causal, int dtype, uintptr_t workspace, int64_t workspace_bytes, int64_t total_q, int device,
-         uintptr_t stream);
+         int causal, int dtype, const Workspace& workspace, int64_t total_q, int device, uintptr_t stream);
 
 }  // namespace flashsdpa

@@ -104,7 +104,7 @@ PYBIND11_MODULE(_C, m) {
         "Shared memory per block the backward takes there (its tile follows the device's limit); 0: none fits.");
   m.def("bwd_workspace_bytes", &bwd_workspace_bytes, py::arg("batch"), py::arg("heads_q"), py::arg("seqlen_q"),
         py::arg("head_dim_qk"), py::arg("head_dim_v"), py::arg("total_q"),
-        "Workspace bytes bwd() needs (total_q = -1 for dense inputs).");
+        "(dq_accum, delta) bytes: the two workspace buffers bwd() needs (total_q = -1 for dense inputs).");
 
   m.def(
       "bwd",
@@ -112,8 +112,8 @@ PYBIND11_MODULE(_C, m) {
          uintptr_t dv, py::handle dos, py::handle qs, py::handle ks, py::handle vs, py::handle os, py::handle ls,
          py::handle dqs, py::handle dks, py::handle dvs, int32_t batch, int32_t heads_q, int32_t heads_kv,
          int32_t seqlen_q, int32_t seqlen_k, int32_t head_dim_qk, int32_t head_dim_v, uintptr_t cu_q, uintptr_t cu_k,
-         uintptr_t used_k, float scale, int causal, int dtype, uintptr_t workspace, int64_t workspace_bytes,
-         int64_t total_q, int device, uintptr_t stream) {
+         uintptr_t used_k, float scale, int causal, int dtype, uintptr_t dq_accum, int64_t dq_accum_bytes,
+         uintptr_t delta, int64_t delta_bytes, int64_t total_q, int device, uintptr_t stream) {
         const Strides dout_strides = strides_arg(dos, "dout_strides"), q_strides = strides_arg(qs, "q_strides"),
                       k_strides = strides_arg(ks, "k_strides"), v_strides = strides_arg(vs, "v_strides"),
                       o_strides = strides_arg(os, "out_strides"), lse_strides = strides_arg(ls, "lse_strides"),
@@ -122,8 +122,8 @@ PYBIND11_MODULE(_C, m) {
         bwd(dout, q, k, v, o, lse, dq, dk, dv, dout_strides, q_strides, k_strides, v_strides, o_strides, lse_strides,
             dq_strides, dk_strides, dv_strides,
             ProblemShape{batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v},
-            VarlenArgs{cu_q, cu_k, used_k}, scale, causal, dtype, workspace, workspace_bytes, total_q, device,
-            stream);
+            VarlenArgs{cu_q, cu_k, used_k}, scale, causal, dtype, Workspace{dq_accum, dq_accum_bytes, delta, delta_bytes},
+            total_q, device, stream);
       },
-      "Backward attention: writes dq, dk, dv using a caller-allocated workspace. Strides as in fwd.");
+      "Backward attention: writes dq, dk, dv using caller-allocated dq_accum and delta buffers. Strides as in fwd.");
 }

@@ -256,10 +256,15 @@ def launch_fwd_varlen(
     )  # fmt: skip
 
 
-def _workspace(nbytes: int, like: Tensor) -> Tensor:
-    # From the caching allocator (stream-ordered, CUDA-graph friendly); the kernels zero what they
-    # need, so no fill launch. Blocks are 512-byte aligned, more than the 256 _C asks for.
-    return torch.empty(nbytes, dtype=torch.uint8, device=like.device)
+def _workspace(sizes: tuple[int, int], like: Tensor) -> tuple[Tensor, Tensor]:
+    """The backward's dq_accum and delta buffers, from the caching allocator (stream-ordered,
+    CUDA-graph friendly). Two allocations, as PyTorch's flash backward makes: see api.cpp's
+    WorkspaceLayout for the 1 MiB one buffer cost. The kernels zero what they need, so no fill
+    launch; blocks are 512-byte aligned, more than the 256 _C asks for."""
+    return (
+        torch.empty(sizes[0], dtype=torch.uint8, device=like.device),
+        torch.empty(sizes[1], dtype=torch.uint8, device=like.device),
+    )
 
 
 def launch_bwd(
@@ -279,8 +284,8 @@ def launch_bwd(
     batch, heads_q, seqlen_q, head_dim_qk = q.shape
     _, heads_kv, seqlen_k, head_dim_v = v.shape
     device = q.get_device()
-    nbytes = _C.bwd_workspace_bytes(batch, heads_q, seqlen_q, head_dim_qk, head_dim_v, -1)
-    workspace = _workspace(nbytes, q)
+    sizes = _C.bwd_workspace_bytes(batch, heads_q, seqlen_q, head_dim_qk, head_dim_v, -1)
+    dq_accum, delta = _workspace(sizes, q)
     _C.bwd(
         dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
         dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
@@ -288,7 +293,8 @@ def launch_bwd(
         dq.stride(), dk.stride(), dv.stride(),
         batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v,
         0, 0, 0,
-        scale, causal, DTYPE_CODES[q.dtype], workspace.data_ptr(), nbytes, -1, device, _current_stream(device),
+        scale, causal, DTYPE_CODES[q.dtype], dq_accum.data_ptr(), sizes[0], delta.data_ptr(), sizes[1], -1, device,
+        _current_stream(device),
     )  # fmt: skip
 
 
@@ -314,8 +320,8 @@ def launch_bwd_varlen(
     batch, heads_q, total_q = cu_seqlens_q.shape[0] - 1, q.shape[1], q.shape[0]
     head_dim_qk, head_dim_v = q.shape[2], v.shape[2]
     device = q.get_device()
-    nbytes = _C.bwd_workspace_bytes(batch, heads_q, max_seqlen_q, head_dim_qk, head_dim_v, total_q)
-    workspace = _workspace(nbytes, q)
+    sizes = _C.bwd_workspace_bytes(batch, heads_q, max_seqlen_q, head_dim_qk, head_dim_v, total_q)
+    dq_accum, delta = _workspace(sizes, q)
     _C.bwd(
         dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
         dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
@@ -323,5 +329,6 @@ def launch_bwd_varlen(
         _packed_lse_strides(lse), _packed_strides(dq), _packed_strides(dk), _packed_strides(dv),
         batch, heads_q, k.shape[1], max_seqlen_q, max_seqlen_k, head_dim_qk, head_dim_v,
         cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), 0 if seqused_k is None else seqused_k.data_ptr(),
-        scale, causal, DTYPE_CODES[q.dtype], workspace.data_ptr(), nbytes, total_q, device, _current_stream(device),
+        scale, causal, DTYPE_CODES[q.dtype], dq_accum.data_ptr(), sizes[0], delta.data_ptr(), sizes[1], total_q,
+        device, _current_stream(device),
     )  # fmt: skip

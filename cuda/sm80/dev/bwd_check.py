@@ -70,9 +70,9 @@ def reference(q, k, v, do, scale, causal):
 def dense_bwd(do, q, k, v, o, lse, dq, dk, dv, scale, causal, workspace=None):
     b, hq, sq, dqk = q.shape
     hkv, sk, dv_dim = v.shape[1], v.shape[2], v.shape[3]
-    nbytes = _C.bwd_workspace_bytes(b, hq, sq, dqk, dv_dim, -1)
-    if workspace is None or workspace.numel() < nbytes:
-        workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+    sizes = _C.bwd_workspace_bytes(b, hq, sq, dqk, dv_dim, -1)
+    if workspace is None:
+        workspace = [torch.empty(n, dtype=torch.uint8, device=q.device) for n in sizes]
     dev = q.device.index
     _C.bwd(
         do.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
@@ -80,7 +80,7 @@ def dense_bwd(do, q, k, v, o, lse, dq, dk, dv, scale, causal, workspace=None):
         do.stride()[:3], q.stride()[:3], k.stride()[:3], v.stride()[:3], o.stride()[:3], lse.stride(),
         dq.stride()[:3], dk.stride()[:3], dv.stride()[:3],
         b, hq, hkv, sq, sk, dqk, dv_dim, 0, 0, 0,
-        scale, causal, DTYPE_CODE[q.dtype], workspace.data_ptr(), nbytes, -1, dev,
+        scale, causal, DTYPE_CODE[q.dtype], workspace[0].data_ptr(), sizes[0], workspace[1].data_ptr(), sizes[1], -1, dev,
         torch.cuda.current_stream(dev).cuda_stream,
     )  # fmt: skip
     return workspace
@@ -94,8 +94,8 @@ def varlen_bwd(do, q, k, v, o, lse, dq, dk, dv, cu_q, cu_k, max_q, max_k, scale,
     total_q, hq, dqk = q.shape
     hkv, dv_dim = k.shape[1], v.shape[2]
     batch = cu_q.numel() - 1
-    nbytes = _C.bwd_workspace_bytes(batch, hq, max_q, dqk, dv_dim, total_q)
-    ws = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+    sizes = _C.bwd_workspace_bytes(batch, hq, max_q, dqk, dv_dim, total_q)
+    ws = [torch.empty(n, dtype=torch.uint8, device=q.device) for n in sizes]
     dev = q.device.index
     _C.bwd(
         do.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
@@ -103,7 +103,7 @@ def varlen_bwd(do, q, k, v, o, lse, dq, dk, dv, cu_q, cu_k, max_q, max_k, scale,
         packed(do), packed(q), packed(k), packed(v), packed(o), (0, lse.stride(0), lse.stride(1)),
         packed(dq), packed(dk), packed(dv),
         batch, hq, hkv, max_q, max_k, dqk, dv_dim, cu_q.data_ptr(), cu_k.data_ptr(), 0,
-        scale, causal, DTYPE_CODE[q.dtype], ws.data_ptr(), nbytes, total_q, dev,
+        scale, causal, DTYPE_CODE[q.dtype], ws[0].data_ptr(), sizes[0], ws[1].data_ptr(), sizes[1], total_q, dev,
         torch.cuda.current_stream(dev).cuda_stream,
     )  # fmt: skip
 
