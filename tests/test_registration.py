@@ -499,6 +499,14 @@ def test_launch_fwd_varlen_arguments(recorded_build: Any) -> None:
     assert args[20:] == (0.5, 2, 0, -1, 77)
 
 
+def test_launch_fwd_without_lse(recorded_build: Any) -> None:
+    # Inference callers pass no LSE: _C gets a null pointer (the kernel then writes none).
+    q = k = v = out = torch.empty(1, 2, 16, 64, dtype=F16)
+    _backend.launch_fwd(q, k, v, out, None, 0.125, 0)
+    [(name, args)] = recorded_build.calls
+    assert name == "fwd" and args[4] == 0 and args[9] == (0, 0, 0)
+
+
 def test_launch_bwd_allocates_the_workspace(recorded_build: Any) -> None:
     q = k = v = out = dout = torch.empty(1, 2, 16, 64, dtype=F16)
     lse = torch.empty(1, 2, 16)

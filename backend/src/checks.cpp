@@ -68,8 +68,9 @@ void check_varlen(const AttnFwdParams& p) {
     fail("cu_seqlens_q and cu_seqlens_k: give both or neither");
 }
 
-void check_lse(const AttnFwdParams& p) {
-  if (p.lse == nullptr) fail("lse: null data pointer");
+// The forward may skip the LSE (lse = 0: a caller with no backward to feed); the backward reads it.
+void check_lse_given(const AttnFwdParams& p) {
+  if (p.lse == nullptr) fail("lse: null data pointer (the backward reads the forward's LSE)");
 }
 
 }  // namespace
@@ -87,11 +88,11 @@ void check_fwd_params(const AttnFwdParams& p) {
   check_aligned("k", p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
   check_aligned("v", p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
   check_aligned("out", p.o, p.o_batch_stride, p.o_head_stride, p.o_row_stride);
-  check_lse(p);
 }
 
 void check_bwd_params(const AttnBwdParams& p) {
   check_fwd_params(p);
+  check_lse_given(p);
   check_aligned("grad_out", p.dout, p.dout_batch_stride, p.dout_head_stride, p.dout_row_stride);
   check_aligned("grad_query", p.dq, p.dq_batch_stride, p.dq_head_stride, p.dq_row_stride);
   check_aligned("grad_key", p.dk, p.dk_batch_stride, p.dk_head_stride, p.dk_row_stride);

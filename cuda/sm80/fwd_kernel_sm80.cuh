@@ -397,7 +397,7 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
     }
   }
 
-  if ((lane & 3) == 0) {
+  if ((lane & 3) == 0 && p.lse != nullptr) {  // null: the caller wants no LSE (inference)
     float* lse_out = p.lse + tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride +
                      (seq.q_row_offset + row_begin) * p.lse_row_stride;
 #pragma unroll

@@ -202,8 +202,15 @@ _current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _public_current
 # argument; CPU timings, see scripts/dev/overhead_probe.py for the GPU's).
 
 
-def launch_fwd(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: float, causal: int) -> None:
-    """Forward on dense (B, H, S, D) views: writes ``out`` (B, Hq, Sq, Dv) and ``lse`` (B, Hq, Sq).
+_NO_LSE_STRIDES = (0, 0, 0)
+
+
+def launch_fwd(
+    q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: int
+) -> None:
+    """Forward on dense (B, H, S, D) views: writes ``out`` (B, Hq, Sq, Dv) and ``lse`` (B, Hq, Sq),
+    or no LSE when ``lse`` is None (inference: nothing will read it, and its allocation is a
+    tenth of the host time of a small call).
 
     Callers have checked the problem (``selection.dense_reason``) and that it is non-empty.
     """
@@ -211,8 +218,8 @@ def launch_fwd(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale:
     _, heads_kv, seqlen_k, head_dim_v = v.shape  # one unpack: three v.shape[i] reads cost 2.5x as much
     device = q.get_device()
     _C.fwd(
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-        q.stride(), k.stride(), v.stride(), out.stride(), lse.stride(),
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), 0 if lse is None else lse.data_ptr(),
+        q.stride(), k.stride(), v.stride(), out.stride(), _NO_LSE_STRIDES if lse is None else lse.stride(),
         batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v,
         0, 0, 0,
         scale, causal, DTYPE_CODES[q.dtype], device, _current_stream(device),
