@@ -43,10 +43,14 @@ class DeviceGuard {
 
 constexpr int kMaxDevices = 64;
 
-std::string family_for(int major) {
-  // The portable family's SASS targets: sm_80 SASS runs on 8.x, sm_90 SASS on 9.0.
+std::string family_for(int major, int minor) {
+  // The portable family runs where the build has SASS of the same major at or below the device's
+  // minor (sm_80 SASS on 8.6 and 8.9), or, through the driver's JIT of the embedded PTX
+  // (CMake embeds compute_XX for every arch), on any device newer than a compiled arch: an
+  // sm_80-only build runs on an H100, its first launches slower while the driver compiles.
+  const int capability = major * 10 + minor;
   for (int arch : build_config().archs) {
-    if (arch / 10 == major) return "sm80";
+    if (arch <= capability) return "sm80";
   }
   return "";
 }
@@ -85,7 +89,7 @@ const DeviceInfo& cached_device_info(int device) {
       const long long bytes = std::atoll(cap);
       if (bytes > 0 && bytes < info.smem_optin_bytes) info.smem_optin_bytes = bytes;
     }
-    info.family = family_for(prop.major);
+    info.family = family_for(prop.major, prop.minor);
   });
   return infos[device];
 }
