@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import zlib
-from typing import Self
+from typing import Any, Self
 
 import pytest
 import torch
@@ -75,6 +75,21 @@ def _dout(shape: Shape, dtype: torch.dtype, gen: torch.Generator) -> torch.Tenso
     return torch.randn(shape.batch, shape.heads_q, shape.seqlen_q, shape.dv, generator=gen, device=DEVICE).to(dtype)
 
 
+def _sdpa_fwd_bwd(
+    request: pytest.FixtureRequest, shape: Shape, dtype: torch.dtype, **kwargs: Any
+) -> tuple[Served, tuple[torch.Tensor, ...], torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+    """One training step of SDPA inside enable() on fresh (B, S, H, D)-laid-out inputs that require
+    grad: (what was served, (q, k, v), dout, out, (dq, dk, dv))."""
+    skip_unless_compiled(dtype, shape.head_dim, shape.dv)
+    gen = _generator(request)
+    q, k, v = make_qkv(shape, dtype, DEVICE, layout="bshd", requires_grad=True, generator=gen)
+    dout = _dout(shape, dtype, gen)
+    with flashsdpa.enable(), Served() as served:
+        out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+    return served, (q, k, v), dout, out, grads
+
+
 # ---- dense SDPA, eager --------------------------------------------------------------------------
 
 
@@ -83,13 +98,7 @@ def _dout(shape: Shape, dtype: torch.dtype, gen: torch.Generator) -> torch.Tenso
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_eager(request: pytest.FixtureRequest, dtype: torch.dtype, causal: bool, gqa: bool) -> None:
     shape = Shape("sdpa", 2, 8, 2 if gqa else 8, 239, 239, 128)
-    skip_unless_compiled(dtype, shape.head_dim, shape.dv)
-    gen = _generator(request)
-    q, k, v = make_qkv(shape, dtype, DEVICE, layout="bshd", requires_grad=True, generator=gen)
-    dout = _dout(shape, dtype, gen)
-    with flashsdpa.enable(), Served() as served:
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
-        grads = torch.autograd.grad(out, (q, k, v), dout)
+    served, (q, k, v), dout, out, grads = _sdpa_fwd_bwd(request, shape, dtype, is_causal=causal, enable_gqa=gqa)
     assert served.fwd >= 1 and served.bwd >= 1, served.ops
     # SDPA's flash path returns the output in the query's memory layout (empty_like(query)).
     assert out.stride() == q.stride()
@@ -107,19 +116,13 @@ _SHAPE_CASES = [
 
 @pytest.mark.parametrize("sq,sk,kind", _SHAPE_CASES, ids=[f"q{a}k{b}-{c}" for a, b, c in _SHAPE_CASES])
 def test_shapes_and_alignments(request: pytest.FixtureRequest, sq: int, sk: int, kind: str) -> None:
-    shape = Shape("sdpa", 2, 4, 2, sq, sk, 64)
-    skip_unless_compiled(torch.bfloat16, shape.head_dim, shape.dv)
-    gen = _generator(request)
-    q, k, v = make_qkv(shape, torch.bfloat16, DEVICE, layout="bshd", requires_grad=True, generator=gen)
-    dout = _dout(shape, torch.bfloat16, gen)
-    kwargs: dict[str, object] = {"enable_gqa": True}
+    kwargs: dict[str, Any] = {"enable_gqa": True}
     if kind == "is_causal":
         kwargs["is_causal"] = True
     elif kind == "lower_right":
         kwargs["attn_mask"] = causal_lower_right(sq, sk)
-    with flashsdpa.enable(), Served() as served:
-        out = F.scaled_dot_product_attention(q, k, v, **kwargs)
-        grads = torch.autograd.grad(out, (q, k, v), dout)
+    shape = Shape("sdpa", 2, 4, 2, sq, sk, 64)
+    served, (q, k, v), dout, out, grads = _sdpa_fwd_bwd(request, shape, torch.bfloat16, **kwargs)
     assert served.fwd >= 1 and served.bwd >= 1, served.ops
     mode = {
         "none": CAUSAL_MODES["none"],
@@ -131,13 +134,7 @@ def test_shapes_and_alignments(request: pytest.FixtureRequest, sq: int, sk: int,
 
 def test_value_head_dim_differs(request: pytest.FixtureRequest) -> None:
     shape = Shape("sdpa_dv", 2, 4, 4, 239, 113, 64, 128)
-    skip_unless_compiled(torch.bfloat16, shape.head_dim, shape.dv)
-    gen = _generator(request)
-    q, k, v = make_qkv(shape, torch.bfloat16, DEVICE, layout="bshd", requires_grad=True, generator=gen)
-    dout = _dout(shape, torch.bfloat16, gen)
-    with flashsdpa.enable(), Served() as served:
-        out = F.scaled_dot_product_attention(q, k, v)
-        grads = torch.autograd.grad(out, (q, k, v), dout)
+    served, (q, k, v), dout, out, grads = _sdpa_fwd_bwd(request, shape, torch.bfloat16)
     assert served.fwd >= 1 and served.bwd >= 1, served.ops
     check_attention(q, k, v, dout, out, grads, scale=default_scale(64), causal_mode=0)
 
@@ -185,13 +182,7 @@ def test_eager_no_grad(
 def test_eager_path_not_taken_with_grad(request: pytest.FixtureRequest) -> None:
     """With inputs that require grad, SDPA goes through the routers and our backward runs."""
     shape = Shape("eager_grad", 2, 4, 4, 239, 239, 64)
-    skip_unless_compiled(torch.bfloat16, shape.head_dim, shape.dv)
-    gen = _generator(request)
-    q, k, v = make_qkv(shape, torch.bfloat16, DEVICE, layout="bshd", requires_grad=True, generator=gen)
-    dout = _dout(shape, torch.bfloat16, gen)
-    with flashsdpa.enable(), Served() as served:
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        grads = torch.autograd.grad(out, (q, k, v), dout)
+    served, (q, k, v), dout, out, grads = _sdpa_fwd_bwd(request, shape, torch.bfloat16, is_causal=True)
     assert served.ops == {SDPA_FWD: 1, SDPA_BWD: 1}, served.ops
     check_attention(q, k, v, dout, out, grads, scale=default_scale(64), causal_mode=1)
 
@@ -425,13 +416,7 @@ def test_varlen_attn(request: pytest.FixtureRequest, causal: bool) -> None:
 def test_batch_heads_beyond_grid_limit(request: pytest.FixtureRequest) -> None:
     """batch x heads = 65,552 > 65,535, the largest gridDim.y / gridDim.z."""
     shape = Shape("wide", 4097, 16, 16, 16, 16, 64)
-    skip_unless_compiled(torch.bfloat16, shape.head_dim, shape.dv)
-    gen = _generator(request)
-    q, k, v = make_qkv(shape, torch.bfloat16, DEVICE, layout="bshd", requires_grad=True, generator=gen)
-    dout = _dout(shape, torch.bfloat16, gen)
-    with flashsdpa.enable(), Served() as served:
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        grads = torch.autograd.grad(out, (q, k, v), dout)
+    served, (q, k, v), dout, out, grads = _sdpa_fwd_bwd(request, shape, torch.bfloat16, is_causal=True)
     assert served.fwd >= 1 and served.bwd >= 1, served.ops
     check_attention(q, k, v, dout, out, grads, scale=default_scale(64), causal_mode=1)
 
