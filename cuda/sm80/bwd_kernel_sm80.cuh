@@ -395,11 +395,17 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int tid = threadIdx.x;
   const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
-  // The scheduler hands out its highest block index first; for the backward the heaviest key block
-  // under causal masking is the lowest (it is seen by the most query blocks), so flip the order to
-  // keep longest-first scheduling.
+  // Launch order. Causal: block-major (LinearTileScheduler), whose highest block index goes first;
+  // the heaviest key block under causal masking is the lowest (seen by the most query blocks), so
+  // the index is flipped below to keep longest-first scheduling. Non-causal: every key block costs
+  // the same, and head-major order (HeadMajorTileScheduler) makes the resident CTAs the key blocks
+  // of one or two heads, which stream the same Q/dO tiles through L2 in step: d = 64, S = 4k-16k
+  // +2-5% (8k: 279 -> 294 TFLOP/s), d = 128 +0-3% (docs/kernel_notes_bwd.md, v9). Both cover the
+  // same grid.
   const LinearTileScheduler sched{ceil_div(p.seqlen_k, kBlockN), p.heads_kv, p.batch};
-  const WorkTile tile = sched.tile();
+  const WorkTile tile = p.causal != CausalMode::kNone
+                            ? sched.tile()
+                            : HeadMajorTileScheduler{sched.num_blocks, sched.num_heads, sched.batch}.tile();
   const int n_block = sched.num_blocks - 1 - tile.block;
   const int kv_head = tile.head, batch = tile.batch;
   const SeqlenInfo seq(p, batch);
@@ -552,15 +558,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         dlt[mt][h] = s_delta[r];
       }
 
-    float s[kMTS][kNTS][4];
-    zero(s);
-    warp_mma<Elem, TileQ, TileK, kMTS, kNTS, kHeadDim, false, false>(s, sQ, s_row0, sK, s_col0, lane);
-
     // P = exp2(S * scale_log2 - LSE * log2e) in place of S. Element-wise masking (P = 0) only
     // where the block is not fully visible (causal blocks crossing the diagonal, the ragged last
     // key block): a separate unrolled copy, so full blocks carry no compare/select per element.
     // Masking after exp2 (not S = -inf before it) stays right for a negative or zero scale.
-    auto probs = [&](auto masked) {
+    auto probs = [&](auto& s, auto masked) {
       int limit[kMTS][2];  // first invisible key column (block-relative) of each of this thread's rows
       if constexpr (decltype(masked)::value) {
 #pragma unroll
@@ -589,29 +591,21 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             s[mt][nt][e] = pv;
           }
     };
-    if (mask.col_limit(m * kBlockM) < (n_block + 1) * kBlockN) {
-      probs(std::true_type{});
-    } else {
-      probs(std::false_type{});
-    }
-    float dp[kMTS][kNTS][4];
-    zero(dp);
-    warp_mma<Elem, TileQ, TileK, kMTS, kNTS, kHeadDim, false, false>(dp, sdO, s_row0, sV, s_col0, lane);
-    // dS = P * (dP - delta) in place of dP; masked elements have P = 0, so dS = 0 there.
-#pragma unroll
-    for (int mt = 0; mt < kMTS; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNTS; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dp[mt][nt][e] = s[mt][nt][e] * (dp[mt][nt][e] - dlt[mt][e / 2]);
-    store_frag<Elem, TileP>(smem + T::kOffP, s, s_row0, s_col0, lane, 1.f);
-    store_frag<Elem, TileP>(smem + T::kOffdS, dp, s_row0, s_col0, lane, 1.f);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if constexpr (kBulkDq) {
-      if (tid == 0) bulk_wait_read_all();  // the staged dQ tile may be overwritten after the barrier
-    }
-#endif
-    __syncthreads();
+    // S = Q K^T, then P in place.
+    auto compute_p = [&](float (&s)[kMTS][kNTS][4]) {
+      zero(s);
+      warp_mma<Elem, TileQ, TileK, kMTS, kNTS, kHeadDim, false, false>(s, sQ, s_row0, sK, s_col0, lane);
+      if (mask.col_limit(m * kBlockM) < (n_block + 1) * kBlockN) {
+        probs(s, std::true_type{});
+      } else {
+        probs(s, std::false_type{});
+      }
+    };
+    // dP = dO V^T.
+    auto compute_dp = [&](float (&dp)[kMTS][kNTS][4]) {
+      zero(dp);
+      warp_mma<Elem, TileQ, TileK, kMTS, kNTS, kHeadDim, false, false>(dp, sdO, s_row0, sV, s_col0, lane);
+    };
 
     // dQ_accum[m] += dS K. dq_accum stores each aligned group of 16 columns permuted
     // (DqAccumLayout), so the two n8 tiles a thread holds for a row (columns 2t, 2t+1 and 8+2t,
@@ -675,6 +669,33 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         for (int i = 0; i < kReds; ++i) red(i, std::true_type{});
       }
     };
+    float s[kMTS][kNTS][4], dp[kMTS][kNTS][4];
+    // The two halves of the warps take S/P and dP in opposite orders. Warps w and w + 4 share a
+    // scheduler (SMSP = warp % 4), so one warp's exponentials (MUFU) overlap the other's GEMM
+    // instead of every warp reaching the exp2 phase at once right after the barrier: +1-3% at
+    // d = 128, neutral at d = 64 (docs/kernel_notes_bwd.md, v8).
+    if (warp >= T::kWarps / 2) {
+      compute_dp(dp);
+      compute_p(s);
+    } else {
+      compute_p(s);
+      compute_dp(dp);
+    }
+    // dS = P * (dP - delta) in place of dP; masked elements have P = 0, so dS = 0 there.
+#pragma unroll
+    for (int mt = 0; mt < kMTS; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNTS; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dp[mt][nt][e] = s[mt][nt][e] * (dp[mt][nt][e] - dlt[mt][e / 2]);
+    store_frag<Elem, TileP>(smem + T::kOffP, s, s_row0, s_col0, lane, 1.f);
+    store_frag<Elem, TileP>(smem + T::kOffdS, dp, s_row0, s_col0, lane, 1.f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (kBulkDq) {
+      if (tid == 0) bulk_wait_read_all();  // the staged dQ tile may be overwritten after the barrier
+    }
+#endif
+    __syncthreads();
     // Register reds go first, so they drain through the LSU while the dV and dK GEMMs run (dQ
     // between dV and dK: 284 -> first: 293 TFLOP/s at d = 128, S = 8k). Staged bulk dQ goes last:
     // its 16-byte stores then drain while warps wait at the next iteration's barrier instead of

@@ -6,7 +6,9 @@ dq/dk/dv against torch autograd in float32 with the project's rule
 (outputs NaN-poisoned, fresh random inputs per case), then timing the backward against PyTorch's
 flash backend (aten._scaled_dot_product_flash_attention_backward) in the same process.
 
-    python cuda/sm80/dev/bwd_check.py [--check] [--bench] [--quick]
+    python cuda/sm80/dev/bwd_check.py [--check] [--bench] [--quick] [--accuracy]
+
+The bench times (B, H, S, D) memory unless BENCH_LAYOUT=bshd (the package bench's default layout).
 """
 
 from __future__ import annotations
@@ -249,6 +251,31 @@ def run_checks(quick: bool) -> int:
     return n_fail
 
 
+# ---- accuracy against PyTorch's flash backend ------------------------------------------------------
+def run_accuracy() -> None:
+    """Error of our gradients and of PyTorch flash's (FA2), both against float32 autograd, same inputs:
+    max and mean |error| ratios ours / flash per gradient (1.0 = as accurate as FA2)."""
+    torch.manual_seed(1)
+    print(f"{'d':>4} {'causal':>6} " + " ".join(f"{g + '_max':>8} {g + '_mean':>8}" for g in ("dq", "dk", "dv")))
+    for d in (64, 128):
+        for causal in (False, True):
+            b, h, s = 2, 8, 1024
+            q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+            scale = 1.0 / math.sqrt(d)
+            o_ref, _, grads32, _ = reference(q, k, v, do, scale, int(causal))
+            out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
+            o, lse = out[0], out[1]
+            flash = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+                do, q, k, v, o, lse, out[2], out[3], out[4], out[5], 0.0, causal, out[6], out[7], scale=scale)
+            ours = [torch.empty_like(t) for t in (q, k, v)]
+            dense_bwd(do, q, k, v, o, lse, *ours, scale, int(causal))
+            cols = []
+            for mine, theirs, ref in zip(ours, flash, grads32):
+                e_mine, e_theirs = (mine.float() - ref).abs(), (theirs.float() - ref).abs()
+                cols += [e_mine.max().item() / e_theirs.max().item(), e_mine.mean().item() / e_theirs.mean().item()]
+            print(f"{d:4d} {str(causal):>6} " + " ".join(f"{c:8.2f}" for c in cols), flush=True)
+
+
 # ---- benchmark -------------------------------------------------------------------------------------
 def bench_ms(fn, reps=10, warmup=3):
     for _ in range(warmup):
@@ -275,7 +302,11 @@ def run_bench(quick: bool):
         for causal in (False, True):
             for s in seqlens:
                 b, h = max(1, 16384 // s), 2048 // d
-                q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+                if os.environ.get("BENCH_LAYOUT") == "bshd":  # transposed views, as models pass them
+                    q, k, v, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+                                   for _ in range(4))
+                else:
+                    q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
                 scale = 1.0 / math.sqrt(d)
                 out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
                 o, lse = out[0], out[1]
@@ -308,11 +339,14 @@ def main() -> int:
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--accuracy", action="store_true", help="gradient error ratios against PyTorch flash")
     args = ap.parse_args()
-    if not (args.check or args.bench):
+    if not (args.check or args.bench or args.accuracy):
         args.check = args.bench = True
     print(torch.__version__, torch.cuda.get_device_name(), _C.build_info(), flush=True)
     fails = run_checks(args.quick) if args.check else 0
+    if args.accuracy:
+        run_accuracy()
     if args.bench:
         run_bench(args.quick)
     return 1 if fails else 0
