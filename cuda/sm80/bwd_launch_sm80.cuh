@@ -22,20 +22,23 @@ namespace bwd_sm80 {
 //   d = 96, 128: 64 x 128, 2/4/2 at 128, 2/4/4 at 96 (96 columns do not make 4 warp tiles of
 //             whole 16-column blocks). dK + dV are
 //             128 registers, S + dP 64; 128 x 128 would need 256 before fragments. 171 KB smem.
-//   d > 128:  64 x 64, 2/4/4, so dK + dV stay at 2 * 64 * d / 256 <= 128 registers; 217 KB smem
-//             at d = 256.
+//   d > 128:  64 x 64, 4/2/2, so dK + dV stay at 2 * 64 * d / 256 <= 128 registers; 217 KB smem
+//             at d = 256. 4/2/2 makes the dK/dV and dQ warp tiles 32 x d/4 instead of 16 x d/2: 6
+//             ldmatrix per 16 mma instead of 9; d = 256, S = 8k: 208 -> 221 TFLOP/s (2/4/4 before).
 template <typename Elem, int kHeadDim>
 using BwdTraitsFor = std::conditional_t<
     (kHeadDim <= 64), BwdTraits<Elem, kHeadDim, 128, 128, 8, 4, 4, 4>,
     std::conditional_t<(kHeadDim <= 128), BwdTraits<Elem, kHeadDim, 64, 128, 8, 2, 4, (kHeadDim == 128 ? 2 : 4)>,
-                       BwdTraits<Elem, kHeadDim, 64, 64, 8, 2, 4, 4>>>;
+                       BwdTraits<Elem, kHeadDim, 64, 64, 8, 4, 2, 2>>>;
 
 // Parts with less shared memory per block than the table tile needs (sm_80 / sm_87: 163 KB,
-// sm_86 / sm_89: 99 KB; the table is sized for sm_90's 227 KB) take 64 x 64 tiles: 73 KB at
-// d = 64, 123 KB at d = 128 (the d > 128 table tile itself). Buckets whose smallest tile still does
-// not fit are not served there (bwd_smem_bytes_sm80 returns 0 and the host falls back).
+// sm_86 / sm_89: 99 KB; the table is sized for sm_90's 227 KB) take 64 x 64 tiles (2/4/4): 73 KB
+// at d = 64, 123 KB at d = 128. Above d = 128 the table tile already is 64 x 64, with no smaller one.
+// Buckets whose smallest tile still does not fit are not served there (bwd_smem_bytes_sm80 returns
+// 0 and the host falls back).
 template <typename Elem, int kHeadDim>
-using BwdTraitsSmallSmemFor = BwdTraits<Elem, kHeadDim, 64, 64, 8, 2, 4, 4>;
+using BwdTraitsSmallSmemFor =
+    std::conditional_t<(kHeadDim > 128), BwdTraitsFor<Elem, kHeadDim>, BwdTraits<Elem, kHeadDim, 64, 64, 8, 2, 4, 4>>;
 
 // Dynamic shared memory of one traits configuration on a device of compute capability `major`
 // (sm_90 code adds the dQ staging tile).

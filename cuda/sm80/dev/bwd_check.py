@@ -8,7 +8,8 @@ flash backend (aten._scaled_dot_product_flash_attention_backward) in the same pr
 
     python cuda/sm80/dev/bwd_check.py [--check] [--bench] [--quick] [--accuracy]
 
-The bench times (B, H, S, D) memory unless BENCH_LAYOUT=bshd (the package bench's default layout).
+The bench times (B, H, S, D) memory unless BENCH_LAYOUT=bshd (the package bench's default layout),
+at head dims 64 and 128 unless BENCH_DIMS says otherwise (e.g. BENCH_DIMS=256).
 """
 
 from __future__ import annotations
@@ -298,7 +299,8 @@ def run_bench(quick: bool):
     seqlens = (2048, 8192) if quick else (2048, 4096, 8192, 16384)
     if os.environ.get("BENCH_SEQLENS"):  # e.g. "2048,16384"
         seqlens = tuple(int(x) for x in os.environ["BENCH_SEQLENS"].split(","))
-    for d in (64, 128):
+    dims = tuple(int(x) for x in os.environ.get("BENCH_DIMS", "64,128").split(","))
+    for d in dims:
         for causal in (False, True):
             for s in seqlens:
                 b, h = max(1, 16384 // s), 2048 // d
