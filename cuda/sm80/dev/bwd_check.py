@@ -9,7 +9,7 @@ flash backend (aten._scaled_dot_product_flash_attention_backward) in the same pr
     python cuda/sm80/dev/bwd_check.py [--check] [--bench] [--quick] [--accuracy]
 
 The bench times (B, H, S, D) memory unless BENCH_LAYOUT=bshd (the package bench's default layout),
-at head dims 64 and 128 unless BENCH_DIMS says otherwise (e.g. BENCH_DIMS=256).
+at head dims 64 and 128 unless BENCH_DIMS says otherwise (e.g. BENCH_DIMS=256; also for --accuracy).
 """
 
 from __future__ import annotations
@@ -252,18 +252,23 @@ def run_checks(quick: bool) -> int:
     return n_fail
 
 
+def bench_dims() -> tuple[int, ...]:
+    """Head dims of the accuracy comparison and the bench: BENCH_DIMS (e.g. "256"), else 64 and 128."""
+    return tuple(int(x) for x in os.environ.get("BENCH_DIMS", "64,128").split(","))
+
+
 # ---- accuracy against PyTorch's flash backend ------------------------------------------------------
 def run_accuracy() -> None:
     """Error of our gradients and of PyTorch flash's (FA2), both against float32 autograd, same inputs:
     max and mean |error| ratios ours / flash per gradient (1.0 = as accurate as FA2)."""
     torch.manual_seed(1)
     print(f"{'d':>4} {'causal':>6} " + " ".join(f"{g + '_max':>8} {g + '_mean':>8}" for g in ("dq", "dk", "dv")))
-    for d in (64, 128):
+    for d in bench_dims():
         for causal in (False, True):
             b, h, s = 2, 8, 1024
             q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
             scale = 1.0 / math.sqrt(d)
-            o_ref, _, grads32, _ = reference(q, k, v, do, scale, int(causal))
+            _, _, grads32, _ = reference(q, k, v, do, scale, int(causal))
             out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
             o, lse = out[0], out[1]
             flash = torch.ops.aten._scaled_dot_product_flash_attention_backward(
@@ -299,8 +304,7 @@ def run_bench(quick: bool):
     seqlens = (2048, 8192) if quick else (2048, 4096, 8192, 16384)
     if os.environ.get("BENCH_SEQLENS"):  # e.g. "2048,16384"
         seqlens = tuple(int(x) for x in os.environ["BENCH_SEQLENS"].split(","))
-    dims = tuple(int(x) for x in os.environ.get("BENCH_DIMS", "64,128").split(","))
-    for d in dims:
+    for d in bench_dims():
         for causal in (False, True):
             for s in seqlens:
                 b, h = max(1, 16384 // s), 2048 // d
