@@ -279,7 +279,7 @@ def run_accuracy() -> None:
             for mine, theirs, ref in zip(ours, flash, grads32):
                 e_mine, e_theirs = (mine.float() - ref).abs(), (theirs.float() - ref).abs()
                 cols += [e_mine.max().item() / e_theirs.max().item(), e_mine.mean().item() / e_theirs.mean().item()]
-            print(f"{d:4d} {str(causal):>6} " + " ".join(f"{c:8.2f}" for c in cols), flush=True)
+            print(f"{d:4d} {causal!s:>6} " + " ".join(f"{c:8.2f}" for c in cols), flush=True)
 
 
 # ---- benchmark -------------------------------------------------------------------------------------
