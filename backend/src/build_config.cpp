@@ -53,6 +53,9 @@ BuildConfig make_config() {
   c.head_dims = split_ints(FLASHSDPA_HEAD_DIMS_LIST);
   for (const auto& d : split(FLASHSDPA_DTYPES_LIST)) c.dtypes.push_back(d == "fp16" ? "float16" : "bfloat16");
   c.kernel_families = {"sm80"};
+#ifdef FLASHSDPA_WITH_SM90
+  c.kernel_families.push_back("sm90");
+#endif
 #else
   c.with_cuda = false;
 #endif

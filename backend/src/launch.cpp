@@ -118,9 +118,36 @@ int bwd_smem_bytes(int head_dim_qk, int head_dim_v, int device) {
   return bwd_smem_bytes_sm80(head_dim_qk, head_dim_v, info.major, static_cast<int>(info.smem_optin_bytes));
 }
 
+// FLASHSDPA_FAMILY=sm80 forces the portable family (tests run every shape against both);
+// =sm90 makes a problem the Hopper family cannot take an error instead of a quiet fallback.
+// Read once: the choice is per process.
+const char* forced_family() {
+  static const char* family = std::getenv("FLASHSDPA_FAMILY");
+  return family;
+}
+
 void launch_fwd(AttnFwdParams& params, int device, void* stream) {
-  set_device_facts(params, serving_device(device));
+  const DeviceInfo& info = serving_device(device);
+  set_device_facts(params, info);
   DeviceGuard guard(device);
+#ifdef FLASHSDPA_WITH_SM90
+  const char* forced = forced_family();
+  const bool want_sm90 = forced == nullptr || std::string(forced) != "sm80";
+  if (want_sm90 && info.major == 9 && info.minor == 0) {
+    const char* reason = fwd_sm90_unsupported(params);
+    if (reason == nullptr) {
+      const auto err = static_cast<cudaError_t>(run_fwd_sm90(params, stream));
+      // cudaErrorNotSupported: the driver refused a TMA descriptor before anything was launched.
+      if (err != cudaErrorNotSupported) {
+        throw_on_error(err, "forward launch (sm90)");
+        return;
+      }
+      reason = "the driver refused a TMA descriptor";
+    }
+    if (forced != nullptr && std::string(forced) == "sm90")
+      throw std::invalid_argument(std::string("FLASHSDPA_FAMILY=sm90: ") + reason);
+  }
+#endif
   throw_on_error(static_cast<cudaError_t>(run_fwd_sm80(params, stream)), "forward launch");
 }
 

@@ -21,6 +21,12 @@ int run_bwd_sm80(const AttnBwdParams& params, void* stream);
 // no bucket serves the pair): the host then leaves the backward to PyTorch.
 int bwd_smem_bytes_sm80(int head_dim_qk, int head_dim_v, int major, int smem_optin_bytes);
 
+// Hopper family (sm_90a: wgmma, TMA, warp specialization), built when FLASHSDPA_ARCHS has 90.
+// fwd_sm90_unsupported: nullptr when the family serves the problem (params' device facts filled),
+// else the reason; the host then launches the portable family.
+int run_fwd_sm90(const AttnFwdParams& params, void* stream);
+const char* fwd_sm90_unsupported(const AttnFwdParams& params);
+
 // The head-dim bucket (the kernel's compile-time kHeadDim) that serves max(head_dim_qk, head_dim_v),
 // or 0 if this build has none large enough. Buckets are the compiled head dims (FLASHSDPA_HEAD_DIMS).
 int head_dim_bucket(int head_dim_qk, int head_dim_v);
