@@ -3,7 +3,7 @@
 // inputs, NaN-poisoned outputs), then times the kernel on the benchmark shapes.
 //
 //   nvcc -std=c++17 -O3 -gencode arch=compute_90,code=sm_90 -I backend/include -I cuda \
-//        cuda/sm80/dev/fwd_check.cu -o fwd_check && ./fwd_check [check|bench|all]
+//        scripts/dev/fwd_check.cu -o fwd_check && ./fwd_check [check|bench|all]
 #include <cuda_runtime.h>
 
 #include <algorithm>
