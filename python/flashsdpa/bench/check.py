@@ -19,6 +19,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from flashsdpa.bench.problems import RULE_ATOL, RULE_FACTOR, Problem
 
+
 @contextlib.contextmanager
 def _reduced_precision_math() -> Iterator[None]:
     before = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()

@@ -10,6 +10,7 @@ import torch
 from flashsdpa.bench.problems import Problem
 from flashsdpa.bench.timing import UNSUPPORTED, backend_context, forward, input_sets, unsupported_status
 
+
 def peak_extra_mib(backend: str, problem: Problem, dtype: torch.dtype, layout: str) -> dict[str, Any]:
     """Peak memory above the inputs (q, k, v, dout) during a forward, and during forward + backward."""
     row: dict[str, Any] = {

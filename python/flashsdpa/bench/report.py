@@ -18,6 +18,7 @@ from typing import Any
 from flashsdpa.bench.problems import BACKENDS, MEMORY_SEQLEN, PYTORCH, Result
 from flashsdpa.info import collect_info
 
+
 def environment() -> dict[str, Any]:
     info = collect_info()
     info["date"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")

@@ -43,6 +43,7 @@ from flashsdpa.bench.timing import (
     unsupported_status,
 )
 
+
 def _measure(
     backend: str,
     problem: Problem,

@@ -20,6 +20,7 @@ from torch.nn.attention import sdpa_kernel
 
 from flashsdpa.bench.problems import PYTORCH, Problem, api
 
+
 @contextlib.contextmanager
 def backend_context(backend: str) -> Iterator[None]:
     with warnings.catch_warnings():
