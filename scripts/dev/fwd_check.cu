@@ -1,11 +1,11 @@
-// fwd_check.cu: standalone development check of the sm80 forward kernel, no Python or torch.
-// Runs run_fwd_sm80_ on a table of awkward cases against a naive float32 CUDA reference (random
+// fwd_check.cu: standalone development check of the forward kernels, no Python or torch.
+// Runs run_fwd_sm80_ (and run_fwd_sm90 where it serves) on a table of awkward cases against a naive float32 CUDA reference (random
 // inputs, NaN-poisoned outputs), then times the kernel on the benchmark shapes.
 //
 //   nvcc -std=c++17 -O3 -gencode arch=compute_90,code=sm_90 -I backend/include -I cuda \
-//        cuda/sm80/dev/fwd_check.cu -o fwd_check && ./fwd_check [check|bench|all]
-// With -DFWD_CHECK_SM90 (and the sm90 sources; see cuda/sm90/dev/build_fwd_check.sh) every case
-// the Hopper family takes runs on it, and `bench_sm90` times it against the portable kernel.
+//        scripts/dev/fwd_check.cu -o fwd_check && ./fwd_check [check|bench|all]
+// With -DFWD_CHECK_SM90 (and the sm90 sources; see scripts/dev/build_fwd_check_sm90.sh) every
+// case the Hopper family takes runs on it, and `bench_sm90` times it against the portable kernel.
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call for the Hopper forward's development loop (binaries built here beforehand with
-# build_fwd_check.sh into .devbin/, carried): the standalone checks and sweep, the sanitizers on
+# build_fwd_check_sm90.sh into .devbin/, carried): the standalone checks and sweep, the sanitizers on
 # the small cases, then (unless PACKAGE=0) the package build and the GPU suite via gpu_check.sh.
 set -u
 OUT="${OUT:-/tmp/flashsdpa_out}"; mkdir -p "$OUT"
