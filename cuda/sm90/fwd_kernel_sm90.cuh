@@ -3,7 +3,10 @@
 // K/V ring) and the consumers' mainloop (S = Q K^T and O += P V on the tensor cores, online softmax
 // in between) and epilogue (O through shared memory and a TMA store, LSE from registers).
 //
-// One CTA computes one (query block, head, batch) tile with 1 + kConsumerWGs warpgroups:
+// Persistent: a CTA per SM (or fewer, for few tiles) walks the (query block, head, batch) tiles
+// given by PersistentTileScheduler; the K/V ring and the mbarrier phases run on across tiles, so
+// the producer loads the next tile's Q, K and V while the consumers finish the current one and
+// store its O. Each CTA has 1 + kConsumerWGs warpgroups:
 //   warpgroup 0, the producer: one thread issues every TMA load; the warpgroup gives its registers
 //     away (setmaxnreg) to the consumers, which hold the accumulators.
 //   warpgroups 1..kConsumerWGs, the consumers: each owns 64 query rows (one wgmma M), so each K/V
@@ -63,7 +66,7 @@ constexpr FwdTileShapeSm90 fwd_tile_shape_sm90(int head_dim) {
                            : FwdTileShapeSm90{128, 64, 2};
 }
 
-template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true>
+template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128)>
 struct FwdTraitsSm90 {
   using Elem = Elem_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -71,7 +74,9 @@ struct FwdTraitsSm90 {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   // Consumer warpgroups take turns issuing their GEMMs (named barriers), so the tensor cores run
-  // one warpgroup's GEMMs while the others run their softmax.
+  // one warpgroup's GEMMs while the others run their softmax. S = 8k, TFLOP/s with / without:
+  // d64 538 / 484 (causal 477 / 376), d128 658 / 633 (603 / 557); d256 786 / 800 (741 / 755),
+  // where the P V GEMM (N = 256) is long enough to hide the softmax without taking turns.
   static constexpr bool kPingPong = kPingPong_;
 
   static constexpr int kConsumerWGs = kBlockM / 64;
@@ -90,10 +95,15 @@ struct FwdTraitsSm90 {
 
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K or one V slot
-  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages);
+  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages);
+  static constexpr int kBaseBytes = kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + 1024;
+  // O is staged for its TMA store in a region of its own where shared memory allows (d <= 128):
+  // the next tile's Q then loads while this tile's O is stored. At d = 256 it reuses the Q tile,
+  // whose next load waits for the store to have read it.
+  static constexpr bool kSeparateO = kBaseBytes + kQBytes <= 227 * 1024;
   // + 1 KB: the dynamic shared memory base is aligned up to 1024 bytes in the kernel (the swizzle
   // atoms of TMA and wgmma must be 1024-byte aligned).
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + 1024;
+  static constexpr int kSmemBytes = kBaseBytes + (kSeparateO ? kQBytes : 0);
 
   static_assert(std::is_same<Elem, __half>::value || std::is_same<Elem, __nv_bfloat16>::value, "fp16 or bf16");
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head-dim buckets are whole 128-byte column blocks");
@@ -171,50 +181,78 @@ __device__ __forceinline__ void gemm_pv(float (&o)[Traits::kHeadDim / 2], const 
 
 template <typename Traits>
 struct SmemLayout {
-  uint32_t q, k, v, bars;
+  uint32_t q, k, v, o, bars;
   __device__ __forceinline__ explicit SmemLayout(uint32_t base) {
     q = base;
     k = q + Traits::kQBytes;
     v = k + Traits::kStages * Traits::kKVBytes;
-    bars = v + Traits::kStages * Traits::kKVBytes;
+    o = Traits::kSeparateO ? v + Traits::kStages * Traits::kKVBytes : q;
+    bars = v + Traits::kStages * Traits::kKVBytes + (Traits::kSeparateO ? Traits::kQBytes : 0);
   }
-  __device__ __forceinline__ uint32_t bar_q() const { return bars; }
-  __device__ __forceinline__ uint32_t k_full(int s) const { return bars + 8 * (1 + s); }
-  __device__ __forceinline__ uint32_t k_empty(int s) const { return bars + 8 * (1 + Traits::kStages + s); }
-  __device__ __forceinline__ uint32_t v_full(int s) const { return bars + 8 * (1 + 2 * Traits::kStages + s); }
-  __device__ __forceinline__ uint32_t v_empty(int s) const { return bars + 8 * (1 + 3 * Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t q_full() const { return bars; }
+  __device__ __forceinline__ uint32_t q_empty() const { return bars + 8; }
+  __device__ __forceinline__ uint32_t k_full(int s) const { return bars + 8 * (2 + s); }
+  __device__ __forceinline__ uint32_t k_empty(int s) const { return bars + 8 * (2 + Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t v_full(int s) const { return bars + 8 * (2 + 2 * Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t v_empty(int s) const { return bars + 8 * (2 + 3 * Traits::kStages + s); }
   __device__ __forceinline__ uint32_t k_slot(int s) const { return k + s * Traits::kKVBytes; }
   __device__ __forceinline__ uint32_t v_slot(int s) const { return v + s * Traits::kKVBytes; }
 };
 
-// The producer: Q once, then K_j and V_j for j from the last visible key block down to the first.
+// A tile's work: which key blocks its queries visit and which of those need element-wise masking.
+struct TileWork {
+  WorkTile tile;
+  AttentionMask mask;
+  int n_block_min, n_block_max, n_unmasked_end;
+  __device__ __forceinline__ bool has_keys() const { return n_block_max > n_block_min; }
+};
+
 template <typename Traits>
-__device__ __forceinline__ void produce(const FwdSm90Args& args, const SmemLayout<Traits>& sm, const WorkTile& tile,
-                                        int kv_head, int n_block_min, int n_block_max) {
-  constexpr int kBoxBytesQ = Traits::kQBytes;
-  constexpr int kBoxBytesKV = Traits::kKVBytes;
-  sm90::tma_prefetch_desc(&args.tma_q);
-  sm90::tma_prefetch_desc(&args.tma_k);
-  sm90::tma_prefetch_desc(&args.tma_v);
-  sm90::mbar_arrive_expect_tx(sm.bar_q(), kBoxBytesQ);
+__device__ __forceinline__ TileWork tile_work(const AttnFwdParams& p, const WorkTile& tile) {
+  const SeqlenInfo seq(p, tile.batch);
+  const AttentionMask mask(seq, p.causal);
+  const int n_block_max = mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(tile.block);
+  const int n_unmasked_end =
+      min(mask.template n_block_unmasked_end<Traits::kBlockM, Traits::kBlockN>(tile.block), n_block_max);
+  return TileWork{tile, mask, 0, n_block_max, n_unmasked_end};
+}
+
+// Ring positions, counted over every tile this CTA has run, on both sides of the ring alike: the
+// i-th K/V load of the CTA goes to slot i % kStages in phase (i / kStages) & 1; the t-th Q load
+// (tiles with keys only) completes phase t & 1 of q_full.
+struct RingState {
+  int kv = 0;
+  int q = 0;
+};
+
+// The producer: per tile, Q once its slot is free, then K_j and V_j for j from the last visible
+// key block down to the first.
+template <typename Traits>
+__device__ __forceinline__ void produce(const FwdSm90Args& args, const SmemLayout<Traits>& sm, const TileWork& w,
+                                        RingState& ring) {
+  const AttnFwdParams& p = args.p;
+  const WorkTile& tile = w.tile;
+  const int kv_head = tile.head / (p.heads_q / p.heads_kv);
+  sm90::mbar_wait(sm.q_empty(), (ring.q & 1) ^ 1);
+  sm90::mbar_arrive_expect_tx(sm.q_full(), Traits::kQBytes);
 #pragma unroll
   for (int c = 0; c < Traits::kColBlocks; ++c) {
-    sm90::tma_load_4d(sm.q + c * Traits::kBlockM * 128, &args.tma_q, sm.bar_q(), c * 64, tile.block * Traits::kBlockM,
-                      tile.head, tile.batch);
+    sm90::tma_load_4d(sm.q + c * Traits::kBlockM * 128, &args.tma_q, sm.q_full(), c * 64,
+                      tile.block * Traits::kBlockM, tile.head, tile.batch);
   }
-  int i = 0;
-  for (int n = n_block_max - 1; n >= n_block_min; --n, ++i) {
-    const int s = i % Traits::kStages;
-    const uint32_t parity = (i / Traits::kStages) & 1;
+  ++ring.q;
+  for (int n = w.n_block_max - 1; n >= w.n_block_min; --n, ++ring.kv) {
+    const int s = ring.kv % Traits::kStages;
+    const uint32_t parity = (ring.kv / Traits::kStages) & 1;
     sm90::mbar_wait(sm.k_empty(s), parity ^ 1);
-    sm90::mbar_arrive_expect_tx(sm.k_full(s), kBoxBytesKV);
+    sm90::mbar_arrive_expect_tx(sm.k_full(s), Traits::kKVBytes);
 #pragma unroll
     for (int c = 0; c < Traits::kColBlocks; ++c) {
       sm90::tma_load_4d(sm.k_slot(s) + c * Traits::kBlockN * 128, &args.tma_k, sm.k_full(s), c * 64,
                         n * Traits::kBlockN, kv_head, tile.batch);
     }
     sm90::mbar_wait(sm.v_empty(s), parity ^ 1);
-    sm90::mbar_arrive_expect_tx(sm.v_full(s), kBoxBytesKV);
+    sm90::mbar_arrive_expect_tx(sm.v_full(s), Traits::kKVBytes);
 #pragma unroll
     for (int c = 0; c < Traits::kColBlocks; ++c) {
       sm90::tma_load_4d(sm.v_slot(s) + c * Traits::kBlockN * 128, &args.tma_v, sm.v_full(s), c * 64,
@@ -223,16 +261,17 @@ __device__ __forceinline__ void produce(const FwdSm90Args& args, const SmemLayou
   }
 }
 
-// One consumer warpgroup: the mainloop over key blocks and the epilogue of its 64 rows.
+// One consumer warpgroup, one tile: the mainloop over key blocks and the epilogue of its 64 rows.
 template <typename Traits>
-__device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayout<Traits>& sm, const WorkTile& tile,
-                                        const AttentionMask& mask, int n_block_min, int n_block_max,
-                                        int n_unmasked_end, int cwg) {
+__device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayout<Traits>& sm, const TileWork& w,
+                                        RingState& ring, int cwg) {
   using Elem = typename Traits::Elem;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kNTiles = Traits::kNTiles;
   constexpr int kDTiles = Traits::kDTiles;
+  constexpr int kStages = Traits::kStages;
   const AttnFwdParams& p = args.p;
+  const WorkTile& tile = w.tile;
 
   const int tid = threadIdx.x % 128;
   const int warp = tid / 32;
@@ -258,8 +297,9 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   const bool arriver = lane == 0;  // one arrival per warp on the "empty" barriers
 
   // Ping-pong turns: warpgroup w waits on barrier kBarTurn + w before issuing its GEMMs and passes
-  // the turn to w + 1 after. Each barrier counts 128 waiting + 128 arriving threads; the last
-  // warpgroup opens the first turn and does not pass on its last one (nobody would wait for it).
+  // the turn to w + 1 after. Each barrier counts 128 waiting + 128 arriving threads; within a tile
+  // the last warpgroup opens the first turn and does not pass on its last one (nobody waits for
+  // it), so every tile's turns balance on their own.
   constexpr int kWGs = Traits::kConsumerWGs;
   auto turn_begin = [&] {
     if constexpr (Traits::kPingPong) sm90::named_sync(kBarTurn + cwg, 256);
@@ -269,40 +309,53 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       if (!(last && cwg == kWGs - 1)) sm90::named_arrive(kBarTurn + (cwg + 1) % kWGs, 256);
     }
   };
+  // Q's slot is free for the next tile once this warpgroup's last Q K^T has completed (O staged
+  // apart), or once its O store has read the slot (O staged in Q's place: see the epilogue).
+  auto release_q = [&] {
+    if constexpr (Traits::kSeparateO) {
+      if (arriver) sm90::mbar_arrive(sm.q_empty());
+    }
+  };
 
-  if (n_block_max > n_block_min) {
+  if (w.has_keys()) {
     if constexpr (Traits::kPingPong) {
       if (cwg == kWGs - 1) sm90::named_arrive(kBarTurn, 256);
     }
-    sm90::mbar_wait(sm.bar_q(), 0);
-    int n = n_block_max - 1;
+    sm90::mbar_wait(sm.q_full(), ring.q & 1);
+    ++ring.q;
+    int n = w.n_block_max - 1;
     // First block: S only (nothing to multiply with V yet).
-    sm90::mbar_wait(sm.k_full(0), 0);
-    turn_begin();
-    gemm_qk<Traits>(s_acc, q_desc, k_desc0);
-    turn_end(false);
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(s_acc);
-    if (arriver) sm90::mbar_arrive(sm.k_empty(0));
-    if (n >= n_unmasked_end) apply_mask(s, mask, first_row, n * kBlockN + 2 * (lane % 4));
-    float correction[2];
-    softmax.template online_step<kNTiles>(s, scale_log2, correction);  // o is zero: no rescale needed
-    convert_p<Elem, kNTiles>(p16, s);
-
-    int i = 1;
-    for (--n; n >= n_block_min; --n, ++i) {
-      const int slot = i % Traits::kStages;
-      const int prev = (i - 1) % Traits::kStages;
-      sm90::mbar_wait(sm.k_full(slot), (i / Traits::kStages) & 1);
+    {
+      const int slot = ring.kv % kStages;
+      sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
       turn_begin();
       gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
-      sm90::mbar_wait(sm.v_full(prev), ((i - 1) / Traits::kStages) & 1);
+      turn_end(false);
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(s_acc);
+      if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
+      if (n == w.n_block_min) release_q();
+      if (n >= w.n_unmasked_end) apply_mask(s, w.mask, first_row, n * kBlockN + 2 * (lane % 4));
+      float correction[2];
+      softmax.template online_step<kNTiles>(s, scale_log2, correction);  // o is zero: no rescale needed
+      convert_p<Elem, kNTiles>(p16, s);
+      ++ring.kv;
+    }
+    for (--n; n >= w.n_block_min; --n, ++ring.kv) {
+      const int slot = ring.kv % kStages;
+      const int prev = (ring.kv - 1) % kStages;
+      sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
+      turn_begin();
+      gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
+      sm90::mbar_wait(sm.v_full(prev), ((ring.kv - 1) / kStages) & 1);
       gemm_pv<Traits>(o_acc, p16, v_desc0 + prev * kSlotDesc);
       turn_end(false);
       sm90::wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
       sm90::fence_regs(s_acc);
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
-      if (n >= n_unmasked_end) apply_mask(s, mask, first_row, n * kBlockN + 2 * (lane % 4));
+      if (n == w.n_block_min) release_q();
+      if (n >= w.n_unmasked_end) apply_mask(s, w.mask, first_row, n * kBlockN + 2 * (lane % 4));
+      float correction[2];
       const bool rescale = softmax.template online_step<kNTiles>(s, scale_log2, correction);
       sm90::wgmma_wait<0>();
       sm90::fence_regs(o_acc);
@@ -310,8 +363,8 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       if (rescale) softmax.template rescale<kDTiles>(o, correction);
       convert_p<Elem, kNTiles>(p16, s);
     }
-    const int prev = (i - 1) % Traits::kStages;
-    sm90::mbar_wait(sm.v_full(prev), ((i - 1) / Traits::kStages) & 1);
+    const int prev = (ring.kv - 1) % kStages;
+    sm90::mbar_wait(sm.v_full(prev), ((ring.kv - 1) / kStages) & 1);
     turn_begin();
     gemm_pv<Traits>(o_acc, p16, v_desc0 + prev * kSlotDesc);
     turn_end(true);
@@ -320,15 +373,19 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
   }
 
-  // ---- epilogue: normalize, O into this warpgroup's Q rows (only it read them), TMA store ----------
+  // ---- epilogue: normalize, stage O, TMA store; LSE straight from registers ----------------------
   float lse[2];
   softmax.finalize(o, p.scale, lse);
+  // The staging rows of this warpgroup are free once its previous store has read them (thread 0
+  // waited for that before this barrier) and, when O takes Q's slot, once Q K^T is done (it is).
+  if (tid == 0) sm90::tma_store_wait_read();
+  sm90::named_sync(kBarEpilogue + cwg, 128);
 #pragma unroll
   for (int j = 0; j < kDTiles; ++j) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = row_in_tile + 8 * h;  // row % 8 == lane / 4: the swizzle phase of this row
-      const uint32_t addr = sm.q + (j / 8) * Traits::kBlockM * 128 + row * 128 + (((j % 8) ^ (lane / 4)) << 4) +
+      const uint32_t addr = sm.o + (j / 8) * Traits::kBlockM * 128 + row * 128 + (((j % 8) ^ (lane / 4)) << 4) +
                             (lane % 4) * 4;
       st_shared_b32(addr, ElemTraits<Elem>::pack(o[0][j][2 * h], o[0][j][2 * h + 1]));
     }
@@ -338,10 +395,15 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   if (tid == 0) {
 #pragma unroll
     for (int c = 0; c < Traits::kColBlocks; ++c) {
-      sm90::tma_store_4d(&args.tma_o, sm.q + c * Traits::kBlockM * 128 + cwg * 64 * 128, c * 64,
+      sm90::tma_store_4d(&args.tma_o, sm.o + c * Traits::kBlockM * 128 + cwg * 64 * 128, c * 64,
                          tile.block * Traits::kBlockM + cwg * 64, tile.head, tile.batch);
     }
     sm90::tma_store_commit();
+    if constexpr (!Traits::kSeparateO) {
+      // O sits in Q's slot: the next Q may land only after the store has read it.
+      sm90::tma_store_wait_read();
+      if (w.has_keys()) sm90::mbar_arrive(sm.q_empty());
+    }
   }
   if (lane % 4 == 0 && p.lse != nullptr) {
     float* lse_out = p.lse + tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride;
@@ -351,7 +413,39 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       if (row < p.seqlen_q) lse_out[row * p.lse_row_stride] = lse[h];
     }
   }
-  if (tid == 0) sm90::tma_store_wait_read();  // shared memory must outlive the store's reads
+}
+
+// Static persistent schedule over the tiles in the order of the portable kernel's schedulers:
+// CTA c runs tiles c, c + gridDim.x, ... Non-causal: head-major, so the CTAs resident at any
+// moment share a few heads' K/V in L2; causal: block-major with the heaviest (last) query blocks
+// first, so the long tiles start early and the short ones fill the end.
+struct PersistentTileScheduler {
+  int num_blocks, num_heads, batch;
+  bool head_major;
+
+  __host__ __device__ int64_t num_tiles() const { return int64_t(num_blocks) * num_heads * batch; }
+  __device__ __forceinline__ WorkTile tile(int64_t linear) const {
+    WorkTile t;
+    if (head_major) {
+      const int64_t head_linear = linear / num_blocks;
+      t.block = num_blocks - 1 - static_cast<int>(linear - head_linear * num_blocks);
+      t.head = static_cast<int>(head_linear % num_heads);
+      t.batch = static_cast<int>(head_linear / num_heads);
+    } else {
+      const int64_t per_block = int64_t(num_heads) * batch;
+      t.block = num_blocks - 1 - static_cast<int>(linear / per_block);
+      const int64_t rest = linear % per_block;
+      t.head = static_cast<int>(rest % num_heads);
+      t.batch = static_cast<int>(rest / num_heads);
+    }
+    return t;
+  }
+};
+
+template <typename Traits>
+__host__ __device__ inline PersistentTileScheduler fwd_sm90_scheduler(const AttnFwdParams& p) {
+  return PersistentTileScheduler{(p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads_q, p.batch,
+                                 p.causal == CausalMode::kNone};
 }
 
 }  // namespace fwd_sm90
@@ -362,16 +456,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
   extern __shared__ __align__(128) char fwd_smem[];  // one alignment for every declaration of it
   const fwd_sm90::SmemLayout<Traits> sm((smem_u32(fwd_smem) + 1023u) & ~1023u);
   const AttnFwdParams& p = args.p;
-
-  const int num_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  // Non-causal: head-major, so resident CTAs share a few heads' K/V in L2; causal: block-major,
-  // heaviest blocks first (the portable family's measured orders; see tile_scheduler.cuh).
-  const WorkTile tile = p.causal == CausalMode::kNone
-                            ? HeadMajorTileScheduler{num_blocks, p.heads_q, p.batch}.tile()
-                            : LinearTileScheduler{num_blocks, p.heads_q, p.batch}.tile();
+  const fwd_sm90::PersistentTileScheduler scheduler = fwd_sm90::fwd_sm90_scheduler<Traits>(p);
+  const int64_t num_tiles = scheduler.num_tiles();
 
   if (threadIdx.x == 0) {
-    sm90::mbar_init(sm.bar_q(), 1);
+    sm90::mbar_init(sm.q_full(), 1);
+    sm90::mbar_init(sm.q_empty(), Traits::kSeparateO ? 4 * Traits::kConsumerWGs : Traits::kConsumerWGs);
 #pragma unroll
     for (int s = 0; s < Traits::kStages; ++s) {
       sm90::mbar_init(sm.k_full(s), 1);
@@ -383,23 +473,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
   }
   __syncthreads();
 
-  const SeqlenInfo seq(p, tile.batch);
-  const AttentionMask mask(seq, p.causal);
-  const int n_block_max = mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(tile.block);
-  const int n_block_min = 0;
-  const int n_unmasked_end =
-      min(mask.template n_block_unmasked_end<Traits::kBlockM, Traits::kBlockN>(tile.block), n_block_max);
-
+  fwd_sm90::RingState ring;
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     sm90::setmaxnreg_dec<Traits::kProducerRegs>();
-    if (threadIdx.x == 0 && n_block_max > n_block_min) {
-      const int kv_head = tile.head / (p.heads_q / p.heads_kv);
-      fwd_sm90::produce<Traits>(args, sm, tile, kv_head, n_block_min, n_block_max);
+    if (threadIdx.x == 0) {
+      sm90::tma_prefetch_desc(&args.tma_q);
+      sm90::tma_prefetch_desc(&args.tma_k);
+      sm90::tma_prefetch_desc(&args.tma_v);
+      for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+        const fwd_sm90::TileWork w = fwd_sm90::tile_work<Traits>(p, scheduler.tile(t));
+        if (w.has_keys()) fwd_sm90::produce<Traits>(args, sm, w, ring);
+      }
     }
   } else {
     sm90::setmaxnreg_inc<Traits::kConsumerRegs>();
-    fwd_sm90::consume<Traits>(args, sm, tile, mask, n_block_min, n_block_max, n_unmasked_end, warpgroup - 1);
+    for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+      const fwd_sm90::TileWork w = fwd_sm90::tile_work<Traits>(p, scheduler.tile(t));
+      fwd_sm90::consume<Traits>(args, sm, w, ring, warpgroup - 1);
+    }
+    if (threadIdx.x % 128 == 0) sm90::tma_store_wait_read();  // shared memory must outlive the last store's reads
   }
 #endif
 }

@@ -16,13 +16,17 @@
 
 namespace flashsdpa {
 
+// persistent = false launches one CTA per tile instead (the same kernel: each CTA then runs one
+// loop trip), for measuring what persistence buys.
 template <typename Traits>
-cudaError_t launch_fwd_sm90(const AttnFwdParams& params, cudaStream_t stream) {
+cudaError_t launch_fwd_sm90(const AttnFwdParams& params, cudaStream_t stream, bool persistent = true) {
   constexpr int kSmemBytes = Traits::kSmemBytes;
   auto* kernel = &flashsdpa_fwd_sm90_kernel<Traits>;
-  const int num_blocks = (params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  const int64_t grid = LinearTileScheduler{num_blocks, params.heads_q, params.batch}.grid_size();
-  if (grid == 0) return cudaSuccess;
+  // Persistent: one CTA per SM (the tile needs all of an SM's shared memory), fewer for few tiles.
+  const int64_t tiles = fwd_sm90::fwd_sm90_scheduler<Traits>(params).num_tiles();
+  if (tiles == 0) return cudaSuccess;
+  const int64_t grid =
+      !persistent ? tiles : (tiles < params.num_sms ? tiles : (params.num_sms > 0 ? params.num_sms : 1));
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
 
   FwdSm90Args args;

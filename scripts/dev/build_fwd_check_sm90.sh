@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the standalone forward check (scripts/dev/fwd_check.cu) with the Hopper family in it:
 # every case the sm90 family takes runs there; `./fwd_check_sm90 bench_sm90` times it.
-#   bash cuda/sm90/dev/build_fwd_check_sm90.sh [out_binary]
+#   bash scripts/dev/build_fwd_check_sm90.sh [out_binary]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="${1:-/tmp/fwd_check_sm90}"

@@ -514,9 +514,18 @@ void run_bench(const std::string& mode) {
 }
 
 #ifdef FWD_CHECK_SM90
-template <int kD, int kM, int kN, int kS, bool kPingPong = true>
+template <int kD, int kM, int kN, int kS, bool kPingPong>
+cudaError_t run_variant_sm90(const AttnFwdParams& p, cudaStream_t s) {
+  return launch_fwd_sm90<FwdTraitsSm90<__nv_bfloat16, kD, kM, kN, kS, kPingPong>>(p, s);
+}
+template <int kD, int kM, int kN, int kS, bool kPingPong = (kD <= 128)>
 Launcher variant_sm90() {
-  return &launch_fwd_sm90<FwdTraitsSm90<__nv_bfloat16, kD, kM, kN, kS, kPingPong>>;
+  return &run_variant_sm90<kD, kM, kN, kS, kPingPong>;
+}
+template <int kD>
+cudaError_t run_non_persistent(const AttnFwdParams& p, cudaStream_t s) {
+  constexpr FwdTileShapeSm90 t = fwd_tile_shape_sm90(kD);
+  return launch_fwd_sm90<FwdTraitsSm90<__nv_bfloat16, kD, t.block_m, t.block_n, t.stages, (kD <= 128)>>(p, s, false);
 }
 
 // The Hopper family on the standard sweep (transposed (B, S, H, D) views, as the Python bench),
@@ -532,6 +541,8 @@ void run_bench_sm90(const std::string& mode) {
                      : d == 128 ? &run_fwd_sm90_<__nv_bfloat16, 128>
                                 : &run_fwd_sm90_<__nv_bfloat16, 256>;
         bench_one("sm90", l, d, s, causal, true, true);
+        Launcher np = d == 64 ? &run_non_persistent<64> : d == 128 ? &run_non_persistent<128> : &run_non_persistent<256>;
+        bench_one("sm90 non-persistent", np, d, s, causal, true, true);
         if (s == 2048 || s == 8192) {
           Launcher l80 = d == 64 ? &run_fwd_sm80_<__nv_bfloat16, 64>
                          : d == 128 ? &run_fwd_sm80_<__nv_bfloat16, 128>
@@ -541,13 +552,10 @@ void run_bench_sm90(const std::string& mode) {
       }
   for (int causal : {0, 1}) {
     bench_one("sm90 fp16", &run_fwd_sm90_<__half, 128>, 128, 8192, causal, false, true);
-    bench_one("sm90 no-pingpong", variant_sm90<128, 128, 128, 2, false>(), 128, 8192, causal, true, true);
     bench_one("sm90 128x176", variant_sm90<128, 128, 176, 2>(), 128, 8192, causal, true, true);
-    bench_one("sm90 128x160", variant_sm90<128, 128, 160, 2>(), 128, 8192, causal, true, true);
-    bench_one("sm90 d64 no-pingpong", variant_sm90<64, 192, 128, 2, false>(), 64, 8192, causal, true, true);
-    bench_one("sm90 d64 192x192", variant_sm90<64, 192, 192, 2>(), 64, 8192, causal, true, true);
-    bench_one("sm90 d256 no-pingpong", variant_sm90<256, 128, 64, 2, false>(), 256, 8192, causal, true, true);
-    bench_one("sm90 d256 128x80", variant_sm90<256, 128, 80, 2>(), 256, 8192, causal, true, true);
+    bench_one("sm90 128x128x3st", variant_sm90<128, 128, 128, 3>(), 128, 8192, causal, true, true);
+    bench_one("sm90 d64 192x128x3st", variant_sm90<64, 192, 128, 3>(), 64, 8192, causal, true, true);
+    bench_one("sm90 d256 pingpong", variant_sm90<256, 128, 64, 2, true>(), 256, 8192, causal, true, true);
   }
 }
 #endif
