@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import (
     activate_flash_attention_impl,
@@ -23,7 +24,7 @@ from torch.nn.attention import (
 from torch.overrides import TorchFunctionMode
 
 import flashsdpa
-from flashsdpa import _backend, activation, mode, routers
+from flashsdpa import _backend, activation, entry, routers
 
 F16 = torch.float16
 ROUTED_OPS = [route.op for route in routers._ROUTES if hasattr(torch.ops.aten, route.op)]
@@ -43,8 +44,19 @@ def mode_stack() -> list[Any]:
     return [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
 
 
-def our_modes() -> list[Any]:
-    return [m for m in mode_stack() if isinstance(m, mode.FlashSDPAMode)]
+def ours_in_torch() -> list[str]:
+    """The names of torch that stand for flashsdpa's objects now (entry.patch_torch)."""
+    names = {
+        "F.scaled_dot_product_attention": F.scaled_dot_product_attention is entry.scaled_dot_product_attention,
+        "torch._C._nn.scaled_dot_product_attention": (
+            torch._C._nn.scaled_dot_product_attention is entry.scaled_dot_product_attention
+        ),
+        "F.multi_head_attention_forward": F.multi_head_attention_forward is entry._MHA_COPY,
+    }
+    return [name for name, ours in names.items() if ours]
+
+
+ALL_OURS = ["F.scaled_dot_product_attention", "torch._C._nn.scaled_dot_product_attention", "F.multi_head_attention_forward"]
 
 
 # ---- registration and teardown -------------------------------------------------------------------
@@ -55,7 +67,7 @@ def test_import_offers_but_does_not_activate() -> None:
     assert current_flash_attention_impl() is None
     assert not flashsdpa.is_active()
     assert routed() == set()
-    assert our_modes() == []
+    assert ours_in_torch() == []
 
 
 def test_every_route_binds_this_torch() -> None:
@@ -94,9 +106,10 @@ def test_enable_registers_and_tears_down() -> None:
         assert isinstance(ctx, flashsdpa.enable)
         assert flashsdpa.is_active()
         assert routed() == set(ROUTED_OPS)
-        assert len(our_modes()) == 1 and mode_stack()[:-1] == before
+        # No torch-function mode: every other torch call runs as without flashsdpa.
+        assert ours_in_torch() == ALL_OURS and mode_stack() == before
     assert not flashsdpa.is_active()
-    assert routed() == set()
+    assert routed() == set() and ours_in_torch() == []
     assert mode_stack() == before
 
 
@@ -106,7 +119,7 @@ def test_enable_is_reentrant() -> None:
         state = activation._active
         with ctx, flashsdpa.enable():
             assert activation._active is state  # nested entries do not register again
-            assert len(our_modes()) == 1
+            assert ours_in_torch() == ALL_OURS
         assert flashsdpa.is_active() and routed() == set(ROUTED_OPS)
     assert not flashsdpa.is_active() and routed() == set()
 
@@ -118,7 +131,7 @@ def test_install_and_uninstall() -> None:
         pass
     assert flashsdpa.is_active()
     flashsdpa.uninstall()
-    assert not flashsdpa.is_active() and routed() == set() and our_modes() == []
+    assert not flashsdpa.is_active() and routed() == set() and ours_in_torch() == []
     flashsdpa.uninstall()  # a no-op
 
 
@@ -131,8 +144,8 @@ def test_uninstall_keeps_enclosing_context() -> None:
 
 
 def test_uninstall_under_another_mode() -> None:
-    # install() / uninstall() need not nest with other TorchFunctionModes: ours is taken out from
-    # under the other one, which stays.
+    # install() / uninstall() need not nest with TorchFunctionModes: flashsdpa pushes none, and
+    # the other one stays where it is.
     class Other(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             return func(*args, **(kwargs or {}))
@@ -142,7 +155,7 @@ def test_uninstall_under_another_mode() -> None:
     other.__enter__()
     try:
         flashsdpa.uninstall()
-        assert our_modes() == [] and mode_stack()[-1] is other
+        assert ours_in_torch() == [] and mode_stack()[-1] is other
     finally:
         other.__exit__(None, None, None)
 

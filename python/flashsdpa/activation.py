@@ -3,9 +3,10 @@
 # Owns enable() / install() / uninstall() / is_active() and the torch.nn.attention registry entry
 # "FLASHSDPA", which share one refcount. The first activation registers the routers
 # (routers.py), puts PyTorch's FLASH backend first in SDPA's priority order (on Hopper PyTorch
-# prefers cuDNN) and pushes the TorchFunctionMode (mode.py); the last release undoes all three
-# exactly. Importing flashsdpa offers the registry entry but never activates anything.
-"""enable() / install() / the registry entry: activation of flashsdpa's routers and mode."""
+# prefers cuDNN), tags torch.compile's caches and stands flashsdpa's function behind
+# F.scaled_dot_product_attention (entry.py); the last release undoes all four exactly. Importing
+# flashsdpa offers the registry entry but never activates anything.
+"""enable() / install() / the registry entry: activation of flashsdpa's routers and SDPA entry."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from flashsdpa import _backend
-from flashsdpa.mode import FLASH, FlashSDPAMode, remove_mode
+from flashsdpa.entry import FLASH, Patch, patch_torch, unpatch_torch
 from flashsdpa.reporting import log
 from flashsdpa.routers import register_routers, unregister_routers
 
@@ -61,14 +62,42 @@ def _kernels_usable() -> bool:
     return _backend.CUDA_KERNELS and torch.cuda.is_available()
 
 
+# ---- torch.compile's on-disk caches ---------------------------------------------------------------
+
+# Appended to torch.compiler.config.cache_key_tag while active. Inductor's FX-graph cache and
+# AOTAutograd's cache (whose details include the FX-graph ones) hash the tag into every key: a
+# graph compiled inside enable() is never loaded outside it, in this process or a later one, nor
+# the other way round. Their keys see the traced graph, not SDPA's backend choice or which of our
+# names Dynamo traced (pytorch/pytorch#185449), so without the tag a cached graph of one side would
+# be reused on the other.
+CACHE_TAG = "flashsdpa"
+
+
+def _tag_caches() -> str | None:
+    """Add CACHE_TAG to torch.compile's cache key tag; returns the tag to restore (None: no such
+    config on this torch)."""
+    config = getattr(torch.compiler, "config", None)
+    saved = getattr(config, "cache_key_tag", None)
+    if saved is None:
+        return None
+    config.cache_key_tag = f"{saved}+{CACHE_TAG}" if saved else CACHE_TAG  # type: ignore[union-attr]
+    return saved
+
+
+def _untag_caches(saved: str | None) -> None:
+    if saved is not None:
+        torch.compiler.config.cache_key_tag = saved
+
+
 # ---- activation ----------------------------------------------------------------------------------
 
 
 @dataclass
 class _Activation:
     library: torch.library.Library
-    mode: FlashSDPAMode
+    patch: Patch
     saved_order: list[int] | None
+    saved_tag: str | None
 
 
 _lock = threading.RLock()
@@ -91,15 +120,15 @@ def _activate() -> _Activation:
         # Reordering only matters, and is only done, where our kernels can run.
         saved_order = _prefer_flash() if usable else None
         try:
-            mode = FlashSDPAMode()
-            mode.__enter__()
+            saved_tag = _tag_caches()
+            patch = patch_torch()  # last: nothing after it can fail
         except BaseException:
             _restore_order(saved_order)
             raise
     except BaseException:
         unregister_routers(library)
         raise
-    return _Activation(library, mode, saved_order)
+    return _Activation(library, patch, saved_order, saved_tag)
 
 
 def _restore_order(saved_order: list[int] | None) -> None:
@@ -108,11 +137,13 @@ def _restore_order(saved_order: list[int] | None) -> None:
 
 
 def _deactivate(state: _Activation) -> None:
-    if not remove_mode(state.mode):
+    if not unpatch_torch(state.patch):
         log.warning(
-            "flashsdpa: deactivated from a thread other than the one that activated it; "
-            "that thread keeps flashsdpa's (then inert) TorchFunctionMode"
+            "flashsdpa: something replaced torch.nn.functional.scaled_dot_product_attention (or "
+            "multi_head_attention_forward) while flashsdpa was active; it stays, and flashsdpa's "
+            "function behind it now runs PyTorch's SDPA"
         )
+    _untag_caches(state.saved_tag)
     _restore_order(state.saved_order)
     unregister_routers(state.library)
 
@@ -142,8 +173,8 @@ class enable:  # lowercase: used like torch.no_grad
 
     ``with flashsdpa.enable(): ...``. Re-entrant and refcounted with install() and the registry
     activation: the first entry activates, the last exit deactivates, restoring SDPA's priority
-    order and PyTorch's kernels exactly. Process-wide (SDPA's dispatch is), except the
-    TorchFunctionMode, which lives on the entering thread.
+    order, PyTorch's kernels and F.scaled_dot_product_attention exactly. Process-wide, as SDPA's
+    dispatch is: any thread may enter and leave.
     """
 
     def __enter__(self) -> enable:

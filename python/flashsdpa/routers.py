@@ -26,7 +26,12 @@ from torch import Tensor
 from flashsdpa import _backend, reporting, selection
 from flashsdpa.reporting import log
 
-__all__ = ["register_routers", "schema_mismatch", "softmax_scale", "unregister_routers"]
+__all__ = ["ROUTED", "register_routers", "schema_mismatch", "softmax_scale", "unregister_routers"]
+
+# Forward calls that reached a router, served or not: the SDPA entry (entry.py) reads it around
+# PyTorch's SDPA to learn, for one list read and compare, whether a router saw the call (it then
+# counts the call itself if not). One increment per forward, on the calling thread.
+ROUTED = [0]
 
 # ---- outputs in each op's meta contract (torch/_meta_registrations.py) ---------------------------
 
@@ -143,6 +148,7 @@ def _sdpa_flash_forward(
     scale: float | None = None,
 ) -> Any:
     # Named parameters rather than *args: this is the hottest router, and binding is free here.
+    ROUTED[0] += 1
     if dropout_p != 0.0:
         reason: str | None = _dropout_reason(dropout_p)
     elif return_debug_mask:
@@ -292,6 +298,7 @@ def _flash_forward_run(plan: _FlashPlan, out: Tensor, args: tuple[Any, ...], kwa
 def _flash_forward(keyset: Any, *args: Any, **kwargs: Any) -> Any:
     # (query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, return_debug_mask)
     query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, return_debug_mask = args
+    ROUTED[0] += 1
     reason, plan = _flash_plan(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, kwargs)
     if plan is not None and return_debug_mask:
         reason, plan = _DEBUG_MASK_REASON, None

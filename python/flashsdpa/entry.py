@@ -1,0 +1,328 @@
+# entry.py: flashsdpa's F.scaled_dot_product_attention, the function that stands behind that name
+# (and behind torch._C._nn.scaled_dot_product_attention) while flashsdpa is active, and its eager path.
+#
+# It replaces the TorchFunctionMode of earlier versions. A mode on the stack runs Python for every
+# torch call (a float32 model that never reaches our kernels took 16% longer per step on the
+# H200; +2 us per op on CPU) and makes has_torch_function() true for every tensor, which turns off
+# PyTorch's native paths (nn.MultiheadAttention's and TransformerEncoder's fast path, nested-tensor
+# inputs to them). Standing behind the name costs nothing on any other call, and keeps what the
+# mode was for:
+# - torch.compile: Dynamo guards on the function it loads for F.scaled_dot_product_attention (an
+#   ID match on the attribute), so a function compiled on one side of enable() recompiles on the
+#   other. Calls inside torch itself are not guarded that way; the one that matters,
+#   nn.MultiheadAttention's F.multi_head_attention_forward, is swapped for a copy with its own code
+#   object while active, and Dynamo guards on that code object.
+# - the eager path: calls that need no autograd run our kernel right here (_eager_skip_reason),
+#   skipping SDPA's dispatch and the router;
+# - the calls PyTorch's flash path turns away but our kernels serve (top-left causal with
+#   seqlen_q != seqlen_k, value head dim != query's, CausalBias masks) go to flashsdpa's op.
+# Everything else goes to PyTorch's SDPA unchanged; tensor subclasses and torch-function modes see
+# the call first, as they see any Python function of torch.nn.functional (handle_torch_function).
+"""flashsdpa's F.scaled_dot_product_attention while active: the eager path, the direct route, fallbacks."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.autograd import forward_ad
+from torch.overrides import handle_torch_function
+
+from flashsdpa import _backend, ops, reporting, selection
+from flashsdpa.routers import ROUTED, softmax_scale
+
+__all__ = ["EAGER_SDPA", "FLASH", "SDPA", "Patch", "patch_torch", "scaled_dot_product_attention", "unpatch_torch"]
+
+FLASH = 1  # int(torch.nn.attention.SDPBackend.FLASH_ATTENTION), the value _sdp_priority_order uses
+
+# PyTorch's SDPA: the C function torch.nn.functional exports under the same name.
+_TORCH_SDPA: Callable[..., Tensor] = torch._C._nn.scaled_dot_product_attention
+_TORCH_MHA: Callable[..., Any] = F.multi_head_attention_forward
+
+# stats() names: the calls the eager path serves, and the calls this function hands to PyTorch's
+# SDPA that then never reach a router (float32, masks, CPU, flash disabled, ...), with their reason.
+EAGER_SDPA = "F.scaled_dot_product_attention (eager, no grad)"
+SDPA = "F.scaled_dot_product_attention"
+_EAGER_COUNTS = reporting.counter(EAGER_SDPA)
+_SDPA_COUNTS = reporting.counter(SDPA)
+
+# What the entry asks on every call, bound to module names: one global lookup instead of an
+# attribute chain saves 20-40 ns a call on CPU (torch.is_grad_enabled(): 57 -> 37 ns), and the C
+# function behind torch.backends.cuda.flash_sdp_enabled() costs 40 ns against the wrapper's 155.
+# The torch._C internals fall back to answers that keep every call on the usual roads, should a
+# torch lack one (torch 2.11 and 2.13 have them all).
+_is_grad_enabled = torch.is_grad_enabled
+_is_compiling = torch.compiler.is_compiling
+_is_autocast_enabled = torch.is_autocast_enabled
+_has_torch_function: Callable[[Any], bool] = torch._C._has_torch_function
+_functorch_active: Callable[[], bool] = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+_function_modes: Callable[[], int] = getattr(torch._C, "_len_torch_function_stack", lambda: 1)
+_dispatch_modes: Callable[[], int] = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 1)
+_flash_sdp_enabled: Callable[[], bool] = getattr(
+    torch._C, "_get_flash_sdp_enabled", torch.backends.cuda.flash_sdp_enabled
+)
+_sdp_priority_order = getattr(torch._C, "_get_sdp_priority_order", None)
+
+# Whether flashsdpa is active (activation.py sets it with the patch). A function object taken from
+# F while active and called later runs PyTorch's SDPA; Dynamo guards on this global in graphs that
+# inline the function, one more reason for them to recompile on the other side.
+_active = False
+# Calls inside handle_torch_function: a torch-function mode (or subclass) saw the call and calls
+# this function again with itself off the stack; the eager path stays off for such calls, as it
+# does while any mode is active (the mode may rely on SDPA's own ops). A count, not a flag, for
+# nesting; shared by threads (another thread's handler only sends a call down the usual road).
+_IN_HANDLER = [0]
+
+
+def _sdpa_arguments(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> tuple[Tensor, Tensor, Tensor, Any, float, bool, float | None, bool]:
+    return query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
+
+
+def _dense(query: Any, key: Any, value: Any) -> bool:
+    """Three tensors, none nested: what the direct route can read (a strided nested tensor has no
+    .shape: asking raises "NestedTensorImpl doesn't support sizes" where SDPA says something else,
+    "No available kernel" for a dense query with nested key and value under FLASH_ATTENTION)."""
+    return (
+        isinstance(query, Tensor)
+        and isinstance(key, Tensor)
+        and isinstance(value, Tensor)
+        and not (query.is_nested or key.is_nested or value.is_nested)
+    )
+
+
+def _direct_sdpa(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Any,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> Tensor | None:
+    """Run an SDPA call that PyTorch's flash path turns away on our op; None leaves it to SDPA."""
+    if not _dense(query, key, value) or not query.is_cuda:
+        return None
+    # Eager only (Dynamo can trace neither, and guards on neither): a subclass or a torch-function
+    # mode sees the call first (it comes back here with itself off the stack), and an sdpa_kernel
+    # context (or enable_flash_sdp(False)) that excludes flash keeps the call away from us too.
+    if not _is_compiling() and (_has_torch_function((query, key, value)) or not _flash_sdp_enabled()):
+        return None
+    mode = selection.direct_causal_mode(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    if mode is None:
+        return None
+    scale_ = softmax_scale(scale, query.shape[-1])
+    return torch.ops.flashsdpa.fwd.default(query, key, value, scale_, mode)[0]
+
+
+def _flash_path_shapes(query: Any, key: Any, value: Any, is_causal: bool) -> bool:
+    """For a call without attn_mask: whether PyTorch's flash path accepts its shapes as they are
+    (value head dim equal to the query's; equal lengths when causal), so that _direct_sdpa has
+    nothing to decide. That is the common call: skipping _direct_sdpa's flag reads and tensor
+    checks takes the decision from 1.4-1.6 us to 0.45-0.75 us (CPU, timeit).
+
+    Anything whose shapes it cannot read (non-tensors, fewer than two dims, strided nested
+    tensors) answers False: _direct_sdpa then decides.
+    """
+    try:
+        shape = query.shape  # read once: each .shape builds a torch.Size (about 0.1 us)
+        return value.shape[-1] == shape[-1] and (not is_causal or shape[-2] == key.shape[-2])
+    except (AttributeError, IndexError, RuntimeError, TypeError):
+        return False
+
+
+def _eager_skip_reason(query: Any, key: Any, value: Any, dropout_p: float, enable_gqa: bool) -> str | None:
+    """Why a call without attn_mask cannot skip SDPA and run our kernel right here; None if it can.
+    (SDPA's argument parser has not run: anything may arrive, and nothing here may raise.)
+
+    The eager path serves what SDPA would send to the routers (or this function to our op) anyway,
+    with exactly their result, and nothing whose meaning something else on the way would change:
+    autograd, torch.compile, autocast, functorch transforms, forward AD, torch-function or dispatch
+    modes, tensor subclasses, a flash backend that SDPA would not pick. Each reason is a constant
+    (nothing is formatted: on the training path every call ends here), tested in order of cost and
+    of how often it decides.
+    """
+    if type(query) is not Tensor or type(key) is not Tensor or type(value) is not Tensor:
+        return "not three plain tensors: subclasses (FakeTensor, DTensor, jagged nested, ...) take SDPA's road"
+    if _is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
+        return "gradients needed: the flash op's autograd node records the backward"
+    if _is_compiling():
+        return "torch.compile is tracing: the graph records SDPA's own choice"
+    if dropout_p != 0.0:
+        return "dropout: the routers send it to PyTorch's kernel"
+    if not query.is_cuda or query.is_nested or key.is_nested or value.is_nested:
+        return "not a dense CUDA tensor (query on the CPU, or a strided nested query, key or value)"
+    if _is_autocast_enabled("cuda"):
+        return "CUDA autocast: SDPA casts the inputs first"
+    if getattr(forward_ad, "_current_level", 0) >= 0 or _functorch_active():  # no attribute: as if a level were on
+        return "forward AD or a functorch transform (vmap, grad, ...) is active: it wraps SDPA's ops"
+    if _function_modes() or _dispatch_modes() or _IN_HANDLER[0]:
+        return "another torch-function or dispatch mode is active: it would not see SDPA's ops"
+    if not _flash_sdp_enabled() or (_sdp_priority_order is not None and _sdp_priority_order()[0] != FLASH):
+        return "PyTorch's flash backend is disabled or not first: SDPA may pick another backend"
+    if not selection.dense_ok(query, key, value):
+        return "our kernels cannot read these tensors as they are: the routers' or the direct route's checks decide"
+    if not enable_gqa and query.shape[1] != key.shape[1]:
+        return "query and key heads differ without enable_gqa=True: SDPA raises its own error"
+    return None
+
+
+def _eager_sdpa(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float | None) -> Tensor:
+    """Run a call that _eager_skip_reason() passed: our kernel on the tensors as they are, no
+    autograd node (none is needed), SDPA's output. The output is laid out as SDPA's flash path and
+    flashsdpa's op lay theirs (empty_like(query); ops._empty_out when the value head dim differs).
+    No LSE: nothing reads it here, and its allocation was 2.3 of the path's ~19 us (H200 probe)."""
+    head_dim = query.shape[3]
+    head_dim_v = value.shape[3]
+    out = torch.empty_like(query) if head_dim_v == head_dim else ops._empty_out(query, head_dim_v)
+    # SDPA's is_causal is top-left (mode 1); with seqlen_q == seqlen_k, where the routers run it as
+    # bottom-right (2), the two are the same diagonal.
+    _backend.launch_fwd(query, key, value, out, None, softmax_scale(scale, head_dim), 1 if is_causal else 0)
+    _EAGER_COUNTS[0] += 1
+    return out
+
+
+def _unserved_reason(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: float, is_causal: bool,
+                     enable_gqa: bool) -> str:  # fmt: skip
+    """Why a call SDPA ran never reached a router: explain()'s first reason, the cheap ones first.
+    Only calls we do not serve pay for it, once each (about 1 us on CPU; explain() 5-10 us)."""
+    if not _dense(query, key, value):
+        return "nested or non-tensor inputs that never reached flashsdpa's routers"
+    if not query.is_cuda:
+        return f"device {query.device.type}: needs a CUDA device"
+    if query.dtype not in selection.HALF_DTYPES:
+        return f"query.dtype={query.dtype}: needs float16 or bfloat16"
+    try:
+        reasons = selection.explain(query, key, value, attn_mask, dropout_p, is_causal, None, enable_gqa)
+    except Exception:  # noqa: BLE001 - a reason is only a report; the call has run already
+        reasons = []
+    return reasons[0] if reasons else "PyTorch's SDPA chose another backend (its priority order or flash filter)"
+
+
+def _to_pytorch(
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any,
+    dropout_p: float,
+    is_causal: bool,
+    enable_gqa: bool,
+) -> Any:
+    """PyTorch's SDPA on the call as given; a call that reaches no router is counted as a fallback."""
+    if _is_compiling():
+        return _TORCH_SDPA(*args, **kwargs)  # Dynamo handles modes and subclasses itself
+    relevant = (query, key, value, attn_mask)
+    if _has_torch_function(relevant):
+        # As every Python function of torch.nn.functional does: subclasses and torch-function modes
+        # see this function (so `func is F.scaled_dot_product_attention` holds there, as
+        # CausalBias and nested tensors test) and call it again with themselves off the stack.
+        _IN_HANDLER[0] += 1
+        try:
+            return handle_torch_function(scaled_dot_product_attention, relevant, *args, **kwargs)
+        finally:
+            _IN_HANDLER[0] -= 1
+    routed = ROUTED[0]
+    out = _TORCH_SDPA(*args, **kwargs)
+    if ROUTED[0] == routed:  # no router saw it: PyTorch chose another backend (or the CPU)
+        _SDPA_COUNTS[1] += 1
+        reason = _unserved_reason(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+        reporting.note_fallback(SDPA, reason)
+    return out
+
+
+def scaled_dot_product_attention(*args: Any, **kwargs: Any) -> Any:
+    # PyTorch's docstring is copied below: help(F.scaled_dot_product_attention) reads the same.
+    if not _active:
+        return _TORCH_SDPA(*args, **kwargs)
+    try:
+        # Python's own binding of SDPA's signature is the cheapest reading of the call (0.1 to
+        # 0.2 us on CPU, with any mix of positional and keyword arguments) and the exact one.
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = _sdpa_arguments(*args, **kwargs)
+    except TypeError:
+        return _TORCH_SDPA(*args, **kwargs)  # SDPA reports its own argument error
+    if attn_mask is None:
+        if _eager_skip_reason(query, key, value, dropout_p, enable_gqa) is None:
+            return _eager_sdpa(query, key, value, is_causal, scale)
+        direct = not _flash_path_shapes(query, key, value, is_causal)
+    else:
+        direct = True
+    if direct and isinstance(query, Tensor) and isinstance(key, Tensor) and isinstance(value, Tensor):
+        out = _direct_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        if out is not None:
+            return out
+    return _to_pytorch(args, kwargs, query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+
+
+scaled_dot_product_attention.__doc__ = _TORCH_SDPA.__doc__
+
+
+# ---- standing behind the names ---------------------------------------------------------------------
+
+
+def _copy_with_own_code(fn: types.FunctionType) -> types.FunctionType:
+    """``fn`` with an equal but distinct code object: it runs exactly as ``fn``, and Dynamo's guard
+    on ``fn.__code__`` (an identity check) fails for it, so graphs recompile on the other side."""
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__dict__.update(fn.__dict__)
+    copy.__doc__, copy.__qualname__, copy.__module__ = fn.__doc__, fn.__qualname__, fn.__module__
+    copy.__annotations__ = fn.__annotations__
+    return copy
+
+
+# One copy for the process: a fresh one per activation would make graphs traced inside recompile
+# on every entry.
+_MHA_COPY = _copy_with_own_code(_TORCH_MHA)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Patch:
+    """What patch_torch() replaced: (module, attribute name, PyTorch's object, ours)."""
+
+    replaced: tuple[tuple[Any, str, Any, Any], ...]
+
+
+def patch_torch() -> Patch:
+    """Stand behind F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention and
+    F.multi_head_attention_forward (the last as a copy of itself, for Dynamo's guards; its global
+    name is F's attribute, so its inner SDPA call and handle_torch_function see ours too)."""
+    global _active
+    replaced = (
+        (F, "scaled_dot_product_attention", _TORCH_SDPA, scaled_dot_product_attention),
+        (torch._C._nn, "scaled_dot_product_attention", _TORCH_SDPA, scaled_dot_product_attention),
+        (F, "multi_head_attention_forward", _TORCH_MHA, _MHA_COPY),
+    )
+    for module, name, _, ours in replaced:
+        setattr(module, name, ours)
+    _active = True
+    return Patch(replaced)
+
+
+def unpatch_torch(patch: Patch) -> bool:
+    """Put PyTorch's objects back; False if something else had replaced ours meanwhile (it stays,
+    and ours, still reachable through it, runs PyTorch's SDPA from now on)."""
+    global _active
+    _active = False
+    clean = True
+    for module, name, theirs, ours in patch.replaced:
+        if getattr(module, name) is ours:
+            setattr(module, name, theirs)
+        else:
+            clean = False
+    return clean
