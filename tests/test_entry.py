@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -357,3 +358,117 @@ def test_eager_path_not_taken_while_compiling(launches: Launches) -> None:
         torch._dynamo.reset()
     assert launches.calls == [] and served_eagerly() == 0
     torch.testing.assert_close(out, attend(q, k, v))
+
+
+# ---- no tax on other calls, PyTorch's own paths unchanged (issue 9) --------------------------------
+
+
+def flashsdpa_entries(step: Callable[[], Any]) -> dict[str, int]:
+    """The flashsdpa functions ``step`` calls from outside flashsdpa (sys.setprofile), by name."""
+    root = flashsdpa.__file__.rsplit("/", 1)[0]
+    entered: dict[str, int] = {}
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_filename.startswith(root):
+            caller = frame.f_back
+            if caller is None or not caller.f_code.co_filename.startswith(root):
+                entered[frame.f_code.co_name] = entered.get(frame.f_code.co_name, 0) + 1
+
+    sys.setprofile(profile)
+    try:
+        step()
+    finally:
+        sys.setprofile(None)
+    return entered
+
+
+def test_model_step_runs_flashsdpa_python_only_for_attention() -> None:
+    # An eager training step of a small float32 model (none of its attention is ours): the only
+    # flashsdpa Python it runs is the SDPA entry, once per attention call. The TorchFunctionMode of
+    # earlier versions ran for every torch call of the step.
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 3, enable_nested_tensor=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(2, 8, 32)
+
+    def step() -> None:
+        model(x, is_causal=True, mask=torch.nn.Transformer.generate_square_subsequent_mask(8)).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    with flashsdpa.enable():
+        step()  # warm-up: lazy imports, optimizer state
+        assert flashsdpa_entries(step) == {"scaled_dot_product_attention": 3}
+    assert flashsdpa_entries(step) == {}
+
+
+def test_transformer_encoder_nested_fast_path_unchanged() -> None:
+    # In inference nn.TransformerEncoder turns a padded batch into a nested tensor and takes its
+    # native fast path, which needs has_torch_function() to be false for its tensors: a
+    # TorchFunctionMode made it true and the nested input then raised.
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
+    x = torch.randn(3, 7, 32)
+    padding = torch.zeros(3, 7, dtype=torch.bool)
+    padding[0, 5:] = padding[2, 3:] = True
+    with torch.no_grad():
+        expected = model(x, src_key_padding_mask=padding)
+        with flashsdpa.enable():
+            assert not torch.overrides.has_torch_function((x,))
+            got = model(x, src_key_padding_mask=padding)
+            mha = model.layers[0].self_attn
+            fast = mha(x, x, x, need_weights=False)[0]  # nn.MultiheadAttention's own fast path
+        assert torch.equal(fast, mha(x, x, x, need_weights=False)[0])
+    assert torch.equal(got, expected)
+
+
+def dense_query_nested_kv() -> list[Any]:
+    q = torch.randn(2, 4, 5, 64, dtype=BF16, requires_grad=True)
+    return [q, *(t.requires_grad_() for t in strided_nested()[:2])]
+
+
+# (label, q/k/v maker, positional extras, keywords): calls PyTorch's SDPA rejects (on some builds
+# or devices); inside enable() each must raise exactly what PyTorch raises (type and message), or
+# return what it returns.
+ERRORS: list[tuple[str, Callable[[], list[Any]], tuple[Any, ...], dict[str, Any]]] = [
+    ("query None", lambda: [None, *plain()[1:]], (), {}),
+    ("key a list", lambda: [plain()[0], [1.0], plain()[2]], (), {}),
+    ("one-dimensional query", lambda: [plain()[0][0, 0, 0], *plain()[1:]], (), {}),
+    ("dtypes differ", lambda: [plain()[0], plain()[1].float(), plain()[2]], (), {}),
+    ("batch differs", lambda: [plain(b=2)[0], *plain(b=3)[1:]], (), {}),
+    ("head dims differ", lambda: [plain(d=64)[0], *plain(d=32, dv=32)[1:]], (), {}),
+    ("attn_mask and is_causal", plain, (), {"attn_mask": torch.ones(16, 16, dtype=torch.bool), "is_causal": True}),
+    ("mask of the wrong shape", plain, (), {"attn_mask": torch.ones(3, 5, dtype=torch.bool)}),
+    ("heads differ without enable_gqa", lambda: plain(hq=8, hkv=2), (), {"is_causal": True}),
+    ("heads not a multiple with enable_gqa", lambda: plain(hq=6, hkv=4), (), {"enable_gqa": True}),
+    ("causal, sq != sk, heads differ without enable_gqa", lambda: plain(hq=8, hkv=2, sq=5, sk=9), (),
+     {"is_causal": True}),
+    ("scale a string", plain, (), {"scale": "0.1"}),
+    ("is_causal a string", plain, (), {"is_causal": "yes"}),
+    ("unknown keyword", plain, (), {"causal": True}),
+    ("too many positional arguments", plain, (None, 0.0, False, None, False, 1), {}),
+    ("dense query, nested key and value requiring grad", dense_query_nested_kv, (), {}),
+    ("nested query, dense key and value", lambda: [strided_nested()[0], *plain()[1:]], (), {}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("lookalike", [False, True], ids=["cpu", "cuda-lookalike"])
+@pytest.mark.parametrize("label, make, extra, kwargs", ERRORS, ids=[c[0] for c in ERRORS])
+def test_sdpa_errors_unchanged(
+    label: str,
+    make: Callable[[], list[Any]],
+    extra: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    lookalike: bool,
+    request: pytest.FixtureRequest,
+) -> None:
+    if lookalike:  # our decisions then run as on a GPU with a CUDA build; SDPA still runs on the CPU
+        request.getfixturevalue("launches")
+    args = (*make(), *extra)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nested tensors' prototype warning, on either side
+        expected = outcome(lambda: F.scaled_dot_product_attention(*args, **kwargs))
+        with flashsdpa.enable():
+            got = outcome(lambda: F.scaled_dot_product_attention(*args, **kwargs))
+    assert same(got, expected), (got, expected)

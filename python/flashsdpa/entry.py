@@ -77,6 +77,7 @@ _active = False
 # does while any mode is active (the mode may rely on SDPA's own ops). A count, not a flag, for
 # nesting; shared by threads (another thread's handler only sends a call down the usual road).
 _IN_HANDLER = [0]
+_NUMBERS = frozenset((float, int))
 
 
 def _sdpa_arguments(
@@ -147,7 +148,8 @@ def _flash_path_shapes(query: Any, key: Any, value: Any, is_causal: bool) -> boo
 
 def _eager_skip_reason(query: Any, key: Any, value: Any, dropout_p: float, enable_gqa: bool) -> str | None:
     """Why a call without attn_mask cannot skip SDPA and run our kernel right here; None if it can.
-    (SDPA's argument parser has not run: anything may arrive, and nothing here may raise.)
+    (SDPA's argument parser has not run: the entry has checked the types of the scalars; the
+    tensors may be anything, and nothing here may raise.)
 
     The eager path serves what SDPA would send to the routers (or this function to our op) anyway,
     with exactly their result, and nothing whose meaning something else on the way would change:
@@ -256,6 +258,15 @@ def scaled_dot_product_attention(*args: Any, **kwargs: Any) -> Any:
         query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = _sdpa_arguments(*args, **kwargs)
     except TypeError:
         return _TORCH_SDPA(*args, **kwargs)  # SDPA reports its own argument error
+    # SDPA's parser has not run: arguments of any other type go to it as they are (it raises, or
+    # converts what it accepts: numpy scalars, ...). About 60 ns on CPU.
+    if (
+        is_causal.__class__ is not bool
+        or enable_gqa.__class__ is not bool
+        or dropout_p.__class__ not in _NUMBERS
+        or (scale is not None and scale.__class__ not in _NUMBERS)
+    ):
+        return _to_pytorch(args, kwargs, query, key, value, attn_mask, 0.0, False, False)
     if attn_mask is None:
         if _eager_skip_reason(query, key, value, dropout_p, enable_gqa) is None:
             return _eager_sdpa(query, key, value, is_causal, scale)

@@ -105,6 +105,15 @@ _FWD_VARLEN_COUNTS = reporting.counter("flashsdpa::fwd_varlen")
 _BWD_VARLEN_COUNTS = reporting.counter("flashsdpa::bwd_varlen")
 
 
+# The CPU impls run flashsdpa.reference, not our kernels: counted as fallbacks (issue 10, item 6).
+_CPU_REASON = "device cpu: flashsdpa.reference runs (our kernels need a CUDA device)"
+
+
+def _count_cpu(counts: list[int], op: str) -> None:
+    counts[1] += 1
+    reporting.note_fallback(op, _CPU_REASON)
+
+
 def _require_kernels(reason: str | None) -> None:
     # attention() has validated the arguments; what remains is the GPU or the build.
     if reason is not None:
@@ -141,6 +150,7 @@ def _fwd_cuda(q: Tensor, k: Tensor, v: Tensor, scale: float, causal_mode: int) -
 
 def _fwd_cpu(q: Tensor, k: Tensor, v: Tensor, scale: float, causal_mode: int) -> tuple[Tensor, Tensor]:
     _check_causal_mode(causal_mode)
+    _count_cpu(_FWD_COUNTS, "flashsdpa::fwd")
     out, lse = _fwd_outputs(q, v)
     if _is_empty(q, k):
         return _fill_empty_fwd(out, lse)
@@ -188,6 +198,7 @@ def _bwd_cpu(
     dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: float, causal_mode: int
 ) -> tuple[Tensor, Tensor, Tensor]:
     _check_causal_mode(causal_mode)
+    _count_cpu(_BWD_COUNTS, "flashsdpa::bwd")
     dq, dk, dv = _grads_like(q, k, v)
     if _is_empty(q, k):
         return dq.zero_(), dk.zero_(), dv.zero_()
@@ -233,6 +244,7 @@ def _fwd_varlen_cpu(
     q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_k: Tensor, max_q: int, max_k: int, scale: float, causal_mode: int
 ) -> tuple[Tensor, Tensor]:
     _check_causal_mode(causal_mode)
+    _count_cpu(_FWD_VARLEN_COUNTS, "flashsdpa::fwd_varlen")
     out, lse = _fill_empty_fwd(*_varlen_outputs(q, v))  # rows outside every sequence stay 0 / +inf
     reference = _reference()
     for rows_q, rows_k in _sequences(cu_q, cu_k):
@@ -292,6 +304,7 @@ def _bwd_varlen_cpu(
     causal_mode: int,
 ) -> tuple[Tensor, Tensor, Tensor]:
     _check_causal_mode(causal_mode)
+    _count_cpu(_BWD_VARLEN_COUNTS, "flashsdpa::bwd_varlen")
     dq, dk, dv = (g.zero_() for g in _grads_like(q, k, v))
     reference = _reference()
     for rows_q, rows_k in _sequences(cu_q, cu_k):

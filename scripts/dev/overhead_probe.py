@@ -26,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 
 import flashsdpa
-from flashsdpa import _backend, activation, mode, routers, selection
+from flashsdpa import _backend, activation, entry, routers, selection
 
 
 class _EmptyMode(TorchFunctionMode):
@@ -89,16 +89,13 @@ def _rows() -> list[Row]:
         ("F.sdpa in enable(), grad (router)", lambda: sdpa_call(qg, kg, vg), lambda: _enabled(True)),
         ("F.sdpa, torch flash, empty TF mode, no grad", lambda: sdpa_call(q, k, v),
          lambda: _with_mode(_EmptyMode(), False)),
-        ("F.sdpa, torch flash, our TF mode, grad (decision)", lambda: sdpa_call(qg, kg, vg),
-         lambda: _with_mode(mode.FlashSDPAMode(), True)),
         ("aten op, torch flash", lambda: op(q, k, v), no_grad),
         ("aten op in enable() (router)", lambda: op(q, k, v), _enabled),
         # Called from Python with the mode on the stack, every torch call in it would pass the mode.
         ("router body direct", lambda: routers._sdpa_flash_forward(keyset, q, k, v), _bare),
-        ("mode decision + eager path (_route_sdpa)", lambda: mode._route_sdpa((q, k, v), {}), _bare),
-        ("  _eager_skip_reason", lambda: mode._eager_skip_reason(q, k, v, 0.0, False), _bare),
+        ("  _eager_skip_reason", lambda: entry._eager_skip_reason(q, k, v, 0.0, False), _bare),
         ("  selection.dense_ok", lambda: selection.dense_ok(q, k, v), no_grad),
-        ("  _eager_sdpa (allocations + launch)", lambda: mode._eager_sdpa(q, k, v, False, None), no_grad),
+        ("  _eager_sdpa (allocations + launch)", lambda: entry._eager_sdpa(q, k, v, False, None), no_grad),
         ("flashsdpa.attention (direct API)", lambda: flashsdpa.attention(q, k, v), no_grad),
         ("_backend.launch_fwd", lambda: _backend.launch_fwd(q, k, v, out, lse, 0.125, 0), no_grad),
         ("_C.fwd raw (prebuilt args)", lambda: c.fwd(*raw_args), no_grad),

@@ -1,0 +1,402 @@
+"""shim_cost.py: what flashsdpa's shim costs on the host, per call and per training step (issue 9).
+
+Two modes:
+
+    PYTHONPATH=python python3 scripts/dev/shim_cost.py --cpu   # any machine: the shim's Python alone
+    PYTHONPATH=python python3 scripts/dev/shim_cost.py         # a CUDA GPU: the issue's table
+
+--cpu times flashsdpa's own host code with the kernel launch mocked (a stand-in _C whose fwd / bwd
+do nothing, CPU tensors that answer is_cuda=True): the SDPA entry on each road, the router bodies
+with their allocations and argument marshalling, the pieces of each, and the dispatcher's cost of
+calling a Python kernel. It also counts the Python-level calls a small model's eager training step
+makes into flashsdpa (sys.setprofile): one per SDPA call, none for any other op.
+
+The GPU mode prints, against PyTorch's own flash kernel on the same call (interleaved rounds,
+medians, microseconds or milliseconds of wall time):
+- tiny SDPA call 1x1x16x64 bf16: forward without grad (PyTorch writes the LSE, our eager path does
+  not: the aten op rows compare equal work, both writing it), forward with grad, backward alone,
+  a training step (forward + backward);
+- a small model's train step, B8 x S128, hidden 256, 4 layers, fp32 and bf16 (Hugging Face Llama
+  if transformers imports, else a plain torch decoder): PyTorch default, PyTorch flash only,
+  inside flashsdpa.enable();
+- attention alone, B8 H16 S256 D64 causal, fwd + bwd: FA2, cuDNN, default, ours; wall time per
+  step, host time to issue one (no synchronization) and kernel time (torch.profiler), so that the
+  gap to cuDNN splits into host and kernel time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashsdpa
+from flashsdpa import _backend, entry, routers, selection
+
+Row = tuple[str, Callable[[], Any], Callable[[], contextlib.AbstractContextManager[Any]]]
+
+
+def _interleaved(rows: list[Row], rounds: int, calls: int, sync: Callable[[], None]) -> dict[str, list[float]]:
+    """Per row, one sample per round of wall microseconds per call; every round times every row in
+    turn, so clock and load drift hit all rows alike."""
+    samples: dict[str, list[float]] = {name: [] for name, _, _ in rows}
+    for _ in range(rounds):
+        for name, fn, context in rows:
+            with context():
+                for _ in range(max(calls // 20, 5)):
+                    fn()
+                sync()
+                start = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                sync()
+                samples[name].append((time.perf_counter() - start) / calls * 1e6)
+    return samples
+
+
+def _print(samples: dict[str, list[float]], unit: str = "us", scale: float = 1.0) -> None:
+    print(f"{'':64s} {unit + '/call':>9s} {'min':>8s} {'max':>8s}")
+    for name, s in samples.items():
+        print(f"{name:64s} {statistics.median(s) * scale:9.2f} {min(s) * scale:8.2f} {max(s) * scale:8.2f}")
+
+
+# ---- --cpu: flashsdpa's own host code, the launch mocked ------------------------------------------
+
+
+class _NoLaunchBuild:
+    """Answers like a CUDA build of _C on an H100-class GPU; fwd and bwd do nothing."""
+
+    def build_info(self) -> dict[str, Any]:
+        return {"version": "cost", "with_cuda": True, "cuda_version": "13.0", "archs": [90],
+                "dtypes": ["float16", "bfloat16"], "head_dims": [64, 128, 256], "kernel_families": ["sm80"],
+                "max_head_dim": 256}  # fmt: skip
+
+    def device_info(self, index: int) -> dict[str, Any]:
+        return {"name": "no GPU", "major": 9, "minor": 0, "sms": 132, "smem_optin_bytes": 232448, "family": "sm80"}
+
+    def head_dim_bucket(self, head_dim_qk: int, head_dim_v: int) -> int:
+        return next((d for d in (64, 128, 256) if d >= max(head_dim_qk, head_dim_v)), 0)
+
+    def bwd_smem_bytes(self, head_dim_qk: int, head_dim_v: int, index: int) -> int:
+        return 163840
+
+    def bwd_workspace_bytes(self, *args: int) -> tuple[int, int]:
+        return 4096, 512
+
+    def fwd(self, *args: Any) -> None:
+        pass
+
+    def bwd(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _cuda_lookalike() -> Iterator[None]:
+    saved = (_backend._C, _backend.IMPORT_ERROR, _backend._current_stream, Tensor.is_cuda)
+    _backend._configure(_NoLaunchBuild())
+    _backend._current_stream = lambda device: 0  # type: ignore[assignment]
+    Tensor.is_cuda = property(lambda self: True)  # type: ignore[assignment,method-assign]
+    try:
+        yield
+    finally:
+        Tensor.is_cuda = saved[3]  # type: ignore[method-assign]
+        _backend._current_stream = saved[2]  # type: ignore[assignment]
+        _backend._configure(saved[0], saved[1])
+
+
+def _count_calls_into_flashsdpa() -> dict[str, int]:
+    """One eager float32 training step of a small decoder on CPU inside enable(): the flashsdpa
+    functions called from outside flashsdpa (sys.setprofile), by name."""
+    import flashsdpa as package
+
+    root = package.__file__.rsplit("/", 1)[0]
+    layers, hidden, heads = 4, 64, 4
+    blocks = torch.nn.ModuleList(torch.nn.Linear(hidden, 3 * hidden) for _ in range(layers))
+    mlps = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.LayerNorm(hidden), torch.nn.Linear(hidden, hidden),
+                                                   torch.nn.GELU()) for _ in range(layers))  # fmt: skip
+    params = [*blocks.parameters(), *mlps.parameters()]
+    opt = torch.optim.SGD(params, lr=0.01)
+    x = torch.randn(2, 16, hidden)
+
+    def step() -> None:
+        h = x
+        for qkv, mlp in zip(blocks, mlps):
+            q, k, v = (t.view(2, 16, heads, -1).transpose(1, 2) for t in qkv(h).chunk(3, dim=-1))
+            h = h + F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(2, 16, hidden)
+            h = h + mlp(h)
+        h.square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    entered: dict[str, int] = {}
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_filename.startswith(root):
+            caller = frame.f_back
+            if caller is None or not caller.f_code.co_filename.startswith(root):
+                entered[frame.f_code.co_name] = entered.get(frame.f_code.co_name, 0) + 1
+
+    with flashsdpa.enable():
+        step()  # warm-up (lazy imports, optimizer state)
+        sys.setprofile(profile)
+        try:
+            step()
+        finally:
+            sys.setprofile(None)
+    return entered
+
+
+def _dispatcher_rows() -> list[Row]:
+    """The dispatcher calling a Python kernel (what every router call pays before its body) against
+    a C++ kernel and a plain Python call, on an op registered for this measurement."""
+    lib = torch.library.Library("shimcost", "DEF")
+    lib.define("py(Tensor q, Tensor k, Tensor v, float dropout_p=0., bool is_causal=False) -> Tensor")
+    lib.impl("py", lambda keyset, q, k, v, dropout_p=0.0, is_causal=False: q, "CPU", with_keyset=True)
+    _dispatcher_rows.lib = lib  # type: ignore[attr-defined]  # keep it registered
+    q = torch.randn(1, 1, 16, 64, dtype=torch.bfloat16)
+    op = torch.ops.shimcost.py.default
+
+    def python_kernel(keyset: Any, q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0,
+                      is_causal: bool = False) -> Tensor:  # fmt: skip
+        return q
+
+    none = contextlib.nullcontext
+    return [
+        ("dispatcher -> Python kernel (shimcost::py, no body)", lambda: op(q, q, q, 0.0, True), none),
+        ("plain Python call of the same function", lambda: python_kernel(None, q, q, q, 0.0, True), none),
+        ("dispatcher -> C++ kernel (aten::alias)", lambda: torch.ops.aten.alias.default(q), none),
+    ]
+
+
+def cpu_main(rounds: int, calls: int) -> None:
+    print("sys.setprofile: flashsdpa functions entered from outside flashsdpa in one eager fp32 training step")
+    print("(4 layers, so 4 SDPA calls):", _count_calls_into_flashsdpa())
+    with _cuda_lookalike():
+        q, k, v = (torch.randn(1, 1, 16, 64, dtype=torch.bfloat16) for _ in range(3))
+        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+        out, lse = torch.empty_like(q), torch.empty(1, 1, 16, dtype=torch.float32)
+        rng = torch.empty(2, dtype=torch.uint64)
+        bwd_args = (torch.empty_like(q), q, k, v, out, lse, None, None, 16, 16, 0.0, True, rng, rng)
+        keyset = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+        sdpa_entry = entry.scaled_dot_product_attention
+        no_grad, grad = torch.no_grad, torch.enable_grad
+        rows: list[Row] = [
+            ("entry, training call (decides, hands to SDPA: mocked no-op)", lambda: sdpa_entry(qg, kg, vg), grad),
+            ("entry, eager path (decides, allocates, marshals; launch no-op)", lambda: sdpa_entry(q, k, v), no_grad),
+            ("  _eager_skip_reason, training call", lambda: entry._eager_skip_reason(qg, kg, vg, 0.0, False), grad),
+            ("  _eager_skip_reason, eager call", lambda: entry._eager_skip_reason(q, k, v, 0.0, False), no_grad),
+            ("router fwd body (_sdpa_flash_forward, launch marshalled)",
+             lambda: routers._sdpa_flash_forward(keyset, q, k, v, 0.0, True), no_grad),
+            ("router bwd body (_sdpa_flash_backward, launch marshalled)",
+             lambda: routers._sdpa_flash_backward(keyset, *bwd_args), no_grad),
+            ("  selection.dense_ok", lambda: selection.dense_ok(q, k, v), no_grad),
+            ("  torch.empty_like(q)", lambda: torch.empty_like(q), no_grad),
+            ("  lse: q.new_empty(B, H, S, dtype=float32)", lambda: q.new_empty(1, 1, 16, dtype=torch.float32),
+             no_grad),
+            ("  routers._unused_outputs", lambda: routers._unused_outputs(q), no_grad),
+            ("  _backend.launch_fwd (marshalling, _C.fwd no-op)",
+             lambda: _backend.launch_fwd(q, k, v, out, lse, 0.125, 2), no_grad),
+            ("  _backend.launch_bwd (workspace + marshalling, _C.bwd no-op)",
+             lambda: _backend.launch_bwd(q, q, k, v, out, lse, q, k, v, 0.125, 2), no_grad),
+            *_dispatcher_rows(),
+        ]  # fmt: skip
+        saved_sdpa, saved_active = entry._TORCH_SDPA, entry._active
+        def reaches_router(*args: Any, **kwargs: Any) -> Tensor:  # PyTorch's SDPA, as far as the entry sees it
+            routers.ROUTED[0] += 1
+            return args[0]
+
+        entry._TORCH_SDPA = reaches_router  # type: ignore[assignment]
+        entry._active = True
+        try:
+            samples = _interleaved(rows, rounds, calls, lambda: None)
+        finally:
+            entry._TORCH_SDPA, entry._active = saved_sdpa, saved_active
+    _print(samples)
+
+
+# ---- the GPU table ---------------------------------------------------------------------------------
+
+
+def _sync() -> None:
+    torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
+def _side(name: str) -> Iterator[None]:
+    """'torch flash': PyTorch with only its flash backend; 'torch default': PyTorch's own choice;
+    'torch cudnn': only cuDNN; 'flashsdpa': inside enable()."""
+    if name == "flashsdpa":
+        with flashsdpa.enable():
+            yield
+    elif name == "torch default":
+        yield
+    else:
+        backend = {"torch flash": SDPBackend.FLASH_ATTENTION, "torch cudnn": SDPBackend.CUDNN_ATTENTION}[name]
+        with sdpa_kernel(backend):
+            yield
+
+
+def _tiny_rows() -> list[Row]:
+    q, k, v = (torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    dout = torch.randn_like(q)
+    op = torch.ops.aten._scaled_dot_product_flash_attention.default
+    saved = {"out": None}
+
+    def forward_grad() -> None:
+        saved["out"] = F.scaled_dot_product_attention(qg, kg, vg)
+
+    def step() -> None:
+        out = F.scaled_dot_product_attention(qg, kg, vg)
+        torch.autograd.grad(out, (qg, kg, vg), dout)
+
+    rows: list[Row] = []
+    for side in ("torch flash", "flashsdpa"):
+        ctx = (lambda s=side: _side(s))  # noqa: E731
+        rows += [
+            (f"tiny fwd, no grad, F.sdpa [{side}]", lambda: F.scaled_dot_product_attention(q, k, v),
+             lambda s=side: _nested(_side(s), torch.no_grad())),
+            (f"tiny fwd, no grad, aten flash op, LSE written [{side}]", lambda: op(q, k, v),
+             lambda s=side: _nested(_side(s), torch.no_grad())),
+            (f"tiny fwd, grad [{side}]", forward_grad, ctx),
+            (f"tiny fwd + bwd (training step) [{side}]", step, ctx),
+        ]  # fmt: skip
+    return rows
+
+
+@contextlib.contextmanager
+def _nested(*contexts: contextlib.AbstractContextManager[Any]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for c in contexts:
+            stack.enter_context(c)
+        yield
+
+
+def _small_model(dtype: torch.dtype) -> tuple[torch.nn.Module, Callable[[], Tensor]]:
+    batch, seq, hidden, layers, heads = 8, 128, 256, 4, 4
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        config = LlamaConfig(vocab_size=1024, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
+                             num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=seq,
+                             attn_implementation="sdpa")  # fmt: skip
+        model = LlamaForCausalLM(config).to("cuda", dtype)
+        ids = torch.randint(0, 1024, (batch, seq), device="cuda")
+        return model, lambda: model(input_ids=ids, labels=ids).loss
+    except ImportError:
+        layer = torch.nn.TransformerDecoderLayer(hidden, heads, 4 * hidden, dropout=0.0, batch_first=True)
+        model = torch.nn.TransformerDecoder(layer, layers).to("cuda", dtype)
+        x = torch.randn(batch, seq, hidden, device="cuda", dtype=dtype)
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(seq, device="cuda")
+        return model, lambda: model(x, x, tgt_mask=mask, tgt_is_causal=True).float().square().mean()
+
+
+def _model_rows() -> list[Row]:
+    rows: list[Row] = []
+    for dtype in (torch.float32, torch.bfloat16):
+        model, loss_fn = _small_model(dtype)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+        def step(loss_fn: Callable[[], Tensor] = loss_fn, opt: Any = opt) -> None:
+            loss_fn().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        name = str(dtype).removeprefix("torch.")
+        for side in ("torch default", "torch flash", "flashsdpa"):
+            if side == "torch flash" and dtype == torch.float32:
+                continue  # flash takes no float32
+            rows.append((f"model step {name} [{side}]", step, lambda s=side: _side(s)))
+    return rows
+
+
+def _attention_rows() -> list[Row]:
+    q, k, v = (torch.randn(8, 256, 16, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2).requires_grad_()
+               for _ in range(3))  # fmt: skip
+    dout = torch.randn_like(q)
+
+    def step() -> None:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        torch.autograd.grad(out, (q, k, v), dout)
+
+    return [(f"attention B8 H16 S256 D64 causal fwd+bwd [{side}]", step, lambda s=side: _side(s))
+            for side in ("torch flash", "torch cudnn", "torch default", "flashsdpa")]  # fmt: skip
+
+
+def _host_and_kernel_us(rows: list[Row], steps: int = 20) -> dict[str, tuple[float, float]]:
+    """Per row: host microseconds to issue one step (no synchronization inside the timed loop: the
+    GPU runs behind) and kernel microseconds per step (torch.profiler's CUDA time)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    result = {}
+    for name, fn, context in rows:
+        with context():
+            for _ in range(5):
+                fn()
+            _sync()
+            start = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            host = (time.perf_counter() - start) / steps * 1e6
+            _sync()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(steps):
+                    fn()
+                _sync()
+            kernel = sum(e.self_device_time_total for e in prof.key_averages()) / steps
+        result[name] = (host, kernel)
+    return result
+
+
+def gpu_main(rounds: int, calls: int) -> None:
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, flashsdpa {flashsdpa.__version__}")
+    tiny = _interleaved(_tiny_rows(), rounds, calls, _sync)
+    _print(tiny)
+    for label, theirs, ours in (
+        ("fwd no grad (F.sdpa; not equal work: ours skips the LSE)", "tiny fwd, no grad, F.sdpa [torch flash]",
+         "tiny fwd, no grad, F.sdpa [flashsdpa]"),
+        ("fwd no grad, equal work (aten op, LSE written)", "tiny fwd, no grad, aten flash op, LSE written [torch flash]",
+         "tiny fwd, no grad, aten flash op, LSE written [flashsdpa]"),
+        ("fwd with grad", "tiny fwd, grad [torch flash]", "tiny fwd, grad [flashsdpa]"),
+        ("training step (fwd + bwd): the headline", "tiny fwd + bwd (training step) [torch flash]",
+         "tiny fwd + bwd (training step) [flashsdpa]"),
+    ):  # fmt: skip
+        print(f"overhead {label}: {statistics.median(tiny[ours]) - statistics.median(tiny[theirs]):+.2f} us")
+    bwd = {s: statistics.median(tiny[f"tiny fwd + bwd (training step) [{s}]"])
+           - statistics.median(tiny[f"tiny fwd, grad [{s}]"]) for s in ("torch flash", "flashsdpa")}  # fmt: skip
+    print(f"overhead backward alone (step - fwd): {bwd['flashsdpa'] - bwd['torch flash']:+.2f} us")
+    print()
+    _print(_interleaved(_model_rows(), max(rounds // 3, 5), 10, _sync), "ms", 1e-3)
+    print()
+    attention = _attention_rows()
+    _print(_interleaved(attention, rounds, 50, _sync))
+    print(f"\n{'attention step: host to issue / kernel time':64s} {'host us':>9s} {'kernel us':>9s}")
+    for name, (host, kernel) in _host_and_kernel_us(attention).items():
+        print(f"{name:64s} {host:9.1f} {kernel:9.1f}")
+    print("\nflashsdpa.stats() ops with calls:",
+          {op: c for op, c in flashsdpa.stats()["ops"].items() if c["served"] or c["fallback"]})  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu", action="store_true", help="flashsdpa's Python alone, launches mocked")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (on a loaded CPU, read the min)")
+    parser.add_argument("--calls", type=int, default=2000, help="timed calls per row and round")
+    args = parser.parse_args()
+    if args.cpu:
+        cpu_main(args.rounds, args.calls)
+    else:
+        gpu_main(args.rounds, args.calls)
+
+
+if __name__ == "__main__":
+    main()
