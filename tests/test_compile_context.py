@@ -1,8 +1,9 @@
 # test_compile_context.py: torch.compile and the enable() context. SDPA's backend is chosen when a
-# graph is traced and Dynamo does not guard on that choice; flashsdpa's TorchFunctionMode makes it
-# guard (on the mode stack), so entering or leaving the context recompiles once and never reuses a
-# graph traced on the other side. Also: the mode's direct route for SDPA calls PyTorch's flash
-# path turns away. CPU only: compiles with backend="eager"/"aot_eager" and a counting backend.
+# graph is traced and Dynamo does not guard on that choice; flashsdpa's function standing behind
+# F.scaled_dot_product_attention makes it guard (on the function Dynamo loads), so entering or
+# leaving the context recompiles once and never reuses a graph traced on the other side. Also: the
+# direct route for SDPA calls PyTorch's flash path turns away. CPU only: compiles with
+# backend="eager"/"aot_eager" and a counting backend.
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -79,6 +80,36 @@ def test_recompiles_once_on_enter_and_once_on_exit(hopper_order: list[int]) -> N
             compiled(q, k, v)  # nesting pushes no second mode: same graph
     assert backend.compiles == 2
     # Each graph was traced under the priority order of its side: flash first only inside.
+    assert backend.orders == [hopper_order, [1, 3, 2, 0, 4]]
+
+
+@pytest.mark.parametrize("call_site", ["torch.nn.functional", "nn.MultiheadAttention"])
+def test_every_call_site_recompiles(call_site: str, hopper_order: list[int]) -> None:
+    # Dynamo guards on the function it loads for SDPA where user code names it (an ID match on the
+    # attribute); inside torch (nn.MultiheadAttention's F.multi_head_attention_forward) it guards
+    # on the function's code object, which flashsdpa swaps for an equal copy while active.
+    backend = CountingBackend()
+    if call_site == "nn.MultiheadAttention":
+        layer = torch.nn.MultiheadAttention(16, 4, batch_first=True)
+        x = torch.randn(2, 8, 16)
+
+        def fn(x: Tensor) -> Tensor:
+            return layer(x, x, x, need_weights=False, is_causal=True, attn_mask=causal_mask)[0].relu()
+
+        causal_mask = torch.nn.Transformer.generate_square_subsequent_mask(8)
+        inputs: tuple[Tensor, ...] = (x,)
+    else:
+
+        def fn(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # torch, a global of this module
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).relu()
+
+        inputs = qkv()
+    compiled = torch.compile(fn, backend=backend, fullgraph=True)
+    expected = fn(*inputs)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(*inputs), expected)
+        with flashsdpa.enable():
+            torch.testing.assert_close(compiled(*inputs), expected)
     assert backend.orders == [hopper_order, [1, 3, 2, 0, 4]]
 
 

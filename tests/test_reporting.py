@@ -1,17 +1,23 @@
 # test_reporting.py: what flashsdpa reports about the calls it routes: the served / fallback counts
-# of stats(), the DEBUG log line of each fallback and the opt-in FallbackWarning (reporting.py).
+# of stats(), the DEBUG log line of each fallback and the opt-in FallbackWarning (reporting.py), and
+# which calls are counted: every SDPA call that reaches flashsdpa's Python and does not run our kernels.
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
 import sys
 import warnings
+from typing import Any
 
 import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashsdpa
-from flashsdpa import reporting
+from flashsdpa import entry, reporting, routers
 
 
 def test_fallbacks_log_at_debug(caplog: pytest.LogCaptureFixture) -> None:
@@ -76,3 +82,88 @@ def test_stats_count_per_op_and_reason() -> None:
     flashsdpa.reset_stats()
     assert flashsdpa.stats()["ops"]["aten::example"] == {"served": 0, "fallback": 0}
     assert flashsdpa.stats()["fallback_reasons"] == {}
+
+
+# ---- SDPA calls that reach flashsdpa's Python and do not run our kernels (issue 10, item 6) ----------
+
+SDPA_ENTRY = "F.scaled_dot_product_attention"
+
+
+def entry_fallbacks() -> dict[str, int]:
+    return {k: n for k, n in flashsdpa.stats()["fallback_reasons"].items() if k.startswith(f"{SDPA_ENTRY}: ")}
+
+
+def test_cpu_calls_inside_enable_are_counted(caplog: pytest.LogCaptureFixture) -> None:
+    q = torch.randn(1, 2, 8, 16)
+    flashsdpa.reset_stats()
+    with flashsdpa.enable(), caplog.at_level(logging.DEBUG, logger="flashsdpa"):
+        F.scaled_dot_product_attention(q, q, q)
+        F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    F.scaled_dot_product_attention(q, q, q)  # outside: not ours to count
+    assert flashsdpa.stats()["ops"][SDPA_ENTRY] == {"served": 0, "fallback": 2}
+    assert entry_fallbacks() == {f"{SDPA_ENTRY}: device cpu: needs a CUDA device": 2}
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{SDPA_ENTRY}: falling back to PyTorch's kernel: device cpu: needs a CUDA device"
+    ] * 2
+
+
+@pytest.fixture
+def cuda_lookalike(monkeypatch: pytest.MonkeyPatch, fake_build: Any) -> None:
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+
+
+@pytest.mark.parametrize(
+    "make, kwargs, context, reason",
+    [
+        (lambda: torch.randn(1, 2, 8, 64), {}, contextlib.nullcontext,
+         "query.dtype=torch.float32: needs float16 or bfloat16"),
+        (lambda: torch.randn(1, 2, 8, 64, dtype=torch.bfloat16), {"attn_mask": torch.ones(8, 8, dtype=torch.bool)},
+         contextlib.nullcontext, "attn_mask given: attention masks are not supported yet"),
+        (lambda: torch.randn(1, 2, 8, 64, dtype=torch.bfloat16, requires_grad=True), {},
+         lambda: sdpa_kernel([SDPBackend.MATH]), "PyTorch's flash backend is disabled"),
+    ],
+    ids=["float32", "masked", "flash disabled"],
+)
+def test_unserved_calls_are_counted_with_their_reason(
+    make: Any, kwargs: dict[str, Any], context: Any, reason: str, cuda_lookalike: None
+) -> None:
+    # CPU tensors that pass for CUDA ones with a stand-in CUDA build: our decisions run as on a GPU;
+    # PyTorch's SDPA then runs on the CPU, where no router is reached.
+    q = make()
+    flashsdpa.reset_stats()
+    try:
+        flashsdpa.set_fallback_warnings(True)
+        with flashsdpa.enable(), context(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            F.scaled_dot_product_attention(q, q, q, **kwargs)
+    finally:
+        flashsdpa.set_fallback_warnings(False)
+    [(key, count)] = entry_fallbacks().items()
+    assert key.startswith(f"{SDPA_ENTRY}: {reason}") and count == 1
+    [warning] = [w for w in caught if issubclass(w.category, flashsdpa.FallbackWarning)]
+    assert str(warning.message).startswith(f"flashsdpa: {SDPA_ENTRY} falls back to PyTorch's kernel: {reason}")
+
+
+def test_calls_a_router_sees_are_counted_there_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The router counts what reaches it (served or fallen back); the entry counts only the calls
+    # that reach no router, so no call is counted twice.
+    def sdpa_reaching_a_router(*args: Any, **kwargs: Any) -> torch.Tensor:
+        routers.ROUTED[0] += 1
+        return args[0]
+
+    monkeypatch.setattr(entry, "_TORCH_SDPA", sdpa_reaching_a_router)
+    q = torch.randn(1, 2, 8, 16)
+    flashsdpa.reset_stats()
+    with flashsdpa.enable():
+        F.scaled_dot_product_attention(q, q, q)
+    assert flashsdpa.stats()["fallback"] == 0 and entry_fallbacks() == {}
+
+
+def test_direct_api_on_cpu_is_counted() -> None:
+    q = torch.randn(1, 2, 8, 16, requires_grad=True)
+    flashsdpa.reset_stats()
+    flashsdpa.attention(q, q, q).sum().backward()
+    ops = flashsdpa.stats()["ops"]
+    assert ops["flashsdpa::fwd"] == ops["flashsdpa::bwd"] == {"served": 0, "fallback": 1}
+    reason = "device cpu: flashsdpa.reference runs (our kernels need a CUDA device)"
+    assert flashsdpa.stats()["fallback_reasons"] == {f"flashsdpa::fwd: {reason}": 1, f"flashsdpa::bwd: {reason}": 1}
