@@ -1,5 +1,5 @@
 # test_sdpa.py: flashsdpa behind torch.nn.functional.scaled_dot_product_attention inside
-# flashsdpa.enable(): eager (through the routers, and without autograd through the mode's eager
+# flashsdpa.enable(): eager (through the routers, and without autograd through the SDPA entry's eager
 # path, also under CUDA graph capture) and torch.compile, GQA, both causal alignments, Sq = 1 /
 # Sk = 1, nested jagged tensors and torch.nn.attention.varlen, batch x heads beyond the 65,535 grid
 # limit, a 256k-token sequence; every test proves through flashsdpa.stats() that our kernels ran (or,
@@ -139,13 +139,13 @@ def test_value_head_dim_differs(request: pytest.FixtureRequest) -> None:
     check_attention(q, k, v, dout, out, grads, scale=default_scale(64), causal_mode=0)
 
 
-# ---- the eager path: SDPA without autograd runs our kernel from the mode ----------------------------
+# ---- the eager path: SDPA without autograd runs our kernel from the entry ---------------------------
 
 EAGER = "F.scaled_dot_product_attention (eager, no grad)"  # flashsdpa.stats()'s name for the eager path
 SDPA_FWD = "aten::_scaled_dot_product_flash_attention"
 SDPA_BWD = "aten::_scaled_dot_product_flash_attention_backward"
 
-# (label, shape, SDPA keywords, causal mode): what PyTorch's flash path takes, and what the mode
+# (label, shape, SDPA keywords, causal mode): what PyTorch's flash path takes, and what the entry
 # used to send to our op (top-left causal with Sq != Sk, Dv != D).
 _EAGER_CASES = [
     ("causal", Shape("eager", 2, 8, 8, 239, 239, 128), {"is_causal": True}, 1),
@@ -159,7 +159,7 @@ _EAGER_CASES = [
 def test_eager_no_grad(
     request: pytest.FixtureRequest, label: str, shape: Shape, kwargs: dict[str, object], causal_mode: int
 ) -> None:
-    """Inside enable() under no_grad, SDPA runs our kernel straight from the mode: counted as the
+    """Inside enable() under no_grad, SDPA runs our kernel straight from the entry: counted as the
     eager path only, PyTorch's result within the rule, and bitwise the forward that the routers
     (or our op) compute for the same call with autograd."""
     skip_unless_compiled(torch.bfloat16, shape.head_dim, shape.dv)
@@ -252,7 +252,8 @@ def test_backward_after_exit(request: pytest.FixtureRequest) -> None:
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_compiled(request: pytest.FixtureRequest, causal: bool) -> None:
     """One compiled function, called outside, inside and outside again: our kernels run exactly
-    while the context is active (the shim's mode makes Dynamo recompile on entry and exit)."""
+    while the context is active (Dynamo recompiles on entry and exit: it guards on the function
+    behind F.scaled_dot_product_attention)."""
     shape = Shape("compiled", 2, 8, 8, 1023, 1023, 64)
     skip_unless_compiled(torch.bfloat16, shape.head_dim, shape.dv)
     gen = _generator(request)
@@ -279,7 +280,7 @@ def test_compiled(request: pytest.FixtureRequest, causal: bool) -> None:
 
 
 def test_compiled_top_left_non_square(request: pytest.FixtureRequest) -> None:
-    """is_causal with Sq != Sk goes to flashsdpa's own op from the shim's mode; under
+    """is_causal with Sq != Sk goes to flashsdpa's own op from the shim's SDPA entry; under
     torch.compile(fullgraph=True) that op is traced into the graph."""
     shape = Shape("compiled_tl", 1, 4, 2, 113, 239, 128)
     skip_unless_compiled(torch.float16, shape.head_dim, shape.dv)
