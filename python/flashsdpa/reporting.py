@@ -1,8 +1,8 @@
 # reporting.py: what the routers and flashsdpa's ops did, for the user and for the tests.
 #
 # Owns the served / fallen-back counts per op (each caller binds its own counter list once and bumps
-# it in place: one list index per call on the hot path), stats() / reset_stats(), and the report
-# of each fallback: a per-reason count, a DEBUG line on the "flashsdpa" logger and, opt-in, a
+# it in place: one list index per call on the hot path; callers are the routers, flashsdpa's ops and
+# the SDPA entry), stats() / reset_stats(), and the report of each fallback: a per-reason count, a DEBUG line on the "flashsdpa" logger and, opt-in, a
 # FallbackWarning once per distinct reason. The rules that decide a fallback are selection.py's.
 """Counts of served and fallen-back calls, and the fallback log and warnings."""
 
@@ -50,10 +50,12 @@ def counter(op: str) -> list[int]:
 def stats() -> dict[str, Any]:
     """Counts since import (or reset_stats): ``{"served": n, "fallback": n, "ops": {op: {"served": n,
     "fallback": n}}, "fallback_reasons": {"op: reason": n}}``. Ops are the aten ops the routers
-    override (``aten::_scaled_dot_product_flash_attention`` ...), flashsdpa's own CUDA ops
-    (``flashsdpa::fwd`` ...; these never fall back, they raise) and ``F.scaled_dot_product_attention
-    (eager, no grad)``, the calls the mode runs on our kernel itself (never a fallback either: the
-    calls it declines take one of the other roads)."""
+    override (``aten::_scaled_dot_product_flash_attention`` ...), flashsdpa's own ops
+    (``flashsdpa::fwd`` ...: served for CUDA launches, a fallback where the CPU reference runs),
+    ``F.scaled_dot_product_attention (eager, no grad)`` (the calls flashsdpa's SDPA function runs
+    on our kernel itself) and ``F.scaled_dot_product_attention`` (the calls it hands to PyTorch's
+    SDPA that reach no router: float32, masks, CPU, flash disabled; counted as fallbacks). Each
+    call is counted once: docs/usage.md lists exactly which calls are."""
     ops = {op: {"served": c[0], "fallback": c[1]} for op, c in sorted(_COUNTS.items())}
     return {
         "served": sum(c["served"] for c in ops.values()),

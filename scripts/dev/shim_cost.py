@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.overrides import TorchFunctionMode
 
 import flashsdpa
 from flashsdpa import _backend, entry, routers, selection
@@ -97,6 +98,25 @@ class _NoLaunchBuild:
 
     def bwd(self, *args: Any) -> None:
         pass
+
+
+class _PassThroughMode(TorchFunctionMode):
+    """What the TorchFunctionMode of earlier versions did with every call other than SDPA."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def _entry_on(context: contextlib.AbstractContextManager[Any]) -> Iterator[None]:
+    """The entry as while flashsdpa is active (without registering the routers), in ``context``."""
+    saved = entry._active
+    entry._active = True
+    try:
+        with context:
+            yield
+    finally:
+        entry._active = saved
 
 
 @contextlib.contextmanager
@@ -185,13 +205,16 @@ def cpu_main(rounds: int, calls: int) -> None:
         qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
         out, lse = torch.empty_like(q), torch.empty(1, 1, 16, dtype=torch.float32)
         rng = torch.empty(2, dtype=torch.uint64)
+        x = torch.randn(4)
         bwd_args = (torch.empty_like(q), q, k, v, out, lse, None, None, 16, 16, 0.0, True, rng, rng)
         keyset = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
         sdpa_entry = entry.scaled_dot_product_attention
         no_grad, grad = torch.no_grad, torch.enable_grad
         rows: list[Row] = [
-            ("entry, training call (decides, hands to SDPA: mocked no-op)", lambda: sdpa_entry(qg, kg, vg), grad),
-            ("entry, eager path (decides, allocates, marshals; launch no-op)", lambda: sdpa_entry(q, k, v), no_grad),
+            ("entry, training call (decides, hands to SDPA: mocked no-op)", lambda: sdpa_entry(qg, kg, vg),
+             lambda: _entry_on(grad())),
+            ("entry, eager path (decides, allocates, marshals; launch no-op)", lambda: sdpa_entry(q, k, v),
+             lambda: _entry_on(no_grad())),
             ("  _eager_skip_reason, training call", lambda: entry._eager_skip_reason(qg, kg, vg, 0.0, False), grad),
             ("  _eager_skip_reason, eager call", lambda: entry._eager_skip_reason(q, k, v, 0.0, False), no_grad),
             ("router fwd body (_sdpa_flash_forward, launch marshalled)",
@@ -208,18 +231,22 @@ def cpu_main(rounds: int, calls: int) -> None:
             ("  _backend.launch_bwd (workspace + marshalling, _C.bwd no-op)",
              lambda: _backend.launch_bwd(q, q, k, v, out, lse, q, k, v, 0.125, 2), no_grad),
             *_dispatcher_rows(),
+            ("unrelated op (x + x), outside", lambda: x + x, contextlib.nullcontext),
+            ("unrelated op (x + x), inside enable()", lambda: x + x, flashsdpa.enable),
+            ("unrelated op (x + x), under a pass-through TorchFunctionMode (the old design)", lambda: x + x,
+             _PassThroughMode),
         ]  # fmt: skip
-        saved_sdpa, saved_active = entry._TORCH_SDPA, entry._active
+        saved_sdpa = entry._TORCH_SDPA
+
         def reaches_router(*args: Any, **kwargs: Any) -> Tensor:  # PyTorch's SDPA, as far as the entry sees it
             routers.ROUTED[0] += 1
             return args[0]
 
         entry._TORCH_SDPA = reaches_router  # type: ignore[assignment]
-        entry._active = True
         try:
             samples = _interleaved(rows, rounds, calls, lambda: None)
         finally:
-            entry._TORCH_SDPA, entry._active = saved_sdpa, saved_active
+            entry._TORCH_SDPA = saved_sdpa
     _print(samples)
 
 

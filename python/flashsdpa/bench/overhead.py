@@ -29,7 +29,7 @@ def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200
     """Wall microseconds per forward call on a tiny shape, where the GPU work is negligible and the
     host path (Python, dispatcher, router, launch) is what is measured: SDPA inside
     flashsdpa.enable() against PyTorch's own flash kernel, and the direct API, under no_grad (the
-    bar's setting: inference, the mode's eager path); and SDPA with inputs that require grad under
+    bar's setting: inference, the SDPA entry's eager path); and SDPA with inputs that require grad under
     enable_grad (the training forward: autograd and the routers), reported beside it.
 
     Rounds are interleaved (each times every variant once, in turn, so clock or load drift hits
