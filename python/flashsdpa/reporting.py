@@ -2,8 +2,9 @@
 #
 # Owns the served / fallen-back counts per op (each caller binds its own counter list once and bumps
 # it in place: one list index per call on the hot path; callers are the routers, flashsdpa's ops and
-# the SDPA entry), stats() / reset_stats(), and the report of each fallback: a per-reason count, a DEBUG line on the "flashsdpa" logger and, opt-in, a
-# FallbackWarning once per distinct reason. The rules that decide a fallback are selection.py's.
+# the SDPA entry), stats() / reset_stats(), and the report of each fallback: a per-reason count, a
+# DEBUG line on the "flashsdpa" logger and, opt-in, a FallbackWarning once per distinct reason. The
+# rules that decide a fallback are selection.py's.
 """Counts of served and fallen-back calls, and the fallback log and warnings."""
 
 from __future__ import annotations

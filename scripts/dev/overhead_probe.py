@@ -2,8 +2,8 @@
 
 Times each layer of an SDPA forward on a tiny shape (the GPU work is negligible, so wall time per
 call is host time): PyTorch's own flash kernel through SDPA, SDPA inside flashsdpa.enable() without
-grad (the mode's eager path) and with inputs that require grad (autograd and the router), the aten
-op with and without our router, the mode's decision, the router body, the eager path's pieces, the
+grad (the SDPA entry's eager path) and with inputs that require grad (autograd and the router), the aten
+op with and without our router, the entry's decision, the router body, the eager path's pieces, the
 launch wrapper, the raw _C call and the allocations between. Rounds are interleaved: each round
 times every row once, in turn, so clock or load drift hits all rows alike; the median round is
 reported with the spread. Prints microseconds per call; the differences locate the overhead.
@@ -75,7 +75,6 @@ def _rows() -> list[Row]:
     out, lse = torch.empty_like(q), torch.empty(1, 4, 64, device="cuda", dtype=torch.float32)
     op = torch.ops.aten._scaled_dot_product_flash_attention.default
     keyset = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
-    sdpa_call = F.scaled_dot_product_attention
     no_grad = torch.no_grad
     c = _backend._C
     stream = torch.cuda.current_stream().cuda_stream
@@ -83,15 +82,14 @@ def _rows() -> list[Row]:
                 q.stride(), k.stride(), v.stride(), out.stride(), lse.stride(),
                 1, 4, 4, 64, 64, 64, 64, 0, 0, 0, 0.125, 0, 1, 0, stream)  # fmt: skip
     return [
-        ("F.sdpa, torch flash, no grad", lambda: sdpa_call(q, k, v), _torch_flash),
-        ("F.sdpa in enable(), no grad (eager path)", lambda: sdpa_call(q, k, v), _enabled),
-        ("F.sdpa, torch flash, grad", lambda: sdpa_call(qg, kg, vg), lambda: _torch_flash(True)),
-        ("F.sdpa in enable(), grad (router)", lambda: sdpa_call(qg, kg, vg), lambda: _enabled(True)),
-        ("F.sdpa, torch flash, empty TF mode, no grad", lambda: sdpa_call(q, k, v),
+        ("F.sdpa, torch flash, no grad", lambda: F.scaled_dot_product_attention(q, k, v), _torch_flash),
+        ("F.sdpa in enable(), no grad (eager path)", lambda: F.scaled_dot_product_attention(q, k, v), _enabled),
+        ("F.sdpa, torch flash, grad", lambda: F.scaled_dot_product_attention(qg, kg, vg), lambda: _torch_flash(True)),
+        ("F.sdpa in enable(), grad (router)", lambda: F.scaled_dot_product_attention(qg, kg, vg), lambda: _enabled(True)),
+        ("F.sdpa, torch flash, empty TF mode, no grad", lambda: F.scaled_dot_product_attention(q, k, v),
          lambda: _with_mode(_EmptyMode(), False)),
         ("aten op, torch flash", lambda: op(q, k, v), no_grad),
         ("aten op in enable() (router)", lambda: op(q, k, v), _enabled),
-        # Called from Python with the mode on the stack, every torch call in it would pass the mode.
         ("router body direct", lambda: routers._sdpa_flash_forward(keyset, q, k, v), _bare),
         ("  _eager_skip_reason", lambda: entry._eager_skip_reason(q, k, v, 0.0, False), _bare),
         ("  selection.dense_ok", lambda: selection.dense_ok(q, k, v), no_grad),
