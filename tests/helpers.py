@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -396,3 +397,27 @@ def gpu_skip_reason() -> str | None:
     if not flashsdpa.build_info()["with_cuda"]:
         return f"flashsdpa._C has no CUDA kernels: {_backend.UNAVAILABLE_REASON}"
     return _backend.device_reason(torch.cuda.current_device())
+
+
+def flashsdpa_entries(step: Callable[[], object]) -> dict[str, int]:
+    """The flashsdpa functions ``step`` calls from outside flashsdpa (sys.setprofile), by name:
+    what flashsdpa's Python costs a model, counted rather than timed."""
+    import sys
+
+    import flashsdpa
+
+    root = flashsdpa.__file__.rsplit("/", 1)[0]
+    entered: dict[str, int] = {}
+
+    def profile(frame: Any, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code.co_filename.startswith(root):
+            caller = frame.f_back
+            if caller is None or not caller.f_code.co_filename.startswith(root):
+                entered[frame.f_code.co_name] = entered.get(frame.f_code.co_name, 0) + 1
+
+    sys.setprofile(profile)
+    try:
+        step()
+    finally:
+        sys.setprofile(None)
+    return entered

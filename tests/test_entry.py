@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,6 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import flashsdpa
 from flashsdpa import _backend, entry, ops
+from helpers import flashsdpa_entries
 
 BF16 = torch.bfloat16
 
@@ -361,25 +361,6 @@ def test_eager_path_not_taken_while_compiling(launches: Launches) -> None:
 
 
 # ---- no tax on other calls, PyTorch's own paths unchanged (issue 9) --------------------------------
-
-
-def flashsdpa_entries(step: Callable[[], Any]) -> dict[str, int]:
-    """The flashsdpa functions ``step`` calls from outside flashsdpa (sys.setprofile), by name."""
-    root = flashsdpa.__file__.rsplit("/", 1)[0]
-    entered: dict[str, int] = {}
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code.co_filename.startswith(root):
-            caller = frame.f_back
-            if caller is None or not caller.f_code.co_filename.startswith(root):
-                entered[frame.f_code.co_name] = entered.get(frame.f_code.co_name, 0) + 1
-
-    sys.setprofile(profile)
-    try:
-        step()
-    finally:
-        sys.setprofile(None)
-    return entered
 
 
 def test_model_step_runs_flashsdpa_python_only_for_attention() -> None:

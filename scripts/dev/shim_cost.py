@@ -8,8 +8,8 @@ Two modes:
 --cpu times flashsdpa's own host code with the kernel launch mocked (a stand-in _C whose fwd / bwd
 do nothing, CPU tensors that answer is_cuda=True): the SDPA entry on each road, the router bodies
 with their allocations and argument marshalling, the pieces of each, and the dispatcher's cost of
-calling a Python kernel. It also counts the Python-level calls a small model's eager training step
-makes into flashsdpa (sys.setprofile): one per SDPA call, none for any other op.
+calling a Python kernel, and an unrelated op inside and outside enable(). (That a model's eager
+step runs flashsdpa Python only for SDPA is counted, not timed: tests/test_entry.py.)
 
 The GPU mode prints, against PyTorch's own flash kernel on the same call (interleaved rounds,
 medians, microseconds or milliseconds of wall time):
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -133,48 +132,6 @@ def _cuda_lookalike() -> Iterator[None]:
         _backend._configure(saved[0], saved[1])
 
 
-def _count_calls_into_flashsdpa() -> dict[str, int]:
-    """One eager float32 training step of a small decoder on CPU inside enable(): the flashsdpa
-    functions called from outside flashsdpa (sys.setprofile), by name."""
-    import flashsdpa as package
-
-    root = package.__file__.rsplit("/", 1)[0]
-    layers, hidden, heads = 4, 64, 4
-    blocks = torch.nn.ModuleList(torch.nn.Linear(hidden, 3 * hidden) for _ in range(layers))
-    mlps = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.LayerNorm(hidden), torch.nn.Linear(hidden, hidden),
-                                                   torch.nn.GELU()) for _ in range(layers))  # fmt: skip
-    params = [*blocks.parameters(), *mlps.parameters()]
-    opt = torch.optim.SGD(params, lr=0.01)
-    x = torch.randn(2, 16, hidden)
-
-    def step() -> None:
-        h = x
-        for qkv, mlp in zip(blocks, mlps):
-            q, k, v = (t.view(2, 16, heads, -1).transpose(1, 2) for t in qkv(h).chunk(3, dim=-1))
-            h = h + F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(2, 16, hidden)
-            h = h + mlp(h)
-        h.square().mean().backward()
-        opt.step()
-        opt.zero_grad()
-
-    entered: dict[str, int] = {}
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code.co_filename.startswith(root):
-            caller = frame.f_back
-            if caller is None or not caller.f_code.co_filename.startswith(root):
-                entered[frame.f_code.co_name] = entered.get(frame.f_code.co_name, 0) + 1
-
-    with flashsdpa.enable():
-        step()  # warm-up (lazy imports, optimizer state)
-        sys.setprofile(profile)
-        try:
-            step()
-        finally:
-            sys.setprofile(None)
-    return entered
-
-
 def _dispatcher_rows() -> list[Row]:
     """The dispatcher calling a Python kernel (what every router call pays before its body) against
     a C++ kernel and a plain Python call, on an op registered for this measurement."""
@@ -198,8 +155,6 @@ def _dispatcher_rows() -> list[Row]:
 
 
 def cpu_main(rounds: int, calls: int) -> None:
-    print("sys.setprofile: flashsdpa functions entered from outside flashsdpa in one eager fp32 training step")
-    print("(4 layers, so 4 SDPA calls):", _count_calls_into_flashsdpa())
     with _cuda_lookalike():
         q, k, v = (torch.randn(1, 1, 16, 64, dtype=torch.bfloat16) for _ in range(3))
         qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))

@@ -5,7 +5,6 @@
 # entering and leaving, and calls that do not run our kernels are counted with their reason.
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +15,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashsdpa
-from helpers import fresh_compile, gpu_skip_reason, skip_unless_compiled
+from helpers import flashsdpa_entries, fresh_compile, gpu_skip_reason, skip_unless_compiled
 
 GPU_SKIP = gpu_skip_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU_SKIP is not None, reason=f"GPU suite: {GPU_SKIP}")]
@@ -120,26 +119,9 @@ def test_transformer_encoder_nested_fast_path() -> None:
 
 
 def test_model_step_runs_flashsdpa_python_only_for_attention() -> None:
-    root = flashsdpa.__file__.rsplit("/", 1)[0]
-    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
-    model = torch.nn.TransformerEncoder(layer, 3, enable_nested_tensor=False).to(DEVICE)
-    x = torch.randn(2, 16, 64, device=DEVICE)
-    mask = torch.nn.Transformer.generate_square_subsequent_mask(16, device=DEVICE)
-    entered: dict[str, int] = {}
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code.co_filename.startswith(root):
-            caller = frame.f_back
-            if caller is None or not caller.f_code.co_filename.startswith(root):
-                entered[frame.f_code.co_name] = entered.get(frame.f_code.co_name, 0) + 1
-
     with flashsdpa.enable():
-        model(x, mask=mask, is_causal=True).sum().backward()
-        sys.setprofile(profile)
-        try:
-            model(x, mask=mask, is_causal=True).sum().backward()
-        finally:
-            sys.setprofile(None)
+        model(x, mask=mask, is_causal=True).sum().backward()  # warm-up
+        entered = flashsdpa_entries(lambda: model(x, mask=mask, is_causal=True).sum().backward())
     assert entered == {"scaled_dot_product_attention": 3}
 
 
