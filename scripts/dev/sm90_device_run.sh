@@ -20,4 +20,4 @@ if [[ "${PACKAGE:-1}" == 1 ]]; then
     bash scripts/gpu_check.sh 2>&1 | tail -25
 fi
 echo "==== sm90 sweep (TFLOP/s) ===="
-awk -F, '/^bench,/ {printf "%-26s d%-3s S%-5s c%s %6.1f\n", $2, $3, $4, $5, $7}' "$OUT/bench90.log"
+python3 scripts/dev/sm90_table.py "$OUT/bench90.log"
