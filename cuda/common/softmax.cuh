@@ -93,27 +93,51 @@ struct OnlineSoftmax {
     if (rescaled) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        // -inf guard: with no visible key yet the max stays -inf; subtracting 0 instead keeps
-        // every exp2 at exp2(-inf) = 0 where -inf - -inf would be NaN.
-        const float max_scaled = new_max[r] == -INFINITY ? 0.f : new_max[r] * scale_log2;
-        const float correction = fast_exp2(row_max[r] * scale_log2 - max_scaled);
+        // The difference first, then the scale: old * c - new * c would subtract two rounded
+        // products, off by up to half an ulp of each (at logits ~1e11, thousands: exp2 = inf).
+        // -inf guard: with no visible key yet the max stays -inf (correction unused: sum and o
+        // are 0); a first visible key gives exp2(-inf) = 0.
+        const float correction = new_max[r] == -INFINITY ? 1.f : fast_exp2((row_max[r] - new_max[r]) * scale_log2);
         row_max[r] = new_max[r];
         row_sum[r] *= correction;
         on_rescale(r, correction);
       }
     }
+    // p = exp2(s * c - max * c) is one FFMA per score, but max * c is a rounded product while the
+    // FFMA keeps s * c exact: the max element's argument is then the rounding error of max * c,
+    // up to half an ulp of it. Below |max * c| = 2^14 that is <= 2^-10 (p off by < 0.07%, under
+    // half a bf16 ulp); above it (huge logits: |q.k * scale| > ~11,000) the warp takes the exact
+    // form exp2((s - max) * c), whose largest argument is exactly 0, so a row can neither overflow
+    // to inf (NaN after normalizing) nor lose its own maximum.
+    bool huge = false;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) huge |= fabsf(row_max[r] * scale_log2) >= 16384.f;
+    if (__any_sync(0xffffffffu, huge)) {
+      exponentiate<kNTiles, true>(s, scale_log2);
+    } else {
+      exponentiate<kNTiles, false>(s, scale_log2);
+    }
+    return rescaled;
+  }
+
+  // s -> p = exp2((s - row_max) * scale_log2), summed into row_sum; see step() for kExact.
+  template <int kNTiles, bool kExact>
+  __device__ __forceinline__ void exponentiate(float (&s)[kMTiles][kNTiles][4], float scale_log2) {
 #pragma unroll
     for (int i = 0; i < kMTiles; ++i) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = 2 * i + h;
-        const float max_scaled = row_max[r] == -INFINITY ? 0.f : row_max[r] * scale_log2;
+        // A row with no visible key keeps max -inf: use 0 so that every exp2(-inf) stays 0.
+        const float max = row_max[r] == -INFINITY ? 0.f : row_max[r];
+        const float max_scaled = max * scale_log2;
         // Two partial sums halve the dependent FADD chain (kNTiles * 2 = 16 adds at kBlockN 64).
         float sum_even = 0.f, sum_odd = 0.f;
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j) {
-          const float p0 = fast_exp2(fmaf(s[i][j][2 * h], scale_log2, -max_scaled));
-          const float p1 = fast_exp2(fmaf(s[i][j][2 * h + 1], scale_log2, -max_scaled));
+          const float x0 = s[i][j][2 * h], x1 = s[i][j][2 * h + 1];
+          const float p0 = fast_exp2(kExact ? (x0 - max) * scale_log2 : fmaf(x0, scale_log2, -max_scaled));
+          const float p1 = fast_exp2(kExact ? (x1 - max) * scale_log2 : fmaf(x1, scale_log2, -max_scaled));
           s[i][j][2 * h] = p0;
           s[i][j][2 * h + 1] = p1;
           sum_even += p0;
@@ -122,7 +146,6 @@ struct OnlineSoftmax {
         row_sum[r] += sum_even + sum_odd;
       }
     }
-    return rescaled;
   }
 
   // o *= correction, row by row (the deferred half of update()).

@@ -415,15 +415,23 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   }
 }
 
-// Static persistent schedule over the tiles in the order of the portable kernel's schedulers:
-// CTA c runs tiles c, c + gridDim.x, ... Non-causal: head-major, so the CTAs resident at any
-// moment share a few heads' K/V in L2; causal: block-major with the heaviest (last) query blocks
-// first, so the long tiles start early and the short ones fill the end.
+// Static persistent schedule over the tiles in the order of the portable kernel's schedulers, one
+// round of gridDim.x tiles at a time. Non-causal: head-major, so the CTAs resident at any moment
+// share a few heads' K/V in L2; CTA c runs tile c of every round. Causal: block-major with the
+// heaviest (last) query blocks first, and rounds alternate direction (CTA c takes position c of
+// even rounds and gridDim.x - 1 - c of odd ones), so a CTA that drew a heavy tile draws a light
+// one next and the per-CTA sums even out (in plain round-robin CTA 0 gets the heaviest tile of
+// every round: 1.3x the work of the last CTA at d256, S = 8k, 7.75 tiles per CTA).
 struct PersistentTileScheduler {
   int num_blocks, num_heads, batch;
   bool head_major;
 
   __host__ __device__ int64_t num_tiles() const { return int64_t(num_blocks) * num_heads * batch; }
+  // The tile position of this CTA in round `round` (may be >= num_tiles() in the last round).
+  __device__ __forceinline__ int64_t position(int64_t round) const {
+    const int64_t base = round * gridDim.x;
+    return (!head_major && (round & 1)) ? base + gridDim.x - 1 - blockIdx.x : base + blockIdx.x;
+  }
   __device__ __forceinline__ WorkTile tile(int64_t linear) const {
     WorkTile t;
     if (head_major) {
@@ -481,14 +489,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
       sm90::tma_prefetch_desc(&args.tma_q);
       sm90::tma_prefetch_desc(&args.tma_k);
       sm90::tma_prefetch_desc(&args.tma_v);
-      for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+      for (int64_t round = 0; round * gridDim.x < num_tiles; ++round) {
+        const int64_t t = scheduler.position(round);
+        if (t >= num_tiles) continue;
         const fwd_sm90::TileWork w = fwd_sm90::tile_work<Traits>(p, scheduler.tile(t));
         if (w.has_keys()) fwd_sm90::produce<Traits>(args, sm, w, ring);
       }
     }
   } else {
     sm90::setmaxnreg_inc<Traits::kConsumerRegs>();
-    for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+    for (int64_t round = 0; round * gridDim.x < num_tiles; ++round) {
+      const int64_t t = scheduler.position(round);
+      if (t >= num_tiles) continue;
       const fwd_sm90::TileWork w = fwd_sm90::tile_work<Traits>(p, scheduler.tile(t));
       fwd_sm90::consume<Traits>(args, sm, w, ring, warpgroup - 1);
     }
