@@ -26,6 +26,7 @@ struct OnlineSoftmax {
 
   float row_max[kRows];  // raw-score max over the keys seen so far; -inf until a visible key
   float row_sum[kRows];  // this lane's share of sum(p); the quad's lanes are added in finalize()
+  bool huge_logits;      // some row of the warp has |max * scale_log2| >= 2^14: exact exponents (step())
 
   __device__ __forceinline__ OnlineSoftmax() {
 #pragma unroll
@@ -33,6 +34,7 @@ struct OnlineSoftmax {
       row_max[r] = -INFINITY;
       row_sum[r] = 0.f;
     }
+    huge_logits = false;
   }
 
   // Folds one key block into the running state. s holds raw scores (-inf where masked) and is
@@ -102,17 +104,19 @@ struct OnlineSoftmax {
         row_sum[r] *= correction;
         on_rescale(r, correction);
       }
-    }
-    // p = exp2(s * c - max * c) is one FFMA per score, but max * c is a rounded product while the
-    // FFMA keeps s * c exact: the max element's argument is then the rounding error of max * c,
-    // up to half an ulp of it. Below |max * c| = 2^14 that is <= 2^-10 (p off by < 0.07%, under
-    // half a bf16 ulp); above it (huge logits: |q.k * scale| > ~11,000) the warp takes the exact
-    // form exp2((s - max) * c), whose largest argument is exactly 0, so a row can neither overflow
-    // to inf (NaN after normalizing) nor lose its own maximum.
-    bool huge = false;
+      // p = exp2(s * c - max * c) is one FFMA per score, but max * c is a rounded product while
+      // the FFMA keeps s * c exact: the max element's argument is then the rounding error of
+      // max * c, up to half an ulp of it. Below |max * c| = 2^14 that is <= 2^-10 (p off by
+      // < 0.07%, under half a bf16 ulp); above it (huge logits: |q.k * scale| > ~11,000) the warp
+      // takes the exact form exp2((s - max) * c), whose largest argument is exactly 0, so a row
+      // can neither overflow to inf (NaN after normalizing) nor lose its own maximum. The maxima
+      // only move here, so the warp decides here (a vote per step cost the portable kernel 2-4%).
+      bool huge = false;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) huge |= fabsf(row_max[r] * scale_log2) >= 16384.f;
-    if (__any_sync(0xffffffffu, huge)) {
+      for (int r = 0; r < kRows; ++r) huge |= fabsf(row_max[r] * scale_log2) >= 16384.f;
+      huge_logits = __any_sync(0xffffffffu, huge);
+    }
+    if (huge_logits) {
       exponentiate<kNTiles, true>(s, scale_log2);
     } else {
       exponentiate<kNTiles, false>(s, scale_log2);

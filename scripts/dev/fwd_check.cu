@@ -104,7 +104,9 @@ __global__ void reference_fwd(Problem p, const Elem* q, const Elem* k, const Ele
     const Elem* kr = kb + j * p.lk.r;
     float s = 0.f;
     for (int d = 0; d < p.Dqk; ++d) s += qrow[d] * to_f(kr[d]);
-    return s * p.scale;
+    // __fmul_rn: no contraction into expf(score - m)'s subtraction, which would subtract the
+    // rounded max from an exact product (at logits ~1e11 the difference is thousands, not 0).
+    return __fmul_rn(s, p.scale);
   };
   __shared__ float red[128];
   float m = -INFINITY;
