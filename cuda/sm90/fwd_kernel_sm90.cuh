@@ -95,15 +95,19 @@ struct FwdTraitsSm90 {
 
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K or one V slot
-  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages);
+  static constexpr int kBarrierBytes = 8 * (4 + 4 * kStages);
+  // + 1 KB: the dynamic shared memory base is aligned up to 1024 bytes in the kernel (the swizzle
+  // atoms of TMA and wgmma must be 1024-byte aligned).
   static constexpr int kBaseBytes = kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + 1024;
+  static constexpr int kSmemLimit = 227 * 1024;
   // O is staged for its TMA store in a region of its own where shared memory allows (d <= 128):
   // the next tile's Q then loads while this tile's O is stored. At d = 256 it reuses the Q tile,
   // whose next load waits for the store to have read it.
-  static constexpr bool kSeparateO = kBaseBytes + kQBytes <= 227 * 1024;
-  // + 1 KB: the dynamic shared memory base is aligned up to 1024 bytes in the kernel (the swizzle
-  // atoms of TMA and wgmma must be 1024-byte aligned).
-  static constexpr int kSmemBytes = kBaseBytes + (kSeparateO ? kQBytes : 0);
+  static constexpr bool kSeparateO = kBaseBytes + kQBytes <= kSmemLimit;
+  // Two Q slots where they fit too (d <= 128): the next tile's Q lands while this tile's last
+  // blocks run, instead of after its last Q K^T (persistent short sequences wait on it).
+  static constexpr int kQStages = kSeparateO && kBaseBytes + 2 * kQBytes <= kSmemLimit ? 2 : 1;
+  static constexpr int kSmemBytes = kBaseBytes + (kSeparateO ? kQBytes : 0) + (kQStages - 1) * kQBytes;
 
   static_assert(std::is_same<Elem, __half>::value || std::is_same<Elem, __nv_bfloat16>::value, "fp16 or bf16");
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head-dim buckets are whole 128-byte column blocks");
@@ -184,17 +188,18 @@ struct SmemLayout {
   uint32_t q, k, v, o, bars;
   __device__ __forceinline__ explicit SmemLayout(uint32_t base) {
     q = base;
-    k = q + Traits::kQBytes;
+    k = q + Traits::kQStages * Traits::kQBytes;
     v = k + Traits::kStages * Traits::kKVBytes;
     o = Traits::kSeparateO ? v + Traits::kStages * Traits::kKVBytes : q;
     bars = v + Traits::kStages * Traits::kKVBytes + (Traits::kSeparateO ? Traits::kQBytes : 0);
   }
-  __device__ __forceinline__ uint32_t q_full() const { return bars; }
-  __device__ __forceinline__ uint32_t q_empty() const { return bars + 8; }
-  __device__ __forceinline__ uint32_t k_full(int s) const { return bars + 8 * (2 + s); }
-  __device__ __forceinline__ uint32_t k_empty(int s) const { return bars + 8 * (2 + Traits::kStages + s); }
-  __device__ __forceinline__ uint32_t v_full(int s) const { return bars + 8 * (2 + 2 * Traits::kStages + s); }
-  __device__ __forceinline__ uint32_t v_empty(int s) const { return bars + 8 * (2 + 3 * Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t q_slot(int s) const { return q + s * Traits::kQBytes; }
+  __device__ __forceinline__ uint32_t q_full(int s) const { return bars + 8 * s; }
+  __device__ __forceinline__ uint32_t q_empty(int s) const { return bars + 8 * (2 + s); }
+  __device__ __forceinline__ uint32_t k_full(int s) const { return bars + 8 * (4 + s); }
+  __device__ __forceinline__ uint32_t k_empty(int s) const { return bars + 8 * (4 + Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t v_full(int s) const { return bars + 8 * (4 + 2 * Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t v_empty(int s) const { return bars + 8 * (4 + 3 * Traits::kStages + s); }
   __device__ __forceinline__ uint32_t k_slot(int s) const { return k + s * Traits::kKVBytes; }
   __device__ __forceinline__ uint32_t v_slot(int s) const { return v + s * Traits::kKVBytes; }
 };
@@ -219,7 +224,7 @@ __device__ __forceinline__ TileWork tile_work(const AttnFwdParams& p, const Work
 
 // Ring positions, counted over every tile this CTA has run, on both sides of the ring alike: the
 // i-th K/V load of the CTA goes to slot i % kStages in phase (i / kStages) & 1; the t-th Q load
-// (tiles with keys only) completes phase t & 1 of q_full.
+// (tiles with keys only) goes to Q slot t % kQStages in phase (t / kQStages) & 1.
 struct RingState {
   int kv = 0;
   int q = 0;
@@ -233,11 +238,12 @@ __device__ __forceinline__ void produce(const FwdSm90Args& args, const SmemLayou
   const AttnFwdParams& p = args.p;
   const WorkTile& tile = w.tile;
   const int kv_head = tile.head / (p.heads_q / p.heads_kv);
-  sm90::mbar_wait(sm.q_empty(), (ring.q & 1) ^ 1);
-  sm90::mbar_arrive_expect_tx(sm.q_full(), Traits::kQBytes);
+  const int q_slot = ring.q % Traits::kQStages;
+  sm90::mbar_wait(sm.q_empty(q_slot), ((ring.q / Traits::kQStages) & 1) ^ 1);
+  sm90::mbar_arrive_expect_tx(sm.q_full(q_slot), Traits::kQBytes);
 #pragma unroll
   for (int c = 0; c < Traits::kColBlocks; ++c) {
-    sm90::tma_load_4d(sm.q + c * Traits::kBlockM * 128, &args.tma_q, sm.q_full(), c * 64,
+    sm90::tma_load_4d(sm.q_slot(q_slot) + c * Traits::kBlockM * 128, &args.tma_q, sm.q_full(q_slot), c * 64,
                       tile.block * Traits::kBlockM, tile.head, tile.batch);
   }
   ++ring.q;
@@ -290,7 +296,8 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   const float scale_log2 = p.scale_log2;  // > 0: the host sends other scales to the portable family
 
   // Descriptors of column block 0: this warpgroup's Q rows, and K / V slot 0 (slots are kKVBytes apart).
-  const uint64_t q_desc = sm90::make_desc(sm.q + cwg * 64 * 128, 16, 1024);
+  const int q_slot = ring.q % Traits::kQStages;
+  const uint64_t q_desc = sm90::make_desc(sm.q_slot(q_slot) + cwg * 64 * 128, 16, 1024);
   const uint64_t k_desc0 = sm90::make_desc(sm.k, 16, 1024);
   const uint64_t v_desc0 = sm90::make_desc(sm.v, kBlockN * 128, 1024);
   constexpr uint64_t kSlotDesc = Traits::kKVBytes >> 4;
@@ -313,7 +320,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   // apart), or once its O store has read the slot (O staged in Q's place: see the epilogue).
   auto release_q = [&] {
     if constexpr (Traits::kSeparateO) {
-      if (arriver) sm90::mbar_arrive(sm.q_empty());
+      if (arriver) sm90::mbar_arrive(sm.q_empty(q_slot));
     }
   };
 
@@ -321,7 +328,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     if constexpr (Traits::kPingPong) {
       if (cwg == kWGs - 1) sm90::named_arrive(kBarTurn, 256);
     }
-    sm90::mbar_wait(sm.q_full(), ring.q & 1);
+    sm90::mbar_wait(sm.q_full(q_slot), (ring.q / Traits::kQStages) & 1);
     ++ring.q;
     int n = w.n_block_max - 1;
     // First block: S only (nothing to multiply with V yet).
@@ -402,7 +409,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     if constexpr (!Traits::kSeparateO) {
       // O sits in Q's slot: the next Q may land only after the store has read it.
       sm90::tma_store_wait_read();
-      if (w.has_keys()) sm90::mbar_arrive(sm.q_empty());
+      if (w.has_keys()) sm90::mbar_arrive(sm.q_empty(0));
     }
   }
   if (lane % 4 == 0 && p.lse != nullptr) {
@@ -468,8 +475,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
   const int64_t num_tiles = scheduler.num_tiles();
 
   if (threadIdx.x == 0) {
-    sm90::mbar_init(sm.q_full(), 1);
-    sm90::mbar_init(sm.q_empty(), Traits::kSeparateO ? 4 * Traits::kConsumerWGs : Traits::kConsumerWGs);
+#pragma unroll
+    for (int s = 0; s < Traits::kQStages; ++s) {
+      sm90::mbar_init(sm.q_full(s), 1);
+      sm90::mbar_init(sm.q_empty(s), Traits::kSeparateO ? 4 * Traits::kConsumerWGs : Traits::kConsumerWGs);
+    }
 #pragma unroll
     for (int s = 0; s < Traits::kStages; ++s) {
       sm90::mbar_init(sm.k_full(s), 1);
