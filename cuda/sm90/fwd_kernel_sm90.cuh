@@ -66,7 +66,8 @@ constexpr FwdTileShapeSm90 fwd_tile_shape_sm90(int head_dim) {
                            : FwdTileShapeSm90{128, 64, 2};
 }
 
-template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128)>
+template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
+          int kMaxQStages_ = 2>
 struct FwdTraitsSm90 {
   using Elem = Elem_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -106,7 +107,7 @@ struct FwdTraitsSm90 {
   static constexpr bool kSeparateO = kBaseBytes + kQBytes <= kSmemLimit;
   // Two Q slots where they fit too (d <= 128): the next tile's Q lands while this tile's last
   // blocks run, instead of after its last Q K^T (persistent short sequences wait on it).
-  static constexpr int kQStages = kSeparateO && kBaseBytes + 2 * kQBytes <= kSmemLimit ? 2 : 1;
+  static constexpr int kQStages = kMaxQStages_ > 1 && kSeparateO && kBaseBytes + 2 * kQBytes <= kSmemLimit ? 2 : 1;
   static constexpr int kSmemBytes = kBaseBytes + (kSeparateO ? kQBytes : 0) + (kQStages - 1) * kQBytes;
 
   static_assert(std::is_same<Elem, __half>::value || std::is_same<Elem, __nv_bfloat16>::value, "fp16 or bf16");

@@ -536,13 +536,13 @@ void run_bench(const std::string& mode) {
 }
 
 #ifdef FWD_CHECK_SM90
-template <int kD, int kM, int kN, int kS, bool kPingPong>
+template <int kD, int kM, int kN, int kS, bool kPingPong, int kQ>
 cudaError_t run_variant_sm90(const AttnFwdParams& p, cudaStream_t s) {
-  return launch_fwd_sm90<FwdTraitsSm90<__nv_bfloat16, kD, kM, kN, kS, kPingPong>>(p, s);
+  return launch_fwd_sm90<FwdTraitsSm90<__nv_bfloat16, kD, kM, kN, kS, kPingPong, kQ>>(p, s);
 }
-template <int kD, int kM, int kN, int kS, bool kPingPong = (kD <= 128)>
+template <int kD, int kM, int kN, int kS, bool kPingPong = (kD <= 128), int kQ = 2>
 Launcher variant_sm90() {
-  return &run_variant_sm90<kD, kM, kN, kS, kPingPong>;
+  return &run_variant_sm90<kD, kM, kN, kS, kPingPong, kQ>;
 }
 template <int kD>
 cudaError_t run_non_persistent(const AttnFwdParams& p, cudaStream_t s) {
@@ -564,8 +564,10 @@ void run_bench_sm90(const std::string& mode) {
                      : d == 128 ? &run_fwd_sm90_<__nv_bfloat16, 128>
                                 : &run_fwd_sm90_<__nv_bfloat16, 256>;
         bench_one("sm90", l, d, s, causal, true, true);
-        Launcher np = d == 64 ? &run_non_persistent<64> : d == 128 ? &run_non_persistent<128> : &run_non_persistent<256>;
-        bench_one("sm90 non-persistent", np, d, s, causal, true, true);
+        if (d <= 128) {
+          Launcher q1 = d == 64 ? variant_sm90<64, 192, 128, 2, true, 1>() : variant_sm90<128, 128, 128, 2, true, 1>();
+          bench_one("sm90 one Q slot", q1, d, s, causal, true, true);
+        }
         if (s == 2048 || s == 8192) {
           Launcher l80 = d == 64 ? &run_fwd_sm80_<__nv_bfloat16, 64>
                          : d == 128 ? &run_fwd_sm80_<__nv_bfloat16, 128>
