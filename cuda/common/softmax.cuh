@@ -116,32 +116,43 @@ struct OnlineSoftmax {
       for (int r = 0; r < kRows; ++r) huge |= fabsf(row_max[r] * scale_log2) >= 16384.f;
       huge_logits = __any_sync(0xffffffffu, huge);
     }
-    if (huge_logits) {
-      exponentiate<kNTiles, true>(s, scale_log2);
-    } else {
-      exponentiate<kNTiles, false>(s, scale_log2);
-    }
+    exponentiate(s, scale_log2);
     return rescaled;
   }
 
-  // s -> p = exp2((s - row_max) * scale_log2), summed into row_sum; see step() for kExact.
-  template <int kNTiles, bool kExact>
+  // s -> p = exp2((s - row_max) * scale_log2), summed into row_sum. The usual form is one FFMA,
+  // exp2(s * c - max * c); with huge logits (see step()) the maxima are subtracted first, in a
+  // pre-pass, so the one exponent loop serves both (a second unrolled loop made the portable d64
+  // kernel spill more and run 2-4% slower).
+  template <int kNTiles>
   __device__ __forceinline__ void exponentiate(float (&s)[kMTiles][kNTiles][4], float scale_log2) {
+    if (huge_logits) {
+#pragma unroll
+      for (int i = 0; i < kMTiles; ++i) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float max = row_max[2 * i + h] == -INFINITY ? 0.f : row_max[2 * i + h];
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j) {
+            s[i][j][2 * h] -= max;
+            s[i][j][2 * h + 1] -= max;
+          }
+        }
+      }
+    }
 #pragma unroll
     for (int i = 0; i < kMTiles; ++i) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = 2 * i + h;
         // A row with no visible key keeps max -inf: use 0 so that every exp2(-inf) stays 0.
-        const float max = row_max[r] == -INFINITY ? 0.f : row_max[r];
-        const float max_scaled = max * scale_log2;
+        const float max_scaled = huge_logits || row_max[r] == -INFINITY ? 0.f : row_max[r] * scale_log2;
         // Two partial sums halve the dependent FADD chain (kNTiles * 2 = 16 adds at kBlockN 64).
         float sum_even = 0.f, sum_odd = 0.f;
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j) {
-          const float x0 = s[i][j][2 * h], x1 = s[i][j][2 * h + 1];
-          const float p0 = fast_exp2(kExact ? (x0 - max) * scale_log2 : fmaf(x0, scale_log2, -max_scaled));
-          const float p1 = fast_exp2(kExact ? (x1 - max) * scale_log2 : fmaf(x1, scale_log2, -max_scaled));
+          const float p0 = fast_exp2(fmaf(s[i][j][2 * h], scale_log2, -max_scaled));
+          const float p1 = fast_exp2(fmaf(s[i][j][2 * h + 1], scale_log2, -max_scaled));
           s[i][j][2 * h] = p0;
           s[i][j][2 * h + 1] = p1;
           sum_even += p0;
@@ -152,7 +163,7 @@ struct OnlineSoftmax {
     }
   }
 
-  // o *= correction, row by row (the deferred half of update()).
+  // o *= correction, row by row (the deferred half of update(), after online_step()).
   template <int kDTiles>
   __device__ __forceinline__ void rescale(float (&o)[kMTiles][kDTiles][4], const float (&correction)[kRows]) const {
 #pragma unroll

@@ -305,17 +305,15 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   const bool arriver = lane == 0;  // one arrival per warp on the "empty" barriers
 
   // Ping-pong turns: warpgroup w waits on barrier kBarTurn + w before issuing its GEMMs and passes
-  // the turn to w + 1 after. Each barrier counts 128 waiting + 128 arriving threads; within a tile
-  // the last warpgroup opens the first turn and does not pass on its last one (nobody waits for
-  // it), so every tile's turns balance on their own.
+  // the turn to w + 1 after (128 waiting + 128 arriving threads per barrier). The chain runs on
+  // across tiles (opened and closed once per kernel: see the kernel body), so warpgroup 0 starts
+  // the next tile's Q K^T while the others finish this one and run their epilogues.
   constexpr int kWGs = Traits::kConsumerWGs;
   auto turn_begin = [&] {
     if constexpr (Traits::kPingPong) sm90::named_sync(kBarTurn + cwg, 256);
   };
-  auto turn_end = [&](bool last) {
-    if constexpr (Traits::kPingPong) {
-      if (!(last && cwg == kWGs - 1)) sm90::named_arrive(kBarTurn + (cwg + 1) % kWGs, 256);
-    }
+  auto turn_end = [&] {
+    if constexpr (Traits::kPingPong) sm90::named_arrive(kBarTurn + (cwg + 1) % kWGs, 256);
   };
   // Q's slot is free for the next tile once this warpgroup's last Q K^T has completed (O staged
   // apart), or once its O store has read the slot (O staged in Q's place: see the epilogue).
@@ -326,9 +324,6 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   };
 
   if (w.has_keys()) {
-    if constexpr (Traits::kPingPong) {
-      if (cwg == kWGs - 1) sm90::named_arrive(kBarTurn, 256);
-    }
     sm90::mbar_wait(sm.q_full(q_slot), (ring.q / Traits::kQStages) & 1);
     ++ring.q;
     int n = w.n_block_max - 1;
@@ -338,7 +333,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
       turn_begin();
       gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
-      turn_end(false);
+      turn_end();
       sm90::wgmma_wait<0>();
       sm90::fence_regs(s_acc);
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
@@ -357,7 +352,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
       sm90::mbar_wait(sm.v_full(prev), ((ring.kv - 1) / kStages) & 1);
       gemm_pv<Traits>(o_acc, p16, v_desc0 + prev * kSlotDesc);
-      turn_end(false);
+      turn_end();
       sm90::wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
       sm90::fence_regs(s_acc);
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
@@ -375,7 +370,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     sm90::mbar_wait(sm.v_full(prev), ((ring.kv - 1) / kStages) & 1);
     turn_begin();
     gemm_pv<Traits>(o_acc, p16, v_desc0 + prev * kSlotDesc);
-    turn_end(true);
+    turn_end();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(o_acc);
     if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
@@ -509,11 +504,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
     }
   } else {
     sm90::setmaxnreg_inc<Traits::kConsumerRegs>();
+    const int cwg = warpgroup - 1;
+    // The ping-pong chain: the last warpgroup opens warpgroup 0's first turn; every turn passes
+    // the next one on, so warpgroup 0 takes one turn more than it is given by the others: it
+    // closes the chain by taking the last warpgroup's final hand-over (balanced even when no
+    // tile of this CTA has keys).
+    if constexpr (Traits::kPingPong) {
+      if (cwg == Traits::kConsumerWGs - 1) sm90::named_arrive(fwd_sm90::kBarTurn, 256);
+    }
     for (int64_t round = 0; round * gridDim.x < num_tiles; ++round) {
       const int64_t t = scheduler.position(round);
       if (t >= num_tiles) continue;
       const fwd_sm90::TileWork w = fwd_sm90::tile_work<Traits>(p, scheduler.tile(t));
-      fwd_sm90::consume<Traits>(args, sm, w, ring, warpgroup - 1);
+      fwd_sm90::consume<Traits>(args, sm, w, ring, cwg);
+    }
+    if constexpr (Traits::kPingPong) {
+      if (cwg == 0) sm90::named_sync(fwd_sm90::kBarTurn, 256);
     }
     if (threadIdx.x % 128 == 0) sm90::tma_store_wait_read();  // shared memory must outlive the last store's reads
   }
