@@ -34,6 +34,17 @@ else
 fi
 $PY -m flashsdpa info 2>&1
 
+# The Hopper kernels' machine code: wgmma (HGMMA) present and no local-memory traffic (LDL/STL:
+# spills or arrays the compiler could not keep in registers).
+so=$($PY -c "import flashsdpa._C as c; print(c.__file__)" 2>/dev/null)
+if [[ -n "$so" ]] && command -v cuobjdump >/dev/null 2>&1; then
+  cuobjdump -sass "$so" > "$OUT/sass.txt" 2>/dev/null
+  sm90_sass=$(awk '/Function : .*fwd_sm90/{f=1} /Function : /{if ($0 !~ /fwd_sm90/) f=0} f' "$OUT/sass.txt")
+  if [[ -n "$sm90_sass" ]]; then
+    step "sm90 SASS" "kernels $(grep -c 'Function : ' <<<"$(grep 'Function : .*fwd_sm90' "$OUT/sass.txt")"), HGMMA $(grep -c HGMMA <<<"$sm90_sass"), LDL/STL $(grep -cE '\b(LDL|STL)\b' <<<"$sm90_sass")"
+  fi
+fi
+
 # Each step has its own time limit (a device call is capped at 10 minutes), so one slow step
 # cannot take the bench or the summary table with it.
 t0=$(date +%s)
@@ -41,6 +52,15 @@ TESTS="${TESTS:-tests/gpu}"
 timeout "${TESTS_TIMEOUT:-240}" $PY -m pytest $TESTS -q -p no:cacheprovider --durations=10 -rs 2>&1 \
   | tee "$OUT/tests.log" | tail -40
 step "gpu tests" "rc=${PIPESTATUS[0]} $(grep -E '(passed|failed|error)' "$OUT/tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+
+# On a Hopper GPU the default run above takes the sm90 family wherever the capability table lets
+# it; the portable family's forward runs on the same shapes here (FLASHSDPA_FAMILY forces it).
+if [[ "${BOTH_FAMILIES:-1}" == 1 ]] && [[ "$($PY -c 'import torch; print(torch.cuda.get_device_capability() if torch.cuda.is_available() else "")' 2>/dev/null)" == "(9, 0)" ]]; then
+  t0=$(date +%s)
+  FLASHSDPA_FAMILY=sm80 timeout "${TESTS_TIMEOUT:-240}" $PY -m pytest tests/gpu/test_kernels.py -q -p no:cacheprovider 2>&1 \
+    | tee "$OUT/tests_sm80.log" | tail -5
+  step "gpu kernels (sm80 forced)" "rc=${PIPESTATUS[0]} $(grep -E '(passed|failed|error)' "$OUT/tests_sm80.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+fi
 
 BENCH="${BENCH:---quick}"
 if [[ "$BENCH" != none ]]; then
