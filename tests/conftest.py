@@ -17,8 +17,13 @@ from flashsdpa import _backend, activation
 def _gpu_skip_reason() -> str | None:
     if not torch.cuda.is_available():
         return "needs a CUDA GPU (torch.cuda.is_available() is False)"
-    if not _backend.CUDA_KERNELS:
-        return f"needs a CUDA build of flashsdpa._C: {_backend.UNAVAILABLE_REASON}"
+    return None
+
+
+def _gpu_build_failure() -> str | None:
+    """Why GPU tests must fail here: a GPU is present but _C has no CUDA kernels (or no _C)."""
+    if torch.cuda.is_available() and not _backend.CUDA_KERNELS:
+        return f"a CUDA GPU is present but flashsdpa._C has no CUDA kernels: {_backend.UNAVAILABLE_REASON}"
     return None
 
 
@@ -28,12 +33,35 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     reason = _gpu_skip_reason()
-    if reason is None:
-        return
-    skip = pytest.mark.skip(reason=reason)
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    if reason is not None:
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+    elif _gpu_build_failure() is not None:
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(pytest.mark.usefixtures("_gpu_build_required"))
+
+
+@pytest.fixture
+def _gpu_build_required() -> None:
+    reason = _gpu_build_failure()
+    if reason is not None:
+        pytest.fail(reason, pytrace=False)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """One line per kernel bucket a narrowed build lacked, with how many tests skipped for it."""
+    counts: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        message = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
+        if "narrowed build lacks " in message:
+            bucket = message.split("narrowed build lacks ", 1)[1].split(":", 1)[0]
+            counts[bucket] = counts.get(bucket, 0) + 1
+    if counts:
+        lacks = ", ".join(f"{bucket} ({n} tests)" for bucket, n in sorted(counts.items()))
+        terminalreporter.write_line(f"flashsdpa: this build is narrowed; skipped for lack of {lacks}")
 
 
 @pytest.fixture(autouse=True)

@@ -112,6 +112,8 @@ def device_reason(index: int) -> str | None:
         return _DEVICE_REASON[index]
     if not CUDA_KERNELS:
         reason: str | None = UNAVAILABLE_REASON
+    elif (reason := _device_error(index)) is not None:
+        pass
     else:
         info = device_info(index)
         capability = f"{info['major']}.{info['minor']}"
@@ -128,6 +130,16 @@ def device_reason(index: int) -> str | None:
     _DEVICE_REASON[index] = reason
     _DEVICE_OK[index] = reason is None
     return reason
+
+
+def _device_error(index: int) -> str | None:
+    """Why _C cannot query CUDA device ``index`` at all (no driver, a driver older than the CUDA
+    runtime _C links, no such device), or None. explain() and info must report this, not raise."""
+    try:
+        device_info(index)
+    except RuntimeError as exc:
+        return f"no usable GPU (device {index}): {exc}"
+    return None
 
 
 def device_ok(index: int) -> bool:

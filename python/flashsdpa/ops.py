@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from flashsdpa import _backend, reporting, selection
+from flashsdpa import _backend, reporting, selection, validation
 
 __all__ = ["attention", "attention_varlen"]
 
@@ -208,6 +208,7 @@ def _fwd_varlen_cuda(
     q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_k: Tensor, max_q: int, max_k: int, scale: float, causal_mode: int
 ) -> tuple[Tensor, Tensor]:
     _check_causal_mode(causal_mode)
+    validation.check_varlen(q, k, cu_q, cu_k, None, max_q, max_k)  # values: CPU, or FLASHSDPA_VALIDATE=1
     out, lse = _varlen_outputs(q, v)
     if _is_empty_varlen(q, k, max_q, max_k):
         return _fill_empty_fwd(out, lse)
@@ -233,6 +234,7 @@ def _fwd_varlen_cpu(
     q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_k: Tensor, max_q: int, max_k: int, scale: float, causal_mode: int
 ) -> tuple[Tensor, Tensor]:
     _check_causal_mode(causal_mode)
+    validation.check_varlen(q, k, cu_q, cu_k, None, max_q, max_k)  # bad offsets would give wrong rows
     out, lse = _fill_empty_fwd(*_varlen_outputs(q, v))  # rows outside every sequence stay 0 / +inf
     reference = _reference()
     for rows_q, rows_k in _sequences(cu_q, cu_k):
@@ -266,6 +268,7 @@ def _bwd_varlen_cuda(
     causal_mode: int,
 ) -> tuple[Tensor, Tensor, Tensor]:
     _check_causal_mode(causal_mode)
+    validation.check_varlen(q, k, cu_q, cu_k, None, max_q, max_k)
     dq, dk, dv = _grads_like(q, k, v)
     if _is_empty_varlen(q, k, max_q, max_k):
         return dq.zero_(), dk.zero_(), dv.zero_()
@@ -292,6 +295,7 @@ def _bwd_varlen_cpu(
     causal_mode: int,
 ) -> tuple[Tensor, Tensor, Tensor]:
     _check_causal_mode(causal_mode)
+    validation.check_varlen(q, k, cu_q, cu_k, None, max_q, max_k)
     dq, dk, dv = (g.zero_() for g in _grads_like(q, k, v))
     reference = _reference()
     for rows_q, rows_k in _sequences(cu_q, cu_k):
@@ -512,6 +516,7 @@ def attention_varlen(
     causal_alignment: str = "top_left",
     scale: float | None = None,
     return_lse: bool = False,
+    validate: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Attention over a batch of packed sequences of different lengths.
 
@@ -520,6 +525,9 @@ def attention_varlen(
     (int32, B + 1 entries, starting at 0). ``max_seqlen_q/k`` bound the lengths. Returns the output
     (total_q, Hq, Dv) and, with ``return_lse=True``, the float32 LSE (Hq, total_q) (PyTorch's varlen
     format). Causal masks apply per sequence. Otherwise as :func:`attention`.
+    Offsets must start at 0, not decrease and end within the rows, and ``max_seqlen_q/k`` be at least
+    the longest sequence: checked on CPU always, for CUDA metadata with ``validate=True`` or
+    ``FLASHSDPA_VALIDATE=1`` (reading the offsets synchronises the stream).
     """
     _check_tensors(query, key, value, 3, "(total, heads, head_dim)")
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
@@ -538,6 +546,10 @@ def attention_varlen(
     if head_dim == 0 or value.shape[2] == 0:
         raise ValueError(f"head dims {head_dim} (query) and {value.shape[2]} (value): need at least 1")
     _check_heads(query.shape[1], key.shape[1], True)
+    # The structure here (traceable); the values in the op's impls, or now when asked (a sync).
+    validation.check_varlen(
+        query, key, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, max_seqlen_k, values=validate
+    )
     causal_mode = _causal_mode(causal, causal_alignment)
     if query.is_cuda:
         _check_cuda(query, head_dim, value.shape[2])

@@ -448,7 +448,7 @@ def explain(
             "PyTorch's flash backend is disabled (torch.backends.cuda.enable_flash_sdp(False), or an "
             "sdpa_kernel context without FLASH_ATTENTION): SDPA never reaches flashsdpa"
         )
-    if query.is_cuda and _backend.CUDA_KERNELS and head_dim > 192:
+    if query.is_cuda and _backend.CUDA_KERNELS and head_dim > 192 and _backend.device_ok(query.get_device()):
         info = _backend.device_info(query.get_device())
         if (info["major"], info["minor"]) in ((8, 6), (8, 9)) and any(t.requires_grad for t in (query, key, value)):
             reasons.append(
