@@ -46,7 +46,9 @@ if [[ -n "$so" ]] && command -v cuobjdump >/dev/null 2>&1; then
   cuobjdump -sass "$so" > "$OUT/sass.txt" 2>/dev/null
   sm90_sass=$(awk '/Function : .*fwd_sm90/{f=1} /Function : /{if ($0 !~ /fwd_sm90/) f=0} f' "$OUT/sass.txt")
   if [[ -n "$sm90_sass" ]]; then
-    step "sm90 SASS" "kernels $(grep -c 'Function : ' <<<"$(grep 'Function : .*fwd_sm90' "$OUT/sass.txt")"), HGMMA $(grep -c HGMMA <<<"$sm90_sass"), LDL/STL $(grep -cE '\b(LDL|STL)\b' <<<"$sm90_sass")"
+    n_hgmma=$(grep -c HGMMA <<<"$sm90_sass"); n_local=$(grep -cE '\b(LDL|STL)\b' <<<"$sm90_sass")
+    step "sm90 SASS" "kernels $(grep -c 'Function : .*fwd_sm90' "$OUT/sass.txt"), HGMMA $n_hgmma, LDL/STL $n_local"
+    [[ "$n_hgmma" -gt 0 && "$n_local" == 0 ]] || failed+=("sm90 SASS (HGMMA $n_hgmma, LDL/STL $n_local)")
   fi
 fi
 
@@ -72,7 +74,9 @@ if [[ "${BOTH_FAMILIES:-1}" == 1 ]] && [[ "$($PY -c 'import torch; print(torch.c
   t0=$(date +%s)
   FLASHSDPA_FAMILY=sm80 timeout "${TESTS_TIMEOUT:-240}" $PY -m pytest tests/gpu/test_kernels.py -q -p no:cacheprovider 2>&1 \
     | tee "$OUT/tests_sm80.log" | tail -5
-  step "gpu kernels (sm80 forced)" "rc=${PIPESTATUS[0]} $(grep -E '(passed|failed|error)' "$OUT/tests_sm80.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+  rc=${PIPESTATUS[0]}
+  step "gpu kernels (sm80 forced)" "rc=$rc $(grep -E '(passed|failed|error)' "$OUT/tests_sm80.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+  check "gpu kernels (sm80 forced)" "$rc"
 fi
 
 BENCH="${BENCH:---quick}"
@@ -86,7 +90,7 @@ if [[ "$BENCH" != none ]]; then
 fi
 
 if [[ "${SANITIZE:-0}" == 1 ]]; then
-  for tool in memcheck racecheck; do
+  for tool in memcheck racecheck synccheck; do
     t0=$(date +%s)
     timeout "${SANITIZE_TIMEOUT:-90}" compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all \
       $PY -m pytest tests/gpu/test_kernels.py -q -x -p no:cacheprovider -k "sanitizer_subset" \
