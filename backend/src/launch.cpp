@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "build_config.h"
+#include "capabilities.h"
 #include "flashsdpa/kernels.h"
 
 #ifdef FLASHSDPA_WITH_CUDA
@@ -43,14 +44,11 @@ class DeviceGuard {
 
 constexpr int kMaxDevices = 64;
 
+// The first family that runs on a device at all (device_info's report; problems pick their own).
 std::string family_for(int major, int minor) {
-  // The portable family runs where the build has SASS of the same major at or below the device's
-  // minor (sm_80 SASS on 8.6 and 8.9), or, through the driver's JIT of the embedded PTX
-  // (CMake embeds compute_XX for every arch), on any device newer than a compiled arch: an
-  // sm_80-only build runs on an H100, its first launches slower while the driver compiles.
-  const int capability = major * 10 + minor;
-  for (int arch : build_config().archs) {
-    if (arch <= capability) return "sm80";
+  for (const FamilyCaps& f : families()) {
+    if (major * 10 + minor >= f.min_capability && (f.max_capability == 0 || major * 10 + minor <= f.max_capability))
+      return f.name;
   }
   return "";
 }
@@ -94,40 +92,67 @@ const DeviceInfo& cached_device_info(int device) {
   return infos[device];
 }
 
-const DeviceInfo& serving_device(int device) {
-  const DeviceInfo& info = cached_device_info(device);
-  if (info.family.empty())
-    throw std::invalid_argument("device " + std::to_string(device) + " (" + info.name + ", compute capability " +
-                                std::to_string(info.major) + "." + std::to_string(info.minor) +
-                                "): this build has no kernels for it (compiled archs: FLASHSDPA_ARCHS)");
-  return info;
-}
-
 void set_device_facts(AttnFwdParams& params, const DeviceInfo& info) {
   params.num_sms = info.sms;
   params.cc_major = info.major;
   params.smem_optin_bytes = static_cast<int32_t>(info.smem_optin_bytes);
 }
 
+Problem problem_on(const DeviceInfo& info, DType dtype, int head_dim_qk, int head_dim_v, MaskKind mask, Layout layout,
+                   Direction direction) {
+  return Problem{info.major * 10 + info.minor, static_cast<int>(info.smem_optin_bytes), dtype, head_dim_qk, head_dim_v,
+                 mask, layout, direction};
+}
+
+// One selection per launch: a handful of integer compares over a table of one or two rows.
+const FamilyCaps& plan(AttnFwdParams& params, int device, Direction direction) {
+  const DeviceInfo& info = cached_device_info(device);
+  const Problem problem = problem_on(info, params.dtype, params.head_dim_qk, params.head_dim_v, mask_kind(params.mask),
+                                     params.cu_seqlens_q != nullptr ? Layout::kVarlen : Layout::kDense, direction);
+  const FamilyCaps* family = select_family(problem);
+  if (family == nullptr)
+    throw std::invalid_argument("device " + std::to_string(device) + " (" + info.name + "): no kernel family serves " +
+                                "this call: " + refusal(problem));
+  set_device_facts(params, info);
+  params.head_dim_bucket = family->bucket(params.head_dim_qk, params.head_dim_v);
+  return *family;
+}
+
 }  // namespace
 
 DeviceInfo device_info(int device) { return cached_device_info(device); }
 
-int bwd_smem_bytes(int head_dim_qk, int head_dim_v, int device) {
-  const DeviceInfo& info = serving_device(device);
-  return bwd_smem_bytes_sm80(head_dim_qk, head_dim_v, info.major, static_cast<int>(info.smem_optin_bytes));
+Selection select(int device, DType dtype, int head_dim_qk, int head_dim_v, MaskKind mask, Layout layout,
+                 Direction direction) {
+  const DeviceInfo& info = cached_device_info(device);
+  const Problem problem = problem_on(info, dtype, head_dim_qk, head_dim_v, mask, layout, direction);
+  Selection s;
+  s.family = select_family(problem);
+  if (s.family == nullptr) {
+    s.reasons = refusal(problem);
+    return s;
+  }
+  s.bucket = s.family->bucket(head_dim_qk, head_dim_v);
+  s.tile = s.family->plan(direction, s.bucket, info.major, static_cast<int>(info.smem_optin_bytes));
+  return s;
 }
 
-void launch_fwd(AttnFwdParams& params, int device, void* stream) {
-  set_device_facts(params, serving_device(device));
-  DeviceGuard guard(device);
-  throw_on_error(static_cast<cudaError_t>(run_fwd_sm80(params, stream)), "forward launch");
+const FamilyCaps& plan_fwd(AttnFwdParams& params, int device) { return plan(params, device, Direction::kForward); }
+
+const FamilyCaps& plan_bwd(AttnBwdParams& params, int device) {
+  const FamilyCaps& family = plan(params, device, Direction::kBackward);
+  params.bwd_tile = family.plan(Direction::kBackward, params.head_dim_bucket, params.cc_major, params.smem_optin_bytes).tile;
+  return family;
 }
 
-void launch_bwd(AttnBwdParams& params, int device, void* stream) {
-  set_device_facts(params, serving_device(device));
+void launch_fwd(const FamilyCaps& family, const AttnFwdParams& params, int device, void* stream) {
   DeviceGuard guard(device);
-  throw_on_error(static_cast<cudaError_t>(run_bwd_sm80(params, stream)), "backward launch");
+  throw_on_error(static_cast<cudaError_t>(family.run_fwd(params, stream)), "forward launch");
+}
+
+void launch_bwd(const FamilyCaps& family, const AttnBwdParams& params, int device, void* stream) {
+  DeviceGuard guard(device);
+  throw_on_error(static_cast<cudaError_t>(family.run_bwd(params, stream)), "backward launch");
 }
 
 #else  // CPU-only build: the package imports and always falls back.
@@ -139,9 +164,11 @@ namespace {
 }  // namespace
 
 DeviceInfo device_info(int) { no_cuda(); }
-int bwd_smem_bytes(int, int, int) { no_cuda(); }
-void launch_fwd(AttnFwdParams&, int, void*) { no_cuda(); }
-void launch_bwd(AttnBwdParams&, int, void*) { no_cuda(); }
+Selection select(int, DType, int, int, MaskKind, Layout, Direction) { no_cuda(); }
+const FamilyCaps& plan_fwd(AttnFwdParams&, int) { no_cuda(); }
+const FamilyCaps& plan_bwd(AttnBwdParams&, int) { no_cuda(); }
+void launch_fwd(const FamilyCaps&, const AttnFwdParams&, int, void*) { no_cuda(); }
+void launch_bwd(const FamilyCaps&, const AttnBwdParams&, int, void*) { no_cuda(); }
 
 #endif
 
