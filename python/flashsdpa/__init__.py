@@ -15,7 +15,7 @@ activates anything: PyTorch behaves exactly as before until you opt in.
 from __future__ import annotations
 
 from flashsdpa import reference
-from flashsdpa._backend import build_info
+from flashsdpa._backend import build_info, capabilities
 from flashsdpa.ops import attention, attention_varlen
 from flashsdpa.sdpa import REGISTRY_NAME, enable, install, is_active, uninstall
 from flashsdpa.selection import FallbackWarning, explain, reset_stats, set_fallback_warnings, stats
@@ -29,6 +29,7 @@ __all__ = [
     "attention",
     "attention_varlen",
     "build_info",
+    "capabilities",
     "enable",
     "explain",
     "install",
