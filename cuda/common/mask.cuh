@@ -19,26 +19,27 @@
 namespace flashsdpa {
 
 struct BlockMask {
+  // Row i sees columns [max(0, i + lo), min(seqlen_k, i + hi)): lo = diag - left, hi = diag + right
+  // + 1, with diag = 0 (top-left) or Sk - Sq (bottom-right). An unbounded side is 2^30 away, which
+  // no row reaches (lengths are int32, and the host keeps windows below the longer length) and
+  // no sum overflows: two offsets instead of a window and a flag keep the mask at 4 registers (the
+  // backward's d = 64 kernel sits at the 255-register cap) and every bound branch-free.
+  static constexpr int kUnbounded = 1 << 30;
   int seqlen_q;
   int seqlen_k;
-  int diag;   // key column of query row 0's diagonal: 0 (top-left) or Sk - Sq (bottom-right)
-  int left;   // window, -1 = unbounded
-  int right;  // window, -1 = unbounded
+  int lo;
+  int hi;
 
-  __device__ __forceinline__ BlockMask(const SeqlenInfo& s, const MaskSpec& m)
-      : seqlen_q(s.seqlen_q),
-        seqlen_k(s.seqlen_k),
-        diag(m.diagonal_offset(s.seqlen_q, s.seqlen_k)),
-        left(m.window_left),
-        right(m.window_right) {}
+  __device__ __forceinline__ BlockMask(const SeqlenInfo& s, const MaskSpec& m) : seqlen_q(s.seqlen_q), seqlen_k(s.seqlen_k) {
+    const int diag = m.diagonal_offset(s.seqlen_q, s.seqlen_k);
+    lo = m.window_left < 0 ? -kUnbounded : diag - m.window_left;
+    hi = m.window_right < 0 ? kUnbounded : diag + m.window_right + 1;
+  }
 
   // Visible key columns of query row `row`: [col_begin, col_end), possibly empty (a row that sees
-  // no key gets output 0 and LSE +inf). The host keeps |window| below the longer length, so
-  // row + diag + right + 1 stays far from int overflow.
-  __device__ __forceinline__ int col_begin(int row) const { return left < 0 ? 0 : max(0, row + diag - left); }
-  __device__ __forceinline__ int col_end(int row) const {
-    return right < 0 ? seqlen_k : min(seqlen_k, row + diag + right + 1);
-  }
+  // no key gets output 0 and LSE +inf).
+  __device__ __forceinline__ int col_begin(int row) const { return max(0, row + lo); }
+  __device__ __forceinline__ int col_end(int row) const { return min(seqlen_k, row + hi); }
 
   // ---- forward: key blocks of query block m_block (rows m_block * kBlockM ..) -------------------
   // Rows past seqlen_q (the ragged last block) are computed but never stored: the range follows
@@ -69,19 +70,17 @@ struct BlockMask {
   }
 
   // ---- backward: query blocks that see key block n_block (keys n_block * kBlockN ..) -----------
-  // Row i sees column j iff j - diag - right <= i <= j - diag + left.
+  // Row i sees column j iff j - hi < i <= j - lo.
   template <int kBlockM, int kBlockN>
   __device__ __forceinline__ int m_block_min(int n_block) const {
-    return right < 0 ? 0 : max(0, n_block * kBlockN - diag - right) / kBlockM;
+    return max(0, n_block * kBlockN - hi + 1) / kBlockM;
   }
   // Exclusive; <= m_block_min when no row sees the block (its dK, dV are zero).
   template <int kBlockM, int kBlockN>
   __device__ __forceinline__ int m_block_max(int n_block) const {
-    const int m_blocks = ceil_div(seqlen_q, kBlockM);
-    if (left < 0) return m_blocks;
     const int last_col = min((n_block + 1) * kBlockN, seqlen_k) - 1;
-    const int last_row = last_col - diag + left;  // the last row that sees the block's last column
-    return last_row < 0 ? 0 : min(m_blocks, last_row / kBlockM + 1);
+    const int last_row = last_col - lo;  // the last row that sees the block's last column
+    return last_row < 0 ? 0 : min(ceil_div(seqlen_q, kBlockM), last_row / kBlockM + 1);
   }
   // Whether tile (m_block, n_block) needs apply(): some valid row misses some column of it.
   template <int kBlockM, int kBlockN>
