@@ -93,7 +93,8 @@ struct AttnFwdParams {
 };
 
 // Backward: dO, and the forward's O and LSE in; dQ, dK, dV out. The host reports the workspace
-// bytes (bwd_workspace_bytes) and the caller allocates them; the kernels zero what they need.
+// bytes (api.cpp's workspace_layout, from the bucket _C.select reports) and the caller allocates them;
+// the kernels zero what they need.
 struct AttnBwdParams : AttnFwdParams {
   const void* dout;
   void* dq;
