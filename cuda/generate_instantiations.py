@@ -25,8 +25,9 @@ class Family:
     directions: tuple[str, ...]  # "fwd", "bwd"
     launch_headers: dict[str, str]  # direction -> header defining run_<dir>_<family>_<Elem, kHeadDim>
     sources: tuple[str, ...]  # hand-written .cu files of the family (tile plans ...)
-    # CUDA_ARCHITECTURES of its library: "" = the FLASHSDPA_ARCHS list (portable code), else fixed
-    # targets such as "90a" (arch-specific instructions: wgmma, setmaxnreg).
+    # Targets of its library: "" = the FLASHSDPA_ARCHS list (portable code), else fixed targets such
+    # as "90a" (arch-specific instructions: wgmma, setmaxnreg), built only when FLASHSDPA_ARCHS
+    # names their base arch (90).
     archs: str
 
 
@@ -38,6 +39,15 @@ FAMILIES = (
         launch_headers={"fwd": "sm80/fwd_launch_sm80.cuh", "bwd": "sm80/bwd_launch_sm80.cuh"},
         sources=("cuda/sm80/tiles_sm80.cu",),
         archs="",
+    ),
+    # Hopper (sm_90a): buckets are whole 128-byte column blocks (TMA boxes); forward only so far.
+    Family(
+        name="sm90",
+        head_dims=(64, 128, 256),
+        directions=("fwd",),
+        launch_headers={"fwd": "sm90/fwd_launch_sm90.cuh"},
+        sources=("cuda/sm90/tiles_sm90.cu",),
+        archs="90a",
     ),
 )
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import flashsdpa
-from flashsdpa import _backend, sdpa
+from flashsdpa import _backend, activation
 
 
 def _gpu_skip_reason() -> str | None:
@@ -49,8 +49,8 @@ def _left_inactive() -> Iterator[None]:
     yield
     leaked = flashsdpa.is_active()
     while flashsdpa.is_active():  # clean up so one failure does not cascade
-        sdpa._release()
-    sdpa._installed = False
+        activation._release()
+    activation._installed = False
     torch._C._set_sdp_priority_order(order)
     assert not leaked, "the test left flashsdpa active"
 

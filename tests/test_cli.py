@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from flashsdpa import bench, cli
-from flashsdpa.bench import Problem, Result
+from flashsdpa import cli
+from flashsdpa.bench import overhead, report
+from flashsdpa.bench.problems import Problem, Result, parse_count
 
 
 def test_parse_count() -> None:
-    assert [bench.parse_count(s) for s in ("512", "8k", "1M")] == [512, 8192, 1 << 20]
+    assert [parse_count(s) for s in ("512", "8k", "1M")] == [512, 8192, 1 << 20]
     with pytest.raises(Exception, match="not a size"):
-        bench.parse_count("eight")
+        parse_count("eight")
 
 
 def test_flops_follow_flashattention() -> None:
@@ -53,16 +54,16 @@ def _results() -> list[Result]:
 
 
 def test_ratios_and_files(tmp_path: Path) -> None:
-    (row,) = bench.ratios(_results())
+    (row,) = report.ratios(_results())
     assert row["ours_over_flash"] == pytest.approx(1.5)
     assert row["ours_over_best"] == pytest.approx(0.75)
     wrong = _results()
     wrong[0].status = "WRONG"
-    assert bench.ratios(wrong)[0]["ours_over_best"] is None  # a wrong kernel never scores
-    written = bench.write_files(tmp_path, _results(), {"results": []})
+    assert report.ratios(wrong)[0]["ours_over_best"] is None  # a wrong kernel never scores
+    written = report.write_files(tmp_path, _results(), {"results": []})
     assert [p.name for p in written] == ["results.csv", "results.json"]
     pytest.importorskip("matplotlib")
-    assert "plot" in bench.plot(_results(), tmp_path / "tflops.png")
+    assert "plot" in report.plot(_results(), tmp_path / "tflops.png")
     assert (tmp_path / "tflops.png").stat().st_size > 0
 
 
@@ -79,7 +80,7 @@ def test_overhead_report(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capture
     randn = torch.randn
     monkeypatch.setattr(torch, "randn", lambda *size, device=None, **kwargs: randn(*size, **kwargs))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    o = bench._overhead_us(torch.bfloat16, rounds=3, calls_per_round=2)
+    o = overhead.overhead_us(torch.bfloat16, rounds=3, calls_per_round=2)
     assert {"shape", "dtype", "us_per_call", "shim_overhead_us", "bar_us", "status"} <= set(o)
     assert o["shape"] == [1, 4, 64, 64] and o["dtype"] == "bfloat16" and o["bar_us"] == 6.0 and o["status"] == {}
     assert set(o["us_per_call"]) == {"torch-flash", "flashsdpa-sdpa", "flashsdpa"}
@@ -89,7 +90,7 @@ def test_overhead_report(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capture
     assert o["grad_shim_overhead_us"] == pytest.approx(grad["flashsdpa-sdpa"] - grad["torch-flash"])
     assert (o["rounds"], o["calls_per_round"]) == (3, 2) and len(o["us_spread"]) == 5
     json.dumps(o)  # goes into results.json as it is
-    bench._print_overhead(o)
+    report.print_overhead(o)
     out = capsys.readouterr().out
     assert "median of 3 interleaved rounds" in out and "us bar, judged without grad)" in out
     assert out.count("\n  flashsdpa-sdpa ") == 1 and "shim overhead" in out

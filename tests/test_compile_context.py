@@ -15,7 +15,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import flashsdpa
-from flashsdpa import sdpa
+from flashsdpa import activation
 
 
 class CountingBackend:
@@ -49,7 +49,7 @@ def _fresh_dynamo() -> Iterator[None]:
 @pytest.fixture
 def hopper_order(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Pretend our kernels can run (so enable() reorders) on a machine whose PyTorch prefers cuDNN."""
-    monkeypatch.setattr(sdpa, "_kernels_usable", lambda: True)
+    monkeypatch.setattr(activation, "_kernels_usable", lambda: True)
     saved = torch._C._get_sdp_priority_order()
     torch._C._set_sdp_priority_order([3, 1, 2, 0, 4])
     yield [3, 1, 2, 0, 4]

@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import flashsdpa
-from flashsdpa import _backend, ops, sdpa, masks
+from flashsdpa import _backend, masks, mode, ops
 
 BF16 = torch.bfloat16
 
@@ -38,16 +38,16 @@ def cuda_lookalike(monkeypatch: pytest.MonkeyPatch, fake_build: Any) -> None:
 
 @pytest.fixture
 def direct_calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """For each call that reaches sdpa._direct_sdpa (the mode's full decision): whether it served it."""
+    """For each call that reaches mode._direct_sdpa (the mode's full decision): whether it served it."""
     calls: list[bool] = []
-    full = sdpa._direct_sdpa
+    full = mode._direct_sdpa
 
     def recorded(*args: Any) -> Tensor | None:
         out = full(*args)
         calls.append(out is not None)
         return out
 
-    monkeypatch.setattr(sdpa, "_direct_sdpa", recorded)
+    monkeypatch.setattr(mode, "_direct_sdpa", recorded)
     return calls
 
 
@@ -62,10 +62,10 @@ def tensors(b: int = 1, hq: int = 2, hkv: int = 2, sq: int = 8, sk: int = 8, d: 
 def before_shortcut(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor:
     """What the mode did with every call before the shortcut: bind, ask _direct_sdpa, else SDPA."""
     try:
-        bound = sdpa._sdpa_arguments(*args, **kwargs)
+        bound = mode._sdpa_arguments(*args, **kwargs)
     except TypeError:
         bound = None
-    out = None if bound is None else sdpa._direct_sdpa(*bound)
+    out = None if bound is None else mode._direct_sdpa(*bound)
     return F.scaled_dot_product_attention(*args, **kwargs) if out is None else out
 
 
@@ -142,7 +142,7 @@ def test_mode_matches_its_full_decision(
     args = (*make(), *extra)
     expected = outcome(lambda: before_shortcut(args, kwargs))
     direct_calls.clear()
-    with sdpa._FlashSDPAMode():
+    with mode.FlashSDPAMode():
         got = outcome(lambda: F.scaled_dot_product_attention(*args, **kwargs))
     assert same(got, expected), (got, expected)
     assert direct_calls == {"ours": [True], "sdpa": [False]}.get(road, []), direct_calls
@@ -179,7 +179,7 @@ def plain(
 
 
 def served_eagerly() -> int:
-    return flashsdpa.stats()["ops"].get(sdpa.EAGER_SDPA, {"served": 0})["served"]
+    return flashsdpa.stats()["ops"].get(mode.EAGER_SDPA, {"served": 0})["served"]
 
 
 # (label, (q, k, v) maker, keywords, expected causal mode, expected scale)
@@ -306,13 +306,13 @@ def test_eager_path_not_taken(
 ) -> None:
     q, k, v = make()
     reasons: list[str | None] = []
-    decide = sdpa._eager_skip_reason
+    decide = mode._eager_skip_reason
 
     def recorded(*args: Any) -> str | None:
         reasons.append(decide(*args))
         return reasons[-1]
 
-    monkeypatch.setattr(sdpa, "_eager_skip_reason", recorded)
+    monkeypatch.setattr(mode, "_eager_skip_reason", recorded)
     with context():
         expected = outcome(lambda: F.scaled_dot_product_attention(q, k, v, **kwargs))
     condition = context()

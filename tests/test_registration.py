@@ -23,10 +23,10 @@ from torch.nn.attention import (
 from torch.overrides import TorchFunctionMode
 
 import flashsdpa
-from flashsdpa import _backend, sdpa, masks
+from flashsdpa import _backend, activation, masks, mode, routers
 
 F16 = torch.float16
-ROUTED_OPS = [route.op for route in sdpa._ROUTES if hasattr(torch.ops.aten, route.op)]
+ROUTED_OPS = [route.op for route in routers._ROUTES if hasattr(torch.ops.aten, route.op)]
 
 
 def routed() -> set[str]:
@@ -34,7 +34,7 @@ def routed() -> set[str]:
     found = set()
     for op in ROUTED_OPS:
         for line in torch._C._dispatch_dump(f"aten::{op}").splitlines():
-            if line.startswith("CUDA:") and "flashsdpa" in line and "sdpa.py" in line:
+            if line.startswith("CUDA:") and "flashsdpa" in line and "routers.py" in line:
                 found.add(op)
     return found
 
@@ -44,7 +44,7 @@ def mode_stack() -> list[Any]:
 
 
 def our_modes() -> list[Any]:
-    return [m for m in mode_stack() if isinstance(m, sdpa._FlashSDPAMode)]
+    return [m for m in mode_stack() if isinstance(m, mode.FlashSDPAMode)]
 
 
 # ---- registration and teardown -------------------------------------------------------------------
@@ -66,18 +66,18 @@ def test_every_route_binds_this_torch() -> None:
         "_flash_attention_forward",
         "_flash_attention_backward",
     } <= set(ROUTED_OPS)
-    for route in sdpa._ROUTES:
+    for route in routers._ROUTES:
         if hasattr(torch.ops.aten, route.op):
-            assert sdpa.schema_mismatch(route, getattr(torch.ops.aten, route.op).default._schema) is None, route.op
+            assert routers.schema_mismatch(route, getattr(torch.ops.aten, route.op).default._schema) is None, route.op
 
 
 def test_schema_mismatch_is_detected() -> None:
-    route = sdpa._ROUTES[0]
+    route = routers._ROUTES[0]
     swapped = torch._C.parse_schema(
         "aten::_scaled_dot_product_flash_attention(Tensor key, Tensor query, Tensor value, float dropout_p=0., "
         "bool is_causal=False, bool return_debug_mask=False, *, float? scale=None) -> Tensor"
     )
-    assert sdpa.schema_mismatch(route, swapped) == (
+    assert routers.schema_mismatch(route, swapped) == (
         "positional arguments ('key', 'query', 'value', 'dropout_p', 'is_causal', 'return_debug_mask'), "
         "expected ('query', 'key', 'value', 'dropout_p', 'is_causal', 'return_debug_mask')"
     )
@@ -85,7 +85,7 @@ def test_schema_mismatch_is_detected() -> None:
         "aten::_scaled_dot_product_flash_attention(Tensor query, Tensor key, Tensor value, float dropout_p=0., "
         "bool is_causal=False, bool return_debug_mask=False, *, float? scale=None, int? window=None) -> Tensor"
     )
-    assert sdpa.schema_mismatch(route, extended) == "unknown keyword arguments ['window']"
+    assert routers.schema_mismatch(route, extended) == "unknown keyword arguments ['window']"
 
 
 def test_enable_registers_and_tears_down() -> None:
@@ -103,9 +103,9 @@ def test_enable_registers_and_tears_down() -> None:
 def test_enable_is_reentrant() -> None:
     ctx = flashsdpa.enable()
     with ctx:
-        state = sdpa._active
+        state = activation._active
         with ctx, flashsdpa.enable():
-            assert sdpa._active is state  # nested entries do not register again
+            assert activation._active is state  # nested entries do not register again
             assert len(our_modes()) == 1
         assert flashsdpa.is_active() and routed() == set(ROUTED_OPS)
     assert not flashsdpa.is_active() and routed() == set()
@@ -153,7 +153,7 @@ def test_torch_registry_activation() -> None:
         assert current_flash_attention_impl() == flashsdpa.REGISTRY_NAME
         assert flashsdpa.is_active() and routed() == set(ROUTED_OPS)
         activate_flash_attention_impl(flashsdpa.REGISTRY_NAME)  # restores, then activates again
-        assert sdpa._refcount == 1
+        assert activation._refcount == 1
     finally:
         restore_flash_attention_impl()
     assert current_flash_attention_impl() is None
@@ -162,15 +162,15 @@ def test_torch_registry_activation() -> None:
 
 def test_release_more_than_acquired_raises() -> None:
     with pytest.raises(RuntimeError, match="released more often than activated"):
-        sdpa._release()
+        activation._release()
 
 
 def test_failed_activation_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken() -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(sdpa, "_kernels_usable", lambda: True)
-    monkeypatch.setattr(sdpa, "_prefer_flash", broken)
+    monkeypatch.setattr(activation, "_kernels_usable", lambda: True)
+    monkeypatch.setattr(activation, "_prefer_flash", broken)
     before = mode_stack()
     with pytest.raises(RuntimeError, match="boom"), flashsdpa.enable():
         pass
@@ -180,7 +180,7 @@ def test_failed_activation_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> No
 def test_warns_once_when_a_gpu_meets_a_build_without_cuda(monkeypatch: pytest.MonkeyPatch, fake_build: Any) -> None:
     fake_build(with_cuda=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(sdpa, "_warned_unusable", False)
+    monkeypatch.setattr(activation, "_warned_unusable", False)
     expected = r"flashsdpa\._C was built without CUDA .*; SDPA keeps PyTorch's kernels"
     with pytest.warns(UserWarning, match=expected), flashsdpa.enable():
         pass
@@ -204,7 +204,7 @@ def hopper_order() -> Iterator[list[int]]:
 
 
 def test_priority_flash_first_then_restored(monkeypatch: pytest.MonkeyPatch, hopper_order: list[int]) -> None:
-    monkeypatch.setattr(sdpa, "_kernels_usable", lambda: True)
+    monkeypatch.setattr(activation, "_kernels_usable", lambda: True)
     with flashsdpa.enable():
         assert torch._C._get_sdp_priority_order() == [1, 3, 2, 0, 4]
         with flashsdpa.enable():
@@ -214,7 +214,7 @@ def test_priority_flash_first_then_restored(monkeypatch: pytest.MonkeyPatch, hop
 
 
 def test_priority_restored_after_user_change_inside(monkeypatch: pytest.MonkeyPatch, hopper_order: list[int]) -> None:
-    monkeypatch.setattr(sdpa, "_kernels_usable", lambda: True)
+    monkeypatch.setattr(activation, "_kernels_usable", lambda: True)
     with flashsdpa.enable():
         torch._C._set_sdp_priority_order([0, 1, 2, 3, 4])
     assert torch._C._get_sdp_priority_order() == hopper_order
@@ -222,7 +222,7 @@ def test_priority_restored_after_user_change_inside(monkeypatch: pytest.MonkeyPa
 
 def test_priority_untouched_without_kernels(monkeypatch: pytest.MonkeyPatch, hopper_order: list[int]) -> None:
     # Without a GPU or a CUDA build our kernels never run, so PyTorch's choice stays as it was.
-    monkeypatch.setattr(sdpa, "_kernels_usable", lambda: False)
+    monkeypatch.setattr(activation, "_kernels_usable", lambda: False)
     with flashsdpa.enable():
         assert torch._C._get_sdp_priority_order() == hopper_order
     assert torch._C._get_sdp_priority_order() == hopper_order
@@ -260,15 +260,15 @@ class NativeRecorder:
 @pytest.fixture
 def launches(monkeypatch: pytest.MonkeyPatch, fake_build: Any) -> LaunchRecorder:
     # The routers cache template tensors per device; here they would be FakeTensors of this test.
-    monkeypatch.setattr(sdpa, "_SPARES", {})
+    monkeypatch.setattr(routers, "_SPARES", {})
     return LaunchRecorder(monkeypatch)
 
 
 @pytest.fixture
 def native(monkeypatch: pytest.MonkeyPatch) -> NativeRecorder:
     recorder = NativeRecorder()
-    for route in sdpa._ROUTES:
-        monkeypatch.setitem(sdpa._NATIVE, route.op, recorder)
+    for route in routers._ROUTES:
+        monkeypatch.setitem(routers._NATIVE, route.op, recorder)
     return recorder
 
 
@@ -286,7 +286,7 @@ def bhsd(b: int, h: int, s: int, d: int, layout: str = "bhsd") -> Tensor:
 def test_sdpa_forward_router_serves_in_meta_contract(layout: str, launches: LaunchRecorder, fake_mode: Any) -> None:
     q, k, v = bhsd(2, 8, 16, 64, layout), bhsd(2, 2, 24, 64, layout), bhsd(2, 2, 24, 64, layout)
     flashsdpa.reset_stats()
-    ours = sdpa._sdpa_flash_forward(None, q, k, v, 0.0, True)
+    ours = routers._sdpa_flash_forward(None, q, k, v, 0.0, True)
     meta = torch.ops.aten._scaled_dot_product_flash_attention.default(q, k, v, 0.0, True)
     assert len(ours) == len(meta) == 9
     assert same_meta(ours[0], meta[0]) and same_meta(ours[1], meta[1]) and same_meta(ours[8], meta[8])
@@ -306,7 +306,7 @@ def test_sdpa_backward_router_serves_in_meta_contract(launches: LaunchRecorder, 
     grad_out = torch.empty(1, 1, 1, 1, dtype=F16, device="cuda").expand(2, 8, 16, 64)  # what out.sum() gives
     seed, offset = torch.empty(2, dtype=torch.uint64, device="cuda"), torch.empty((), dtype=torch.uint64, device="cuda")
     args = (grad_out, q, k, v, out, lse, None, None, 16, 24, 0.0, False, seed, offset)
-    ours = sdpa._sdpa_flash_backward(None, *args, scale=0.5)
+    ours = routers._sdpa_flash_backward(None, *args, scale=0.5)
     meta = torch.ops.aten._scaled_dot_product_flash_attention_backward.default(*args, scale=0.5)
     assert all(same_meta(a, b) for a, b in zip(ours, meta))
     [(name, launch)] = launches.calls
@@ -326,7 +326,7 @@ def test_sdpa_backward_router_falls_back_where_no_backward_tile_fits(
     out, lse = torch.empty_like(q), torch.empty(1, 2, 16, dtype=torch.float32, device="cuda")
     seed, offset = torch.empty(2, dtype=torch.uint64, device="cuda"), torch.empty((), dtype=torch.uint64, device="cuda")
     args = (torch.empty_like(q), q, k, v, out, lse, None, None, 16, 16, 0.0, False, seed, offset)
-    assert sdpa._sdpa_flash_backward(None, *args, scale=0.5) == "native result"
+    assert routers._sdpa_flash_backward(None, *args, scale=0.5) == "native result"
     assert recorder.calls == [] and len(native.calls) == 1
     [reason] = flashsdpa.stats()["fallback_reasons"]
     assert reason == (
@@ -337,13 +337,13 @@ def test_sdpa_backward_router_falls_back_where_no_backward_tile_fits(
     q, k, v = bhsd(1, 2, 16, 64), bhsd(1, 2, 16, 64), bhsd(1, 2, 16, 64)
     out = torch.empty_like(q)
     args = (torch.empty_like(q), q, k, v, out, lse, None, None, 16, 16, 0.0, False, seed, offset)
-    sdpa._sdpa_flash_backward(None, *args, scale=0.5)
+    routers._sdpa_flash_backward(None, *args, scale=0.5)
     assert [name for name, _ in recorder.calls] == ["launch_bwd"]
 
 
 def test_flash_forward_router_dense_uses_views(launches: LaunchRecorder, fake_mode: Any) -> None:
     q, k, v = (torch.empty(2, s, h, 64, dtype=F16, device="cuda") for s, h in ((16, 8), (24, 2), (24, 2)))
-    ours = sdpa._flash_forward(None, q, k, v, None, None, 16, 24, 0.0, True, False, num_splits=4)
+    ours = routers._flash_forward(None, q, k, v, None, None, 16, 24, 0.0, True, False, num_splits=4)
     meta = torch.ops.aten._flash_attention_forward.default(q, k, v, None, None, 16, 24, 0.0, True, False)
     assert (
         len(ours) == 5 and same_meta(ours[0], meta[0]) and same_meta(ours[1], meta[1]) and same_meta(ours[4], meta[4])
@@ -358,7 +358,7 @@ def test_flash_forward_router_dense_uses_views(launches: LaunchRecorder, fake_mo
 def test_flash_forward_router_varlen(launches: LaunchRecorder, fake_mode: Any) -> None:
     q, k, v = (torch.empty(t, 4, 64, dtype=F16, device="cuda") for t in (30, 40, 40))
     cu_q, cu_k = (torch.empty(4, dtype=torch.int32, device="cuda") for _ in range(2))
-    ours = sdpa._flash_forward(None, q, k, v, cu_q, cu_k, 12, 20, 0.0, False, False, scale=0.25)
+    ours = routers._flash_forward(None, q, k, v, cu_q, cu_k, 12, 20, 0.0, False, False, scale=0.25)
     meta = torch.ops.aten._flash_attention_forward.default(q, k, v, cu_q, cu_k, 12, 20, 0.0, False, False, scale=0.25)
     assert same_meta(ours[0], meta[0]) and same_meta(ours[1], meta[1]) and ours[1].shape == (4, 30)
     [(name, args)] = launches.calls
@@ -370,7 +370,7 @@ def test_flash_forward_router_varlen(launches: LaunchRecorder, fake_mode: Any) -
 def test_flash_forward_inplace_router(launches: LaunchRecorder, fake_mode: Any) -> None:
     q, k, v = (torch.empty(2, 16, 4, 64, dtype=F16, device="cuda") for _ in range(3))
     out = torch.empty_like(q)
-    lse = sdpa._flash_forward_inplace(None, out, q, k, v, None, None, 16, 16, 0.0, False, False)
+    lse = routers._flash_forward_inplace(None, out, q, k, v, None, None, 16, 16, 0.0, False, False)
     assert lse.shape == (2, 4, 16) and lse.dtype == torch.float32
     [(name, args)] = launches.calls
     assert name == "launch_fwd" and args[3].shape == (2, 4, 16, 64) and args[3].stride() == out.transpose(1, 2).stride()
@@ -391,7 +391,7 @@ def test_flash_backward_router(varlen: bool, launches: LaunchRecorder, fake_mode
     out, grad_out = torch.empty_like(q), torch.empty_like(q)
     rng = torch.empty(2, dtype=torch.uint64, device="cuda")
     args = (grad_out, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, 0.0, True, rng, rng)
-    ours = sdpa._flash_backward(None, *args)
+    ours = routers._flash_backward(None, *args)
     meta = torch.ops.aten._flash_attention_backward.default(*args)
     assert all(same_meta(a, b) for a, b in zip(ours, meta))
     [(name, launch)] = launches.calls
@@ -403,7 +403,7 @@ def test_flash_backward_router(varlen: bool, launches: LaunchRecorder, fake_mode
 def test_router_fallback_forwards_the_call_untouched(fake_build: Any, native: NativeRecorder, fake_mode: Any) -> None:
     flashsdpa.reset_stats()
     q, k, v = bhsd(2, 4, 16, 64), bhsd(2, 4, 16, 64), bhsd(2, 4, 16, 64)
-    assert sdpa._sdpa_flash_forward("keys", q, k, v, 0.1, True, scale=0.3) == "native result"
+    assert routers._sdpa_flash_forward("keys", q, k, v, 0.1, True, scale=0.3) == "native result"
     assert native.calls == [("keys", (q, k, v, 0.1, True, False), {"scale": 0.3})]
     stats = flashsdpa.stats()
     assert stats["ops"]["aten::_scaled_dot_product_flash_attention"] == {"served": 0, "fallback": 1}
@@ -433,7 +433,7 @@ def test_flash_forward_router_fallbacks(
     debug = kwargs.pop("return_debug_mask", False)
     q, k, v = (torch.empty(2, 16, 4, 64, dtype=dtype, device="cuda") for _ in range(3))
     positional = (q, k, v, None, None, 16, 16, dropout_p, False, debug)
-    assert sdpa._flash_forward("keys", *positional, **kwargs) == "native result"
+    assert routers._flash_forward("keys", *positional, **kwargs) == "native result"
     [(keys, args, forwarded)] = native.calls
     assert keys == "keys" and args == positional and forwarded == kwargs
     assert flashsdpa.stats()["fallback_reasons"] == {f"aten::_flash_attention_forward: {reason}": 1}
@@ -464,7 +464,7 @@ def test_window_sizes(
 
 def test_flash_forward_router_serves_windows(launches: LaunchRecorder, fake_mode: Any) -> None:
     q, k, v = (torch.empty(2, 16, 4, 64, dtype=F16, device="cuda") for _ in range(3))
-    sdpa._flash_forward(None, q, k, v, None, None, 16, 16, 0.0, True, False, window_size_left=4, window_size_right=0)
+    routers._flash_forward(None, q, k, v, None, None, 16, 16, 0.0, True, False, window_size_left=4, window_size_right=0)
     [(name, args)] = launches.calls
     assert name == "launch_fwd" and args[6] == (4, 0, 1)
 
@@ -606,10 +606,10 @@ def test_backward_routers_leave_deterministic_runs_to_pytorch(
     torch.use_deterministic_algorithms(True)
     try:
         flashsdpa.reset_stats()
-        assert sdpa._sdpa_flash_backward("keys", *args) == "native result"
+        assert routers._sdpa_flash_backward("keys", *args) == "native result"
         dense = [t.transpose(1, 2) for t in (torch.empty_like(out), q, k, v, out)]
         flash_args = (*dense, lse, None, None, 16, 16, 0.0, True, seed, offset)
-        assert sdpa._flash_backward("keys", *flash_args) == "native result"
+        assert routers._flash_backward("keys", *flash_args) == "native result"
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
     assert launches.calls == [] and len(native.calls) == 2

@@ -39,6 +39,15 @@ const std::vector<MaskKind> kAllMasks = {MaskKind::kNone, MaskKind::kCausalTopLe
 std::vector<FamilyCaps> make_families() {
   std::vector<FamilyCaps> table;
   // Arch-specific families go first: select_family takes the first that serves a problem.
+#ifdef FLASHSDPA_FAMILY_SM90
+  // wgmma / TMA / setmaxnreg SASS for sm_90a runs on compute capability 9.0 only. Forward, dense,
+  // no window yet: the rest of an H100's calls take the portable family below.
+  table.push_back(FamilyCaps{
+      "sm90", "compute capability 9.0 only (sm_90a: wgmma, TMA, warp specialization)", 90, 90,
+      ints(FLASHSDPA_SM90_ARCHS_LIST), build_config().dtypes, ints(FLASHSDPA_SM90_HEAD_DIMS_LIST),
+      {MaskKind::kNone, MaskKind::kCausalTopLeft, MaskKind::kCausalBottomRight}, {Layout::kDense},
+      {Direction::kForward}, &run_fwd_sm90, nullptr, &fwd_plan_sm90, nullptr, &fwd_sm90_unsupported});
+#endif
 #ifdef FLASHSDPA_FAMILY_SM80
   {
     const std::vector<int> archs = ints(FLASHSDPA_SM80_ARCHS_LIST);
@@ -49,7 +58,7 @@ std::vector<FamilyCaps> make_families() {
         "sm80", "compute capability " + capability_str(lowest) + " and newer (mma.sync, ldmatrix, cp.async)",
         lowest, 0, archs, build_config().dtypes, ints(FLASHSDPA_SM80_HEAD_DIMS_LIST), kAllMasks,
         {Layout::kDense, Layout::kVarlen}, {Direction::kForward, Direction::kBackward},
-        &run_fwd_sm80, &run_bwd_sm80, &fwd_plan_sm80, &bwd_plan_sm80});
+        &run_fwd_sm80, &run_bwd_sm80, &fwd_plan_sm80, &bwd_plan_sm80, nullptr});
   }
 #endif
   return table;
@@ -171,16 +180,17 @@ std::vector<std::string> family_reasons(const FamilyCaps& family, const Problem&
   return reasons;
 }
 
-const FamilyCaps* select_family(const Problem& problem) {
-  for (const FamilyCaps& family : families()) {
-    bool ok = true;
-    for (Check check : kChecks) {
-      if (!check(family, problem, nullptr)) {
-        ok = false;
-        break;
-      }
-    }
-    if (ok) return &family;
+bool family_serves(const FamilyCaps& family, const Problem& problem) {
+  for (Check check : kChecks) {
+    if (!check(family, problem, nullptr)) return false;
+  }
+  return true;
+}
+
+const FamilyCaps* select_family(const Problem& problem, const FamilyCaps* after) {
+  const std::vector<FamilyCaps>& table = families();
+  for (size_t i = after == nullptr ? 0 : static_cast<size_t>(after - table.data()) + 1; i < table.size(); ++i) {
+    if (family_serves(table[i], problem)) return &table[i];
   }
   return nullptr;
 }

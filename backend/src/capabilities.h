@@ -24,6 +24,7 @@ const char* mask_kind_name(MaskKind kind);
 using RunFwd = int (*)(const AttnFwdParams&, void*);
 using RunBwd = int (*)(const AttnBwdParams&, void*);
 using PlanFn = TilePlan (*)(int bucket, int major, int smem_optin_bytes);
+using UnsupportedFn = const char* (*)(const AttnFwdParams&);
 
 struct FamilyCaps {
   std::string name;
@@ -40,6 +41,9 @@ struct FamilyCaps {
   RunBwd run_bwd;    // nullptr without a backward
   PlanFn fwd_plan;
   PlanFn bwd_plan;   // nullptr without a backward
+  // Per-call facts the table cannot express (pointer alignment for TMA, a negative scale): nullptr
+  // when the family takes this forward call, else why not (the launcher then tries the next row).
+  UnsupportedFn fwd_unsupported;
 
   int bucket(int head_dim_qk, int head_dim_v) const;  // 0: none large enough
   TilePlan plan(Direction d, int bucket, int major, int smem_optin_bytes) const;
@@ -63,8 +67,10 @@ std::string no_family_reason();
 
 // Every reason `family` cannot serve `problem` (empty: it can). With `first`, stops at one.
 std::vector<std::string> family_reasons(const FamilyCaps& family, const Problem& problem, bool first = false);
-// The first family that serves `problem`, or nullptr; no strings built.
-const FamilyCaps* select_family(const Problem& problem);
+// Whether `family` serves `problem` (every predicate passes); no strings built.
+bool family_serves(const FamilyCaps& family, const Problem& problem);
+// The first family that serves `problem` (after `after` in the table, when given), or nullptr.
+const FamilyCaps* select_family(const Problem& problem, const FamilyCaps* after = nullptr);
 // "family sm80: <reason>; family sm90: <reason>" for a problem select_family refused.
 std::string refusal(const Problem& problem);
 

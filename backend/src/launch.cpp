@@ -2,6 +2,7 @@
 #include "launch.h"
 
 #include <array>
+#include <string>
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
@@ -104,16 +105,43 @@ Problem problem_on(const DeviceInfo& info, DType dtype, int head_dim_qk, int hea
                  mask, layout, direction};
 }
 
-// One selection per launch: a handful of integer compares over a table of one or two rows.
+// FLASHSDPA_FAMILY=<name> restricts every launch to that family (tests run each shape against
+// each family; a problem it cannot take is then an error instead of a quiet fallback). Read once.
+const char* forced_family() {
+  static const char* family = std::getenv("FLASHSDPA_FAMILY");
+  return family;
+}
+
+// The first family of the table that takes this call: its predicates (a handful of integer
+// compares over a table of one or two rows) and, for a forward, its per-call hook.
+const FamilyCaps* first_taker(const Problem& problem, const AttnFwdParams& params, Direction direction,
+                              const FamilyCaps* after, std::string* why) {
+  for (const FamilyCaps* f = select_family(problem, after); f != nullptr; f = select_family(problem, f)) {
+    if (forced_family() != nullptr && f->name != forced_family()) continue;
+    const char* no = direction == Direction::kForward && f->fwd_unsupported ? f->fwd_unsupported(params) : nullptr;
+    if (no == nullptr) return f;
+    if (why) *why += "; family " + f->name + ": " + no;
+  }
+  return nullptr;
+}
+
+Problem problem_of(const DeviceInfo& info, const AttnFwdParams& params, Direction direction) {
+  return problem_on(info, params.dtype, params.head_dim_qk, params.head_dim_v, mask_kind(params.mask),
+                    params.cu_seqlens_q != nullptr ? Layout::kVarlen : Layout::kDense, direction);
+}
+
 const FamilyCaps& plan(AttnFwdParams& params, int device, Direction direction) {
   const DeviceInfo& info = cached_device_info(device);
-  const Problem problem = problem_on(info, params.dtype, params.head_dim_qk, params.head_dim_v, mask_kind(params.mask),
-                                     params.cu_seqlens_q != nullptr ? Layout::kVarlen : Layout::kDense, direction);
-  const FamilyCaps* family = select_family(problem);
-  if (family == nullptr)
-    throw std::invalid_argument("device " + std::to_string(device) + " (" + info.name + "): no kernel family serves " +
-                                "this call: " + refusal(problem));
   set_device_facts(params, info);
+  const Problem problem = problem_of(info, params, direction);
+  std::string why;
+  const FamilyCaps* family = first_taker(problem, params, direction, nullptr, &why);
+  if (family == nullptr) {
+    const char* forced = forced_family();
+    throw std::invalid_argument("device " + std::to_string(device) + " (" + info.name + "): no kernel family " +
+                                (forced ? std::string("(FLASHSDPA_FAMILY=") + forced + ") " : std::string()) +
+                                "serves this call: " + refusal(problem) + why);
+  }
   params.head_dim_bucket = family->bucket(params.head_dim_qk, params.head_dim_v);
   return *family;
 }
@@ -147,7 +175,17 @@ const FamilyCaps& plan_bwd(AttnBwdParams& params, int device) {
 
 void launch_fwd(const FamilyCaps& family, const AttnFwdParams& params, int device, void* stream) {
   DeviceGuard guard(device);
-  throw_on_error(static_cast<cudaError_t>(family.run_fwd(params, stream)), "forward launch");
+  auto err = static_cast<cudaError_t>(family.run_fwd(params, stream));
+  if (err == cudaErrorNotSupported && family.fwd_unsupported != nullptr) {
+    // The driver refused a TMA descriptor before anything was launched: the next family takes it.
+    AttnFwdParams next_params = params;
+    const Problem problem = problem_of(cached_device_info(device), params, Direction::kForward);
+    if (const FamilyCaps* next = first_taker(problem, params, Direction::kForward, &family, nullptr)) {
+      next_params.head_dim_bucket = next->bucket(params.head_dim_qk, params.head_dim_v);
+      err = static_cast<cudaError_t>(next->run_fwd(next_params, stream));
+    }
+  }
+  throw_on_error(err, "forward launch");
 }
 
 void launch_bwd(const FamilyCaps& family, const AttnBwdParams& params, int device, void* stream) {

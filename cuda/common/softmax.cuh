@@ -47,6 +47,30 @@ struct OnlineSoftmax {
   template <int kNTiles, int kDTiles>
   __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4],
                                          float (&o)[kMTiles][kDTiles][4], float scale_log2) {
+    step(s, scale_log2, [&](int r, float correction) {
+#pragma unroll
+      for (int d = 0; d < kDTiles; ++d) {
+        o[r / 2][d][2 * (r % 2)] *= correction;
+        o[r / 2][d][2 * (r % 2) + 1] *= correction;
+      }
+    });
+  }
+
+  // update() without touching o, for kernels whose O accumulator is still being written by an
+  // asynchronous GEMM (the sm90 family overlaps this softmax with the previous P V): returns
+  // whether o must be rescaled by `correction` (per row, rescale()) before the next P V
+  // accumulates into it. The decision is uniform across the warp (__any_sync).
+  template <int kNTiles>
+  __device__ __forceinline__ bool online_step(float (&s)[kMTiles][kNTiles][4], float scale_log2,
+                                              float (&correction)[kRows]) {
+    return step(s, scale_log2, [&](int r, float c) { correction[r] = c; });
+  }
+
+  // The shared body: on_rescale(row, correction) runs inside the rescale branch, before the
+  // exponentials, so update() compiles to what it was before online_step existed (deferring the
+  // o rescale past the exp loop cost the portable kernel 1-4%, measured on the H200).
+  template <int kNTiles, typename OnRescale>
+  __device__ __forceinline__ bool step(float (&s)[kMTiles][kNTiles][4], float scale_log2, OnRescale&& on_rescale) {
     float new_max[kRows];
     bool grew = false;
 #pragma unroll
@@ -65,24 +89,17 @@ struct OnlineSoftmax {
         grew |= (new_max[r] - row_max[r]) * scale_log2 > kRescaleThresholdLog2;
       }
     }
-    if (__any_sync(0xffffffffu, grew)) {
+    const bool rescaled = __any_sync(0xffffffffu, grew);
+    if (rescaled) {
 #pragma unroll
-      for (int i = 0; i < kMTiles; ++i) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = 2 * i + h;
-          // -inf guard: with no visible key yet the max stays -inf; subtracting 0 instead keeps
-          // every exp2 at exp2(-inf) = 0 where -inf - -inf would be NaN.
-          const float max_scaled = new_max[r] == -INFINITY ? 0.f : new_max[r] * scale_log2;
-          const float correction = fast_exp2(row_max[r] * scale_log2 - max_scaled);
-          row_max[r] = new_max[r];
-          row_sum[r] *= correction;
-#pragma unroll
-          for (int d = 0; d < kDTiles; ++d) {
-            o[i][d][2 * h] *= correction;
-            o[i][d][2 * h + 1] *= correction;
-          }
-        }
+      for (int r = 0; r < kRows; ++r) {
+        // -inf guard: with no visible key yet the max stays -inf; subtracting 0 instead keeps
+        // every exp2 at exp2(-inf) = 0 where -inf - -inf would be NaN.
+        const float max_scaled = new_max[r] == -INFINITY ? 0.f : new_max[r] * scale_log2;
+        const float correction = fast_exp2(row_max[r] * scale_log2 - max_scaled);
+        row_max[r] = new_max[r];
+        row_sum[r] *= correction;
+        on_rescale(r, correction);
       }
     }
 #pragma unroll
@@ -103,6 +120,23 @@ struct OnlineSoftmax {
           sum_odd += p1;
         }
         row_sum[r] += sum_even + sum_odd;
+      }
+    }
+    return rescaled;
+  }
+
+  // o *= correction, row by row (the deferred half of update()).
+  template <int kDTiles>
+  __device__ __forceinline__ void rescale(float (&o)[kMTiles][kDTiles][4], const float (&correction)[kRows]) const {
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int d = 0; d < kDTiles; ++d) {
+          o[i][d][2 * h] *= correction[2 * i + h];
+          o[i][d][2 * h + 1] *= correction[2 * i + h];
+        }
       }
     }
   }

@@ -2,8 +2,12 @@
 # Per family F: FLASHSDPA_F_HEAD_DIMS, _DIRECTIONS, _ARCHS (empty = FLASHSDPA_ARCHS), _SOURCES
 # (hand-written and dispatch), and one TU per (direction, dtype, head dim) named
 # <direction>_<F>_<dtype>_hdim<d>.cu in cuda/instantiations/.
-set(FLASHSDPA_ALL_FAMILIES sm80)
+set(FLASHSDPA_ALL_FAMILIES sm80 sm90)
 set(FLASHSDPA_sm80_HEAD_DIMS 32 64 96 128 192 256)
 set(FLASHSDPA_sm80_DIRECTIONS fwd bwd)
 set(FLASHSDPA_sm80_ARCHS "")
 set(FLASHSDPA_sm80_SOURCES cuda/sm80/tiles_sm80.cu cuda/instantiations/dispatch_sm80.cu)
+set(FLASHSDPA_sm90_HEAD_DIMS 64 128 256)
+set(FLASHSDPA_sm90_DIRECTIONS fwd)
+set(FLASHSDPA_sm90_ARCHS "90a")
+set(FLASHSDPA_sm90_SOURCES cuda/sm90/tiles_sm90.cu cuda/instantiations/dispatch_sm90.cu)

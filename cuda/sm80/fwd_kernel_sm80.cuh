@@ -357,7 +357,9 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
 
   // ---- epilogue: normalize, stage O through shared memory (the Q tile's space), store -------------
   float lse[2 * kMTiles];
-  softmax.finalize(o, p.scale, lse);
+  // The scores are of q (negated for a negative scale: see negate_own_chunks), so the LSE is in
+  // units of |scale|.
+  softmax.finalize(o, fabsf(p.scale), lse);
 
   __syncthreads();  // every warp has finished reading Q and V
   const uint32_t o_lane =

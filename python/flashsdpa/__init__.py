@@ -17,8 +17,9 @@ from __future__ import annotations
 from flashsdpa import reference
 from flashsdpa._backend import build_info, capabilities
 from flashsdpa.ops import attention, attention_varlen
-from flashsdpa.sdpa import REGISTRY_NAME, enable, install, is_active, uninstall
-from flashsdpa.selection import FallbackWarning, explain, reset_stats, set_fallback_warnings, stats
+from flashsdpa.activation import REGISTRY_NAME, enable, install, is_active, uninstall
+from flashsdpa.reporting import FallbackWarning, reset_stats, set_fallback_warnings, stats
+from flashsdpa.selection import explain
 
 __version__ = "0.1.0"
 

@@ -1,10 +1,11 @@
 # cli.py: the command line, `python -m flashsdpa {info,explain,bench}`.
 #
-# info: what was built and what this machine has; explain: whether one SDPA call (a shape given
-# as flags) would run our kernels, and if not, why; bench: bench.py. Exit codes are for scripts:
+# info: what was built and what this machine has (info.py); explain: whether one SDPA call (a
+# shape given as flags) would run our kernels, and if not, why; bench: the bench package. Exit
+# codes are for scripts:
 #   info     0 the compiled module loads, 1 it does not
 #   explain  0 served by flashsdpa, 1 would fall back (reasons printed), 2 bad arguments
-#   bench    see bench.py (0 ran and every correctness check passed)
+#   bench    see bench/__init__.py (0 ran and every correctness check passed)
 """Command line of flashsdpa: ``python -m flashsdpa info | explain | bench``."""
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 from flashsdpa import bench
-from flashsdpa.bench import DTYPES, parse_count
+from flashsdpa.bench.problems import DTYPES, parse_count
+from flashsdpa.info import collect_info
 
 EXIT_OK = 0
 EXIT_NOT_SERVED = 1
@@ -28,64 +29,6 @@ EXIT_USAGE = 2
 
 
 # ---- info -----------------------------------------------------------------------------------------
-
-
-def _torch_info() -> dict[str, Any]:
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    registry = None
-    attention = torch.nn.attention
-    if hasattr(attention, "list_flash_attention_impls"):
-        registry = {
-            "impls": list(attention.list_flash_attention_impls()),
-            "active": attention.current_flash_attention_impl(),
-        }
-    return {
-        "version": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": cudnn,
-        "cuda_available": torch.cuda.is_available(),
-        "flash_attention_registry": registry,
-    }
-
-
-def _gpu_info() -> list[dict[str, Any]]:
-    from flashsdpa import _backend
-
-    gpus = []
-    for index in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):
-        props = torch.cuda.get_device_properties(index)
-        gpu: dict[str, Any] = {
-            "index": index,
-            "name": props.name,
-            "capability": f"{props.major}.{props.minor}",
-            "sms": props.multi_processor_count,
-            "memory_gib": round(props.total_memory / 2**30, 1),
-        }
-        if _backend.CUDA_KERNELS:
-            gpu["kernel_family"] = _backend.device_info(index)["family"]
-            gpu["smem_optin_bytes"] = _backend.device_info(index)["smem_optin_bytes"]
-        reason = _backend.device_reason(index)
-        gpu["served"] = reason is None
-        gpu["not_served_because"] = reason
-        gpus.append(gpu)
-    return gpus
-
-
-def collect_info() -> dict[str, Any]:
-    """Everything ``info`` prints, as one dict (bench stores it with its results)."""
-    import flashsdpa
-
-    build = flashsdpa.build_info()
-    return {
-        "flashsdpa": getattr(flashsdpa, "__version__", build.get("version")),
-        "build": build,
-        "active": flashsdpa.is_active(),
-        "torch": _torch_info(),
-        "python": platform.python_version(),
-        "gpus": _gpu_info(),
-        "capabilities": list(flashsdpa.capabilities()),
-        "capabilities_reason": flashsdpa.capabilities().reason,
-    }
 
 
 def _print_capabilities(families: list[dict[str, Any]], reason: str | None) -> None:

@@ -2,18 +2,12 @@
 #
 # Owns every rule of the form "needs X": the per-call predicates the SDPA routers, the mode's eager
 # path and the direct API run (dense_ok / dense_reason, varlen_reason), the full explanation behind
-# explain(), the choice of the calls the TorchFunctionMode sends straight to our op
-# (direct_causal_mode), and the reporting of fallbacks (DEBUG log, opt-in warnings). Each reason is
-# one sentence naming the argument and the limit, so that explain(), log lines and errors read the
-# same.
+# explain(), and the choice of the calls the TorchFunctionMode sends straight to our op
+# (direct_causal_mode). Each reason is one sentence naming the argument and the limit, so that
+# explain(), log lines and errors read the same; counting and reporting fallbacks is reporting.py's.
 """Which attention calls flashsdpa's kernels serve, and why not."""
 
 from __future__ import annotations
-
-import logging
-import os
-import warnings
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -27,8 +21,6 @@ except ImportError:  # pragma: no cover - every supported torch has it
 
 __all__ = [
     "HALF_DTYPES",
-    "FallbackWarning",
-    "counter",
     "dense_ok",
     "dense_reason",
     "direct_causal_mode",
@@ -38,15 +30,10 @@ __all__ = [
     "kernel_reasons",
     "layout_reason",
     "mask_reason",
-    "note_fallback",
-    "reset_stats",
     "servable",
-    "set_fallback_warnings",
-    "stats",
     "varlen_reason",
 ]
 
-_log = logging.getLogger("flashsdpa")
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 _DTYPE_FLAG = {"float16": "fp16", "bfloat16": "bf16"}  # FLASHSDPA_DTYPES spelling
 
@@ -489,69 +476,3 @@ def explain(
                 f"PyTorch's flash path does not train head dims over 192 on 8.6 and 8.9 GPUs"
             )
     return reasons
-
-
-# ---- reporting fallbacks -------------------------------------------------------------------------
-
-
-class FallbackWarning(UserWarning):
-    """A call went to PyTorch's kernel instead of flashsdpa's; issued once per distinct reason
-    when ``flashsdpa.set_fallback_warnings(True)`` or ``FLASHSDPA_WARN_FALLBACK=1``."""
-
-
-_warn_fallbacks: bool = os.environ.get("FLASHSDPA_WARN_FALLBACK", "0") not in ("", "0")
-_warned: set[str] = set()
-
-
-def set_fallback_warnings(enabled: bool = True) -> None:
-    """Warn (FallbackWarning) once per distinct reason whenever a call falls back to PyTorch's
-    kernel. Off by default; fallbacks are always logged at DEBUG on the 'flashsdpa' logger.
-    Turning it on starts afresh: reasons warned about before are warned about again."""
-    global _warn_fallbacks
-    _warn_fallbacks = bool(enabled)
-    _warned.clear()
-
-
-# Served / fallen-back counts per op: each router binds its own [served, fallback] list once and
-# bumps it in place, one list index per call; stats() copies them out.
-_COUNTS: dict[str, list[int]] = {}
-_REASON_COUNTS: dict[str, int] = {}
-
-
-def counter(op: str) -> list[int]:
-    """The live ``[served, fallback]`` counts of ``op``, created on first use."""
-    return _COUNTS.setdefault(op, [0, 0])
-
-
-def stats() -> dict[str, Any]:
-    """Counts since import (or reset_stats): ``{"served": n, "fallback": n, "ops": {op: {"served": n,
-    "fallback": n}}, "fallback_reasons": {"op: reason": n}}``. Ops are the aten ops the routers
-    override (``aten::_scaled_dot_product_flash_attention`` ...), flashsdpa's own CUDA ops
-    (``flashsdpa::fwd`` ...; these never fall back, they raise) and ``F.scaled_dot_product_attention
-    (eager, no grad)``, the calls the mode runs on our kernel itself (never a fallback either: the
-    calls it declines take one of the other roads)."""
-    ops = {op: {"served": c[0], "fallback": c[1]} for op, c in sorted(_COUNTS.items())}
-    return {
-        "served": sum(c["served"] for c in ops.values()),
-        "fallback": sum(c["fallback"] for c in ops.values()),
-        "ops": ops,
-        "fallback_reasons": dict(_REASON_COUNTS),
-    }
-
-
-def reset_stats() -> None:
-    """Zero every count of stats()."""
-    for c in _COUNTS.values():
-        c[0] = c[1] = 0
-    _REASON_COUNTS.clear()
-
-
-def note_fallback(where: str, reason: str) -> None:
-    """Report that ``where`` (an op name) left a call to PyTorch's kernel, and why. The caller
-    has counted the call; this keeps the per-reason count, the DEBUG log and the opt-in warning."""
-    key = f"{where}: {reason}"
-    _REASON_COUNTS[key] = _REASON_COUNTS.get(key, 0) + 1
-    _log.debug("%s: falling back to PyTorch's kernel: %s", where, reason)
-    if _warn_fallbacks and reason not in _warned:
-        _warned.add(reason)
-        warnings.warn(f"flashsdpa: {where} falls back to PyTorch's kernel: {reason}", FallbackWarning, stacklevel=2)

@@ -5,8 +5,9 @@ device call; scripts/dev/overhead_probe.py breaks the time down by layer."""
 import torch
 
 import flashsdpa
-from flashsdpa import bench
+from flashsdpa.bench.overhead import overhead_us
+from flashsdpa.bench.report import print_overhead
 
-result = bench._overhead_us(torch.bfloat16)
-bench._print_overhead(result)
+result = overhead_us(torch.bfloat16)
+print_overhead(result)
 print({op: counts for op, counts in flashsdpa.stats()["ops"].items() if counts["served"] or counts["fallback"]})

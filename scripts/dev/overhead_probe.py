@@ -26,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 
 import flashsdpa
-from flashsdpa import _backend, masks, sdpa, selection
+from flashsdpa import _backend, activation, masks, mode, routers, selection
 
 
 class _EmptyMode(TorchFunctionMode):
@@ -51,12 +51,12 @@ def _bare() -> Iterator[None]:
     """No grad, FLASH first in SDPA's priority order, no mode on the stack: what the eager path's
     pieces see when the mode calls them (it is off its own stack then), and what the router sees
     when the dispatcher calls it."""
-    saved = sdpa._prefer_flash()
+    saved = activation._prefer_flash()
     try:
         with torch.no_grad():
             yield
     finally:
-        sdpa._restore_order(saved)
+        activation._restore_order(saved)
 
 
 @contextlib.contextmanager
@@ -90,15 +90,15 @@ def _rows() -> list[Row]:
         ("F.sdpa, torch flash, empty TF mode, no grad", lambda: sdpa_call(q, k, v),
          lambda: _with_mode(_EmptyMode(), False)),
         ("F.sdpa, torch flash, our TF mode, grad (decision)", lambda: sdpa_call(qg, kg, vg),
-         lambda: _with_mode(sdpa._FlashSDPAMode(), True)),
+         lambda: _with_mode(mode.FlashSDPAMode(), True)),
         ("aten op, torch flash", lambda: op(q, k, v), no_grad),
         ("aten op in enable() (router)", lambda: op(q, k, v), _enabled),
         # Called from Python with the mode on the stack, every torch call in it would pass the mode.
-        ("router body direct", lambda: sdpa._sdpa_flash_forward(keyset, q, k, v), _bare),
-        ("mode decision + eager path (_route_sdpa)", lambda: sdpa._route_sdpa((q, k, v), {}), _bare),
-        ("  _eager_skip_reason", lambda: sdpa._eager_skip_reason(q, k, v, 0.0, False), _bare),
+        ("router body direct", lambda: routers._sdpa_flash_forward(keyset, q, k, v), _bare),
+        ("mode decision + eager path (_route_sdpa)", lambda: mode._route_sdpa((q, k, v), {}), _bare),
+        ("  _eager_skip_reason", lambda: mode._eager_skip_reason(q, k, v, 0.0, False), _bare),
         ("  selection.dense_ok", lambda: selection.dense_ok(q, k, v), no_grad),
-        ("  _eager_sdpa (allocations + launch)", lambda: sdpa._eager_sdpa(q, k, v, False, None), no_grad),
+        ("  _eager_sdpa (allocations + launch)", lambda: mode._eager_sdpa(q, k, v, False, None), no_grad),
         ("flashsdpa.attention (direct API)", lambda: flashsdpa.attention(q, k, v), no_grad),
         ("_backend.launch_fwd", lambda: _backend.launch_fwd(q, k, v, out, lse, 0.125, masks.NO_MASK), no_grad),
         ("_C.fwd raw (prebuilt spec)", lambda: c.fwd(raw_spec), no_grad),
@@ -107,7 +107,7 @@ def _rows() -> list[Row]:
         ("q.new_empty(lse), float32", lambda: q.new_empty(1, 4, 64, dtype=torch.float32), no_grad),
         ("torch.empty(lse, device=q.device)", lambda: torch.empty(1, 4, 64, dtype=torch.float32, device=q.device),
          no_grad),
-        ("_unused_outputs", lambda: sdpa._unused_outputs(q), no_grad),
+        ("_unused_outputs", lambda: routers._unused_outputs(q), no_grad),
         ("q.data_ptr() x5", lambda: (q.data_ptr(), q.data_ptr(), q.data_ptr(), q.data_ptr(), q.data_ptr()), no_grad),
         ("q.stride() x5", lambda: (q.stride(), q.stride(), q.stride(), q.stride(), q.stride()), no_grad),
         ("current raw stream", lambda: _backend._current_stream(0), no_grad),

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # bwd_gpu.sh: one device call for backward development: bare CMake build of _C (no pip, so it works
 # before the package is complete), then bwd_check.py (args passed through). Logs go to $OUT.
-#   bash cuda/sm80/dev/bwd_gpu.sh [--check] [--bench] [--quick]
+#   bash scripts/dev/bwd_gpu.sh [--check] [--bench] [--quick]
 set -uo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/bwd_out}"; mkdir -p "$OUT"
 B=/tmp/bwd_build
 t0=$(date +%s)
@@ -16,4 +16,4 @@ cmake -S . -B $B -GNinja -DCMAKE_BUILD_TYPE=Release -DFLASHSDPA_CUDA=ON \
   || { tail -40 "$OUT/build.log"; exit 1; }
 echo "build ok in $(( $(date +%s) - t0 )) s"
 grep -i "spill" "$OUT/build.log" | grep -i bwd | head
-FLASHSDPA_C_DIR=$B/out python3 cuda/sm80/dev/bwd_check.py "$@" 2>&1 | tee "$OUT/check.log"
+FLASHSDPA_C_DIR=$B/out python3 scripts/dev/bwd_check.py "$@" 2>&1 | tee "$OUT/check.log"

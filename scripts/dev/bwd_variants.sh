@@ -3,12 +3,12 @@
 # -D flags (temporary #ifndef knobs put into the kernel for the experiment); all are built
 # in parallel (bf16, sm_90, head dims 64 and 128), then each runs bwd_check.py --bench --quick in
 # its own process (PyTorch flash re-measured alongside, so ratios are same-process).
-#   VARIANTS="base=;alt=-DMY_KNOB=1" CHECK=alt bash cuda/sm80/dev/bwd_variants.sh
+#   VARIANTS="base=;alt=-DMY_KNOB=1" CHECK=alt bash scripts/dev/bwd_variants.sh
 # CHECK names variants that also run the correctness checks and the gradient-accuracy comparison
 # with PyTorch flash (--check --quick --accuracy). BENCH_LAYOUT=bshd times (B, S, H, D) memory, what
 # `python -m flashsdpa bench` times by default and FA2's native layout (FA2 is 1-7% faster there).
 set -uo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/bwd_out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 IFS=';' read -ra VARS <<< "${VARIANTS:-base=}"
@@ -29,7 +29,7 @@ for v in "${VARS[@]}"; do
   name="${v%%=*}"; echo "=== variant $name: ${v#*=}"
   [[ -d /tmp/bv_$name/out ]] || { tail -5 "$OUT/build_$name.log"; continue; }
   what="--bench"; [[ ",${CHECK:-}," == *",$name,"* ]] && what="--bench --check --accuracy"
-  FLASHSDPA_C_DIR=/tmp/bv_$name/out timeout "${VARIANT_TIMEOUT:-150}" python3 cuda/sm80/dev/bwd_check.py $what --quick \
+  FLASHSDPA_C_DIR=/tmp/bv_$name/out timeout "${VARIANT_TIMEOUT:-150}" python3 scripts/dev/bwd_check.py $what --quick \
     > "$OUT/variant_$name.log" 2>&1
   echo "rc=$? $(grep -E '^checks:' "$OUT/variant_$name.log")"
   sed -n '/^   d causal/,$p' "$OUT/variant_$name.log"

@@ -6,7 +6,7 @@ dq/dk/dv against torch autograd in float32 with the project's rule
 (outputs NaN-poisoned, fresh random inputs per case), then timing the backward against PyTorch's
 flash backend (aten._scaled_dot_product_flash_attention_backward) in the same process.
 
-    python cuda/sm80/dev/bwd_check.py [--check] [--bench] [--quick] [--accuracy]
+    python scripts/dev/bwd_check.py [--check] [--bench] [--quick] [--accuracy]
 
 The bench times (B, H, S, D) memory unless BENCH_LAYOUT=bshd (the package bench's default layout),
 at head dims 64 and 128 unless BENCH_DIMS says otherwise (e.g. BENCH_DIMS=256; also for --accuracy).

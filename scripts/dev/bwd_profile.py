@@ -1,6 +1,6 @@
 """bwd_profile.py: one backward of ours and of PyTorch's flash backend on one shape, for ncu.
 
-    ncu --clock-control none -k regex:'dkdv|dq_dk_dv' python cuda/sm80/dev/bwd_profile.py D S CAUSAL
+    ncu --clock-control none -k regex:'dkdv|dq_dk_dv' python scripts/dev/bwd_profile.py D S CAUSAL
 """
 import math
 import os

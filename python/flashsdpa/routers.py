@@ -1,43 +1,32 @@
-# sdpa.py: flashsdpa as a backend of torch.nn.functional.scaled_dot_product_attention.
+# routers.py: flashsdpa's kernels behind PyTorch's fused SDPA ops, at their CUDA dispatch key.
 #
-# Owns (1) the routers: Python kernels at the CUDA dispatch key of PyTorch's flash ops, which run
-# our kernels when selection.py says they can and otherwise hand the call, unchanged, to the
-# kernel PyTorch had there (captured before we registered); (2) activation: enable() / install()
-# / the torch.nn.attention registry entry "FLASHSDPA", refcounted, which registers the routers,
-# puts PyTorch's FLASH backend first in SDPA's priority order (on Hopper PyTorch prefers cuDNN)
-# and pushes a TorchFunctionMode, and on the last exit undoes all three exactly. The mode sends
-# the SDPA calls PyTorch's flash path turns away to our op, and runs eager calls that need no
-# autograd on our kernel itself (the eager path, which skips SDPA's dispatch and the router).
+# Owns the routers: Python kernels registered (by activation.py) at the CUDA key of
+# aten::_scaled_dot_product_flash_attention[_backward] and aten::_flash_attention_forward
+# [_no_dropout_inplace] / _backward, which run our kernels when selection.py says they can and
+# otherwise hand the call, unchanged, to the kernel PyTorch had there (captured before we
+# registered); the outputs they allocate in each op's meta contract; the route table, checked
+# against the live schemas; and the one torch.library.Library that holds them.
 #
 # Routers never override aten::scaled_dot_product_attention itself (that breaks autograd and is
 # ignored by torch.compile) and never register at Meta / Autograd: autograd, autocast, fake
 # tensors and Inductor stay PyTorch's; only the CUDA kernel behind the flash ops changes.
-"""Routing of SDPA's flash ops to flashsdpa's kernels, and enable() / install()."""
+"""The routers at the CUDA key of PyTorch's flash ops, with per-call fallback to PyTorch's kernel."""
 
 from __future__ import annotations
 
 import math
-import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
-from torch.autograd import forward_ad
-from torch.overrides import TorchFunctionMode
 
-from flashsdpa import _backend, masks, ops, selection
+from flashsdpa import _backend, masks, reporting, selection
+from flashsdpa.reporting import log
 
-__all__ = ["REGISTRY_NAME", "enable", "install", "is_active", "uninstall"]
-
-REGISTRY_NAME = "FLASHSDPA"  # torch.nn.attention.activate_flash_attention_impl("FLASHSDPA")
-
-_log = selection._log
-_FLASH = 1  # int(torch.nn.attention.SDPBackend.FLASH_ATTENTION), the value _sdp_priority_order uses
-
+__all__ = ["register_routers", "schema_mismatch", "softmax_scale", "unregister_routers"]
 
 # ---- outputs in each op's meta contract (torch/_meta_registrations.py) ---------------------------
 
@@ -71,7 +60,7 @@ def _unused_outputs(query: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return torch.empty_like(rng_state), torch.empty_like(unused), debug_mask
 
 
-def _softmax_scale(scale: float | None, head_dim: int) -> float:
+def softmax_scale(scale: float | None, head_dim: int) -> float:
     # PyTorch's calculate_scale: the given scale, else 1/sqrt of the (already padded) head dim.
     return 1.0 / math.sqrt(head_dim) if scale is None else scale
 
@@ -88,7 +77,7 @@ def _fall_back(
 ) -> Any:
     """Hand the call to PyTorch's kernel with the arguments exactly as the dispatcher gave them."""
     counts[1] += 1
-    selection.note_fallback(f"aten::{op}", reason)
+    reporting.note_fallback(f"aten::{op}", reason)
     native = _NATIVE.get(op)
     if native is None:
         raise RuntimeError(f"flashsdpa: aten::{op} has no PyTorch CUDA kernel to fall back to ({reason})")
@@ -138,8 +127,8 @@ def _bwd_tensors_reason(
 
 _SDPA_FWD = "_scaled_dot_product_flash_attention"
 _SDPA_BWD = "_scaled_dot_product_flash_attention_backward"
-_SDPA_FWD_COUNTS = selection.counter(f"aten::{_SDPA_FWD}")
-_SDPA_BWD_COUNTS = selection.counter(f"aten::{_SDPA_BWD}")
+_SDPA_FWD_COUNTS = reporting.counter(f"aten::{_SDPA_FWD}")
+_SDPA_BWD_COUNTS = reporting.counter(f"aten::{_SDPA_BWD}")
 
 
 # SDPA's flash op sends only square causal calls (its filter), where both alignments agree: its
@@ -173,7 +162,7 @@ def _sdpa_flash_forward(
     batch, heads, seqlen_q, head_dim = query.shape
     out = torch.empty_like(query)
     lse = query.new_empty(batch, heads, seqlen_q, dtype=torch.float32)
-    _backend.launch_fwd(query, key, value, out, lse, _softmax_scale(scale, head_dim), _SDPA_MASKS[is_causal])
+    _backend.launch_fwd(query, key, value, out, lse, softmax_scale(scale, head_dim), _SDPA_MASKS[is_causal])
     _SDPA_FWD_COUNTS[0] += 1
     return (out, lse, None, None, seqlen_q, key.shape[2], *_unused_outputs(query))
 
@@ -196,7 +185,7 @@ def _sdpa_flash_backward(keyset: Any, *args: Any, scale: float | None = None) ->
         return _fall_back(_SDPA_BWD, _SDPA_BWD_COUNTS, reason, keyset, args, {"scale": scale})
     dq, dk, dv = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
     grad_out = _backend.aligned_rows(grad_out)
-    scale_ = _softmax_scale(scale, query.shape[3])
+    scale_ = softmax_scale(scale, query.shape[3])
     _backend.launch_bwd(grad_out, query, key, value, out, logsumexp, dq, dk, dv, scale_, _SDPA_MASKS[is_causal])
     _SDPA_BWD_COUNTS[0] += 1
     return dq, dk, dv
@@ -211,9 +200,9 @@ def _sdpa_flash_backward(keyset: Any, *args: Any, scale: float | None = None) ->
 _FLASH_FWD = "_flash_attention_forward"
 _FLASH_FWD_INPLACE = "_flash_attention_forward_no_dropout_inplace"
 _FLASH_BWD = "_flash_attention_backward"
-_FLASH_FWD_COUNTS = selection.counter(f"aten::{_FLASH_FWD}")
-_FLASH_FWD_INPLACE_COUNTS = selection.counter(f"aten::{_FLASH_FWD_INPLACE}")
-_FLASH_BWD_COUNTS = selection.counter(f"aten::{_FLASH_BWD}")
+_FLASH_FWD_COUNTS = reporting.counter(f"aten::{_FLASH_FWD}")
+_FLASH_FWD_INPLACE_COUNTS = reporting.counter(f"aten::{_FLASH_FWD_INPLACE}")
+_FLASH_BWD_COUNTS = reporting.counter(f"aten::{_FLASH_BWD}")
 
 # Keyword-only arguments the routers read. num_splits only tunes how PyTorch's kernel splits the
 # keys, so it is ignored; any other keyword given (alibi_slopes, block_table, newer ones) means math
@@ -279,7 +268,7 @@ def _flash_forward_run(plan: _FlashPlan, out: Tensor, args: tuple[Any, ...], kwa
     """Run a planned forward into ``out`` (laid out like the query argument); returns the LSE.
     ``args`` are the forward's (query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, ...)."""
     cum_seq_q, cum_seq_k, max_q, max_k = args[3:7]
-    scale = _softmax_scale(kwargs.get("scale"), plan.q.shape[-1])
+    scale = softmax_scale(kwargs.get("scale"), plan.q.shape[-1])
     if plan.varlen:
         lse = out.new_empty(plan.q.shape[1], plan.q.shape[0], dtype=torch.float32)
         seqused_k = kwargs.get("seqused_k")
@@ -341,7 +330,7 @@ def _flash_backward(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         return _fall_back(_FLASH_BWD, _FLASH_BWD_COUNTS, str(reason), keyset, args, kwargs)
     grad_out = _backend.aligned_rows(grad_out)
     dq, dk, dv = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
-    scale = _softmax_scale(kwargs.get("scale"), query.shape[-1])
+    scale = softmax_scale(kwargs.get("scale"), query.shape[-1])
     if plan.varlen:
         varlen = (cum_seq_q, cum_seq_k, None, max_q, max_k)
         _backend.launch_bwd(grad_out, query, key, value, out, logsumexp, dq, dk, dv, scale, plan.mask, varlen)
@@ -405,7 +394,7 @@ def _native_kernel(op: str) -> Any:
         return None
 
 
-def _register_routers() -> torch.library.Library:
+def register_routers() -> torch.library.Library:
     """One Library holding every router this torch can take; destroying it restores PyTorch's kernels."""
     lib = torch.library.Library("aten", "IMPL")
     for route in _ROUTES:
@@ -414,7 +403,7 @@ def _register_routers() -> torch.library.Library:
             continue  # older torch: the op does not exist (e.g. the inplace forward before 2.12)
         mismatch = schema_mismatch(route, packet.default._schema)
         if mismatch is not None:
-            _log.warning("flashsdpa: not routing aten::%s on this torch: %s", route.op, mismatch)
+            log.warning("flashsdpa: not routing aten::%s on this torch: %s", route.op, mismatch)
             continue
         _NATIVE[route.op] = _native_kernel(route.op)  # before registering: afterwards it would be ours
         with warnings.catch_warnings():
@@ -424,380 +413,10 @@ def _register_routers() -> torch.library.Library:
     return lib
 
 
-def _destroy(lib: torch.library.Library) -> None:
+def unregister_routers(lib: torch.library.Library) -> None:
+    """Destroy the Library register_routers() made: PyTorch's kernels are back at once."""
     # _destroy() deregisters now; merely dropping the reference would wait for the GC.
     destroy = getattr(lib, "_destroy", None)
     if destroy is not None:
         destroy()
 
-
-# ---- the TorchFunctionMode -----------------------------------------------------------------------
-
-_SDPA = F.scaled_dot_product_attention
-
-# The calls the mode's eager path serves, counted apart from the routers' aten ops so that stats()
-# shows which road a call took.
-EAGER_SDPA = "F.scaled_dot_product_attention (eager, no grad)"
-_EAGER_COUNTS = selection.counter(EAGER_SDPA)
-
-# What the eager path asks on every call, bound to module names: one global lookup instead of an
-# attribute chain saves 20-40 ns a call on CPU (torch.is_grad_enabled(): 57 -> 37 ns), and the C
-# function behind torch.backends.cuda.flash_sdp_enabled() costs 40 ns against the wrapper's 155.
-# The torch._C internals fall back to answers that keep every call on the usual roads, should a
-# torch lack one (torch 2.13 has them all).
-_is_grad_enabled = torch.is_grad_enabled
-_is_compiling = torch.compiler.is_compiling
-_is_autocast_enabled = torch.is_autocast_enabled
-_functorch_active: Callable[[], bool] = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
-_function_modes: Callable[[], int] = getattr(torch._C, "_len_torch_function_stack", lambda: 1)
-_dispatch_modes: Callable[[], int] = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 1)
-_flash_sdp_enabled: Callable[[], bool] = getattr(
-    torch._C, "_get_flash_sdp_enabled", torch.backends.cuda.flash_sdp_enabled
-)
-_sdp_priority_order = getattr(torch._C, "_get_sdp_priority_order", None)
-
-
-def _sdpa_arguments(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attn_mask: Any = None,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-) -> tuple[Tensor, Tensor, Tensor, Any, float, bool, float | None, bool]:
-    return query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
-
-
-def _direct_sdpa(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attn_mask: Any,
-    dropout_p: float,
-    is_causal: bool,
-    scale: float | None,
-    enable_gqa: bool,
-) -> Tensor | None:
-    """Run an SDPA call that PyTorch's flash path turns away on our op; None leaves it to SDPA."""
-    if not isinstance(query, Tensor) or not query.is_cuda or query.is_nested:
-        return None  # nested tensors take SDPA's road (to the varlen routers); strided ones have no .shape
-    # An sdpa_kernel context (or enable_flash_sdp(False)) that excludes flash keeps the call away
-    # from us too. Read in eager only: Dynamo cannot trace the flag (and does not guard on it).
-    if not torch.compiler.is_compiling() and not torch.backends.cuda.flash_sdp_enabled():
-        return None
-    mode = selection.direct_causal_mode(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
-    if mode is None:
-        return None
-    scale_ = _softmax_scale(scale, query.shape[-1])
-    return torch.ops.flashsdpa.fwd.default(query, key, value, scale_, masks.BY_CAUSAL_MODE[mode])[0]
-
-
-def _flash_path_shapes(query: Any, key: Any, value: Any, is_causal: bool) -> bool:
-    """For a call without attn_mask: whether PyTorch's flash path accepts its shapes as they are
-    (value head dim equal to the query's; equal lengths when causal), so that _direct_sdpa has
-    nothing to decide. That is the common call: skipping _direct_sdpa's flag reads and tensor
-    checks takes the mode's decision from 1.4-1.6 us to 0.45-0.75 us (CPU, timeit).
-
-    Anything whose shapes it cannot read (non-tensors, fewer than two dims, strided nested
-    tensors) answers False: _direct_sdpa then decides.
-    """
-    try:
-        shape = query.shape  # read once: each .shape builds a torch.Size (about 0.1 us)
-        return value.shape[-1] == shape[-1] and (not is_causal or shape[-2] == key.shape[-2])
-    except (AttributeError, IndexError, RuntimeError, TypeError):
-        return False
-
-
-def _eager_skip_reason(query: Any, key: Any, value: Any, dropout_p: float, enable_gqa: bool) -> str | None:
-    """Why a call without attn_mask cannot skip SDPA and run our kernel right here; None if it can.
-    (SDPA's argument parser has run: is_causal and enable_gqa are bools, scale None or a number.)
-
-    The eager path serves what SDPA would send to the routers (or the mode to our op) anyway, with
-    exactly their result, and nothing whose meaning something else on the way would change:
-    autograd, torch.compile, autocast, functorch transforms, forward AD, other torch-function or
-    dispatch modes, tensor subclasses, a flash backend that SDPA would not pick. Each reason is a
-    constant (nothing is formatted: on the training path every call ends here), tested in order of
-    cost and of how often it decides.
-    """
-    if type(query) is not Tensor or type(key) is not Tensor or type(value) is not Tensor:
-        return "not three plain tensors: subclasses (FakeTensor, DTensor, jagged nested, ...) take SDPA's road"
-    if _is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
-        return "gradients needed: the flash op's autograd node records the backward"
-    if _is_compiling():
-        return "torch.compile is tracing: the graph records SDPA's own choice"
-    if dropout_p != 0.0:
-        return "dropout: the routers send it to PyTorch's kernel"
-    if not query.is_cuda or query.is_nested:
-        return "not a dense CUDA tensor"
-    if _is_autocast_enabled("cuda"):
-        return "CUDA autocast: SDPA casts the inputs first"
-    if getattr(forward_ad, "_current_level", 0) >= 0 or _functorch_active():  # no attribute: as if a level were on
-        return "forward AD or a functorch transform (vmap, grad, ...) is active: it wraps SDPA's ops"
-    if _function_modes() or _dispatch_modes():
-        # Counted with this mode off its stack: only modes below it, and every dispatch mode.
-        return "another torch-function or dispatch mode is active: it would not see SDPA's call"
-    if not _flash_sdp_enabled() or (_sdp_priority_order is not None and _sdp_priority_order()[0] != _FLASH):
-        return "PyTorch's flash backend is disabled or not first: SDPA may pick another backend"
-    if not selection.dense_ok(query, key, value):
-        return "our kernels cannot read these tensors as they are: the routers' or the mode's checks decide"
-    if not enable_gqa and query.shape[1] != key.shape[1]:
-        return "query and key heads differ without enable_gqa=True: SDPA raises its own error"
-    return None
-
-
-_EAGER_MASKS = (masks.NO_MASK, masks.CAUSAL_TOP_LEFT)  # by SDPA's is_causal (top-left)
-
-
-def _eager_sdpa(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float | None) -> Tensor:
-    """Run a call that _eager_skip_reason() passed: our kernel on the tensors as they are, no
-    autograd node (none is needed), SDPA's output. The output is laid out as SDPA's flash path and
-    flashsdpa's op lay theirs (empty_like(query); ops._empty_out when the value head dim differs).
-    No LSE: nothing reads it here, and its allocation was 2.3 of the path's ~19 us (H200 probe)."""
-    head_dim = query.shape[3]
-    head_dim_v = value.shape[3]
-    out = torch.empty_like(query) if head_dim_v == head_dim else ops._empty_out(query, head_dim_v)
-    # SDPA's is_causal is top-left (mode 1); with seqlen_q == seqlen_k, where the routers run it as
-    # bottom-right (2), the two are the same diagonal.
-    _backend.launch_fwd(query, key, value, out, None, _softmax_scale(scale, head_dim), _EAGER_MASKS[is_causal])
-    _EAGER_COUNTS[0] += 1
-    return out
-
-
-def _route_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor | None:
-    """The mode's decision for one F.scaled_dot_product_attention call: its output when the mode
-    serves it (the eager path, or our op for what PyTorch's flash path turns away), None when SDPA
-    runs it (reaching the routers when PyTorch's flash path takes it)."""
-    try:
-        # Python's own binding of SDPA's signature is the cheapest reading of the call (0.1 to
-        # 0.2 us on CPU, with any mix of positional and keyword arguments) and the exact one.
-        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = _sdpa_arguments(*args, **kwargs)
-    except TypeError:
-        return None  # let SDPA report its own argument error
-    if attn_mask is None:
-        if _eager_skip_reason(query, key, value, dropout_p, enable_gqa) is None:
-            return _eager_sdpa(query, key, value, is_causal, scale)
-        if _flash_path_shapes(query, key, value, is_causal):
-            return None
-    return _direct_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-
-
-class _FlashSDPAMode(TorchFunctionMode):
-    """On the torch-function mode stack while flashsdpa is active.
-
-    Dynamo guards on the mode stack, so a function compiled outside recompiles when called inside
-    and back: SDPA's backend choice is made at trace time and is not otherwise guarded, so without
-    the mode a graph traced outside would keep PyTorch's choice inside, and the other way round.
-    It also sends the F.scaled_dot_product_attention calls that PyTorch's flash path turns away
-    but our kernels serve (top-left causal with seqlen_q != seqlen_k, value head dim != query's,
-    causal_lower_right masks) straight to flashsdpa's op, and in eager code without autograd runs
-    the calls our kernels serve right here (_eager_skip_reason), skipping SDPA, the dispatcher and
-    the routers. Default __enter__/__exit__, as Dynamo requires for graph breaks under a mode.
-    """
-
-    def __torch_function__(
-        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
-    ) -> Any:
-        if kwargs is None:
-            kwargs = {}
-        if func is _SDPA:
-            out = _route_sdpa(args, kwargs)
-            if out is not None:
-                return out
-        return func(*args, **kwargs)
-
-
-def _remove_mode(mode: TorchFunctionMode) -> bool:
-    """Take ``mode`` off this thread's torch-function stack wherever it sits (install() and
-    uninstall() need not nest with other modes); False if it is not on this thread's stack."""
-    above = []
-    found = False
-    while torch._C._len_torch_function_stack() > 0:
-        top = torch._C._pop_torch_function_stack()
-        if top is mode:
-            found = True
-            break
-        above.append(top)
-    for m in reversed(above):
-        torch._C._push_on_torch_function_stack(m)
-    return found
-
-
-# ---- SDPA's backend priority ---------------------------------------------------------------------
-
-_priority_warmed = False
-
-
-def _warm_priority() -> None:
-    """Run PyTorch's lazy priority initialization now. It happens at the first SDPA selection on
-    CUDA and, on Hopper with a recent cuDNN, rewrites the order to cuDNN-first; if that first
-    selection came after we set our order, it would overwrite ours, and our restore would leave
-    the process with the pre-init order (flash first) forever."""
-    global _priority_warmed
-    if _priority_warmed or not torch.cuda.is_available():
-        return
-    tiny = torch.zeros(1, 1, 1, 8, dtype=torch.float16, device="cuda")
-    torch._fused_sdp_choice(tiny, tiny, tiny)
-    _priority_warmed = True
-
-
-def _prefer_flash() -> list[int] | None:
-    """Put FLASH first in SDPA's priority order; returns the order to restore (None: unchanged).
-    Calls that PyTorch's flash filter rejects (masks, for instance) still take the next backend
-    in PyTorch's own order."""
-    get_order = getattr(torch._C, "_get_sdp_priority_order", None)
-    set_order = getattr(torch._C, "_set_sdp_priority_order", None)
-    if get_order is None or set_order is None:
-        return None
-    _warm_priority()
-    saved = [int(b) for b in get_order()]
-    set_order([_FLASH, *(b for b in saved if b != _FLASH)])
-    return saved
-
-
-def _kernels_usable() -> bool:
-    """Whether this process can run our kernels at all: a CUDA build of _C and a CUDA device."""
-    return _backend.CUDA_KERNELS and torch.cuda.is_available()
-
-
-# ---- activation ----------------------------------------------------------------------------------
-
-
-@dataclass
-class _Activation:
-    library: torch.library.Library
-    mode: _FlashSDPAMode
-    saved_order: list[int] | None
-
-
-_lock = threading.RLock()
-_refcount = 0
-_active: _Activation | None = None
-_installed = False
-_warned_unusable = False
-
-
-def _activate() -> _Activation:
-    global _warned_unusable
-    usable = _kernels_usable()
-    if usable:
-        _backend.prime_devices()  # device checks become dict reads that torch.compile can trace
-    elif torch.cuda.is_available() and not _warned_unusable:
-        _warned_unusable = True
-        warnings.warn(f"flashsdpa: {_backend.UNAVAILABLE_REASON}; SDPA keeps PyTorch's kernels", stacklevel=4)
-    library = _register_routers()
-    try:
-        # Reordering only matters, and is only done, where our kernels can run.
-        saved_order = _prefer_flash() if usable else None
-        try:
-            mode = _FlashSDPAMode()
-            mode.__enter__()
-        except BaseException:
-            _restore_order(saved_order)
-            raise
-    except BaseException:
-        _destroy(library)
-        raise
-    return _Activation(library, mode, saved_order)
-
-
-def _restore_order(saved_order: list[int] | None) -> None:
-    if saved_order is not None:
-        torch._C._set_sdp_priority_order(saved_order)
-
-
-def _deactivate(state: _Activation) -> None:
-    if not _remove_mode(state.mode):
-        _log.warning(
-            "flashsdpa: deactivated from a thread other than the one that activated it; "
-            "that thread keeps flashsdpa's (then inert) TorchFunctionMode"
-        )
-    _restore_order(state.saved_order)
-    _destroy(state.library)
-
-
-def _acquire() -> None:
-    global _refcount, _active
-    with _lock:
-        if _refcount == 0:
-            _active = _activate()
-        _refcount += 1
-
-
-def _release() -> None:
-    global _refcount, _active
-    with _lock:
-        if _refcount == 0:
-            raise RuntimeError("flashsdpa: released more often than activated")
-        _refcount -= 1
-        if _refcount == 0:
-            state, _active = _active, None
-            assert state is not None
-            _deactivate(state)
-
-
-class enable:  # lowercase: used like torch.no_grad
-    """Context manager: while active, SDPA calls our kernels can serve run them.
-
-    ``with flashsdpa.enable(): ...``. Re-entrant and refcounted with install() and the registry
-    activation: the first entry activates, the last exit deactivates, restoring SDPA's priority
-    order and PyTorch's kernels exactly. Process-wide (SDPA's dispatch is), except the
-    TorchFunctionMode, which lives on the entering thread.
-    """
-
-    def __enter__(self) -> enable:
-        _acquire()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        _release()
-
-
-def install() -> None:
-    """Activate flashsdpa for the whole process (until uninstall()); idempotent."""
-    global _installed
-    with _lock:
-        if not _installed:
-            _acquire()
-            _installed = True
-
-
-def uninstall() -> None:
-    """Undo install(); a no-op if not installed. Active enable() contexts stay active."""
-    global _installed
-    with _lock:
-        if _installed:
-            _installed = False
-            _release()
-
-
-def is_active() -> bool:
-    """Whether flashsdpa's routers are registered (an enable() context, install() or the registry)."""
-    return _refcount > 0
-
-
-class _RegistryHandle:
-    """What torch.nn.attention.activate_flash_attention_impl("FLASHSDPA") keeps: one activation,
-    released by restore_flash_attention_impl() through remove()."""
-
-    def __init__(self) -> None:
-        _acquire()
-        self._held = True
-
-    def remove(self) -> None:
-        if self._held:
-            self._held = False
-            _release()
-
-
-def _register_with_torch() -> bool:
-    """Offer flashsdpa to torch.nn.attention's registry (torch 2.10+). Never activates."""
-    register = getattr(torch.nn.attention, "register_flash_attention_impl", None)
-    if register is None:
-        return False
-    register(REGISTRY_NAME, register_fn=_RegistryHandle)
-    return True
-
-
-_register_with_torch()

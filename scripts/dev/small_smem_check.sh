@@ -6,7 +6,7 @@
 # run too. Correctness only (bwd_check.py --check); head-dim pairs with no fitting tile are
 # expected to be refused (they fall back in the package).
 set -uo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/bwd_out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 pyb="$(python3 -c 'import pybind11;print(pybind11.get_cmake_dir())')"
@@ -23,7 +23,7 @@ for arch in 80 90; do
   for cap in 166912 101376; do
     echo "=== build sm_$arch, shared memory capped at $cap bytes"
     FLASHSDPA_MAX_SMEM_PER_BLOCK=$cap FLASHSDPA_C_DIR=/tmp/small_$arch/out timeout 200 \
-      python3 cuda/sm80/dev/bwd_check.py --check > "$OUT/small_${arch}_$cap.log" 2>&1
+      python3 scripts/dev/bwd_check.py --check > "$OUT/small_${arch}_$cap.log" 2>&1
     echo "rc=$? $(grep -E '^checks:' "$OUT/small_${arch}_$cap.log")"
     grep -E "^FAIL" "$OUT/small_${arch}_$cap.log" | cut -c1-200 | sort | uniq -c | sort -rn | head -8
   done

@@ -1,9 +1,11 @@
-// fwd_check.cu: standalone development check of the sm80 forward kernel, no Python or torch.
-// Runs run_fwd_sm80_ on a table of awkward cases against a naive float32 CUDA reference (random
+// fwd_check.cu: standalone development check of the forward kernels, no Python or torch.
+// Runs run_fwd_sm80_ (and run_fwd_sm90 where it serves) on a table of awkward cases against a naive float32 CUDA reference (random
 // inputs, NaN-poisoned outputs), then times the kernel on the benchmark shapes.
 //
 //   nvcc -std=c++17 -O3 -gencode arch=compute_90,code=sm_90 -I backend/include -I cuda \
-//        cuda/sm80/dev/fwd_check.cu -o fwd_check && ./fwd_check [check|bench|all]
+//        scripts/dev/fwd_check.cu -o fwd_check && ./fwd_check [check|bench|all]
+// With -DFWD_CHECK_SM90 (and the sm90 sources; see scripts/dev/build_fwd_check_sm90.sh) every
+// case the Hopper family takes runs on it, and `bench_sm90` times it against the portable kernel.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,6 +17,10 @@
 #include <vector>
 
 #include "sm80/fwd_launch_sm80.cuh"
+#ifdef FWD_CHECK_SM90
+#include "flashsdpa/kernels.h"
+#include "sm90/fwd_launch_sm90.cuh"
+#endif
 
 using namespace flashsdpa;
 
@@ -185,8 +191,24 @@ __global__ void compare(Problem p, const Elem* o, const float* lse, const float*
   }
 }
 
+const char* g_family = "sm80";  // the family the last run_bucket call launched
+
 template <typename Elem>
 cudaError_t run_bucket(int bucket, const AttnFwdParams& p) {
+  g_family = "sm80";
+#ifdef FWD_CHECK_SM90
+  // The host's capability table picks the sm90 bucket (64, 128, 256) and checks cc 9.0, dense,
+  // masks none / causal; here the cases are chosen so, and the bucket is set by hand.
+  AttnFwdParams p90 = p;
+  const int need = std::max(p.head_dim_qk, p.head_dim_v);
+  p90.head_dim_bucket = need <= 64 ? 64 : need <= 128 ? 128 : need <= 256 ? 256 : 0;
+  if (bucket > 0 && p.cu_seqlens_q == nullptr && fwd_sm90_unsupported(p90) == nullptr) {
+    g_family = "sm90";
+    const auto err = static_cast<cudaError_t>(run_fwd_sm90(p90, 0));
+    if (err != cudaErrorNotSupported) return err;
+    g_family = "sm80 (TMA refused)";
+  }
+#endif
   switch (bucket) {
     case -256: return launch_fwd_sm80<FwdTraitsSm80<Elem, 256, 64, 64, 4>>(p, 0);  // 99 KB-smem tile
     case 160: return run_fwd_sm80_<Elem, 160>(p, 0);
@@ -308,7 +330,7 @@ bool run_case(const Case& c, uint64_t seed) {
   p.head_dim_qk = c.Dqk; p.head_dim_v = c.Dv;
   p.cu_seqlens_q = pr.cu_q; p.cu_seqlens_k = pr.cu_k; p.seqused_k = nullptr;
   p.scale = pr.scale; p.scale_log2 = pr.scale * 1.4426950408889634f;
-  p.causal = CausalMode(c.causal);
+  p.mask = MaskSpec{-1, c.causal ? 0 : -1, c.causal == 2 ? MaskAlign::kBottomRight : MaskAlign::kTopLeft};
   p.dtype = c.bf16 ? DType::kBFloat16 : DType::kFloat16;
   p.num_sms = 132;
   p.cc_major = 9;
@@ -341,8 +363,8 @@ bool run_case(const Case& c, uint64_t seed) {
   // of |O| each; randn-like values keep |O| under ~4.
   const float o_tol = c.bf16 ? 3e-2f : 4e-3f;
   const bool ok = o_err <= o_tol && lse_err <= 1e-3f && st.bad == 0 && st.pad_touched == 0;
-  std::printf("%-4s %-44s bucket %3d  max|dO| %.2e  max|dLSE| %.2e  bad %llu  pad %llu\n", ok ? "ok" : "FAIL",
-              c.name.c_str(), bucket, o_err, lse_err, st.bad, st.pad_touched);
+  std::printf("%-4s %-44s %s bucket %3d  max|dO| %.2e  max|dLSE| %.2e  bad %llu  pad %llu\n", ok ? "ok" : "FAIL",
+              c.name.c_str(), g_family, bucket, o_err, lse_err, st.bad, st.pad_touched);
   return ok;
 }
 
@@ -440,7 +462,7 @@ void bench_one(const char* name, Launcher launch, int d, int s, int causal, bool
   p.batch = B; p.heads_q = p.heads_kv = H; p.seqlen_q = p.seqlen_k = s;
   p.head_dim_qk = p.head_dim_v = d;
   p.scale = 1.f / std::sqrt(float(d)); p.scale_log2 = p.scale * 1.4426950408889634f;
-  p.causal = CausalMode(causal); p.dtype = bf16 ? DType::kBFloat16 : DType::kFloat16;
+  p.mask = MaskSpec{-1, causal ? 0 : -1, causal == 2 ? MaskAlign::kBottomRight : MaskAlign::kTopLeft}; p.dtype = bf16 ? DType::kBFloat16 : DType::kFloat16;
   std::vector<float> times;
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0)); CHECK_CUDA(cudaEventCreate(&e1));
@@ -496,12 +518,65 @@ void run_bench(const std::string& mode) {
   }
 }
 
+#ifdef FWD_CHECK_SM90
+template <int kD, int kM, int kN, int kS, bool kPingPong>
+cudaError_t run_variant_sm90(const AttnFwdParams& p, cudaStream_t s) {
+  return launch_fwd_sm90<FwdTraitsSm90<__nv_bfloat16, kD, kM, kN, kS, kPingPong>>(p, s);
+}
+template <int kD, int kM, int kN, int kS, bool kPingPong = (kD <= 128)>
+Launcher variant_sm90() {
+  return &run_variant_sm90<kD, kM, kN, kS, kPingPong>;
+}
+template <int kD>
+cudaError_t run_non_persistent(const AttnFwdParams& p, cudaStream_t s) {
+  constexpr FwdTileShapeSm90 t = fwd_tile_shape_sm90(kD);
+  return launch_fwd_sm90<FwdTraitsSm90<__nv_bfloat16, kD, t.block_m, t.block_n, t.stages, (kD <= 128)>>(p, s, false);
+}
+
+// The Hopper family on the standard sweep (transposed (B, S, H, D) views, as the Python bench),
+// the portable kernel beside it at 2k and 8k, and tile variants at 8k.
+void run_bench_sm90(const std::string& mode) {
+  std::printf("bench,config,D,S,causal,ms,tflops\n");
+  const bool quick = mode == "bench_sm90_quick";
+  for (int d : {64, 128, 256})
+    for (int causal : {0, 1})
+      for (int s : {512, 1024, 2048, 4096, 8192, 16384}) {
+        if (quick && s != 2048 && s != 8192) continue;
+        Launcher l = d == 64 ? &run_fwd_sm90_<__nv_bfloat16, 64>
+                     : d == 128 ? &run_fwd_sm90_<__nv_bfloat16, 128>
+                                : &run_fwd_sm90_<__nv_bfloat16, 256>;
+        bench_one("sm90", l, d, s, causal, true, true);
+        Launcher np = d == 64 ? &run_non_persistent<64> : d == 128 ? &run_non_persistent<128> : &run_non_persistent<256>;
+        bench_one("sm90 non-persistent", np, d, s, causal, true, true);
+        if (s == 2048 || s == 8192) {
+          Launcher l80 = d == 64 ? &run_fwd_sm80_<__nv_bfloat16, 64>
+                         : d == 128 ? &run_fwd_sm80_<__nv_bfloat16, 128>
+                                    : &run_fwd_sm80_<__nv_bfloat16, 256>;
+          bench_one("sm80", l80, d, s, causal, true, true);
+        }
+      }
+  for (int causal : {0, 1}) {
+    bench_one("sm90 fp16", &run_fwd_sm90_<__half, 128>, 128, 8192, causal, false, true);
+    bench_one("sm90 128x176", variant_sm90<128, 128, 176, 2>(), 128, 8192, causal, true, true);
+    bench_one("sm90 128x128x3st", variant_sm90<128, 128, 128, 3>(), 128, 8192, causal, true, true);
+    bench_one("sm90 d64 192x128x3st", variant_sm90<64, 192, 128, 3>(), 64, 8192, causal, true, true);
+    bench_one("sm90 d256 pingpong", variant_sm90<256, 128, 64, 2, true>(), 256, 8192, causal, true, true);
+  }
+}
+#endif
+
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "all";
   int failures = 0;
   if (what == "check" || what == "all") failures = run_checks(false);
   if (what == "small") failures = run_checks(true);
   if (what == "all") run_bench("bench");
+#ifdef FWD_CHECK_SM90
+  if (what.rfind("bench_sm90", 0) == 0) {
+    run_bench_sm90(what);
+    return failures ? 1 : 0;
+  }
+#endif
   if (what.rfind("bench", 0) == 0) run_bench(what);
   return failures ? 1 : 0;
 }

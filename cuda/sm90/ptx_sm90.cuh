@@ -1,0 +1,131 @@
+// ptx_sm90.cuh: the Hopper-only (sm_90a) primitives of the sm90 kernel family, over PTX: wgmma
+// matrix descriptors and fences, mbarriers, TMA (bulk tensor) loads and stores, setmaxnreg and
+// named barriers. The companion of common/ptx.cuh; every inline asm of the family lives here or in
+// the generated wgmma_ops.cuh, so the kernels read like the algorithm.
+//
+// Shared-memory tiles of this family are stored the way TMA's 128-byte swizzle writes them: a
+// tile of R rows x D columns (16-bit) is D / 64 column blocks of R rows x 128 bytes, each block
+// 1024-byte aligned, and inside a block the 16-byte chunk c of row r sits at chunk c ^ (r % 8).
+// wgmma reads that layout directly through a descriptor with swizzle mode "128B".
+#pragma once
+
+#include <cstdint>
+
+#include "sm90/wgmma_ops.cuh"
+
+namespace flashsdpa {
+namespace sm90 {
+
+// ---- wgmma matrix descriptors ------------------------------------------------------------------
+// 64-bit descriptor (PTX ISA "matrix descriptor format"): start address >> 4 in bits 0-13,
+// leading-dimension byte offset >> 4 in 16-29, stride-dimension byte offset >> 4 in 32-45,
+// swizzle mode in 62-63 (1 = 128-byte swizzle). Base offset 0: every 8-row atom is 1024-aligned.
+//
+// K-major operand (rows of the M/N dimension, K contiguous: Q and K): 8 rows x 128 bytes form a
+// swizzle atom; the next 8 rows are SBO = 1024 bytes on; LBO is unused for swizzled K-major
+// operands (1 by convention). A k16 step inside a 64-column block advances the start by 32 bytes.
+//
+// MN-major operand (K rows, N contiguous: V read as the B of P V): each 128-byte row holds 64 N
+// values of one k; 8 k rows form an atom; the next 8 k rows are SBO = 1024 bytes on, the next 64
+// N values (the next column block) LBO = rows * 128 bytes on.
+__device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo_bytes >> 4) << 16) |
+         (static_cast<uint64_t>(sbo_bytes >> 4) << 32) | (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving reads or writes of an accumulator across an asynchronous wgmma
+// (it cannot see that the tensor cores own those registers between issue and wait).
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// ---- mbarriers ---------------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes the initializations visible to the async proxy (TMA completes transactions on them).
+__device__ __forceinline__ void fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// One arrival plus `bytes` of expected TMA transactions for the current phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// Until the phase of parity `parity` has completed (a fresh barrier counts as having completed
+// the phase of parity 1, so producers wait on `phase ^ 1` for empty slots on their first pass).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+// ---- TMA (bulk tensor copies) -----------------------------------------------------------------
+// The tensor map is a __grid_constant__ kernel parameter; its generic address is what PTX takes.
+__device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
+}
+// Global -> shared, one box at coordinates (c0 innermost .. c3), completing `bytes` on `bar`.
+// Out-of-bounds parts of the box are filled with zeros.
+__device__ __forceinline__ void tma_load_4d(uint32_t smem, const void* tmap, uint32_t bar, int c0, int c1, int c2,
+                                            int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];\n" ::"r"(smem),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+// Shared -> global; out-of-bounds parts of the box are not written.
+__device__ __forceinline__ void tma_store_4d(const void* tmap, uint32_t smem, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(tmap)),
+               "r"(smem), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until the committed stores have read their shared-memory source (it may then be reused or freed).
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// Orders this thread's ordinary shared-memory writes before later async-proxy (TMA, wgmma) reads.
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// ---- registers and barriers among warpgroups ------------------------------------------------------
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+// Named barriers 1..15 (0 is __syncthreads). `threads` counts every participant, a multiple of 32.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace sm90
+}  // namespace flashsdpa

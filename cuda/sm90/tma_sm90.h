@@ -1,0 +1,82 @@
+// tma_sm90.h: TMA descriptors (CUtensorMap) for the Hopper family, encoded on the host.
+//
+// cuTensorMapEncodeTiled is a driver API function; it is reached through the runtime's
+// cudaGetDriverEntryPointByVersion, so _C links no libcuda (the driver is loaded by the runtime
+// anyway). Encoding is a pure host computation (no GPU round trip, no synchronization), so a
+// call captured into a CUDA graph keeps the descriptors it was captured with, by value, in the
+// kernel's parameters.
+//
+// A (B, H, S, D) tensor with element strides (row, head, batch) and unit stride along D becomes a
+// 4-D map {D, S, H, B}; boxes are 64 columns (128 bytes: the 128-byte swizzle's span) x `box_rows`
+// rows of one (head, batch). Reads outside {D, S} are zero-filled and writes there are dropped,
+// which is how ragged sequence ends and head dims below the bucket need no code in the kernel.
+// TMA needs a 16-byte-aligned base and strides that are multiples of 16 bytes (below 2^40):
+// tma_compatible() says whether a tensor qualifies; others take the portable family.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+
+namespace flashsdpa {
+
+struct TmaTensor4d {
+  const void* ptr;
+  int64_t dim, rows, heads, batch;            // sizes, innermost first
+  int64_t row_stride, head_stride, batch_stride;  // in elements (16-bit)
+};
+
+inline bool tma_stride_ok(int64_t stride_elems, int64_t size) {
+  if (size <= 1) return true;  // never stepped over: replaced by a valid stride when encoding
+  const int64_t bytes = stride_elems * 2;
+  return bytes > 0 && bytes % 16 == 0 && bytes < (int64_t{1} << 40);
+}
+
+inline bool tma_compatible(const TmaTensor4d& t) {
+  return reinterpret_cast<uintptr_t>(t.ptr) % 16 == 0 && tma_stride_ok(t.row_stride, t.rows) &&
+         tma_stride_ok(t.head_stride, t.heads) && tma_stride_ok(t.batch_stride, t.batch);
+}
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+inline EncodeTiledFn encode_tiled_fn() {
+  static EncodeTiledFn fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult status;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status) ==
+            cudaSuccess &&
+        status == cudaDriverEntryPointSuccess) {
+      fn = reinterpret_cast<EncodeTiledFn>(ptr);
+    }
+  });
+  return fn;
+}
+
+inline cudaError_t encode_tma_4d(CUtensorMap* map, const TmaTensor4d& t, bool bf16, int box_rows) {
+  const EncodeTiledFn encode = encode_tiled_fn();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  // Dimensions of size 1 are never stepped over; any valid stride stands in for whatever the
+  // caller's tensor has there (torch leaves such strides arbitrary).
+  const int64_t row_bytes = t.rows > 1 ? t.row_stride * 2 : ((t.dim * 2 + 15) / 16) * 16;
+  const int64_t head_bytes = t.heads > 1 ? t.head_stride * 2 : row_bytes * t.rows;
+  const int64_t batch_bytes = t.batch > 1 ? t.batch_stride * 2 : head_bytes * t.heads;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(t.dim), static_cast<cuuint64_t>(t.rows),
+                              static_cast<cuuint64_t>(t.heads), static_cast<cuuint64_t>(t.batch)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row_bytes), static_cast<cuuint64_t>(head_bytes),
+                                 static_cast<cuuint64_t>(batch_bytes)};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+                            const_cast<void*>(t.ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorNotSupported;
+}
+
+}  // namespace flashsdpa

@@ -1,0 +1,122 @@
+# bench/: `python -m flashsdpa bench`, flashsdpa's kernels against PyTorch's SDPA backends, in one
+# process, on the standard sweep; plus peak extra memory at S = 16k, the shim's per-call overhead,
+# and a correctness spot check of every timed configuration. Without a CUDA GPU it runs a self-check
+# of the shim on the CPU reference path instead.
+"""Benchmark flashsdpa against PyTorch's SDPA backends.
+
+The standard sweep (FlashAttention's): B * S = 16k tokens, H * D = 2048, D in {64, 128, 256},
+S in {512, 1k, 2k, 4k, 8k, 16k}, causal and not, forward and backward, bf16. Backends, side by side:
+
+  flashsdpa        flashsdpa.attention (the direct API)
+  flashsdpa-sdpa   F.scaled_dot_product_attention inside flashsdpa.enable() (the shim's path)
+  torch-flash      PyTorch's flash backend   (sdpa_kernel(FLASH_ATTENTION))
+  torch-cudnn      PyTorch's cuDNN backend   (sdpa_kernel(CUDNN_ATTENTION))
+  torch-efficient  PyTorch's efficient backend (sdpa_kernel(EFFICIENT_ATTENTION))
+
+FLOPs as FlashAttention counts them: forward 4 * B * H * Sq * Sk * D, halved when causal;
+backward 2.5 x forward. Times are CUDA-event medians after warm-up. Every timed configuration is
+spot-checked against a float32 reference on one (batch, head) slice, with the project's rule
+(error <= 2 x that of PyTorch's math SDPA in the input dtype + 1e-5), so a fast but wrong kernel
+is marked WRONG instead of winning.
+
+Writes results.csv, results.json and tflops.png (if matplotlib is installed) to --out.
+Exit codes: 0 ran and every check of ours passed; 1 one of our kernels failed its correctness check,
+or a row did not run the backend it is labelled with (or the CPU self-check failed);
+2 bad arguments; 3 a CUDA GPU is present but flashsdpa's kernels cannot run on it (only PyTorch's
+backends were measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from flashsdpa.bench.problems import (
+    BACKENDS,
+    EXIT_USAGE,
+    QUICK_HEAD_DIMS,
+    QUICK_SEQLENS,
+    STANDARD_HEAD_DIMS,
+    STANDARD_SEQLENS,
+    parse_count,
+)
+from flashsdpa.bench.selfcheck import self_check
+from flashsdpa.bench.sweep import run_gpu
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--head-dims",
+        type=parse_count,
+        nargs="+",
+        default=None,
+        metavar="D",
+        help=f"head dims (default {' '.join(map(str, STANDARD_HEAD_DIMS))})",
+    )
+    parser.add_argument(
+        "--seqlens",
+        type=parse_count,
+        nargs="+",
+        default=None,
+        metavar="S",
+        help="sequence lengths, k suffix allowed (default 512 1k 2k 4k 8k 16k)",
+    )
+    parser.add_argument("--causal", choices=("both", "true", "false"), default="both")
+    parser.add_argument("--direction", choices=("fwd", "bwd", "both"), default="both")
+    parser.add_argument(
+        "--backends",
+        nargs="+",
+        choices=BACKENDS,
+        default=list(BACKENDS),
+        metavar="NAME",
+        help=f"subset of: {' '.join(BACKENDS)}",
+    )
+    parser.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    parser.add_argument("--tokens", type=parse_count, default=16384, help="B * S (default 16k)")
+    parser.add_argument("--hidden", type=parse_count, default=2048, help="H * D (default 2048)")
+    parser.add_argument(
+        "--layout",
+        choices=("bshd", "bhsd"),
+        default="bshd",
+        help="memory order behind the (B, H, S, D) views (default bshd, as models pass them)",
+    )
+    parser.add_argument("--reps", type=int, default=None, help="timed calls per measurement (default 20; quick 10)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--out", default="bench_results", help="directory for results.csv/json and tflops.png")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"about a minute: D {' '.join(map(str, QUICK_HEAD_DIMS))}, S "
+        f"{' '.join(map(str, QUICK_SEQLENS))} (explicit --head-dims/--seqlens win)",
+    )
+    parser.add_argument("--no-check", action="store_true", help="skip the correctness spot checks")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory report")
+    parser.add_argument("--no-overhead", action="store_true", help="skip the per-call overhead report")
+    parser.add_argument("--no-plot", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.head_dims is None:
+        args.head_dims = list(QUICK_HEAD_DIMS if args.quick else STANDARD_HEAD_DIMS)
+    if args.seqlens is None:
+        args.seqlens = list(QUICK_SEQLENS if args.quick else STANDARD_SEQLENS)
+    if args.reps is None:
+        args.reps = 10 if args.quick else 20
+    if args.reps < 1 or args.warmup < 0 or any(s < 1 for s in args.seqlens) or any(d < 1 for d in args.head_dims):
+        print("bench: --reps, --seqlens and --head-dims must be positive", file=sys.stderr)
+        return EXIT_USAGE
+    if not torch.cuda.is_available():
+        print(
+            f"No CUDA GPU on this machine (torch {torch.__version__}, "
+            f"{'CUDA ' + torch.version.cuda if torch.version.cuda else 'a CPU-only build'}): nothing to benchmark."
+        )
+        print(
+            "Running the self-check of the shim on the reference path instead: flashsdpa.attention on CPU "
+            "(the blockwise PyTorch reference) against PyTorch's math SDPA, forward and backward.\n"
+        )
+        return self_check()
+    return run_gpu(args)

@@ -1,0 +1,103 @@
+# bench/timing.py: running one backend and timing it.
+#
+# The context each backend runs in (flashsdpa.enable(), sdpa_kernel(...)), one forward call per
+# backend, CUDA-event timing of interchangeable calls, the input sets rotated so that no timed
+# call finds its inputs in L2, and what a backend raises for a configuration it does not take.
+"""Running one backend and timing it with CUDA events."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.attention import sdpa_kernel
+
+from flashsdpa.bench.problems import PYTORCH, Problem, api
+
+
+@contextlib.contextmanager
+def backend_context(backend: str) -> Iterator[None]:
+    with warnings.catch_warnings():
+        # PyTorch warns at length about every backend it rejects; the status column says it once.
+        warnings.simplefilter("ignore")
+        if backend == "flashsdpa-sdpa":
+            with api().enable():
+                yield
+        elif backend in PYTORCH:
+            with sdpa_kernel([PYTORCH[backend]]):
+                yield
+        else:
+            yield
+
+
+def forward(backend: str, q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
+    if backend == "flashsdpa":
+        return api().attention(q, k, v, causal=causal)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def time_cuda_ms(calls: Sequence[Callable[[], object]], *, warmup: int, reps: int) -> float:
+    """Median time of one call in milliseconds, by CUDA events around each call.
+
+    ``calls`` are interchangeable (one per input set); cycling through them keeps a set that fits
+    in L2 from being measured warm.
+    """
+    for i in range(warmup):
+        calls[i % len(calls)]()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        starts[i].record()
+        calls[i % len(calls)]()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def input_sets(problem: Problem, dtype: torch.dtype, layout: str, count: int) -> list[tuple[Tensor, ...]]:
+    """``count`` sets of (q, k, v, dout), (B, H, S, D) views; "bshd" = transposed, as models pass them."""
+    b, h, s, d = problem.batch, problem.heads, problem.seqlen, problem.head_dim
+
+    def make() -> Tensor:
+        if layout == "bshd":
+            return torch.randn(b, s, h, d, device="cuda", dtype=dtype).transpose(1, 2)
+        return torch.randn(b, h, s, d, device="cuda", dtype=dtype)
+
+    sets = []
+    for _ in range(count):
+        q, k, v, dout = make(), make(), make(), make()
+        sets.append((q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), dout))
+    return sets
+
+
+def sets_needed(problem: Problem, dtype: torch.dtype) -> int:
+    """Input sets to rotate through so that no timed call finds its inputs in L2."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    l2 = getattr(props, "L2_cache_size", 50 << 20)
+    set_bytes = (
+        4
+        * problem.batch
+        * problem.heads
+        * problem.seqlen
+        * problem.head_dim
+        * torch.empty((), dtype=dtype).element_size()
+    )
+    return 1 if set_bytes >= 2 * l2 else min(8, math.ceil(2 * l2 / set_bytes) + 1)
+
+
+# What a backend raises for a configuration it does not take: PyTorch's "No available kernel"
+# (RuntimeError), flashsdpa's argument checks (TypeError / ValueError, e.g. a head dim this build
+# did not compile).
+UNSUPPORTED = (RuntimeError, TypeError, ValueError, NotImplementedError)
+
+
+def unsupported_status(exc: BaseException) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"unsupported: {first[:100]}"

@@ -1,0 +1,72 @@
+# info.py: what was built and what this machine has, as one dict.
+#
+# `python -m flashsdpa info` prints it and the benchmark stores it with its results; both read it
+# from here, so that neither command line imports the other.
+"""Build, torch, Python and GPU facts, as ``python -m flashsdpa info`` reports them."""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+import torch
+
+__all__ = ["collect_info"]
+
+
+def _torch_info() -> dict[str, Any]:
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    registry = None
+    attention = torch.nn.attention
+    if hasattr(attention, "list_flash_attention_impls"):
+        registry = {
+            "impls": list(attention.list_flash_attention_impls()),
+            "active": attention.current_flash_attention_impl(),
+        }
+    return {
+        "version": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": cudnn,
+        "cuda_available": torch.cuda.is_available(),
+        "flash_attention_registry": registry,
+    }
+
+
+def _gpu_info() -> list[dict[str, Any]]:
+    from flashsdpa import _backend
+
+    gpus = []
+    for index in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):
+        props = torch.cuda.get_device_properties(index)
+        gpu: dict[str, Any] = {
+            "index": index,
+            "name": props.name,
+            "capability": f"{props.major}.{props.minor}",
+            "sms": props.multi_processor_count,
+            "memory_gib": round(props.total_memory / 2**30, 1),
+        }
+        if _backend.CUDA_KERNELS:
+            gpu["kernel_family"] = _backend.device_info(index)["family"]
+            gpu["smem_optin_bytes"] = _backend.device_info(index)["smem_optin_bytes"]
+        reason = _backend.device_reason(index)
+        gpu["served"] = reason is None
+        gpu["not_served_because"] = reason
+        gpus.append(gpu)
+    return gpus
+
+
+def collect_info() -> dict[str, Any]:
+    """Everything ``info`` prints, as one dict (bench stores it with its results)."""
+    import flashsdpa
+
+    build = flashsdpa.build_info()
+    return {
+        "flashsdpa": getattr(flashsdpa, "__version__", build.get("version")),
+        "build": build,
+        "active": flashsdpa.is_active(),
+        "torch": _torch_info(),
+        "python": platform.python_version(),
+        "gpus": _gpu_info(),
+        "capabilities": list(flashsdpa.capabilities()),
+        "capabilities_reason": flashsdpa.capabilities().reason,
+    }
