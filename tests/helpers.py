@@ -25,6 +25,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from flashsdpa import masks
+from flashsdpa.masks import MaskSpec
+
 CAUSAL_MODES: dict[str, int] = {"none": 0, "top_left": 1, "bottom_right": 2}
 AWKWARD_LENGTHS: tuple[int, ...] = (1, 7, 113, 239, 1023)
 RULE_FACTOR = 2.0
@@ -140,14 +143,14 @@ def default_scale(head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim) if head_dim > 0 else 1.0
 
 
-def visible_keys(seqlen_q: int, seqlen_k: int, causal_mode: int, device: str | torch.device = "cpu") -> Tensor | None:
-    """Bool (Sq, Sk): True where query i may attend key j; None when nothing is masked."""
-    if causal_mode == 0:
-        return None
-    diag = 0 if causal_mode == 1 else seqlen_k - seqlen_q
-    rows = torch.arange(seqlen_q, device=device)[:, None]
-    cols = torch.arange(seqlen_k, device=device)[None, :]
-    return cols <= rows + diag
+def visible_keys(
+    seqlen_q: int, seqlen_k: int, causal_mode: int | MaskSpec, device: str | torch.device = "cpu"
+) -> Tensor | None:
+    """Bool (Sq, Sk): True where query i may attend key j; None when nothing is masked.
+    ``causal_mode``: 0 / 1 / 2 (none, top-left, bottom-right causal) or a MaskSpec tuple (windows);
+    every helper below takes either."""
+    mask = masks.BY_CAUSAL_MODE[causal_mode] if isinstance(causal_mode, int) else causal_mode
+    return masks.visible(mask, seqlen_q, seqlen_k, device)
 
 
 def textbook_attention(
@@ -156,7 +159,7 @@ def textbook_attention(
     v: Tensor,
     *,
     scale: float,
-    causal_mode: int,
+    causal_mode: int | MaskSpec,
     dtype: torch.dtype = torch.float64,
     score_dtype: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor]:
@@ -204,7 +207,7 @@ def _reduced_precision_math(enabled: bool) -> Iterator[None]:
 
 
 def textbook_with_grads(
-    q: Tensor, k: Tensor, v: Tensor, dout: Tensor, *, scale: float, causal_mode: int
+    q: Tensor, k: Tensor, v: Tensor, dout: Tensor, *, scale: float, causal_mode: int | MaskSpec
 ) -> tuple[Tensor, Tensor, list[Tensor]]:
     """The float64 textbook ``(out, lse)`` and its autograd gradients w.r.t. q, k, v for ``dout``,
     taken at float64 leaves so that the gradients are not rounded back to the inputs' dtype."""
@@ -223,7 +226,7 @@ def grads_or_zeros(out: Tensor, inputs: Sequence[Tensor], dout: Tensor) -> list[
 
 
 def torch_math_attention(
-    q: Tensor, k: Tensor, v: Tensor, *, scale: float, causal_mode: int, reduced_precision: bool = False
+    q: Tensor, k: Tensor, v: Tensor, *, scale: float, causal_mode: int | MaskSpec, reduced_precision: bool = False
 ) -> Tensor:
     """PyTorch's math SDPA in the input dtype (differentiable): the ``pt`` of the rule.
 
@@ -235,7 +238,7 @@ def torch_math_attention(
     kwargs: dict[str, object] = {"scale": scale, "enable_gqa": q.shape[1] != k.shape[1]}
     if causal_mode == 1:
         kwargs["is_causal"] = True
-    elif causal_mode == 2:
+    elif causal_mode != 0:
         kwargs["attn_mask"] = visible_keys(q.shape[2], k.shape[2], causal_mode, q.device)
     with sdpa_kernel([SDPBackend.MATH]), _reduced_precision_math(reduced_precision):
         return F.scaled_dot_product_attention(q, k, v, **kwargs)
@@ -303,7 +306,7 @@ def check_attention(
     lse: Tensor | None = None,
     *,
     scale: float,
-    causal_mode: int,
+    causal_mode: int | MaskSpec,
     reduced_precision: bool = True,
 ) -> None:
     """The rule for one attention call's results (out, and lse and dq, dk, dv when given) against

@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import flashsdpa
-from flashsdpa import _backend, mode, ops
+from flashsdpa import _backend, masks, mode, ops
 
 BF16 = torch.bfloat16
 
@@ -211,7 +211,7 @@ def test_eager_path_serves(
     with flashsdpa.enable(), context():
         out = F.scaled_dot_product_attention(q, k, v, **kwargs)
     [(lq, lk, lv, lout, lse, lscale, lcausal)] = launches.calls
-    assert (lq, lk, lv, lout) == (q, k, v, out) and (lcausal, lscale) == (causal, pytest.approx(scale))
+    assert (lq, lk, lv, lout) == (q, k, v, out) and (lcausal, lscale) == (masks.BY_CAUSAL_MODE[causal], pytest.approx(scale))
     assert lse is None  # nothing reads the LSE of an eager no-grad call: the kernel skips it
     # Laid out as SDPA's flash path and flashsdpa's op lay it: like the query.
     expected = ops._empty_out(q, v.shape[3])

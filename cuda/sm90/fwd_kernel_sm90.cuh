@@ -27,7 +27,8 @@
 #include <type_traits>
 
 #include "common/ptx.cuh"
-#include "common/seqlen_mask.cuh"
+#include "common/mask.cuh"
+#include "common/seqlen.cuh"
 #include "common/softmax.cuh"
 #include "common/tile_scheduler.cuh"
 #include "flashsdpa/params.h"
@@ -124,23 +125,6 @@ namespace fwd_sm90 {
 constexpr int kBarEpilogue = 1;
 constexpr int kBarTurn = 4;
 
-// Invisible scores to -inf (the fragment layout of the sm80 kernel with kMTiles = 1). first_row:
-// sequence row of this thread's row g; first_col: sequence column of its element 0.
-template <int kNTiles>
-__device__ __forceinline__ void apply_mask(float (&s)[1][kNTiles][4], const AttentionMask& mask, int first_row,
-                                           int first_col) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int limit = mask.col_limit(first_row + h * 8) - first_col;
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        if (j * 8 + e >= limit) s[0][j][2 * h + e] = -INFINITY;
-      }
-    }
-  }
-}
 
 // P (fp32 probabilities in the S accumulator layout) -> 16-bit A fragments of P V, k-step by
 // k-step: the C fragments of column groups 2kk and 2kk + 1 are exactly the A fragment of step kk.
@@ -208,7 +192,7 @@ struct SmemLayout {
 // A tile's work: which key blocks its queries visit and which of those need element-wise masking.
 struct TileWork {
   WorkTile tile;
-  AttentionMask mask;
+  BlockMask mask;
   int n_block_min, n_block_max, n_unmasked_end;
   __device__ __forceinline__ bool has_keys() const { return n_block_max > n_block_min; }
 };
@@ -216,10 +200,11 @@ struct TileWork {
 template <typename Traits>
 __device__ __forceinline__ TileWork tile_work(const AttnFwdParams& p, const WorkTile& tile) {
   const SeqlenInfo seq(p, tile.batch);
-  const AttentionMask mask(seq, p.causal);
+  // The family serves no mask and causal masks only (its row in backend/src/capabilities.cpp):
+  // n_block_min is 0 and every block from n_unmasked_end up needs the mask.
+  const BlockMask mask(seq, p.mask);
   const int n_block_max = mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(tile.block);
-  const int n_unmasked_end =
-      min(mask.template n_block_unmasked_end<Traits::kBlockM, Traits::kBlockN>(tile.block), n_block_max);
+  const int n_unmasked_end = min(mask.template full_end<Traits::kBlockM, Traits::kBlockN>(tile.block), n_block_max);
   return TileWork{tile, mask, 0, n_block_max, n_unmasked_end};
 }
 
@@ -338,7 +323,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       sm90::fence_regs(s_acc);
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
-      if (n >= w.n_unmasked_end) apply_mask(s, w.mask, first_row, n * kBlockN + 2 * (lane % 4));
+      if (n >= w.n_unmasked_end) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
       softmax.template online_step<kNTiles>(s, scale_log2, correction);  // o is zero: no rescale needed
       convert_p<Elem, kNTiles>(p16, s);
@@ -357,7 +342,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       sm90::fence_regs(s_acc);
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
-      if (n >= w.n_unmasked_end) apply_mask(s, w.mask, first_row, n * kBlockN + 2 * (lane % 4));
+      if (n >= w.n_unmasked_end) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
       const bool rescale = softmax.template online_step<kNTiles>(s, scale_log2, correction);
       sm90::wgmma_wait<0>();
@@ -456,7 +441,7 @@ struct PersistentTileScheduler {
 template <typename Traits>
 __host__ __device__ inline PersistentTileScheduler fwd_sm90_scheduler(const AttnFwdParams& p) {
   return PersistentTileScheduler{(p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads_q, p.batch,
-                                 p.causal == CausalMode::kNone};
+                                 p.mask.is_none()};
 }
 
 }  // namespace fwd_sm90

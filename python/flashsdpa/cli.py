@@ -32,6 +32,24 @@ EXIT_USAGE = 2
 # ---- info -----------------------------------------------------------------------------------------
 
 
+def _print_capabilities(families: list[dict[str, Any]], reason: str | None) -> None:
+    """The capability table of the compiled kernel families, one block per family."""
+    if not families:
+        print(f"{'kernel families':<24} none: {reason}")
+        return
+    for f in families:
+        print(f"{'kernel family ' + f['family']:<24} runs on {f['runs_on']}")
+        print(f"{'  dtypes':<24} {', '.join(f['dtypes'])}")
+        print(f"{'  head dims':<24} {', '.join(map(str, f['head_dims']))} ({f['head_dim_rule']})")
+        print(f"{'  masks':<24} {', '.join(f['masks'])}")
+        print(f"{'  layouts, directions':<24} {', '.join(f['layouts'])}; {', '.join(f['directions'])}")
+        tiles: dict[tuple[str, int], list[str]] = {}
+        for t in f["smem_per_tile"]:
+            tiles.setdefault((t["direction"], t["cc_major"]), []).append(f"{t['head_dim']}:{t['bytes'] // 1024}K")
+        for (direction, major), items in tiles.items():
+            print(f"{f'  smem {direction} sm_{major}x':<24} {' '.join(items)}")
+
+
 def _print_info(info: dict[str, Any]) -> None:
     build, tinfo = info["build"], info["torch"]
 
@@ -49,6 +67,7 @@ def _print_info(info: dict[str, Any]) -> None:
         row("  dtypes", ", ".join(build["dtypes"]))
         row("  head dims", ", ".join(map(str, build["head_dims"])) + f" (max {build['max_head_dim']})")
         row("  kernel families", ", ".join(build["kernel_families"]))
+    _print_capabilities(info["capabilities"], info["capabilities_reason"])
     row("active", "yes" if info["active"] else "no (enter flashsdpa.enable() or call flashsdpa.install())")
     row("torch", tinfo["version"])
     row("  CUDA (torch)", tinfo["cuda"] or "none (CPU build)")

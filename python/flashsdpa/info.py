@@ -84,4 +84,6 @@ def collect_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "gpus": _gpu_info(),
         "no_gpu_reason": _no_gpu_reason(),
+        "capabilities": list(flashsdpa.capabilities()),
+        "capabilities_reason": flashsdpa.capabilities().reason,
     }

@@ -19,7 +19,7 @@ from torch import Tensor
 from torch.autograd import forward_ad
 from torch.overrides import TorchFunctionMode
 
-from flashsdpa import _backend, ops, reporting, selection
+from flashsdpa import _backend, masks, ops, reporting, selection
 from flashsdpa.routers import softmax_scale
 
 __all__ = ["EAGER_SDPA", "FLASH", "FlashSDPAMode", "remove_mode"]
@@ -84,7 +84,7 @@ def _direct_sdpa(
     if mode is None:
         return None
     scale_ = softmax_scale(scale, query.shape[-1])
-    return torch.ops.flashsdpa.fwd.default(query, key, value, scale_, mode)[0]
+    return torch.ops.flashsdpa.fwd.default(query, key, value, scale_, masks.BY_CAUSAL_MODE[mode])[0]
 
 
 def _flash_path_shapes(query: Any, key: Any, value: Any, is_causal: bool) -> bool:
@@ -140,6 +140,9 @@ def _eager_skip_reason(query: Any, key: Any, value: Any, dropout_p: float, enabl
     return None
 
 
+_EAGER_MASKS = (masks.NO_MASK, masks.CAUSAL_TOP_LEFT)  # by SDPA's is_causal (top-left)
+
+
 def _eager_sdpa(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float | None) -> Tensor:
     """Run a call that _eager_skip_reason() passed: our kernel on the tensors as they are, no
     autograd node (none is needed), SDPA's output. The output is laid out as SDPA's flash path and
@@ -150,7 +153,7 @@ def _eager_sdpa(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scal
     out = torch.empty_like(query) if head_dim_v == head_dim else ops._empty_out(query, head_dim_v)
     # SDPA's is_causal is top-left (mode 1); with seqlen_q == seqlen_k, where the routers run it as
     # bottom-right (2), the two are the same diagonal.
-    _backend.launch_fwd(query, key, value, out, None, softmax_scale(scale, head_dim), 1 if is_causal else 0)
+    _backend.launch_fwd(query, key, value, out, None, softmax_scale(scale, head_dim), _EAGER_MASKS[is_causal])
     _EAGER_COUNTS[0] += 1
     return out
 

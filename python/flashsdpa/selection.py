@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from flashsdpa import _backend
+from flashsdpa import _backend, masks
 
 try:  # torch.nn.attention.bias (2.3+): causal_upper_left / causal_lower_right masks
     from torch.nn.attention.bias import CausalBias, CausalVariant
@@ -29,6 +29,7 @@ __all__ = [
     "head_dims_reason",
     "kernel_reasons",
     "layout_reason",
+    "mask_reason",
     "servable",
     "varlen_reason",
 ]
@@ -270,6 +271,25 @@ def kernel_reasons(
             if fail(layout_reason(name, t, (0, 1, 2))):
                 return reasons
     return reasons
+
+
+# ---- the mask predicate: which family serves a window ----------------------------------------------
+
+
+def mask_reason(
+    query: Tensor, value: Tensor, mask: masks.MaskSpec, *, varlen: bool, backward: bool = False
+) -> str | None:
+    """Why no kernel family serves ``mask`` for these tensors on their GPU (the capability table,
+    asked once per problem and cached), or None. No mask and causal masks are served by every
+    family that serves the tensors at all, so only windows are looked up. The caller has checked
+    the tensors (dense_reason / varlen_reason)."""
+    kind = masks.kind(mask)
+    if kind != 3:
+        return None
+    family, *_, why = _backend.select(
+        query.get_device(), _backend.DTYPE_CODES[query.dtype], query.shape[-1], value.shape[-1], kind, varlen, backward
+    )
+    return None if family is not None else f"window=({mask[0]}, {mask[1]}): {why}"
 
 
 # ---- the varlen predicate (aten::_flash_attention_forward with cum_seq_q) -------------------------
