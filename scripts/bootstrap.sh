@@ -4,7 +4,10 @@
 # nvcc is on PATH). Idempotent and quiet when everything is already there.
 #
 #   FLASHSDPA_SKIP_INSTALL=1   only check/install dependencies
-#   any FLASHSDPA_* build knob  (see setup.py) is passed through to the build
+#   any FLASHSDPA_* build knob  (see setup.py) is passed through to the build; an unset knob means
+#                               its default, never the value of an earlier build (setup.py clears
+#                               CMake's cache of them), and the build is checked against what was
+#                               asked (python -m flashsdpa.buildcheck) before bootstrap says it is done
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -24,6 +27,7 @@ missing=()
 have pybind11 || missing+=("pybind11>=2.10")
 have pytest || missing+=("pytest")
 have expecttest || missing+=("expecttest")
+have hypothesis || missing+=("hypothesis")
 command -v cmake >/dev/null 2>&1 || have cmake || missing+=("cmake>=3.24")
 command -v ninja >/dev/null 2>&1 || have ninja || missing+=("ninja")
 if ((${#missing[@]})); then
@@ -31,15 +35,31 @@ if ((${#missing[@]})); then
   pip_install "${missing[@]}"
 fi
 
-if [[ "${FLASHSDPA_SKIP_INSTALL:-0}" != 1 ]]; then
-  if command -v nvcc >/dev/null 2>&1; then
-    echo "bootstrap: building flashsdpa with CUDA kernels ($(nvcc --version | tail -1))"
-  else
-    echo "bootstrap: no nvcc: building a CPU-only flashsdpa._C (calls fall back to PyTorch)"
-  fi
+# What a build with this environment makes: said before building, and by FLASHSDPA_SKIP_INSTALL=1.
+cuda="${FLASHSDPA_CUDA:-AUTO}"
+if [[ "${cuda^^}" == OFF ]]; then
+  plan="a CPU-only flashsdpa._C (FLASHSDPA_CUDA=OFF; calls fall back to PyTorch)"
+elif command -v nvcc >/dev/null 2>&1; then
+  plan="flashsdpa with CUDA kernels ($(nvcc --version | tail -1))"
+elif [[ "${cuda^^}" == ON ]]; then
+  plan="nothing: FLASHSDPA_CUDA=ON but no nvcc on PATH (the build will fail)"
+else
+  plan="a CPU-only flashsdpa._C (no nvcc; calls fall back to PyTorch)"
+fi
+for knob in FLASHSDPA_ARCHS FLASHSDPA_DTYPES FLASHSDPA_HEAD_DIMS; do
+  [[ -n "${!knob:-}" ]] && plan+=", ${knob}=${!knob}"
+done
+
+if [[ "${FLASHSDPA_SKIP_INSTALL:-0}" == 1 ]]; then
+  echo "bootstrap: FLASHSDPA_SKIP_INSTALL=1: dependencies only (a build now would make ${plan})"
+else
+  echo "bootstrap: building ${plan}"
   start=$(date +%s)
   mkdir -p build
   "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e . \
     > build/bootstrap-install.log 2>&1 || { cat build/bootstrap-install.log; exit 1; }
   echo "bootstrap: flashsdpa installed in $(( $(date +%s) - start )) s"
+  # Say what was built, and fail when it is not what was asked (issue 10, items 3 and 4).
+  "$PY" -m flashsdpa.buildcheck | sed 's/^buildcheck:/bootstrap:/'
+  exit "${PIPESTATUS[0]}"
 fi

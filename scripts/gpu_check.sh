@@ -6,6 +6,8 @@
 #   4. compute-sanitizer memcheck + racecheck on a small subset (SANITIZE=1)
 #   5. unless FAST=1, the CPU suite under this machine's torch
 # and prints a short table last. Logs and bench files go to $OUT (the device tool brings them back).
+# Exits 1 when any step fails (the build, a test, the bench's checks, a sanitizer report), so a
+# caller cannot mistake a red run for a green one; the table still prints first.
 #
 #   FLASHSDPA_HEAD_DIMS=128 FLASHSDPA_DTYPES=bf16 FLASHSDPA_ARCHS=90 bash scripts/gpu_check.sh   # dev config
 #   TESTS="tests/gpu/test_kernels.py -k bf16" BENCH=none bash scripts/gpu_check.sh
@@ -23,7 +25,10 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 
 summary=()
+failed=()
 step() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
+# check NAME RC: record a failed step (the summary table says which; the exit code says that one did).
+check() { [[ "$2" == 0 ]] || failed+=("$1 (rc=$2)"); }
 
 t0=$(date +%s)
 export FLASHSDPA_BUILD_JOBS="${FLASHSDPA_BUILD_JOBS:-$(nproc)}"
@@ -34,30 +39,65 @@ else
 fi
 $PY -m flashsdpa info 2>&1
 
+# The Hopper kernels' machine code: wgmma (HGMMA) present and no local-memory traffic (LDL/STL:
+# spills or arrays the compiler could not keep in registers).
+so=$($PY -c "import flashsdpa._C as c; print(c.__file__)" 2>/dev/null)
+if [[ -n "$so" ]] && command -v cuobjdump >/dev/null 2>&1; then
+  cuobjdump -sass "$so" > "$OUT/sass.txt" 2>/dev/null
+  sm90_sass=$(awk '/Function : .*fwd_sm90/{f=1} /Function : /{if ($0 !~ /fwd_sm90/) f=0} f' "$OUT/sass.txt")
+  if [[ -n "$sm90_sass" ]]; then
+    n_hgmma=$(grep -c HGMMA <<<"$sm90_sass"); n_local=$(grep -cE '\b(LDL|STL)\b' <<<"$sm90_sass")
+    step "sm90 SASS" "kernels $(grep -c 'Function : .*fwd_sm90' "$OUT/sass.txt"), HGMMA $n_hgmma, LDL/STL $n_local"
+    [[ "$n_hgmma" -gt 0 && "$n_local" == 0 ]] || failed+=("sm90 SASS (HGMMA $n_hgmma, LDL/STL $n_local)")
+  fi
+fi
+
 # Each step has its own time limit (a device call is capped at 10 minutes), so one slow step
 # cannot take the bench or the summary table with it.
 t0=$(date +%s)
 TESTS="${TESTS:-tests/gpu}"
+# A full build (no narrowing knob): a test that finds its kernel missing fails instead of skipping.
+if [[ -z "${FLASHSDPA_DTYPES:-}${FLASHSDPA_HEAD_DIMS:-}${FLASHSDPA_ARCHS:-}" ]]; then
+  export FLASHSDPA_REQUIRE_KERNELS="${FLASHSDPA_REQUIRE_KERNELS:-all}"
+fi
 timeout "${TESTS_TIMEOUT:-240}" $PY -m pytest $TESTS -q -p no:cacheprovider --durations=10 -rs 2>&1 \
   | tee "$OUT/tests.log" | tail -40
-step "gpu tests" "rc=${PIPESTATUS[0]} $(grep -E '(passed|failed|error)' "$OUT/tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+rc=${PIPESTATUS[0]}
+step "gpu tests" "rc=$rc $(grep -E '(passed|failed|error)' "$OUT/tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+check "gpu tests" "$rc"
+# A GPU machine where every GPU test skipped has not tested anything.
+grep -qE '[0-9]+ passed' "$OUT/tests.log" || failed+=("gpu tests (none passed)")
+
+# On a Hopper GPU the default run above takes the sm90 family wherever the capability table lets
+# it; the portable family's forward runs on the same shapes here (FLASHSDPA_FAMILY forces it).
+if [[ "${BOTH_FAMILIES:-1}" == 1 ]] && [[ "$($PY -c 'import torch; print(torch.cuda.get_device_capability() if torch.cuda.is_available() else "")' 2>/dev/null)" == "(9, 0)" ]]; then
+  t0=$(date +%s)
+  FLASHSDPA_FAMILY=sm80 timeout "${TESTS_TIMEOUT:-240}" $PY -m pytest tests/gpu/test_kernels.py -q -p no:cacheprovider 2>&1 \
+    | tee "$OUT/tests_sm80.log" | tail -5
+  rc=${PIPESTATUS[0]}
+  step "gpu kernels (sm80 forced)" "rc=$rc $(grep -E '(passed|failed|error)' "$OUT/tests_sm80.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+  check "gpu kernels (sm80 forced)" "$rc"
+fi
 
 BENCH="${BENCH:---quick}"
 if [[ "$BENCH" != none ]]; then
   t0=$(date +%s)
   [[ "$BENCH" == full ]] && BENCH=""
   timeout "${BENCH_TIMEOUT:-240}" $PY -m flashsdpa bench $BENCH --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" | tail -70
-  step bench "rc=${PIPESTATUS[0]} ($(( $(date +%s) - t0 )) s)"
+  rc=${PIPESTATUS[0]}
+  step bench "rc=$rc ($(( $(date +%s) - t0 )) s)"
+  check bench "$rc"
 fi
 
 if [[ "${SANITIZE:-0}" == 1 ]]; then
-  for tool in memcheck racecheck; do
+  for tool in memcheck racecheck synccheck; do
     t0=$(date +%s)
     timeout "${SANITIZE_TIMEOUT:-90}" compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all \
       $PY -m pytest tests/gpu/test_kernels.py -q -x -p no:cacheprovider -k "sanitizer_subset" \
       > "$OUT/sanitize_$tool.log" 2>&1
     src=$?
     step "sanitizer $tool" "rc=$src $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+    check "sanitizer $tool" "$src"
   done
 fi
 
@@ -65,8 +105,15 @@ if [[ "${FAST:-0}" != 1 ]]; then
   t0=$(date +%s)
   timeout "${CPU_TESTS_TIMEOUT:-120}" $PY -m pytest tests -q -p no:cacheprovider --ignore=tests/gpu 2>&1 \
     | tee "$OUT/cpu_tests.log" | tail -15
-  step "cpu tests (this torch)" "rc=${PIPESTATUS[0]} $(grep -E '(passed|failed|error)' "$OUT/cpu_tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+  rc=${PIPESTATUS[0]}
+  step "cpu tests (this torch)" "rc=$rc $(grep -E '(passed|failed|error)' "$OUT/cpu_tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+  check "cpu tests" "$rc"
 fi
 
 echo "================ summary ================"
 printf '%s\n' "${summary[@]}"
+if ((${#failed[@]})); then
+  echo "FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "all steps passed"

@@ -17,8 +17,13 @@ from flashsdpa import _backend, activation
 def _gpu_skip_reason() -> str | None:
     if not torch.cuda.is_available():
         return "needs a CUDA GPU (torch.cuda.is_available() is False)"
-    if not _backend.CUDA_KERNELS:
-        return f"needs a CUDA build of flashsdpa._C: {_backend.UNAVAILABLE_REASON}"
+    return None
+
+
+def _gpu_build_failure() -> str | None:
+    """Why GPU tests must fail here: a GPU is present but _C has no CUDA kernels (or no _C)."""
+    if torch.cuda.is_available() and not _backend.CUDA_KERNELS:
+        return f"a CUDA GPU is present but flashsdpa._C has no CUDA kernels: {_backend.UNAVAILABLE_REASON}"
     return None
 
 
@@ -28,12 +33,35 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     reason = _gpu_skip_reason()
-    if reason is None:
-        return
-    skip = pytest.mark.skip(reason=reason)
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    if reason is not None:
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+    elif _gpu_build_failure() is not None:
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(pytest.mark.usefixtures("_gpu_build_required"))
+
+
+@pytest.fixture
+def _gpu_build_required() -> None:
+    reason = _gpu_build_failure()
+    if reason is not None:
+        pytest.fail(reason, pytrace=False)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """One line per kernel bucket a narrowed build lacked, with how many tests skipped for it."""
+    counts: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        message = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
+        if "narrowed build lacks " in message:
+            bucket = message.split("narrowed build lacks ", 1)[1].split(":", 1)[0]
+            counts[bucket] = counts.get(bucket, 0) + 1
+    if counts:
+        lacks = ", ".join(f"{bucket} ({n} tests)" for bucket, n in sorted(counts.items()))
+        terminalreporter.write_line(f"flashsdpa: this build is narrowed; skipped for lack of {lacks}")
 
 
 @pytest.fixture(autouse=True)
@@ -107,15 +135,35 @@ class FakeCudaBuild:
     def head_dim_bucket(self, head_dim_qk: int, head_dim_v: int) -> int:
         return next((d for d in self.head_dims if d >= max(head_dim_qk, head_dim_v)), 0)
 
-    def bwd_smem_bytes(self, head_dim_qk: int, head_dim_v: int, device_index: int) -> int:
-        # An H100-sized part serves every bucket; smem_optin_bytes below 227 KB drops the largest.
-        if self.head_dim_bucket(head_dim_qk, head_dim_v) == 0:
-            return 0
-        return 0 if max(head_dim_qk, head_dim_v) > 128 and self.smem_optin_bytes < 232448 else 163840
+    def capabilities(self) -> dict[str, Any]:
+        if not self.with_cuda:
+            return {"families": [], "reason": "flashsdpa._C was built without CUDA (no nvcc at build time)"}
+        family = {
+            "family": "sm80",
+            "runs_on": "compute capability 8.0 and newer",
+            "min_capability": (8, 0),
+            "max_capability": None,
+            "archs": [80, 90],
+            "dtypes": list(self.dtypes),
+            "head_dims": list(self.head_dims),
+            "head_dim_rule": "multiples of 8",
+            "masks": ["none", "causal_top_left", "causal_bottom_right", "window"],
+            "layouts": ["dense", "varlen"],
+            "directions": ["forward", "backward"],
+            "smem_per_tile": [],
+        }
+        return {"families": [family], "reason": None}
 
-    def bwd_workspace_bytes(self, *args: int) -> tuple[int, int]:
-        self.calls.append(("bwd_workspace_bytes", args))
-        return 4096, 512
+    def select(
+        self, device: int, dtype: int, head_dim_qk: int, head_dim_v: int, mask: int, varlen: bool, backward: bool
+    ) -> tuple[Any, ...]:
+        # An H100-sized part serves every bucket; smem_optin_bytes below 227 KB drops the largest backward.
+        bucket = self.head_dim_bucket(head_dim_qk, head_dim_v)
+        if bucket == 0:
+            return (None, 0, -1, 0, f"family sm80: head_dim_qk={head_dim_qk}: no bucket")
+        if backward and max(head_dim_qk, head_dim_v) > 128 and self.smem_optin_bytes < 232448:
+            return (None, 0, -1, 0, f"family sm80: no tile fits the device's {self.smem_optin_bytes // 1024} KB")
+        return ("sm80", bucket, 0, 163840, None)
 
     def fwd(self, *args: Any) -> None:
         self.calls.append(("fwd", args))

@@ -26,6 +26,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from flashsdpa import masks
+from flashsdpa.masks import MaskSpec
+
 CAUSAL_MODES: dict[str, int] = {"none": 0, "top_left": 1, "bottom_right": 2}
 AWKWARD_LENGTHS: tuple[int, ...] = (1, 7, 113, 239, 1023)
 RULE_FACTOR = 2.0
@@ -141,14 +144,14 @@ def default_scale(head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim) if head_dim > 0 else 1.0
 
 
-def visible_keys(seqlen_q: int, seqlen_k: int, causal_mode: int, device: str | torch.device = "cpu") -> Tensor | None:
-    """Bool (Sq, Sk): True where query i may attend key j; None when nothing is masked."""
-    if causal_mode == 0:
-        return None
-    diag = 0 if causal_mode == 1 else seqlen_k - seqlen_q
-    rows = torch.arange(seqlen_q, device=device)[:, None]
-    cols = torch.arange(seqlen_k, device=device)[None, :]
-    return cols <= rows + diag
+def visible_keys(
+    seqlen_q: int, seqlen_k: int, causal_mode: int | MaskSpec, device: str | torch.device = "cpu"
+) -> Tensor | None:
+    """Bool (Sq, Sk): True where query i may attend key j; None when nothing is masked.
+    ``causal_mode``: 0 / 1 / 2 (none, top-left, bottom-right causal) or a MaskSpec tuple (windows);
+    every helper below takes either."""
+    mask = masks.BY_CAUSAL_MODE[causal_mode] if isinstance(causal_mode, int) else causal_mode
+    return masks.visible(mask, seqlen_q, seqlen_k, device)
 
 
 def textbook_attention(
@@ -157,7 +160,7 @@ def textbook_attention(
     v: Tensor,
     *,
     scale: float,
-    causal_mode: int,
+    causal_mode: int | MaskSpec,
     dtype: torch.dtype = torch.float64,
     score_dtype: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor]:
@@ -205,7 +208,7 @@ def _reduced_precision_math(enabled: bool) -> Iterator[None]:
 
 
 def textbook_with_grads(
-    q: Tensor, k: Tensor, v: Tensor, dout: Tensor, *, scale: float, causal_mode: int
+    q: Tensor, k: Tensor, v: Tensor, dout: Tensor, *, scale: float, causal_mode: int | MaskSpec
 ) -> tuple[Tensor, Tensor, list[Tensor]]:
     """The float64 textbook ``(out, lse)`` and its autograd gradients w.r.t. q, k, v for ``dout``,
     taken at float64 leaves so that the gradients are not rounded back to the inputs' dtype."""
@@ -224,7 +227,7 @@ def grads_or_zeros(out: Tensor, inputs: Sequence[Tensor], dout: Tensor) -> list[
 
 
 def torch_math_attention(
-    q: Tensor, k: Tensor, v: Tensor, *, scale: float, causal_mode: int, reduced_precision: bool = False
+    q: Tensor, k: Tensor, v: Tensor, *, scale: float, causal_mode: int | MaskSpec, reduced_precision: bool = False
 ) -> Tensor:
     """PyTorch's math SDPA in the input dtype (differentiable): the ``pt`` of the rule.
 
@@ -236,7 +239,7 @@ def torch_math_attention(
     kwargs: dict[str, object] = {"scale": scale, "enable_gqa": q.shape[1] != k.shape[1]}
     if causal_mode == 1:
         kwargs["is_causal"] = True
-    elif causal_mode == 2:
+    elif causal_mode != 0:
         kwargs["attn_mask"] = visible_keys(q.shape[2], k.shape[2], causal_mode, q.device)
     with sdpa_kernel([SDPBackend.MATH]), _reduced_precision_math(reduced_precision):
         return F.scaled_dot_product_attention(q, k, v, **kwargs)
@@ -304,7 +307,7 @@ def check_attention(
     lse: Tensor | None = None,
     *,
     scale: float,
-    causal_mode: int,
+    causal_mode: int | MaskSpec,
     reduced_precision: bool = True,
 ) -> None:
     """The rule for one attention call's results (out, and lse and dq, dk, dv when given) against
@@ -351,17 +354,61 @@ def assert_all_finite(name: str, t: Tensor) -> None:
         )
 
 
-def skip_unless_compiled(dtype: torch.dtype, head_dim: int, head_dim_v: int | None = None) -> None:
-    """Skip when this build of flashsdpa._C lacks the dtype or head dims: development builds
-    narrow them (FLASHSDPA_DTYPES, FLASHSDPA_HEAD_DIMS)."""
-    import pytest
+# Every head-dim bucket the generator can compile (cuda/generate_instantiations.py), smallest first.
+ALL_BUCKETS: tuple[int, ...] = (32, 64, 96, 128, 192, 256)
+_FLAG = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 
+
+def missing_kernel(dtype: torch.dtype, head_dim: int, head_dim_v: int | None = None) -> tuple[str, str] | None:
+    """(bucket, reason) when this build of flashsdpa._C lacks the dtype or the head-dim bucket of
+    these head dims: ``bucket`` names it as the build knobs do ("dtype bf16", "head-dim bucket 96")."""
     from flashsdpa import selection
 
     dims = (head_dim, head_dim if head_dim_v is None else head_dim_v)
-    reason = selection.dtype_reason(dtype) or selection.head_dims_reason(*dims)
+    reason = selection.dtype_reason(dtype)
     if reason is not None:
-        pytest.skip(f"not in this build: {reason}")
+        return f"dtype {_FLAG.get(dtype, dtype)}", reason
+    reason = selection.head_dims_reason(*dims)
+    if reason is not None:
+        bucket = next((b for b in ALL_BUCKETS if b >= max(dims)), None)
+        return (f"head-dim bucket {bucket}" if bucket else f"head dims {dims}"), reason
+    return None
+
+
+def kernel_required(dtype: torch.dtype, head_dim: int, head_dim_v: int | None = None) -> bool:
+    """Whether the test run asked for this dtype and head-dim bucket, so that its absence is a
+    failure, not a skip: FLASHSDPA_REQUIRE_KERNELS=all (scripts/gpu_check.sh on a full build), or
+    the build's own request (_build_request.json) names both (a build that lacks what it was asked
+    for is broken, whatever the tests would otherwise skip)."""
+    import os
+
+    from flashsdpa import buildcheck
+
+    if os.environ.get("FLASHSDPA_REQUIRE_KERNELS", "") == "all":
+        return True
+    request = buildcheck.load_request()
+    if request is None:
+        return False
+    want = buildcheck.expected_build(request)
+    bucket = next((b for b in ALL_BUCKETS if b >= max(head_dim, head_dim_v or head_dim)), None)
+    return str(dtype).removeprefix("torch.") in want["dtypes"] and any(
+        d >= (bucket or 0) for d in want["head_dims"]
+    )
+
+
+def skip_unless_compiled(dtype: torch.dtype, head_dim: int, head_dim_v: int | None = None) -> None:
+    """Skip when this build of flashsdpa._C lacks the dtype or head dims: development builds
+    narrow them (FLASHSDPA_DTYPES, FLASHSDPA_HEAD_DIMS). The reason names the missing bucket; where
+    the run asked for it (kernel_required) the test fails instead."""
+    import pytest
+
+    missing = missing_kernel(dtype, head_dim, head_dim_v)
+    if missing is None:
+        return
+    bucket, reason = missing
+    if kernel_required(dtype, head_dim, head_dim_v):
+        pytest.fail(f"{bucket} missing from this build, which was asked for it: {reason}")
+    pytest.skip(f"narrowed build lacks {bucket}: {reason}")
 
 
 @contextlib.contextmanager
@@ -385,17 +432,21 @@ def fresh_compile() -> Iterator[None]:
 
 
 def gpu_skip_reason() -> str | None:
-    """Why the GPU suite cannot run here (None: it can): a CUDA GPU, and a build of flashsdpa._C
-    with CUDA kernels for it."""
+    """Why the GPU suite cannot run here (None: it can): a CUDA GPU our kernels can run on.
+
+    A GPU with a build of flashsdpa._C that has no CUDA kernels (or no _C at all) is not a reason
+    to skip: the GPU suite then runs and fails (conftest.py fails each GPU test with the build's
+    reason), so a broken build never passes as a skipped suite (issue 10, item 3).
+    """
     if not torch.cuda.is_available():
         return "no CUDA GPU (torch.cuda.is_available() is False)"
     try:
         import flashsdpa
         from flashsdpa import _backend
-    except Exception as exc:  # noqa: BLE001 - a broken install must skip with its reason, not crash collection
+    except Exception as exc:  # noqa: BLE001 - a broken install must say why, not crash collection
         return f"flashsdpa does not import: {type(exc).__name__}: {exc}"
     if not flashsdpa.build_info()["with_cuda"]:
-        return f"flashsdpa._C has no CUDA kernels: {_backend.UNAVAILABLE_REASON}"
+        return None
     return _backend.device_reason(torch.cuda.current_device())
 
 

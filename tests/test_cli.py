@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from flashsdpa import cli
+from flashsdpa import buildcheck, cli
 from flashsdpa.bench import overhead, report
 from flashsdpa.bench.problems import Problem, Result, parse_count
 
@@ -39,10 +39,18 @@ def test_explain_exit_codes(fake_build, capsys) -> None:
 
 
 def test_info_json(capsys) -> None:
+    """info reports the build that was asked for: _C loads (exit 0), with CUDA kernels exactly when
+    its build request (FLASHSDPA_CUDA, a CUDA compiler) called for them. A missing _C fails."""
     rc = cli.main(["info", "--json"])
     info = json.loads(capsys.readouterr().out)
     assert info["torch"]["version"] == torch.__version__
-    assert rc == (0 if info["build"]["import_error"] is None else 1)
+    assert info["build"]["import_error"] is None and rc == 0
+    request = buildcheck.load_request()
+    assert request is not None, "no _build_request.json next to _C: build it with setup.py"
+    expected = buildcheck.expected_build(request)
+    assert info["build"]["with_cuda"] == expected["with_cuda"]
+    if expected["with_cuda"]:
+        assert sorted(info["build"]["kernel_families"]) == expected["kernel_families"]
 
 
 def _results() -> list[Result]:

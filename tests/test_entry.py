@@ -1,8 +1,9 @@
-# test_mode.py: the decisions of flashsdpa's TorchFunctionMode on F.scaled_dot_product_attention
-# calls: the shortcut for calls PyTorch's flash path takes as they are, the road of every other
-# call (our op for the calls PyTorch's flash path turns away, SDPA for the rest), and the eager
-# path (calls without autograd run on our kernel from the mode): when it serves, with what
-# arguments, and each condition that keeps a call off it.
+# test_entry.py: the decisions of flashsdpa's F.scaled_dot_product_attention (entry.py), the function
+# behind torch's SDPA names while active: the shortcut for calls PyTorch's flash path takes as they
+# are, the road of every other call (our op for the calls PyTorch's flash path turns away, SDPA for
+# the rest), the eager path (calls without autograd run on our kernel from the entry: when it
+# serves, with what arguments, and each condition that keeps a call off it), and what it must not
+# change: other torch calls, PyTorch's fast paths, SDPA's errors.
 #
 # CPU only: real CPU tensors pass for CUDA ones (Tensor.is_cuda patched to True) with a stand-in
 # CUDA build (conftest.FakeCudaBuild), so that every decision runs as on a GPU; flashsdpa's op then
@@ -25,7 +26,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import flashsdpa
-from flashsdpa import _backend, entry, ops
+from flashsdpa import _backend, entry, masks, ops
 from helpers import flashsdpa_entries
 
 BF16 = torch.bfloat16
@@ -212,7 +213,7 @@ def test_eager_path_serves(
     with flashsdpa.enable(), context():
         out = F.scaled_dot_product_attention(q, k, v, **kwargs)
     [(lq, lk, lv, lout, lse, lscale, lcausal)] = launches.calls
-    assert (lq, lk, lv, lout) == (q, k, v, out) and (lcausal, lscale) == (causal, pytest.approx(scale))
+    assert (lq, lk, lv, lout) == (q, k, v, out) and (lcausal, lscale) == (masks.BY_CAUSAL_MODE[causal], pytest.approx(scale))
     assert lse is None  # nothing reads the LSE of an eager no-grad call: the kernel skips it
     # Laid out as SDPA's flash path and flashsdpa's op lay it: like the query.
     expected = ops._empty_out(q, v.shape[3])

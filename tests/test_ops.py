@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 import flashsdpa
-from flashsdpa import _backend, ops
+from flashsdpa import _backend, ops, masks
 from helpers import EMPTY_SHAPES, Shape, make_qkv, textbook_attention, textbook_with_grads
 
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
@@ -32,15 +32,15 @@ CASES = [
 @pytest.mark.parametrize("shape", CASES, ids=str)
 def test_opcheck_fwd(shape: Shape, causal_mode: int) -> None:
     q, k, v = make_qkv(shape, F32, layout="bshd", requires_grad=True)
-    torch.library.opcheck(torch.ops.flashsdpa.fwd.default, (q, k, v, 0.5, causal_mode))
+    torch.library.opcheck(torch.ops.flashsdpa.fwd.default, (q, k, v, 0.5, list(masks.BY_CAUSAL_MODE[causal_mode])))
 
 
 @pytest.mark.parametrize("shape", CASES, ids=str)
 def test_opcheck_bwd(shape: Shape) -> None:
     q, k, v = make_qkv(shape, F32)
-    out, lse = torch.ops.flashsdpa.fwd.default(q, k, v, 0.5, 2)
+    out, lse = torch.ops.flashsdpa.fwd.default(q, k, v, 0.5, list(masks.CAUSAL_BOTTOM_RIGHT))
     dout = torch.randn_like(out)
-    torch.library.opcheck(torch.ops.flashsdpa.bwd.default, (dout, q, k, v, out, lse, 0.5, 2))
+    torch.library.opcheck(torch.ops.flashsdpa.bwd.default, (dout, q, k, v, out, lse, 0.5, list(masks.CAUSAL_BOTTOM_RIGHT)))
 
 
 def packed(
@@ -64,9 +64,9 @@ def test_opcheck_varlen() -> None:
     q, k, v, cu_q, cu_k = packed([3, 0, 5], [4, 2, 6])
     for t in (q, k, v):
         t.requires_grad_(True)
-    torch.library.opcheck(torch.ops.flashsdpa.fwd_varlen.default, (q, k, v, cu_q, cu_k, 5, 6, 0.3, 1))
-    out, lse = torch.ops.flashsdpa.fwd_varlen.default(q, k, v, cu_q, cu_k, 5, 6, 0.3, 1)
-    args = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out.detach(), lse, cu_q, cu_k, 5, 6, 0.3, 1)
+    torch.library.opcheck(torch.ops.flashsdpa.fwd_varlen.default, (q, k, v, cu_q, cu_k, 5, 6, 0.3, [-1, 0, 0]))
+    out, lse = torch.ops.flashsdpa.fwd_varlen.default(q, k, v, cu_q, cu_k, 5, 6, 0.3, [-1, 0, 0])
+    args = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out.detach(), lse, cu_q, cu_k, 5, 6, 0.3, [-1, 0, 0])
     torch.library.opcheck(torch.ops.flashsdpa.bwd_varlen.default, args)
 
 
@@ -77,7 +77,7 @@ def test_opcheck_varlen() -> None:
 @pytest.mark.parametrize("shape", CASES, ids=str)
 def test_attention_matches_textbook(shape: Shape, alignment: str) -> None:
     q, k, v = make_qkv(shape, F64, requires_grad=True)
-    mode = ops.CAUSAL_MODES[alignment]
+    mode = {"top_left": 1, "bottom_right": 2}[alignment]
     out, lse = flashsdpa.attention(q, k, v, causal=True, causal_alignment=alignment, scale=0.3, return_lse=True)
     dout = torch.randn_like(out)
     grads = torch.autograd.grad(out, (q, k, v), dout)
@@ -265,10 +265,17 @@ def _bad_calls() -> list[tuple[str, Any, type[Exception], str]]:
         ),
         ("scale", lambda: flashsdpa.attention(q, k, v, scale="0.5"), TypeError, "scale='0.5': needs a float or None"),
         (
-            "causal_mode",
-            lambda: torch.ops.flashsdpa.fwd(q, k, v, 1.0, 3),
+            "mask",
+            lambda: torch.ops.flashsdpa.fwd(q, k, v, 1.0, [0, 0, 3]),
             ValueError,
-            "causal_mode=3: needs 0 (none), 1 (top-left) or 2 (bottom-right)",
+            "mask=[0, 0, 3]: needs [window_left, window_right, align] with each side >= 0 or -1 (unbounded) and "
+            "align 0 (top-left) or 1 (bottom-right)",
+        ),
+        (
+            "window",
+            lambda: flashsdpa.attention(q, k, v, window=(4, -2)),
+            ValueError,
+            "window=(4, -2): needs (left, right), each an int >= 0 or -1 (unbounded)",
         ),
     ]
 
@@ -328,7 +335,7 @@ class Launches:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.names: list[str] = []
         self.args: list[tuple[Any, ...]] = []
-        for name in ("launch_fwd", "launch_bwd", "launch_fwd_varlen", "launch_bwd_varlen"):
+        for name in ("launch_fwd", "launch_bwd"):
             monkeypatch.setattr(_backend, name, lambda *args, _name=name: self._record(_name, args))
 
     def _record(self, name: str, args: tuple[Any, ...]) -> None:
@@ -340,29 +347,29 @@ def test_cuda_impls(fake_build: Any, fake_mode: Any, monkeypatch: pytest.MonkeyP
     launches = Launches(monkeypatch)
     flashsdpa.reset_stats()
     q, k, v = cuda_qkv()
-    out, lse = ops._fwd_cuda(q, k, v, 0.5, 1)
+    out, lse = ops._fwd_cuda(q, k, v, 0.5, list(masks.BY_CAUSAL_MODE[1]))
     assert out.shape == (2, 4, 16, 64) and lse.shape == (2, 4, 16)
-    grads = ops._bwd_cuda(torch.empty_like(out), q, k, v, out, lse, 0.5, 1)
+    grads = ops._bwd_cuda(torch.empty_like(out), q, k, v, out, lse, 0.5, list(masks.BY_CAUSAL_MODE[1]))
     assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
     assert launches.names == ["launch_fwd", "launch_bwd"]
     ops_stats = flashsdpa.stats()["ops"]
     assert ops_stats["flashsdpa::fwd"]["served"] == 1 and ops_stats["flashsdpa::bwd"]["served"] == 1
     # Empty problems never reach a kernel.
-    ops._fwd_cuda(*cuda_qkv(sk=0), 0.5, 0)
-    ops._bwd_cuda(torch.empty_like(out), *cuda_qkv(sk=0), out, lse, 0.5, 0)
+    ops._fwd_cuda(*cuda_qkv(sk=0), 0.5, list(masks.BY_CAUSAL_MODE[0]))
+    ops._bwd_cuda(torch.empty_like(out), *cuda_qkv(sk=0), out, lse, 0.5, list(masks.BY_CAUSAL_MODE[0]))
     assert launches.names == ["launch_fwd", "launch_bwd"]
     # Rows the kernels cannot read in place (stride 2 along the head dim, or a 4-element offset)
     # are copied first; the output keeps the query's layout.
     q_strided = torch.empty(2, 4, 16, 128, dtype=F16, device="cuda").as_strided((2, 4, 16, 64), (8192, 2048, 128, 2))
     k_offset = torch.empty(2 * 2 * 24 * 64 + 4, dtype=F16, device="cuda").as_strided(k.shape, k.stride(), 4)
-    out, _ = ops._fwd_cuda(q_strided, k_offset, v, 0.5, 0)
+    out, _ = ops._fwd_cuda(q_strided, k_offset, v, 0.5, list(masks.BY_CAUSAL_MODE[0]))
     launched = launches.args[-1]
     assert launched[0].stride() == (4096, 1024, 64, 1) and launched[1].storage_offset() == 0 and launched[2] is v
     assert out.shape == (2, 4, 16, 64)
     # A GPU our kernels do not run on: a RuntimeError with the reason.
     fake_build(capability=(7, 5), family=None)
     with pytest.raises(RuntimeError, match=re.escape("our kernels cannot run this call: GPU compute capability 7.5")):
-        ops._fwd_cuda(q, k, v, 0.5, 1)
+        ops._fwd_cuda(q, k, v, 0.5, list(masks.BY_CAUSAL_MODE[1]))
 
 
 @pytest.fixture
@@ -385,11 +392,11 @@ def test_cuda_backward_honours_deterministic_algorithms(
     launches = Launches(monkeypatch)
     q, k, v = cuda_qkv()
     deterministic(False)
-    out, lse = ops._fwd_cuda(q, k, v, 0.5, 1)
+    out, lse = ops._fwd_cuda(q, k, v, 0.5, list(masks.BY_CAUSAL_MODE[1]))
     with pytest.raises(RuntimeError, match=r"flashsdpa::bwd does not have a deterministic implementation"):
-        ops._bwd_cuda(torch.empty_like(out), q, k, v, out, lse, 0.5, 1)
+        ops._bwd_cuda(torch.empty_like(out), q, k, v, out, lse, 0.5, list(masks.BY_CAUSAL_MODE[1]))
     assert launches.names == ["launch_fwd"]
     deterministic(True)
     with pytest.warns(UserWarning, match=r"flashsdpa::bwd does not have a deterministic implementation"):
-        ops._bwd_cuda(torch.empty_like(out), q, k, v, out, lse, 0.5, 1)
+        ops._bwd_cuda(torch.empty_like(out), q, k, v, out, lse, 0.5, list(masks.BY_CAUSAL_MODE[1]))
     assert launches.names == ["launch_fwd", "launch_bwd"]

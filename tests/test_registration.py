@@ -24,7 +24,7 @@ from torch.nn.attention import (
 from torch.overrides import TorchFunctionMode
 
 import flashsdpa
-from flashsdpa import _backend, activation, entry, routers
+from flashsdpa import _backend, activation, entry, masks, routers
 
 F16 = torch.float16
 ROUTED_OPS = [route.op for route in routers._ROUTES if hasattr(torch.ops.aten, route.op)]
@@ -249,7 +249,7 @@ class LaunchRecorder:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
-        for name in ("launch_fwd", "launch_fwd_varlen", "launch_bwd", "launch_bwd_varlen"):
+        for name in ("launch_fwd", "launch_bwd"):
             monkeypatch.setattr(_backend, name, self._recorder(name))
 
     def _recorder(self, name: str) -> Any:
@@ -309,7 +309,7 @@ def test_sdpa_forward_router_serves_in_meta_contract(layout: str, launches: Laun
     [(name, args)] = launches.calls
     assert name == "launch_fwd"
     assert args[:5] == (q, k, v, ours[0], ours[1])
-    assert args[5] == pytest.approx(1 / math.sqrt(64)) and args[6] == 2  # is_causal: bottom-right, as PyTorch's kernel
+    assert args[5] == pytest.approx(1 / math.sqrt(64)) and args[6] == masks.CAUSAL_BOTTOM_RIGHT  # is_causal: bottom-right, as PyTorch's kernel
     assert flashsdpa.stats()["ops"]["aten::_scaled_dot_product_flash_attention"] == {"served": 1, "fallback": 0}
 
 
@@ -324,7 +324,7 @@ def test_sdpa_backward_router_serves_in_meta_contract(launches: LaunchRecorder, 
     assert all(same_meta(a, b) for a, b in zip(ours, meta))
     [(name, launch)] = launches.calls
     assert name == "launch_bwd" and launch[0].stride()[-1] == 1 and launch[0].is_contiguous()
-    assert launch[1:9] == (q, k, v, out, lse, *ours) and launch[9:] == (0.5, 0)
+    assert launch[1:9] == (q, k, v, out, lse, *ours) and launch[9:] == (0.5, masks.NO_MASK)
 
 
 def test_sdpa_backward_router_falls_back_where_no_backward_tile_fits(
@@ -344,7 +344,7 @@ def test_sdpa_backward_router_falls_back_where_no_backward_tile_fits(
     [reason] = flashsdpa.stats()["fallback_reasons"]
     assert reason == (
         "aten::_scaled_dot_product_flash_attention_backward: head_dim=256 (value 256) backward on Fake GPU: "
-        "no backward tile fits its 163 KB of shared memory per block"
+        "family sm80: no tile fits the device's 163 KB"
     )
     # Head dims that fit are served there.
     q, k, v = bhsd(1, 2, 16, 64), bhsd(1, 2, 16, 64), bhsd(1, 2, 16, 64)
@@ -365,7 +365,7 @@ def test_flash_forward_router_dense_uses_views(launches: LaunchRecorder, fake_mo
     # (B, S, H, D) arguments reach the kernel as (B, H, S, D) views of the same memory: no copy.
     assert name == "launch_fwd" and args[0].shape == (2, 8, 16, 64) and args[0].stride() == q.transpose(1, 2).stride()
     assert args[3].shape == (2, 8, 16, 64) and args[3].stride() == ours[0].transpose(1, 2).stride()
-    assert args[6] == 2
+    assert args[6] == masks.CAUSAL_BOTTOM_RIGHT
 
 
 def test_flash_forward_router_varlen(launches: LaunchRecorder, fake_mode: Any) -> None:
@@ -375,8 +375,8 @@ def test_flash_forward_router_varlen(launches: LaunchRecorder, fake_mode: Any) -
     meta = torch.ops.aten._flash_attention_forward.default(q, k, v, cu_q, cu_k, 12, 20, 0.0, False, False, scale=0.25)
     assert same_meta(ours[0], meta[0]) and same_meta(ours[1], meta[1]) and ours[1].shape == (4, 30)
     [(name, args)] = launches.calls
-    assert name == "launch_fwd_varlen"
-    assert args[:7] == (q, k, v, ours[0], ours[1], cu_q, cu_k) and args[7:] == (None, 12, 20, 0.25, 0)
+    assert name == "launch_fwd"
+    assert args[:7] == (q, k, v, ours[0], ours[1], 0.25, (-1, -1, 1)) and args[7] == (cu_q, cu_k, None, 12, 20)
 
 
 @pytest.mark.skipif(not hasattr(torch.ops.aten, "_flash_attention_forward_no_dropout_inplace"), reason="torch < 2.12")
@@ -408,7 +408,7 @@ def test_flash_backward_router(varlen: bool, launches: LaunchRecorder, fake_mode
     meta = torch.ops.aten._flash_attention_backward.default(*args)
     assert all(same_meta(a, b) for a, b in zip(ours, meta))
     [(name, launch)] = launches.calls
-    assert name == ("launch_bwd_varlen" if varlen else "launch_bwd")
+    assert name == "launch_bwd" and (len(launch) == 12) == varlen
     if not varlen:  # views of the (B, S, H, D) tensors, grads included
         assert launch[1].shape == (2, 4, 16, 64) and launch[6].stride() == ours[0].transpose(1, 2).stride()
 
@@ -430,7 +430,6 @@ def test_router_fallback_forwards_the_call_untouched(fake_build: Any, native: Na
     [
         (dict(dropout_p=0.1), "dropout_p=0.1: dropout is not supported (needs 0.0)"),
         (dict(return_debug_mask=True), "return_debug_mask=True: the debug attention mask is not supported"),
-        (dict(window_size_left=8), "window_size_left=8, window_size_right=None: sliding windows are not supported"),
         (dict(alibi_slopes="slopes"), "alibi_slopes given: not supported by flashsdpa"),
         (dict(block_table="table"), "block_table given: not supported by flashsdpa"),
         (dict(seqused_k="used"), "seqused_k given with dense inputs: PyTorch's dense kernel ignores it; left to it"),
@@ -454,20 +453,33 @@ def test_flash_forward_router_fallbacks(
 
 
 @pytest.mark.parametrize(
-    "is_causal, left, right, expected",
+    "is_causal, left, right, seqlen_q, expected",
     [
-        (False, None, None, (None, 0)),
-        (True, None, None, (None, 2)),
-        (True, -1, -1, (None, 2)),
-        (False, -1, 0, (None, 2)),  # FA2's spelling of causal
-        (False, 64, 64, (None, 0)),  # windows as long as the keys: unbounded
-        (True, 100, None, (None, 2)),
-        (False, 8, -1, ("window_size_left=8, window_size_right=-1: sliding windows are not supported", 0)),
-        (False, -1, 3, ("window_size_left=-1, window_size_right=3: sliding windows are not supported", 0)),
+        (False, None, None, 64, (-1, -1, 1)),
+        (True, None, None, 64, (-1, 0, 1)),
+        (True, -1, -1, 64, (-1, 0, 1)),
+        (False, -1, 0, 64, (-1, 0, 1)),  # FA2's spelling of causal
+        (False, 64, 64, 64, (-1, -1, 1)),  # windows as long as the keys: unbounded
+        (True, 100, None, 64, (-1, 0, 1)),
+        (True, 8, None, 64, (8, 0, 1)),  # a sliding window
+        (False, 8, -1, 64, (8, 64, 1)),  # a left bound alone: the right side becomes seqlen_k, as in FA2
+        (False, -1, 3, 64, (-1, 3, 1)),
+        (False, -5, -7, 64, (-1, -1, 1)),  # any negative side is unbounded
+        (True, 8, 5, 1, (8, 5, 1)),  # one query row: is_causal is dropped, the window stays
     ],
 )
-def test_window_sizes(is_causal: bool, left: int | None, right: int | None, expected: tuple[str | None, int]) -> None:
-    assert routers._window_causal(is_causal, left, right, 64) == expected
+def test_window_sizes(
+    is_causal: bool, left: int | None, right: int | None, seqlen_q: int, expected: tuple[int, int, int]
+) -> None:
+    # What PyTorch's flash kernel (flash_api.cpp's mha_fwd / mha_varlen_fwd) makes of the arguments.
+    assert masks.torch_flash(is_causal, left, right, seqlen_q, 64) == expected
+
+
+def test_flash_forward_router_serves_windows(launches: LaunchRecorder, fake_mode: Any) -> None:
+    q, k, v = (torch.empty(2, 16, 4, 64, dtype=F16, device="cuda") for _ in range(3))
+    routers._flash_forward(None, q, k, v, None, None, 16, 16, 0.0, True, False, window_size_left=4, window_size_right=0)
+    [(name, args)] = launches.calls
+    assert name == "launch_fwd" and args[6] == (4, 0, 1)
 
 
 # ---- the launch wrappers: tensors to _C's pointers and strides -----------------------------------
@@ -483,56 +495,60 @@ def test_launch_fwd_dense_arguments(recorded_build: Any) -> None:
     q = torch.empty(2, 16, 8, 64, dtype=torch.bfloat16).transpose(1, 2)  # (B, H, S, D) view of BSHD memory
     k = v = torch.empty(2, 2, 24, 64, dtype=torch.bfloat16)
     out, lse = torch.empty_like(q), torch.empty(2, 8, 16)
-    _backend.launch_fwd(q, k, v, out, lse, 0.125, 1)
-    [(name, args)] = recorded_build.calls
+    _backend.launch_fwd(q, k, v, out, lse, 0.125, masks.CAUSAL_TOP_LEFT)
+    [(name, (spec,))] = recorded_build.calls
     assert name == "fwd"
-    assert args[:5] == (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
+    pointers, strides, sizes, mask, *rest = spec
+    assert pointers == (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), 0, 0, 0)
     # Strides go whole (no slice): _C reads the first three items, (batch, head, row).
-    assert args[5:10] == (
+    assert strides == (
         (8192, 64, 512, 1),
         (3072, 1536, 64, 1),
         (3072, 1536, 64, 1),
         (8192, 64, 512, 1),
         (128, 16, 1),
     )
-    assert args[10:17] == (2, 8, 2, 16, 24, 64, 64)
-    assert args[17:] == (0, 0, 0, 0.125, 1, 1, -1, 77)  # no varlen; scale, causal, bf16 = 1, device, stream
+    assert sizes == (2, 8, 2, 16, 24, 64, 64, -1)  # total_q -1: dense
+    assert mask == (-1, 0, 0) and tuple(rest) == (0.125, 1, -1, 77)  # scale, bf16 = 1, device, stream
 
 
 def test_launch_fwd_varlen_arguments(recorded_build: Any) -> None:
     q, k, v = torch.empty(30, 4, 64, dtype=F16), torch.empty(40, 2, 64, dtype=F16), torch.empty(40, 2, 32, dtype=F16)
     out, lse = torch.empty(30, 4, 32, dtype=F16), torch.empty(4, 30)
     cu_q, cu_k, used = (torch.zeros(n, dtype=torch.int32) for n in (4, 4, 3))
-    _backend.launch_fwd_varlen(q, k, v, out, lse, cu_q, cu_k, used, 12, 20, 0.5, 2)
-    [(name, args)] = recorded_build.calls
+    _backend.launch_fwd(q, k, v, out, lse, 0.5, masks.CAUSAL_BOTTOM_RIGHT, (cu_q, cu_k, used, 12, 20))
+    [(name, (spec,))] = recorded_build.calls
     assert name == "fwd"
-    assert args[5:10] == ((0, 64, 256), (0, 64, 128), (0, 32, 64), (0, 32, 128), (0, 30, 1))
-    assert args[10:17] == (3, 4, 2, 12, 20, 64, 32)
-    assert args[17:20] == (cu_q.data_ptr(), cu_k.data_ptr(), used.data_ptr())
-    assert args[20:] == (0.5, 2, 0, -1, 77)
+    pointers, strides, sizes, mask, *rest = spec
+    assert strides == ((0, 64, 256), (0, 64, 128), (0, 32, 64), (0, 32, 128), (0, 30, 1))
+    assert sizes == (3, 4, 2, 12, 20, 64, 32, 30)
+    assert pointers[5:] == (cu_q.data_ptr(), cu_k.data_ptr(), used.data_ptr())
+    assert mask == (-1, 0, 1) and tuple(rest) == (0.5, 0, -1, 77)
 
 
 def test_launch_fwd_without_lse(recorded_build: Any) -> None:
     # Inference callers pass no LSE: _C gets a null pointer (the kernel then writes none).
     q = k = v = out = torch.empty(1, 2, 16, 64, dtype=F16)
-    _backend.launch_fwd(q, k, v, out, None, 0.125, 0)
-    [(name, args)] = recorded_build.calls
-    assert name == "fwd" and args[4] == 0 and args[9] == (0, 0, 0)
+    _backend.launch_fwd(q, k, v, out, None, 0.125, masks.NO_MASK)
+    [(name, (spec,))] = recorded_build.calls
+    assert name == "fwd" and spec[0][4] == 0 and spec[1][4] == (0, 0, 0)
 
 
 def test_launch_bwd_allocates_the_workspace(recorded_build: Any) -> None:
-    q = k = v = out = dout = torch.empty(1, 2, 16, 64, dtype=F16)
+    # One _C call: the workspace is sized from the bucket the capability table picks (cached).
+    q = k = v = out = dout = torch.empty(1, 2, 16, 48, dtype=F16)
     lse = torch.empty(1, 2, 16)
     dq, dk, dv = (torch.empty_like(q) for _ in range(3))
-    _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, 0.125, 0)
-    [(first, sizes), (second, args)] = recorded_build.calls
-    assert (first, second) == ("bwd_workspace_bytes", "bwd")
-    assert sizes == (1, 2, 16, 64, 64, -1)
-    assert args[6:9] == (dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
-    assert args[18:25] == (1, 2, 2, 16, 16, 64, 64)
-    # dq_accum and delta: two buffers of the sizes _C asked for.
-    assert args[28:31] == (0.125, 0, 0) and args[31] != 0 and args[33] != 0 and args[31] != args[33]
-    assert args[32] == 4096 and args[34:] == (512, -1, -1, 77)
+    _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, 0.125, masks.NO_MASK)
+    [(name, (spec, grads))] = recorded_build.calls
+    assert name == "bwd"
+    assert spec[2] == (1, 2, 2, 16, 16, 48, 48, -1) and spec[3] == (-1, -1, 0)
+    pointers, strides, nbytes = grads
+    assert pointers[:4] == (dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
+    # dq_accum and delta: two buffers, rows x heads x bucket (64 for head dim 48) and rows x heads floats.
+    assert pointers[4] != 0 and pointers[5] != 0 and pointers[4] != pointers[5]
+    assert nbytes == (2 * 16 * 64 * 4, 2 * 16 * 4)
+    assert strides == (dout.stride(), dq.stride(), dk.stride(), dv.stride())
 
 
 def test_launch_bwd_varlen_arguments(recorded_build: Any) -> None:
@@ -540,24 +556,23 @@ def test_launch_bwd_varlen_arguments(recorded_build: Any) -> None:
     lse = torch.empty(4, 30)
     dq, dk, dv = (torch.empty_like(q) for _ in range(3))
     cu = torch.zeros(3, dtype=torch.int32)
-    _backend.launch_bwd_varlen(dout, q, k, v, out, lse, dq, dk, dv, cu, cu, None, 20, 20, 1.0, 2)
-    [(first, sizes), (second, args)] = recorded_build.calls
-    assert (first, second) == ("bwd_workspace_bytes", "bwd")
-    assert sizes == (2, 4, 20, 64, 64, 30)
-    assert args[14] == (0, 30, 1)  # the LSE: (H, total)
-    assert args[18:25] == (2, 4, 4, 20, 20, 64, 64) and args[25:28] == (cu.data_ptr(), cu.data_ptr(), 0)
-    assert args[35] == 30  # total_q
+    _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, 1.0, masks.CAUSAL_BOTTOM_RIGHT, (cu, cu, None, 20, 20))
+    [(name, (spec, grads))] = recorded_build.calls
+    assert name == "bwd"
+    assert spec[1][4] == (0, 30, 1)  # the LSE: (H, total)
+    assert spec[2] == (2, 4, 4, 20, 20, 64, 64, 30) and spec[0][5:] == (cu.data_ptr(), cu.data_ptr(), 0)
+    assert grads[2] == (4 * 30 * 64 * 4, 4 * 30 * 4)  # rows = total_q per head
 
 
 # The real _C (a CUDA build or a CPU-only one: both parse the strides before anything else runs).
 needs_c = pytest.mark.skipif(_backend._C is None, reason=f"flashsdpa._C not importable: {_backend.IMPORT_ERROR}")
 
 
-def _fwd_args(q_strides: Any, batch: int = 1) -> tuple[Any, ...]:
-    """_C.fwd's 25 positional arguments for a (1, 4, 64, 64) problem with these query strides."""
+def _fwd_spec(q_strides: Any, batch: int = 1) -> tuple[Any, ...]:
+    """_C.fwd's spec for a (1, 4, 64, 64) problem with these query strides."""
     rows = (16384, 4096, 64, 1)
-    return (1, 2, 3, 4, 5, q_strides, rows, rows, rows, (256, 64, 1),
-            batch, 4, 4, 64, 64, 64, 64, 0, 0, 0, 0.125, 0, 1, 0, 0)  # fmt: skip
+    return ((1, 2, 3, 4, 5, 0, 0, 0), (q_strides, rows, rows, rows, (256, 64, 1)), (batch, 4, 4, 64, 64, 64, 64, -1),
+            (-1, -1, 0), 0.125, 1, 0, 0)  # fmt: skip
 
 
 @needs_c
@@ -567,23 +582,20 @@ def _fwd_args(q_strides: Any, batch: int = 1) -> tuple[Any, ...]:
     ids=["short", "list", "float", "overflow"],
 )
 def test_c_rejects_bad_stride_arguments(q_strides: Any) -> None:
-    message = f"q_strides={q_strides!r}: needs a tuple of at least 3 ints (batch, head, row strides in elements)"
-    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        _backend._C.fwd(*_fwd_args(q_strides))
+    need = "a tuple (see module.cpp)" if isinstance(q_strides, list) or len(q_strides) < 3 else "an int"
+    with pytest.raises(ValueError, match=f"^q_strides=.*: needs {re.escape(need)}$"):
+        _backend._C.fwd(_fwd_spec(q_strides))
 
 
 @needs_c
 def test_c_names_the_first_bad_stride_argument() -> None:
-    args = list(_fwd_args((16384, 4096, 64, 1)))
-    args[7], args[9] = (1,), (2,)  # v_strides and lse_strides
+    pointers, strides, *rest = _fwd_spec((16384, 4096, 64, 1))
+    strides = (strides[0], strides[1], (1,), strides[3], (2,))  # v_strides and lse_strides
     with pytest.raises(ValueError, match=r"^v_strides=\(1,\): "):
-        _backend._C.fwd(*args)
-    bwd_strides = [(4096, 64, 1)] * 9
-    bwd_strides[6], bwd_strides[8] = (1, 2), ()  # dq_strides and dv_strides
+        _backend._C.fwd((pointers, strides, *rest))
+    grad_strides = ((4096, 64, 1), (1, 2), (4096, 64, 1), ())  # dq_strides and dv_strides
     with pytest.raises(ValueError, match=r"^dq_strides=\(1, 2\): "):
-        _backend._C.bwd(
-            *range(1, 10), *bwd_strides, *(1, 4, 4, 64, 64, 64, 64, 0, 0, 0, 0.125, 0, 1, 256, 4096, 512, 64, -1, 0, 0)
-        )
+        _backend._C.bwd(_fwd_spec((16384, 4096, 64, 1)), ((1, 2, 3, 4, 256, 512), grad_strides, (4096, 512)))
 
 
 @needs_c
@@ -591,7 +603,7 @@ def test_c_reads_the_first_three_items_of_longer_stride_tuples() -> None:
     # A whole Tensor.stride() passes the stride parsing; batch=0 then fails the first size check,
     # before anything touches a GPU (so this runs on CPU-only machines and builds alike).
     with pytest.raises(ValueError, match=r"^batch=0: must be >= 1"):
-        _backend._C.fwd(*_fwd_args((16384, 4096, 64, 1), batch=0))
+        _backend._C.fwd(_fwd_spec((16384, 4096, 64, 1), batch=0))
 
 
 def test_backward_routers_leave_deterministic_runs_to_pytorch(

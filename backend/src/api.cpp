@@ -1,13 +1,12 @@
-// api.cpp: fills AttnFwdParams / AttnBwdParams from raw arguments (the only place that does),
-// runs the checks, and launches. See api.h.
+// api.cpp: fills AttnFwdParams / AttnBwdParams from a spec (the only place that does), runs the
+// checks, picks the family and launches. See api.h.
 #include "api.h"
 
-#include <cmath>
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 #include "checks.h"
-#include "flashsdpa/kernels.h"
 #include "launch.h"
 
 namespace flashsdpa {
@@ -16,132 +15,119 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int64_t kWorkspaceAlign = 256;
 
-
 template <typename T>
 T* ptr(uintptr_t p) {
   return reinterpret_cast<T*>(p);
 }
 
-void fill_fwd(AttnFwdParams& p, uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse,
-              const Strides& qs, const Strides& ks, const Strides& vs, const Strides& os, const Strides& ls,
-              const ProblemShape& shape, const VarlenArgs& varlen, float scale, int causal, int dtype) {
+// A window side that no row can reach is unbounded: with lengths up to L = max(Sq, Sk) (the
+// maxima in varlen mode) every |diag(i) - j| < L, so a bound >= L never masks anything. One
+// spelling per mask keeps kernels' integer math small and the mask kind exact (causal stays causal).
+int32_t normalized_side(int32_t side, int32_t longest) { return side >= longest ? -1 : side; }
+
+// The part both directions share: the forward's tensors, sizes, mask and scale.
+void fill_common(AttnFwdParams& p, const FwdSpec& s) {
   p = AttnFwdParams{};
-  p.q = ptr<const void>(q);
-  p.k = ptr<const void>(k);
-  p.v = ptr<const void>(v);
-  p.o = ptr<void>(o);
-  p.lse = ptr<float>(lse);
-  p.q_batch_stride = qs[0], p.q_head_stride = qs[1], p.q_row_stride = qs[2];
-  p.k_batch_stride = ks[0], p.k_head_stride = ks[1], p.k_row_stride = ks[2];
-  p.v_batch_stride = vs[0], p.v_head_stride = vs[1], p.v_row_stride = vs[2];
-  p.o_batch_stride = os[0], p.o_head_stride = os[1], p.o_row_stride = os[2];
-  p.lse_batch_stride = ls[0], p.lse_head_stride = ls[1], p.lse_row_stride = ls[2];
-  p.batch = shape.batch;
-  p.heads_q = shape.heads_q;
-  p.heads_kv = shape.heads_kv;
-  p.seqlen_q = shape.seqlen_q;
-  p.seqlen_k = shape.seqlen_k;
-  p.head_dim_qk = shape.head_dim_qk;
-  p.head_dim_v = shape.head_dim_v;
-  p.cu_seqlens_q = ptr<const int32_t>(varlen.cu_seqlens_q);
-  p.cu_seqlens_k = ptr<const int32_t>(varlen.cu_seqlens_k);
-  p.seqused_k = ptr<const int32_t>(varlen.seqused_k);
-  p.scale = scale;
-  p.scale_log2 = scale * kLog2e;
-  p.causal = static_cast<CausalMode>(causal);
-  p.dtype = static_cast<DType>(dtype);
+  p.q = ptr<const void>(s.q.ptr);
+  p.k = ptr<const void>(s.k.ptr);
+  p.v = ptr<const void>(s.v.ptr);
+  p.o = ptr<void>(s.out.ptr);
+  p.lse = ptr<float>(s.lse.ptr);
+  p.q_batch_stride = s.q.strides[0], p.q_head_stride = s.q.strides[1], p.q_row_stride = s.q.strides[2];
+  p.k_batch_stride = s.k.strides[0], p.k_head_stride = s.k.strides[1], p.k_row_stride = s.k.strides[2];
+  p.v_batch_stride = s.v.strides[0], p.v_head_stride = s.v.strides[1], p.v_row_stride = s.v.strides[2];
+  p.o_batch_stride = s.out.strides[0], p.o_head_stride = s.out.strides[1], p.o_row_stride = s.out.strides[2];
+  p.lse_batch_stride = s.lse.strides[0], p.lse_head_stride = s.lse.strides[1], p.lse_row_stride = s.lse.strides[2];
+  p.batch = s.shape.batch;
+  p.heads_q = s.shape.heads_q;
+  p.heads_kv = s.shape.heads_kv;
+  p.seqlen_q = s.shape.seqlen_q;
+  p.seqlen_k = s.shape.seqlen_k;
+  p.head_dim_qk = s.shape.head_dim_qk;
+  p.head_dim_v = s.shape.head_dim_v;
+  p.cu_seqlens_q = ptr<const int32_t>(s.varlen.cu_seqlens_q);
+  p.cu_seqlens_k = ptr<const int32_t>(s.varlen.cu_seqlens_k);
+  p.seqused_k = ptr<const int32_t>(s.varlen.seqused_k);
+  p.scale = s.scale;
+  p.scale_log2 = s.scale * kLog2e;
+  const int32_t longest = std::max(s.shape.seqlen_q, s.shape.seqlen_k);
+  p.mask = MaskSpec{normalized_side(s.mask.window_left, longest), normalized_side(s.mask.window_right, longest),
+                    s.mask.align};
+  p.dtype = static_cast<DType>(s.dtype);
 }
 
-// Workspace: two buffers, dq_accum and delta, rows indexed like q (dense: per batch; varlen:
-// packed). Two rather than one carved buffer so that a caching allocator accounts them as
-// PyTorch's own flash backward does: one 129 MiB request (d = 128, S = 16k, 16 heads) lands in a
-// 130 MiB segment whose 1 MiB remainder is too small to split off, and counted 1 MiB more.
-struct WorkspaceLayout {
-  int64_t rows_per_head;   // dense: seqlen_q, varlen: total_q
-  int64_t dq_accum_bytes;  // float32 rows x heads_q x bucket, per (batch) in dense mode
-  int64_t delta_bytes;     // float32 rows x heads_q
-  int bucket;
-};
-
-WorkspaceLayout workspace_layout(int32_t batch, int32_t heads_q, int32_t seqlen_q, int32_t head_dim_qk,
-                                 int32_t head_dim_v, int64_t total_q) {
-  WorkspaceLayout w{};
-  w.bucket = head_dim_bucket(head_dim_qk, head_dim_v);
-  const bool varlen = total_q >= 0;
-  const int64_t batches = varlen ? 1 : batch;
-  w.rows_per_head = varlen ? total_q : seqlen_q;
-  const int64_t rows = batches * heads_q * w.rows_per_head;
-  w.dq_accum_bytes = rows * w.bucket * int64_t(sizeof(float));
-  w.delta_bytes = rows * int64_t(sizeof(float));
-  return w;
+void set_tensor(const TensorArg& t, const void*& p, int64_t& sb, int64_t& sh, int64_t& sr) {
+  p = ptr<const void>(t.ptr);
+  sb = t.strides[0], sh = t.strides[1], sr = t.strides[2];
+}
+void set_tensor(const TensorArg& t, void*& p, int64_t& sb, int64_t& sh, int64_t& sr) {
+  p = ptr<void>(t.ptr);
+  sb = t.strides[0], sh = t.strides[1], sr = t.strides[2];
 }
 
 }  // namespace
 
-void fwd(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, const Strides& q_strides,
-         const Strides& k_strides, const Strides& v_strides, const Strides& o_strides,
-         const Strides& lse_strides, const ProblemShape& shape, const VarlenArgs& varlen, float scale,
-         int causal, int dtype, int device, uintptr_t stream) {
+// Two buffers rather than one carved buffer so that a caching allocator accounts them as PyTorch's
+// own flash backward does: one 129 MiB request (d = 128, S = 16k, 16 heads) lands in a 130 MiB
+// segment whose 1 MiB remainder is too small to split off, and counted 1 MiB more.
+WorkspaceLayout workspace_layout(const ProblemShape& shape, int64_t total_q, int bucket) {
+  WorkspaceLayout w{};
+  const bool varlen = total_q >= 0;
+  const int64_t batches = varlen ? 1 : shape.batch;
+  w.rows_per_head = varlen ? total_q : shape.seqlen_q;
+  const int64_t rows = batches * shape.heads_q * w.rows_per_head;
+  w.dq_accum_bytes = rows * bucket * int64_t(sizeof(float));
+  w.delta_bytes = rows * int64_t(sizeof(float));
+  return w;
+}
+
+void fwd(const FwdSpec& spec) {
   AttnFwdParams p;
-  fill_fwd(p, q, k, v, o, lse, q_strides, k_strides, v_strides, o_strides, lse_strides, shape, varlen, scale,
-           causal, dtype);
+  fill_common(p, spec);
   check_fwd_params(p);
-  launch_fwd(p, device, reinterpret_cast<void*>(stream));
+  const FamilyCaps& family = plan_fwd(p, spec.device);
+  launch_fwd(family, p, spec.device, reinterpret_cast<void*>(spec.stream));
 }
 
-std::pair<int64_t, int64_t> bwd_workspace_bytes(int32_t batch, int32_t heads_q, int32_t seqlen_q,
-                                                int32_t head_dim_qk, int32_t head_dim_v, int64_t total_q) {
-  const WorkspaceLayout w = workspace_layout(batch, heads_q, seqlen_q, head_dim_qk, head_dim_v, total_q);
-  return {w.dq_accum_bytes, w.delta_bytes};
-}
-
-void bwd(uintptr_t dout, uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t dq,
-         uintptr_t dk, uintptr_t dv, const Strides& dout_strides, const Strides& q_strides,
-         const Strides& k_strides, const Strides& v_strides, const Strides& o_strides,
-         const Strides& lse_strides, const Strides& dq_strides, const Strides& dk_strides,
-         const Strides& dv_strides, const ProblemShape& shape, const VarlenArgs& varlen, float scale,
-         int causal, int dtype, const Workspace& workspace, int64_t total_q, int device, uintptr_t stream) {
-  AttnBwdParams p;
-  fill_fwd(p, q, k, v, o, lse, q_strides, k_strides, v_strides, o_strides, lse_strides, shape, varlen, scale,
-           causal, dtype);
-  p.dout = ptr<const void>(dout);
-  p.dq = ptr<void>(dq);
-  p.dk = ptr<void>(dk);
-  p.dv = ptr<void>(dv);
-  p.dout_batch_stride = dout_strides[0], p.dout_head_stride = dout_strides[1], p.dout_row_stride = dout_strides[2];
-  p.dq_batch_stride = dq_strides[0], p.dq_head_stride = dq_strides[1], p.dq_row_stride = dq_strides[2];
-  p.dk_batch_stride = dk_strides[0], p.dk_head_stride = dk_strides[1], p.dk_row_stride = dk_strides[2];
-  p.dv_batch_stride = dv_strides[0], p.dv_head_stride = dv_strides[1], p.dv_row_stride = dv_strides[2];
+void bwd(const BwdSpec& spec) {
+  AttnBwdParams p{};
+  fill_common(p, spec.fwd);
+  set_tensor(spec.dout, p.dout, p.dout_batch_stride, p.dout_head_stride, p.dout_row_stride);
+  set_tensor(spec.dq, p.dq, p.dq_batch_stride, p.dq_head_stride, p.dq_row_stride);
+  set_tensor(spec.dk, p.dk, p.dk_batch_stride, p.dk_head_stride, p.dk_row_stride);
+  set_tensor(spec.dv, p.dv, p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride);
   check_bwd_params(p);
 
-  const bool varlen_mode = varlen.cu_seqlens_q != 0;
+  const int64_t total_q = spec.fwd.varlen.total_q;
+  const bool varlen_mode = spec.fwd.varlen.cu_seqlens_q != 0;
   if (varlen_mode != (total_q >= 0))
     throw std::invalid_argument("total_q=" + std::to_string(total_q) +
                                 ": must be >= 0 exactly when cu_seqlens_q is given (packed rows), else -1");
-  const WorkspaceLayout w = workspace_layout(shape.batch, shape.heads_q, shape.seqlen_q, shape.head_dim_qk,
-                                             shape.head_dim_v, total_q);
+  const FamilyCaps& family = plan_bwd(p, spec.fwd.device);
+  const WorkspaceLayout w = workspace_layout(spec.fwd.shape, total_q, p.head_dim_bucket);
   const auto check_buffer = [](const char* name, uintptr_t address, int64_t bytes, int64_t needed) {
     // 16-byte aligned rows: the kernels' vector stores and the sm_90 bulk reduction need it.
     if (address == 0 || address % kWorkspaceAlign != 0)
       throw std::invalid_argument(std::string(name) + ": needs a 256-byte aligned device buffer");
     if (bytes < needed)
       throw std::invalid_argument(std::string(name) + "_bytes=" + std::to_string(bytes) + ": needs at least " +
-                                  std::to_string(needed) + " (bwd_workspace_bytes)");
+                                  std::to_string(needed) + " (rows x heads x the bucket _C.select reports)");
   };
-  check_buffer("dq_accum", workspace.dq_accum, workspace.dq_accum_bytes, w.dq_accum_bytes);
-  check_buffer("delta", workspace.delta, workspace.delta_bytes, w.delta_bytes);
-  p.dq_accum = ptr<float>(workspace.dq_accum);
-  p.delta = ptr<float>(workspace.delta);
+  const Workspace& ws = spec.workspace;
+  check_buffer("dq_accum", ws.dq_accum, ws.dq_accum_bytes, w.dq_accum_bytes);
+  check_buffer("delta", ws.delta, ws.delta_bytes, w.delta_bytes);
+  p.dq_accum = ptr<float>(ws.dq_accum);
+  p.delta = ptr<float>(ws.delta);
   // Rows are indexed as (batch, head, q_row_offset + row), like every other tensor: in varlen
   // mode the batch stride is 0 and the packed row offset selects the sequence.
-  p.dq_accum_row_stride = w.bucket;
-  p.dq_accum_head_stride = w.rows_per_head * w.bucket;
-  p.dq_accum_batch_stride = varlen_mode ? 0 : int64_t(shape.heads_q) * p.dq_accum_head_stride;
+  p.dq_accum_row_stride = p.head_dim_bucket;
+  p.dq_accum_head_stride = w.rows_per_head * p.head_dim_bucket;
+  p.dq_accum_batch_stride = varlen_mode ? 0 : int64_t(spec.fwd.shape.heads_q) * p.dq_accum_head_stride;
   p.delta_row_stride = 1;
   p.delta_head_stride = w.rows_per_head;
-  p.delta_batch_stride = varlen_mode ? 0 : int64_t(shape.heads_q) * w.rows_per_head;
+  p.delta_batch_stride = varlen_mode ? 0 : int64_t(spec.fwd.shape.heads_q) * w.rows_per_head;
   p.deterministic = false;
-  launch_bwd(p, device, reinterpret_cast<void*>(stream));
+  launch_bwd(family, p, spec.fwd.device, reinterpret_cast<void*>(spec.fwd.stream));
 }
 
 }  // namespace flashsdpa

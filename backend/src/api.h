@@ -1,12 +1,12 @@
-// api.h: the host entry points behind flashsdpa._C. Raw pointers, element strides and sizes in;
-// params filled in one place (api.cpp), checked (checks.cpp), launched on the caller's stream with
-// the tensors' device current (launch.cpp). No torch, no allocation: the backward's workspace size
-// is reported here and allocated by the caller.
+// api.h: the host entry points behind flashsdpa._C. A call arrives as one spec struct (raw
+// pointers, element strides, sizes, the mask); params are filled in one place (api.cpp), checked
+// (checks.cpp), given a kernel family for the device (launch.cpp) and launched on the caller's
+// stream. No torch, no allocation: the backward's workspace is allocated by the caller, sized by
+// the bucket that _C.select reports (WorkspaceLayout below).
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <utility>
 
 #include "flashsdpa/params.h"
 
@@ -14,23 +14,31 @@ namespace flashsdpa {
 
 using Strides = std::array<int64_t, 3>;  // (batch, head, row) in elements; the last dim has stride 1
 
+struct TensorArg {
+  uintptr_t ptr;  // device address, 0 = none
+  Strides strides;
+};
+
 struct ProblemShape {
   int32_t batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v;
 };
 
 struct VarlenArgs {
-  uintptr_t cu_seqlens_q, cu_seqlens_k, seqused_k;  // device int32 pointers, 0 = none
+  uintptr_t cu_seqlens_q, cu_seqlens_k, seqused_k;  // device int32 pointers, 0 = none (dense)
+  int64_t total_q;                                  // packed query rows; -1 when dense
 };
 
-void fwd(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, const Strides& q_strides,
-         const Strides& k_strides, const Strides& v_strides, const Strides& o_strides,
-         const Strides& lse_strides, const ProblemShape& shape, const VarlenArgs& varlen, float scale,
-         int causal, int dtype, int device, uintptr_t stream);
-
-// Bytes of the two workspace buffers bwd() needs: the float32 dQ accumulator (rows x heads_q x
-// head-dim bucket) and float32 delta = rowsum(dO * O) (rows x heads_q). total_q < 0: dense.
-std::pair<int64_t, int64_t> bwd_workspace_bytes(int32_t batch, int32_t heads_q, int32_t seqlen_q,
-                                                int32_t head_dim_qk, int32_t head_dim_v, int64_t total_q);
+// One forward call. lse.ptr may be 0 (inference: no LSE written).
+struct FwdSpec {
+  TensorArg q, k, v, out, lse;
+  ProblemShape shape;
+  VarlenArgs varlen;
+  MaskSpec mask;  // normalized by fill (a bound no row reaches becomes -1)
+  float scale;
+  int32_t dtype;  // DType
+  int32_t device;
+  uintptr_t stream;
+};
 
 // The caller-allocated workspace buffers (device addresses, 256-byte aligned) and their sizes.
 struct Workspace {
@@ -40,11 +48,24 @@ struct Workspace {
   int64_t delta_bytes;
 };
 
-void bwd(uintptr_t dout, uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t dq,
-         uintptr_t dk, uintptr_t dv, const Strides& dout_strides, const Strides& q_strides,
-         const Strides& k_strides, const Strides& v_strides, const Strides& o_strides,
-         const Strides& lse_strides, const Strides& dq_strides, const Strides& dk_strides,
-         const Strides& dv_strides, const ProblemShape& shape, const VarlenArgs& varlen, float scale,
-         int causal, int dtype, const Workspace& workspace, int64_t total_q, int device, uintptr_t stream);
+// One backward call: the forward's spec (out and lse are the forward's outputs), dO and the grads.
+struct BwdSpec {
+  FwdSpec fwd;
+  TensorArg dout, dq, dk, dv;
+  Workspace workspace;
+};
+
+void fwd(const FwdSpec& spec);
+void bwd(const BwdSpec& spec);
+
+// Workspace of the backward for a head-dim bucket: float32 dq_accum (rows x heads_q x bucket) and
+// delta = rowsum(dO * O) (rows x heads_q), rows = seqlen_q per batch (dense) or total_q (varlen).
+// Python computes the same sizes from the bucket _C.select reports (one _C call per backward).
+struct WorkspaceLayout {
+  int64_t rows_per_head;
+  int64_t dq_accum_bytes;
+  int64_t delta_bytes;
+};
+WorkspaceLayout workspace_layout(const ProblemShape& shape, int64_t total_q, int bucket);
 
 }  // namespace flashsdpa

@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <sstream>
 
-#include "flashsdpa/kernels.h"
-#include "flashsdpa/params.h"
 
 #ifndef FLASHSDPA_VERSION
 #define FLASHSDPA_VERSION "0.0.0"
@@ -52,10 +50,6 @@ BuildConfig make_config() {
   c.archs = split_ints(FLASHSDPA_ARCHS_LIST);
   c.head_dims = split_ints(FLASHSDPA_HEAD_DIMS_LIST);
   for (const auto& d : split(FLASHSDPA_DTYPES_LIST)) c.dtypes.push_back(d == "fp16" ? "float16" : "bfloat16");
-  c.kernel_families = {"sm80"};
-#ifdef FLASHSDPA_WITH_SM90
-  c.kernel_families.push_back("sm90");
-#endif
 #else
   c.with_cuda = false;
 #endif
@@ -67,20 +61,6 @@ BuildConfig make_config() {
 const BuildConfig& build_config() {
   static const BuildConfig config = make_config();
   return config;
-}
-
-bool dtype_compiled(int dtype) {
-  const char* name = dtype == int(DType::kFloat16) ? "float16" : "bfloat16";
-  const auto& d = build_config().dtypes;
-  return std::find(d.begin(), d.end(), name) != d.end();
-}
-
-int head_dim_bucket(int head_dim_qk, int head_dim_v) {
-  const int need = std::max(head_dim_qk, head_dim_v);
-  for (int bucket : build_config().head_dims) {
-    if (bucket >= need) return bucket;
-  }
-  return 0;
 }
 
 }  // namespace flashsdpa

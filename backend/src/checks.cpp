@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "build_config.h"
+#include "capabilities.h"
 #include "flashsdpa/kernels.h"
 
 namespace flashsdpa {
@@ -34,10 +35,12 @@ void check_head_dim(const char* name, int d) {
   if (d > 256) fail(std::string(name) + "=" + str(d) + ": exceeds the maximum head dim 256");
 }
 
-void check_bucket(const AttnFwdParams& p) {
-  if (head_dim_bucket(p.head_dim_qk, p.head_dim_v) == 0)
-    fail("head_dim_qk=" + str(p.head_dim_qk) + ", head_dim_v=" + str(p.head_dim_v) +
-         ": this build compiled no head-dim bucket that large (rebuild with FLASHSDPA_HEAD_DIMS)");
+// Device-independent: some compiled family serves this dtype, head-dim pair and mask at all
+// (the device's own limits are judged when launch.cpp picks the family).
+void check_served(const AttnFwdParams& p, Direction direction) {
+  const Problem problem{0, 0, p.dtype, p.head_dim_qk, p.head_dim_v, mask_kind(p.mask),
+                        p.cu_seqlens_q != nullptr ? Layout::kVarlen : Layout::kDense, direction};
+  if (select_family(problem) == nullptr) fail(refusal(problem));
 }
 
 // 16-byte cp.async needs every row start 16-byte aligned: the base pointer, and every batch, head
@@ -53,14 +56,13 @@ void check_aligned(const char* name, const void* ptr, int64_t sb, int64_t sh, in
 
 void check_dtype(DType d) {
   if (d != DType::kFloat16 && d != DType::kBFloat16) fail("dtype=" + str(int(d)) + ": must be 0 (float16) or 1 (bfloat16)");
-  if (!dtype_compiled(int(d)))
-    fail(std::string("dtype ") + (d == DType::kFloat16 ? "float16" : "bfloat16") +
-         ": not compiled in this build (rebuild with FLASHSDPA_DTYPES)");
 }
 
-void check_causal(CausalMode c) {
-  if (c != CausalMode::kNone && c != CausalMode::kTopLeft && c != CausalMode::kBottomRight)
-    fail("causal=" + str(int(c)) + ": must be 0 (none), 1 (top-left) or 2 (bottom-right)");
+void check_mask(const MaskSpec& m) {
+  if (m.window_left < -1 || m.window_right < -1)
+    fail("window=(" + str(m.window_left) + ", " + str(m.window_right) + "): each side must be >= 0, or -1 (unbounded)");
+  if (m.align != MaskAlign::kTopLeft && m.align != MaskAlign::kBottomRight)
+    fail("mask alignment=" + str(int(m.align)) + ": must be 0 (top-left) or 1 (bottom-right)");
 }
 
 void check_varlen(const AttnFwdParams& p) {
@@ -73,25 +75,27 @@ void check_lse_given(const AttnFwdParams& p) {
   if (p.lse == nullptr) fail("lse: null data pointer (the backward reads the forward's LSE)");
 }
 
-}  // namespace
-
-void check_fwd_params(const AttnFwdParams& p) {
+void check_common(const AttnFwdParams& p, Direction direction) {
   check_positive_sizes(p);
   check_gqa(p);
   check_head_dim("head_dim_qk", p.head_dim_qk);
   check_head_dim("head_dim_v", p.head_dim_v);
   check_dtype(p.dtype);
-  check_causal(p.causal);
+  check_mask(p.mask);
   check_varlen(p);
-  check_bucket(p);
+  check_served(p, direction);
   check_aligned("q", p.q, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
   check_aligned("k", p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
   check_aligned("v", p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
   check_aligned("out", p.o, p.o_batch_stride, p.o_head_stride, p.o_row_stride);
 }
 
+}  // namespace
+
+void check_fwd_params(const AttnFwdParams& p) { check_common(p, Direction::kForward); }
+
 void check_bwd_params(const AttnBwdParams& p) {
-  check_fwd_params(p);
+  check_common(p, Direction::kBackward);
   check_lse_given(p);
   check_aligned("grad_out", p.dout, p.dout_batch_stride, p.dout_head_stride, p.dout_row_stride);
   check_aligned("grad_query", p.dq, p.dq_batch_stride, p.dq_head_stride, p.dq_row_stride);

@@ -2,11 +2,13 @@
 #include "launch.h"
 
 #include <array>
+#include <string>
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 
 #include "build_config.h"
+#include "capabilities.h"
 #include "flashsdpa/kernels.h"
 
 #ifdef FLASHSDPA_WITH_CUDA
@@ -43,14 +45,11 @@ class DeviceGuard {
 
 constexpr int kMaxDevices = 64;
 
+// The first family that runs on a device at all (device_info's report; problems pick their own).
 std::string family_for(int major, int minor) {
-  // The portable family runs where the build has SASS of the same major at or below the device's
-  // minor (sm_80 SASS on 8.6 and 8.9), or, through the driver's JIT of the embedded PTX
-  // (CMake embeds compute_XX for every arch), on any device newer than a compiled arch: an
-  // sm_80-only build runs on an H100, its first launches slower while the driver compiles.
-  const int capability = major * 10 + minor;
-  for (int arch : build_config().archs) {
-    if (arch <= capability) return "sm80";
+  for (const FamilyCaps& f : families()) {
+    if (major * 10 + minor >= f.min_capability && (f.max_capability == 0 || major * 10 + minor <= f.max_capability))
+      return f.name;
   }
   return "";
 }
@@ -94,67 +93,104 @@ const DeviceInfo& cached_device_info(int device) {
   return infos[device];
 }
 
-const DeviceInfo& serving_device(int device) {
-  const DeviceInfo& info = cached_device_info(device);
-  if (info.family.empty())
-    throw std::invalid_argument("device " + std::to_string(device) + " (" + info.name + ", compute capability " +
-                                std::to_string(info.major) + "." + std::to_string(info.minor) +
-                                "): this build has no kernels for it (compiled archs: FLASHSDPA_ARCHS)");
-  return info;
-}
-
 void set_device_facts(AttnFwdParams& params, const DeviceInfo& info) {
   params.num_sms = info.sms;
   params.cc_major = info.major;
   params.smem_optin_bytes = static_cast<int32_t>(info.smem_optin_bytes);
 }
 
-}  // namespace
-
-DeviceInfo device_info(int device) { return cached_device_info(device); }
-
-int bwd_smem_bytes(int head_dim_qk, int head_dim_v, int device) {
-  const DeviceInfo& info = serving_device(device);
-  return bwd_smem_bytes_sm80(head_dim_qk, head_dim_v, info.major, static_cast<int>(info.smem_optin_bytes));
+Problem problem_on(const DeviceInfo& info, DType dtype, int head_dim_qk, int head_dim_v, MaskKind mask, Layout layout,
+                   Direction direction) {
+  return Problem{info.major * 10 + info.minor, static_cast<int>(info.smem_optin_bytes), dtype, head_dim_qk, head_dim_v,
+                 mask, layout, direction};
 }
 
-// FLASHSDPA_FAMILY=sm80 forces the portable family (tests run every shape against both);
-// =sm90 makes a problem the Hopper family cannot take an error instead of a quiet fallback.
-// Read once: the choice is per process.
+// FLASHSDPA_FAMILY=<name> restricts every launch to that family (tests run each shape against
+// each family; a problem it cannot take is then an error instead of a quiet fallback). Read once.
 const char* forced_family() {
   static const char* family = std::getenv("FLASHSDPA_FAMILY");
   return family;
 }
 
-void launch_fwd(AttnFwdParams& params, int device, void* stream) {
-  const DeviceInfo& info = serving_device(device);
-  set_device_facts(params, info);
-  DeviceGuard guard(device);
-#ifdef FLASHSDPA_WITH_SM90
-  const char* forced = forced_family();
-  const bool want_sm90 = forced == nullptr || std::string(forced) != "sm80";
-  if (want_sm90 && info.major == 9 && info.minor == 0) {
-    const char* reason = fwd_sm90_unsupported(params);
-    if (reason == nullptr) {
-      const auto err = static_cast<cudaError_t>(run_fwd_sm90(params, stream));
-      // cudaErrorNotSupported: the driver refused a TMA descriptor before anything was launched.
-      if (err != cudaErrorNotSupported) {
-        throw_on_error(err, "forward launch (sm90)");
-        return;
-      }
-      reason = "the driver refused a TMA descriptor";
-    }
-    if (forced != nullptr && std::string(forced) == "sm90")
-      throw std::invalid_argument(std::string("FLASHSDPA_FAMILY=sm90: ") + reason);
+// The first family of the table that takes this call: its predicates (a handful of integer
+// compares over a table of one or two rows) and, for a forward, its per-call hook.
+const FamilyCaps* first_taker(const Problem& problem, const AttnFwdParams& params, Direction direction,
+                              const FamilyCaps* after, std::string* why) {
+  for (const FamilyCaps* f = select_family(problem, after); f != nullptr; f = select_family(problem, f)) {
+    if (forced_family() != nullptr && f->name != forced_family()) continue;
+    const char* no = direction == Direction::kForward && f->fwd_unsupported ? f->fwd_unsupported(params) : nullptr;
+    if (no == nullptr) return f;
+    if (why) *why += "; family " + f->name + ": " + no;
   }
-#endif
-  throw_on_error(static_cast<cudaError_t>(run_fwd_sm80(params, stream)), "forward launch");
+  return nullptr;
 }
 
-void launch_bwd(AttnBwdParams& params, int device, void* stream) {
-  set_device_facts(params, serving_device(device));
+Problem problem_of(const DeviceInfo& info, const AttnFwdParams& params, Direction direction) {
+  return problem_on(info, params.dtype, params.head_dim_qk, params.head_dim_v, mask_kind(params.mask),
+                    params.cu_seqlens_q != nullptr ? Layout::kVarlen : Layout::kDense, direction);
+}
+
+const FamilyCaps& plan(AttnFwdParams& params, int device, Direction direction) {
+  const DeviceInfo& info = cached_device_info(device);
+  set_device_facts(params, info);
+  const Problem problem = problem_of(info, params, direction);
+  std::string why;
+  const FamilyCaps* family = first_taker(problem, params, direction, nullptr, &why);
+  if (family == nullptr) {
+    const char* forced = forced_family();
+    throw std::invalid_argument("device " + std::to_string(device) + " (" + info.name + "): no kernel family " +
+                                (forced ? std::string("(FLASHSDPA_FAMILY=") + forced + ") " : std::string()) +
+                                "serves this call: " + refusal(problem) + why);
+  }
+  params.head_dim_bucket = family->bucket(params.head_dim_qk, params.head_dim_v);
+  return *family;
+}
+
+}  // namespace
+
+DeviceInfo device_info(int device) { return cached_device_info(device); }
+
+Selection select(int device, DType dtype, int head_dim_qk, int head_dim_v, MaskKind mask, Layout layout,
+                 Direction direction) {
+  const DeviceInfo& info = cached_device_info(device);
+  const Problem problem = problem_on(info, dtype, head_dim_qk, head_dim_v, mask, layout, direction);
+  Selection s;
+  s.family = select_family(problem);
+  if (s.family == nullptr) {
+    s.reasons = refusal(problem);
+    return s;
+  }
+  s.bucket = s.family->bucket(head_dim_qk, head_dim_v);
+  s.tile = s.family->plan(direction, s.bucket, info.major, static_cast<int>(info.smem_optin_bytes));
+  return s;
+}
+
+const FamilyCaps& plan_fwd(AttnFwdParams& params, int device) { return plan(params, device, Direction::kForward); }
+
+const FamilyCaps& plan_bwd(AttnBwdParams& params, int device) {
+  const FamilyCaps& family = plan(params, device, Direction::kBackward);
+  params.bwd_tile = family.plan(Direction::kBackward, params.head_dim_bucket, params.cc_major, params.smem_optin_bytes).tile;
+  return family;
+}
+
+void launch_fwd(const FamilyCaps& family, const AttnFwdParams& params, int device, void* stream) {
   DeviceGuard guard(device);
-  throw_on_error(static_cast<cudaError_t>(run_bwd_sm80(params, stream)), "backward launch");
+  auto err = static_cast<cudaError_t>(family.run_fwd(params, stream));
+  if (err == cudaErrorNotSupported && family.fwd_unsupported != nullptr) {
+    // The driver refused a TMA descriptor before anything was launched: the next family takes it.
+    AttnFwdParams next_params = params;
+    const Problem problem = problem_of(cached_device_info(device), params, Direction::kForward);
+    if (const FamilyCaps* next = first_taker(problem, params, Direction::kForward, &family, nullptr)) {
+      next_params.head_dim_bucket = next->bucket(params.head_dim_qk, params.head_dim_v);
+      err = static_cast<cudaError_t>(next->run_fwd(next_params, stream));
+    }
+  }
+  throw_on_error(err, "forward launch");
+}
+
+void launch_bwd(const FamilyCaps& family, const AttnBwdParams& params, int device, void* stream) {
+  DeviceGuard guard(device);
+  throw_on_error(static_cast<cudaError_t>(family.run_bwd(params, stream)), "backward launch");
 }
 
 #else  // CPU-only build: the package imports and always falls back.
@@ -166,9 +202,11 @@ namespace {
 }  // namespace
 
 DeviceInfo device_info(int) { no_cuda(); }
-int bwd_smem_bytes(int, int, int) { no_cuda(); }
-void launch_fwd(AttnFwdParams&, int, void*) { no_cuda(); }
-void launch_bwd(AttnBwdParams&, int, void*) { no_cuda(); }
+Selection select(int, DType, int, int, MaskKind, Layout, Direction) { no_cuda(); }
+const FamilyCaps& plan_fwd(AttnFwdParams&, int) { no_cuda(); }
+const FamilyCaps& plan_bwd(AttnBwdParams&, int) { no_cuda(); }
+void launch_fwd(const FamilyCaps&, const AttnFwdParams&, int, void*) { no_cuda(); }
+void launch_bwd(const FamilyCaps&, const AttnBwdParams&, int, void*) { no_cuda(); }
 
 #endif
 

@@ -1,10 +1,11 @@
-// launch.h: device handling around a launch. Makes the tensors' device current for the duration of
-// one launch, caches per-device properties, and picks the kernel family for the device (today the
-// portable sm80 family everywhere it runs; a Hopper family slots in here).
+// launch.h: device handling around a launch. Caches per-device properties, picks the kernel
+// family per (device, problem) from the capability table (so one GPU can run two families), and
+// launches with the tensors' device current.
 #pragma once
 
 #include <string>
 
+#include "capabilities.h"
 #include "flashsdpa/params.h"
 
 namespace flashsdpa {
@@ -13,14 +14,27 @@ struct DeviceInfo {
   std::string name;
   int major = 0, minor = 0, sms = 0;
   int64_t smem_optin_bytes = 0;
-  std::string family;  // kernel family that serves this device, empty if none
+  std::string family;  // the first family that runs on this device at all, empty if none
 };
 
 DeviceInfo device_info(int device);  // throws std::runtime_error without CUDA or on a bad index
-// Shared memory per block the backward takes for this head-dim pair on `device` (its tile choice
-// follows the device's opt-in limit), 0 when no backward tile fits there: callers fall back.
-int bwd_smem_bytes(int head_dim_qk, int head_dim_v, int device);
-void launch_fwd(AttnFwdParams& params, int device, void* stream);
-void launch_bwd(AttnBwdParams& params, int device, void* stream);
+
+// The table's verdict for a problem on `device`: the serving family (nullptr: none) and, from it,
+// the head-dim bucket and the tile of the direction. `reasons` says why not, per family.
+struct Selection {
+  const FamilyCaps* family = nullptr;
+  int bucket = 0;
+  TilePlan tile{-1, 0};
+  std::string reasons;
+};
+Selection select(int device, DType dtype, int head_dim_qk, int head_dim_v, MaskKind mask, Layout layout,
+                 Direction direction);
+
+// Pick the family and fill the params' device facts, head_dim_bucket (and bwd_tile); throws
+// std::invalid_argument naming each family's reason when none serves the call.
+const FamilyCaps& plan_fwd(AttnFwdParams& params, int device);
+const FamilyCaps& plan_bwd(AttnBwdParams& params, int device);
+void launch_fwd(const FamilyCaps& family, const AttnFwdParams& params, int device, void* stream);
+void launch_bwd(const FamilyCaps& family, const AttnBwdParams& params, int device, void* stream);
 
 }  // namespace flashsdpa

@@ -1,22 +1,24 @@
-// module.cpp: the pybind11 module flashsdpa._C. Converts Python ints/tuples into the plain
-// arguments of api.h and nothing else: no torch types cross this boundary, so one build of _C
-// works with any torch. Kept flat (positional ints) because it sits on the per-call hot path.
+// module.cpp: the pybind11 module flashsdpa._C. Converts Python ints and tuples into the spec
+// structs of api.h and nothing else: no torch types cross this boundary, so one build of _C works
+// with any torch. The per-call entries (fwd, bwd) take their spec as nested tuples read with the
+// CPython API in place (one argument instead of 25 / 36 pybind11-converted ones); the layout is
+// written once, in spec_* below, and mirrored by python/flashsdpa/_backend.py's launch().
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <climits>
 #include <stdexcept>
 #include <string>
 
 #include "api.h"
 #include "build_config.h"
-#include "flashsdpa/kernels.h"
+#include "capabilities.h"
 #include "launch.h"
 
 namespace py = pybind11;
 using namespace flashsdpa;
 
 namespace {
-
 py::dict build_info() {
   const BuildConfig& c = build_config();
   py::dict d;
@@ -26,31 +28,173 @@ py::dict build_info() {
   d["archs"] = c.archs;
   d["dtypes"] = c.dtypes;
   d["head_dims"] = c.head_dims;
-  d["kernel_families"] = c.kernel_families;
+  py::list names;
+  for (const FamilyCaps& f : families()) names.append(f.name);
+  d["kernel_families"] = names;
   d["max_head_dim"] = 256;
   return d;
 }
 
-// A stride argument: the first three items of a tuple of ints, (batch, head, row) in elements.
-// Callers pass Tensor.stride() whole (four items for a (B, H, S, D) view): no slice in Python, and
-// reading the tuple in place skips pybind11's generic sequence-to-std::array conversion.
-Strides strides_arg(py::handle obj, const char* name) {
-  PyObject* tuple = obj.ptr();
-  const auto bad = [&]() {
-    return std::invalid_argument(std::string(name) + "=" + std::string(py::repr(obj)) +
-                                 ": needs a tuple of at least 3 ints (batch, head, row strides in elements)");
-  };
-  if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) < 3) throw bad();
-  Strides s{};
-  for (int i = 0; i < 3; ++i) {
-    const long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));  // ints, or objects with __index__
-    if (v == -1 && PyErr_Occurred()) {
-      PyErr_Clear();  // not an int, or out of int64 range: reported as this argument's ValueError
-      throw bad();
-    }
-    s[i] = v;
+[[noreturn]] void bad_spec(const char* name, py::handle obj, const char* need) {
+  throw std::invalid_argument(std::string(name) + "=" + std::string(py::repr(obj)) + ": needs " + need);
+}
+
+// A tuple of at least n items (the spec's groups).
+PyObject* tuple_arg(py::handle obj, Py_ssize_t n, const char* name) {
+  if (!PyTuple_Check(obj.ptr()) || PyTuple_GET_SIZE(obj.ptr()) < n) bad_spec(name, obj, "a tuple (see module.cpp)");
+  return obj.ptr();
+}
+
+int64_t int_item(PyObject* tuple, Py_ssize_t i, const char* name) {
+  const long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));  // ints, or objects with __index__
+  if (v == -1 && PyErr_Occurred()) {
+    PyErr_Clear();  // not an int, or out of int64 range: reported as this argument's ValueError
+    bad_spec(name, PyTuple_GET_ITEM(tuple, i), "an int");
   }
+  return v;
+}
+
+int32_t int32_item(PyObject* tuple, Py_ssize_t i, const char* name) {
+  const int64_t v = int_item(tuple, i, name);
+  if (v < INT32_MIN || v > INT32_MAX) bad_spec(name, PyTuple_GET_ITEM(tuple, i), "an int32");
+  return static_cast<int32_t>(v);
+}
+
+// A stride argument: the first three items of a tuple of ints, (batch, head, row) in elements.
+// Callers pass Tensor.stride() whole (four items for a (B, H, S, D) view): no slice in Python.
+Strides strides_item(PyObject* tuple, Py_ssize_t i, const char* name) {
+  PyObject* t = tuple_arg(PyTuple_GET_ITEM(tuple, i), 3, name);
+  return Strides{int_item(t, 0, name), int_item(t, 1, name), int_item(t, 2, name)};
+}
+
+// fwd spec = (pointers, strides, sizes, mask, scale, dtype, device, stream):
+//   pointers = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k)  ints, 0 = none
+//   strides  = (q, k, v, out, lse)                                          stride tuples
+//   sizes    = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v, total_q)
+//   mask     = (window_left, window_right, align)                          -1 = unbounded; align 0 / 1
+// Items are converted in this order, so the first bad one is the one reported.
+FwdSpec fwd_spec(py::handle obj) {
+  PyObject* spec = tuple_arg(obj, 8, "spec");
+  PyObject* ptrs = tuple_arg(PyTuple_GET_ITEM(spec, 0), 8, "spec.pointers");
+  PyObject* strides = tuple_arg(PyTuple_GET_ITEM(spec, 1), 5, "spec.strides");
+  PyObject* sizes = tuple_arg(PyTuple_GET_ITEM(spec, 2), 8, "spec.sizes");
+  PyObject* mask = tuple_arg(PyTuple_GET_ITEM(spec, 3), 3, "spec.mask");
+  FwdSpec s{};
+  TensorArg* tensors[] = {&s.q, &s.k, &s.v, &s.out, &s.lse};
+  const char* names[] = {"q_strides", "k_strides", "v_strides", "out_strides", "lse_strides"};
+  for (int i = 0; i < 5; ++i) {
+    tensors[i]->ptr = static_cast<uintptr_t>(int_item(ptrs, i, "spec.pointers"));
+    tensors[i]->strides = strides_item(strides, i, names[i]);
+  }
+  s.varlen.cu_seqlens_q = static_cast<uintptr_t>(int_item(ptrs, 5, "cu_seqlens_q"));
+  s.varlen.cu_seqlens_k = static_cast<uintptr_t>(int_item(ptrs, 6, "cu_seqlens_k"));
+  s.varlen.seqused_k = static_cast<uintptr_t>(int_item(ptrs, 7, "seqused_k"));
+  s.shape = ProblemShape{int32_item(sizes, 0, "batch"),       int32_item(sizes, 1, "heads_q"),
+                         int32_item(sizes, 2, "heads_kv"),    int32_item(sizes, 3, "seqlen_q"),
+                         int32_item(sizes, 4, "seqlen_k"),    int32_item(sizes, 5, "head_dim_qk"),
+                         int32_item(sizes, 6, "head_dim_v")};
+  s.varlen.total_q = int_item(sizes, 7, "total_q");
+  s.mask = MaskSpec{int32_item(mask, 0, "window_left"), int32_item(mask, 1, "window_right"),
+                    static_cast<MaskAlign>(int32_item(mask, 2, "mask align"))};
+  const double scale = PyFloat_AsDouble(PyTuple_GET_ITEM(spec, 4));
+  if (scale == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    bad_spec("scale", PyTuple_GET_ITEM(spec, 4), "a float");
+  }
+  s.scale = static_cast<float>(scale);
+  s.dtype = int32_item(spec, 5, "dtype");
+  s.device = int32_item(spec, 6, "device");
+  s.stream = static_cast<uintptr_t>(int_item(spec, 7, "stream"));
   return s;
+}
+
+// bwd grads = (pointers, strides, workspace_bytes):
+//   pointers = (dout, dq, dk, dv, dq_accum, delta); strides = (dout, dq, dk, dv);
+//   workspace_bytes = (dq_accum, delta)
+BwdSpec bwd_spec(py::handle fwd, py::handle grads) {
+  BwdSpec s{};
+  s.fwd = fwd_spec(fwd);
+  PyObject* g = tuple_arg(grads, 3, "grads");
+  PyObject* ptrs = tuple_arg(PyTuple_GET_ITEM(g, 0), 6, "grads.pointers");
+  PyObject* strides = tuple_arg(PyTuple_GET_ITEM(g, 1), 4, "grads.strides");
+  PyObject* bytes = tuple_arg(PyTuple_GET_ITEM(g, 2), 2, "grads.workspace_bytes");
+  TensorArg* tensors[] = {&s.dout, &s.dq, &s.dk, &s.dv};
+  const char* names[] = {"dout_strides", "dq_strides", "dk_strides", "dv_strides"};
+  for (int i = 0; i < 4; ++i) {
+    tensors[i]->ptr = static_cast<uintptr_t>(int_item(ptrs, i, "grads.pointers"));
+    tensors[i]->strides = strides_item(strides, i, names[i]);
+  }
+  s.workspace = Workspace{static_cast<uintptr_t>(int_item(ptrs, 4, "dq_accum")), int_item(bytes, 0, "dq_accum_bytes"),
+                          static_cast<uintptr_t>(int_item(ptrs, 5, "delta")), int_item(bytes, 1, "delta_bytes")};
+  return s;
+}
+
+template <typename T, typename Name>
+py::list names_of(const std::vector<T>& items, Name name) {
+  py::list out;
+  for (const T& item : items) out.append(name(item));
+  return out;
+}
+
+// The table, one dict per compiled family (flashsdpa.capabilities()). Shared memory is listed per
+// (direction, bucket, architecture major): every tile the family can pick there, largest first.
+py::dict capabilities_dict() {
+  py::list rows;
+  for (const FamilyCaps& f : families()) {
+    py::dict d;
+    d["family"] = f.name;
+    d["runs_on"] = f.runs_on;
+    d["min_capability"] = py::make_tuple(f.min_capability / 10, f.min_capability % 10);
+    d["max_capability"] = f.max_capability == 0 ? py::object(py::none())
+                                                : py::object(py::make_tuple(f.max_capability / 10, f.max_capability % 10));
+    d["archs"] = f.archs;
+    d["dtypes"] = f.dtypes;
+    d["head_dims"] = f.head_dims;
+    d["head_dim_rule"] = "head_dim_qk and head_dim_v multiples of 8; max(head_dim_qk, head_dim_v) runs in the "
+                         "smallest bucket >= it";
+    d["masks"] = names_of(f.masks, [](MaskKind m) { return std::string(mask_kind_name(m)); });
+    d["layouts"] = names_of(f.layouts, [](Layout l) { return std::string(l == Layout::kDense ? "dense" : "varlen"); });
+    d["directions"] =
+        names_of(f.directions, [](Direction x) { return std::string(x == Direction::kForward ? "forward" : "backward"); });
+    py::list smem;
+    for (Direction dir : f.directions) {
+      for (int bucket : f.head_dims) {
+        for (int major : {8, 9}) {
+          if (major * 10 + 9 < f.min_capability || (f.max_capability != 0 && major * 10 > f.max_capability)) continue;
+          int limit = INT_MAX;
+          for (TilePlan t = f.plan(dir, bucket, major, limit); t.tile >= 0; t = f.plan(dir, bucket, major, limit)) {
+            py::dict row;
+            row["direction"] = dir == Direction::kForward ? "forward" : "backward";
+            row["head_dim"] = bucket;
+            row["cc_major"] = major;
+            row["tile"] = t.tile;
+            row["bytes"] = t.smem_bytes;
+            smem.append(row);
+            limit = t.smem_bytes - 1;
+          }
+        }
+      }
+    }
+    d["smem_per_tile"] = smem;
+    rows.append(d);
+  }
+  py::dict out;
+  out["families"] = rows;
+  const std::string reason = no_family_reason();
+  out["reason"] = reason.empty() ? py::object(py::none()) : py::object(py::str(reason));
+  return out;
+}
+
+// The table's verdict for one problem on one device: (family or None, bucket, tile, smem bytes,
+// reasons). Python caches it per problem key; the launch makes the same choice in C++.
+py::tuple select_tuple(int device, int dtype, int head_dim_qk, int head_dim_v, int mask, bool varlen, bool backward) {
+  if (dtype != 0 && dtype != 1) throw std::invalid_argument("dtype=" + std::to_string(dtype) + ": must be 0 or 1");
+  if (mask < 0 || mask > 3) throw std::invalid_argument("mask=" + std::to_string(mask) + ": must be 0..3");
+  const Selection s = select(device, static_cast<DType>(dtype), head_dim_qk, head_dim_v, static_cast<MaskKind>(mask),
+                             varlen ? Layout::kVarlen : Layout::kDense,
+                             backward ? Direction::kBackward : Direction::kForward);
+  if (s.family == nullptr) return py::make_tuple(py::none(), 0, -1, 0, s.reasons);
+  return py::make_tuple(s.family->name, s.bucket, s.tile.tile, s.tile.smem_bytes, py::none());
 }
 
 py::dict device_info_dict(int device) {
@@ -79,51 +223,14 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("build_info", &build_info, "What this build contains: version, CUDA, archs, dtypes, head-dim buckets.");
   m.def("device_info", &device_info_dict, py::arg("device_index"), "Name, capability, SMs, kernel family.");
-  m.def("head_dim_bucket", &head_dim_bucket, py::arg("head_dim_qk"), py::arg("head_dim_v"),
-        "Compiled head-dim bucket serving max(head_dim_qk, head_dim_v); 0 if none.");
-
-  m.def(
-      "fwd",
-      [](uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, py::handle qs, py::handle ks,
-         py::handle vs, py::handle os, py::handle ls, int32_t batch, int32_t heads_q, int32_t heads_kv,
-         int32_t seqlen_q, int32_t seqlen_k, int32_t head_dim_qk, int32_t head_dim_v, uintptr_t cu_q, uintptr_t cu_k,
-         uintptr_t used_k, float scale, int causal, int dtype, int device, uintptr_t stream) {
-        // Converted in argument order (a call's argument evaluation order is unspecified), so that
-        // the first bad argument is the one reported.
-        const Strides q_strides = strides_arg(qs, "q_strides"), k_strides = strides_arg(ks, "k_strides"),
-                      v_strides = strides_arg(vs, "v_strides"), o_strides = strides_arg(os, "out_strides"),
-                      lse_strides = strides_arg(ls, "lse_strides");
-        fwd(q, k, v, o, lse, q_strides, k_strides, v_strides, o_strides, lse_strides,
-            ProblemShape{batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v},
-            VarlenArgs{cu_q, cu_k, used_k}, scale, causal, dtype, device, stream);
-      },
-      "Forward attention: writes out and lse. Strides are tuples whose first three items are the\n"
-      "(batch, head, row) strides in elements (Tensor.stride() may be passed whole).");
-
-  m.def("bwd_smem_bytes", &bwd_smem_bytes, py::arg("head_dim_qk"), py::arg("head_dim_v"), py::arg("device_index"),
-        "Shared memory per block the backward takes there (its tile follows the device's limit); 0: none fits.");
-  m.def("bwd_workspace_bytes", &bwd_workspace_bytes, py::arg("batch"), py::arg("heads_q"), py::arg("seqlen_q"),
-        py::arg("head_dim_qk"), py::arg("head_dim_v"), py::arg("total_q"),
-        "(dq_accum, delta) bytes: the two workspace buffers bwd() needs (total_q = -1 for dense inputs).");
-
-  m.def(
-      "bwd",
-      [](uintptr_t dout, uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t dq, uintptr_t dk,
-         uintptr_t dv, py::handle dos, py::handle qs, py::handle ks, py::handle vs, py::handle os, py::handle ls,
-         py::handle dqs, py::handle dks, py::handle dvs, int32_t batch, int32_t heads_q, int32_t heads_kv,
-         int32_t seqlen_q, int32_t seqlen_k, int32_t head_dim_qk, int32_t head_dim_v, uintptr_t cu_q, uintptr_t cu_k,
-         uintptr_t used_k, float scale, int causal, int dtype, uintptr_t dq_accum, int64_t dq_accum_bytes,
-         uintptr_t delta, int64_t delta_bytes, int64_t total_q, int device, uintptr_t stream) {
-        const Strides dout_strides = strides_arg(dos, "dout_strides"), q_strides = strides_arg(qs, "q_strides"),
-                      k_strides = strides_arg(ks, "k_strides"), v_strides = strides_arg(vs, "v_strides"),
-                      o_strides = strides_arg(os, "out_strides"), lse_strides = strides_arg(ls, "lse_strides"),
-                      dq_strides = strides_arg(dqs, "dq_strides"), dk_strides = strides_arg(dks, "dk_strides"),
-                      dv_strides = strides_arg(dvs, "dv_strides");
-        bwd(dout, q, k, v, o, lse, dq, dk, dv, dout_strides, q_strides, k_strides, v_strides, o_strides, lse_strides,
-            dq_strides, dk_strides, dv_strides,
-            ProblemShape{batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v},
-            VarlenArgs{cu_q, cu_k, used_k}, scale, causal, dtype, Workspace{dq_accum, dq_accum_bytes, delta, delta_bytes},
-            total_q, device, stream);
-      },
-      "Backward attention: writes dq, dk, dv using caller-allocated dq_accum and delta buffers. Strides as in fwd.");
+  m.def("capabilities", &capabilities_dict,
+        "{'families': one dict per compiled kernel family, 'reason': why there is none (or None)}.");
+  m.def("select", &select_tuple, py::arg("device_index"), py::arg("dtype"), py::arg("head_dim_qk"), py::arg("head_dim_v"),
+        py::arg("mask"), py::arg("varlen"), py::arg("backward"),
+        "(family or None, head-dim bucket, tile, shared memory bytes, reasons or None) for one problem on a device.\n"
+        "dtype: 0 float16, 1 bfloat16; mask: 0 none, 1 causal_top_left, 2 causal_bottom_right, 3 window.");
+  m.def("fwd", [](py::handle spec) { fwd(fwd_spec(spec)); }, py::arg("spec"),
+        "Forward attention: writes out and lse. spec: see module.cpp's fwd_spec.");
+  m.def("bwd", [](py::handle spec, py::handle grads) { bwd(bwd_spec(spec, grads)); }, py::arg("spec"), py::arg("grads"),
+        "Backward attention: writes dq, dk, dv into caller-allocated buffers. See module.cpp's bwd_spec.");
 }

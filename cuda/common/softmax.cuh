@@ -26,6 +26,7 @@ struct OnlineSoftmax {
 
   float row_max[kRows];  // raw-score max over the keys seen so far; -inf until a visible key
   float row_sum[kRows];  // this lane's share of sum(p); the quad's lanes are added in finalize()
+  bool huge_logits;      // some row of the warp has |max * scale_log2| >= 2^14: exact exponents (step())
 
   __device__ __forceinline__ OnlineSoftmax() {
 #pragma unroll
@@ -33,6 +34,7 @@ struct OnlineSoftmax {
       row_max[r] = -INFINITY;
       row_sum[r] = 0.f;
     }
+    huge_logits = false;
   }
 
   // Folds one key block into the running state. s holds raw scores (-inf where masked) and is
@@ -93,13 +95,49 @@ struct OnlineSoftmax {
     if (rescaled) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        // -inf guard: with no visible key yet the max stays -inf; subtracting 0 instead keeps
-        // every exp2 at exp2(-inf) = 0 where -inf - -inf would be NaN.
-        const float max_scaled = new_max[r] == -INFINITY ? 0.f : new_max[r] * scale_log2;
-        const float correction = fast_exp2(row_max[r] * scale_log2 - max_scaled);
+        // The difference first, then the scale: old * c - new * c would subtract two rounded
+        // products, off by up to half an ulp of each (at logits ~1e11, thousands: exp2 = inf).
+        // -inf guard: with no visible key yet the max stays -inf (correction unused: sum and o
+        // are 0); a first visible key gives exp2(-inf) = 0.
+        const float correction = new_max[r] == -INFINITY ? 1.f : fast_exp2((row_max[r] - new_max[r]) * scale_log2);
         row_max[r] = new_max[r];
         row_sum[r] *= correction;
         on_rescale(r, correction);
+      }
+      // p = exp2(s * c - max * c) is one FFMA per score, but max * c is a rounded product while
+      // the FFMA keeps s * c exact: the max element's argument is then the rounding error of
+      // max * c, up to half an ulp of it. Below |max * c| = 2^14 that is <= 2^-10 (p off by
+      // < 0.07%, under half a bf16 ulp); above it (huge logits: |q.k * scale| > ~11,000) the warp
+      // takes the exact form exp2((s - max) * c), whose largest argument is exactly 0, so a row
+      // can neither overflow to inf (NaN after normalizing) nor lose its own maximum. The maxima
+      // only move here, so the warp decides here (a vote per step cost the portable kernel 2-4%).
+      bool huge = false;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) huge |= fabsf(row_max[r] * scale_log2) >= 16384.f;
+      huge_logits = __any_sync(0xffffffffu, huge);
+    }
+    exponentiate(s, scale_log2);
+    return rescaled;
+  }
+
+  // s -> p = exp2((s - row_max) * scale_log2), summed into row_sum. The usual form is one FFMA,
+  // exp2(s * c - max * c); with huge logits (see step()) the maxima are subtracted first, in a
+  // pre-pass, so the one exponent loop serves both (a second unrolled loop made the portable d64
+  // kernel spill more and run 2-4% slower).
+  template <int kNTiles>
+  __device__ __forceinline__ void exponentiate(float (&s)[kMTiles][kNTiles][4], float scale_log2) {
+    if (huge_logits) {
+#pragma unroll
+      for (int i = 0; i < kMTiles; ++i) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float max = row_max[2 * i + h] == -INFINITY ? 0.f : row_max[2 * i + h];
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j) {
+            s[i][j][2 * h] -= max;
+            s[i][j][2 * h + 1] -= max;
+          }
+        }
       }
     }
 #pragma unroll
@@ -107,7 +145,8 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = 2 * i + h;
-        const float max_scaled = row_max[r] == -INFINITY ? 0.f : row_max[r] * scale_log2;
+        // A row with no visible key keeps max -inf: use 0 so that every exp2(-inf) stays 0.
+        const float max_scaled = huge_logits || row_max[r] == -INFINITY ? 0.f : row_max[r] * scale_log2;
         // Two partial sums halve the dependent FADD chain (kNTiles * 2 = 16 adds at kBlockN 64).
         float sum_even = 0.f, sum_odd = 0.f;
 #pragma unroll
@@ -122,10 +161,9 @@ struct OnlineSoftmax {
         row_sum[r] += sum_even + sum_odd;
       }
     }
-    return rescaled;
   }
 
-  // o *= correction, row by row (the deferred half of update()).
+  // o *= correction, row by row (the deferred half of update(), after online_step()).
   template <int kDTiles>
   __device__ __forceinline__ void rescale(float (&o)[kMTiles][kDTiles][4], const float (&correction)[kRows]) const {
 #pragma unroll

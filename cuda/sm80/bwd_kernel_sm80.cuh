@@ -1,8 +1,10 @@
 // bwd_kernel_sm80.cuh: the FlashAttention-2 backward of the portable path (mma.sync m16n8k16,
-// ldmatrix, cp.async; sm_80 and newer). Three kernels: preprocess (delta = rowsum(dO * O), zero the
-// fp32 dQ accumulator), the key-major main kernel (dK, dV in registers, dQ added into the fp32
-// accumulator: register reds on sm_8x, bulk reductions from shared memory on sm_90) and the
-// dQ postprocess (scale, convert). The tile table that instantiates BwdTraits is bwd_launch_sm80.cuh;
+// ldmatrix, cp.async; sm_80 and newer): the key-major main kernel (dK, dV in registers, dQ added
+// into the fp32 accumulator). The family is portable, but its code takes sm_90-only paths where
+// the SASS is compiled for sm_90 (__CUDA_ARCH__ >= 900): the dQ tile goes to dq_accum as one
+// bulk reduction from shared memory (cp.reduce.async.bulk) and P / dS leave registers through
+// stmatrix; sm_8x SASS uses register reds and 32-bit stores. The preprocess and the dQ
+// postprocess around it are family-neutral (common/bwd_prepost.cuh). The tile table that instantiates BwdTraits is bwd_launch_sm80.cuh;
 // docs/kernel_notes_bwd.md has the derivation, the measurements and the rejected variants.
 #pragma once
 
@@ -12,32 +14,14 @@
 #include <type_traits>
 
 #include "common/ptx.cuh"
-#include "common/seqlen_mask.cuh"
+#include "common/bwd_prepost.cuh"
+#include "common/mask.cuh"
+#include "common/seqlen.cuh"
 #include "common/tile_scheduler.cuh"
 #include "flashsdpa/params.h"
 
 namespace flashsdpa {
 namespace bwd_sm80 {
-
-constexpr float kLog2e = 1.4426950408889634f;
-
-__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
-
-// Column order inside a dq_accum row (private to these kernels: preprocess zeroes whole rows,
-// the main kernel adds, postprocess reads). Each aligned group of 16 columns is stored permuted:
-// logical column 8a + 2t + j (a, j in {0, 1}, t in 0..3) lives at 4t + 2a + j, so an mma thread
-// (t = lane % 4) owns 4 adjacent floats per row and n8-tile pair: one 16-byte red or store. On odd
-// rows (absolute row index in the head) the groups are swapped in pairs (group g at g ^ 1), so the
-// 8 rows of one warp-wide 16-byte store into the unpadded sm_90 staging tile alternate between the
-// two halves of the banks: 4 wavefronts, the minimum, instead of 8. Buckets are multiples of 32
-// columns, so every row has an even number of groups.
-struct DqAccumLayout {
-  __host__ __device__ static constexpr int group_position(int64_t row, int group) { return group ^ static_cast<int>(row & 1); }
-  __host__ __device__ static constexpr int position(int64_t row, int col) {
-    const int a = (col >> 3) & 1, t = (col >> 1) & 3, j = col & 1;
-    return group_position(row, col >> 4) * 16 + 4 * t + 2 * a + j;
-  }
-};
 
 // A kRows x kChunks tile of 16-byte chunks in shared memory, row-major, each row padded by one
 // chunk: with an odd row stride (in 16-byte units) the 8 rows of any ldmatrix 8x8 matrix, and the
@@ -125,11 +109,6 @@ struct BwdTraits {
 };
 
 // ---- helpers ------------------------------------------------------------------------------------
-
-// In varlen mode batch strides are ignored: the row offsets from cu_seqlens place the sequence.
-__device__ __forceinline__ int64_t batch_offset(const AttnBwdParams& p, int batch, int64_t stride) {
-  return p.cu_seqlens_q != nullptr ? 0 : static_cast<int64_t>(batch) * stride;
-}
 
 // Global -> shared copy of a kRows x kChunks tile (16-byte chunks) with cp.async. Consecutive
 // threads take consecutive chunks of a row, so a warp reads whole 256-byte rows at d = 128.
@@ -278,105 +257,27 @@ __device__ __forceinline__ void store_frag(unsigned char* smem, const float (&ac
 #endif
 }
 
-// ---- preprocess: delta = rowsum(dO * O) in fp32, and zero dq_accum ------------------------------
-// One CTA per 64 query rows of one (batch, head); 8 lanes share a row (16-byte loads, 3 shuffles).
-constexpr int kPrePostRows = 64;
-constexpr int kPrePostThreads = 256;
-
-template <typename Elem, int kHeadDim>
-__global__ void __launch_bounds__(kPrePostThreads)
-    flashsdpa_bwd_sm80_preprocess_kernel(const __grid_constant__ AttnBwdParams p) {
-  const LinearTileScheduler sched{ceil_div(p.seqlen_q, kPrePostRows), p.heads_q, p.batch};
-  const WorkTile tile = sched.tile();
-  const SeqlenInfo seq(p, tile.batch);
-  const int row0 = tile.block * kPrePostRows;
-  if (row0 >= seq.seqlen_q) return;
-  const int tid = threadIdx.x;
-  const int64_t q_row0 = seq.q_row_offset + row0;
-
-  const Elem* dout = static_cast<const Elem*>(p.dout) + batch_offset(p, tile.batch, p.dout_batch_stride) +
-                     tile.head * p.dout_head_stride + q_row0 * p.dout_row_stride;
-  const Elem* out = static_cast<const Elem*>(p.o) + batch_offset(p, tile.batch, p.o_batch_stride) +
-                    tile.head * p.o_head_stride + q_row0 * p.o_row_stride;
-  float* delta = p.delta + batch_offset(p, tile.batch, p.delta_batch_stride) +
-                 tile.head * p.delta_head_stride + q_row0 * p.delta_row_stride;
-  float* dq_accum = p.dq_accum + batch_offset(p, tile.batch, p.dq_accum_batch_stride) +
-                    tile.head * p.dq_accum_head_stride + q_row0 * p.dq_accum_row_stride;
-  const int rows = min(kPrePostRows, seq.seqlen_q - row0);
-
-  constexpr int kLanesPerRow = 8;
-  const int sub = tid % kLanesPerRow;
-#pragma unroll
-  for (int r = tid / kLanesPerRow; r < kPrePostRows; r += kPrePostThreads / kLanesPerRow) {
-    float acc = 0.f;
-    if (r < rows) {
-#pragma unroll
-      for (int c = sub; c < kHeadDim / 8; c += kLanesPerRow) {
-        if (c * 8 < p.head_dim_v) {
-          const uint4 a = *reinterpret_cast<const uint4*>(dout + r * p.dout_row_stride + c * 8);
-          const uint4 b = *reinterpret_cast<const uint4*>(out + r * p.o_row_stride + c * 8);
-          const uint32_t av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const float2 x = ElemTraits<Elem>::unpack(av[j]), y = ElemTraits<Elem>::unpack(bv[j]);
-            acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));
-          }
-        }
-      }
-    }
-    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-    acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-    if (sub == 0 && r < rows) delta[r * p.delta_row_stride] = acc;
-  }
-
-  constexpr int kVecPerRow = kHeadDim / 4;  // float4 stores; every kHeadDim column exists
-  for (int i = tid; i < rows * kVecPerRow; i += kPrePostThreads) {
-    const int r = i / kVecPerRow, c = i % kVecPerRow;
-    *reinterpret_cast<float4*>(dq_accum + r * p.dq_accum_row_stride + c * 4) =
-        make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-}
-
-// ---- postprocess: dq = dq_accum * scale, in the input dtype -------------------------------------
-template <typename Elem, int kHeadDim>
-__global__ void __launch_bounds__(kPrePostThreads)
-    flashsdpa_bwd_sm80_dq_postprocess_kernel(const __grid_constant__ AttnBwdParams p) {
-  const LinearTileScheduler sched{ceil_div(p.seqlen_q, kPrePostRows), p.heads_q, p.batch};
-  const WorkTile tile = sched.tile();
-  const SeqlenInfo seq(p, tile.batch);
-  const int row0 = tile.block * kPrePostRows;
-  if (row0 >= seq.seqlen_q) return;
-  const int64_t q_row0 = seq.q_row_offset + row0;
-  const float* dq_accum = p.dq_accum + batch_offset(p, tile.batch, p.dq_accum_batch_stride) +
-                          tile.head * p.dq_accum_head_stride + q_row0 * p.dq_accum_row_stride;
-  Elem* dq = static_cast<Elem*>(p.dq) + batch_offset(p, tile.batch, p.dq_batch_stride) +
-             tile.head * p.dq_head_stride + q_row0 * p.dq_row_stride;
-  const int rows = min(kPrePostRows, seq.seqlen_q - row0);
-  const int chunks = p.head_dim_qk / 8;
-  for (int i = threadIdx.x; i < rows * chunks; i += kPrePostThreads) {
-    const int r = i / chunks, c = i % chunks;
-    // Output columns 8c .. 8c+7 sit at 4t + 2(c % 2) + j, t = 0..3, j = 0..1, of their 16-group.
-    const float* src = dq_accum + r * p.dq_accum_row_stride + DqAccumLayout::position(q_row0 + r, 8 * c);
-    float2 v[4];
-#pragma unroll
-    for (int t = 0; t < 4; ++t) v[t] = *reinterpret_cast<const float2*>(src + 4 * t);
-    uint4 out;
-    out.x = ElemTraits<Elem>::pack(v[0].x * p.scale, v[0].y * p.scale);
-    out.y = ElemTraits<Elem>::pack(v[1].x * p.scale, v[1].y * p.scale);
-    out.z = ElemTraits<Elem>::pack(v[2].x * p.scale, v[2].y * p.scale);
-    out.w = ElemTraits<Elem>::pack(v[3].x * p.scale, v[3].y * p.scale);
-    *reinterpret_cast<uint4*>(dq + r * p.dq_row_stride + c * 8) = out;
-  }
-}
-
 // ---- main kernel: one CTA per (key block, kv head, batch) ---------------------------------------
 // Loads K_n, V_n once, then for every query head of the GQA group and every query block m that can
 // see key block n: S = Q K^T, P = exp2(S * scale_log2 - LSE * log2e), dP = dO V^T,
 // dS = P * (dP - delta), dV += P^T dO, dK += dS^T Q, dQ_accum[m] += dS K (fp32 adds).
+
+// The main kernel's scheduler over (key block, kv head, batch), built the same way by the launcher
+// and the kernel. Causal (a bound on the right only): block-major, whose highest block index goes
+// first; the heaviest key block is then the lowest (seen by the most query blocks), so the kernel
+// flips the index to keep longest-first scheduling. No mask or a window with a left bound: every
+// key block costs about the same, and head-major order makes the resident CTAs the key blocks of
+// one or two heads, which stream the same Q/dO tiles through L2 in step: d = 64, S = 4k-16k +2-5%
+// (8k: 279 -> 294 TFLOP/s), d = 128 +0-3% (docs/kernel_notes_bwd.md, v9).
 template <typename T>
-__global__ void __launch_bounds__(T::kThreads, 1)
-    flashsdpa_bwd_sm80_dkdv_kernel(const __grid_constant__ AttnBwdParams p) {
+__host__ __device__ __forceinline__ SingleTileScheduler bwd_scheduler_sm80(const AttnBwdParams& p) {
+  const bool triangular = !p.mask.has_left() && p.mask.has_right();
+  return SingleTileScheduler{ceil_div(p.seqlen_k, T::kBlockN), p.heads_kv, p.batch,
+                             triangular ? TileOrder::kBlockMajor : TileOrder::kHeadMajor};
+}
+
+template <typename T>
+__device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile& tile, unsigned char* smem) {
   using Elem = typename T::Elem;
   using TileQ = typename T::TileQ;
   using TileK = typename T::TileK;
@@ -387,7 +288,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   constexpr int kMTKV = T::kWarpRowsKV / 16, kNTKV = T::kWarpColsKV / 8;
   constexpr int kMTQ = T::kWarpRowsQ / 16, kNTQ = T::kWarpColsQ / 8;
 
-  extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t s_base = smem_u32(smem);
   const uint32_t sK = s_base + T::kOffK, sV = s_base + T::kOffV;
   const uint32_t sP = s_base + T::kOffP, sdS = s_base + T::kOffdS;
@@ -395,25 +295,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int tid = threadIdx.x;
   const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
-  // Launch order. Causal: block-major (LinearTileScheduler), whose highest block index goes first;
-  // the heaviest key block under causal masking is the lowest (seen by the most query blocks), so
-  // the index is flipped below to keep longest-first scheduling. Non-causal: every key block costs
-  // the same, and head-major order (HeadMajorTileScheduler) makes the resident CTAs the key blocks
-  // of one or two heads, which stream the same Q/dO tiles through L2 in step: d = 64, S = 4k-16k
-  // +2-5% (8k: 279 -> 294 TFLOP/s), d = 128 +0-3% (docs/kernel_notes_bwd.md, v9). Both cover the
-  // same grid.
-  const LinearTileScheduler sched{ceil_div(p.seqlen_k, kBlockN), p.heads_kv, p.batch};
-  const WorkTile tile = p.causal != CausalMode::kNone
-                            ? sched.tile()
-                            : HeadMajorTileScheduler{sched.num_blocks, sched.num_heads, sched.batch}.tile();
-  const int n_block = sched.num_blocks - 1 - tile.block;
+  const int n_block = ceil_div(p.seqlen_k, kBlockN) - 1 - tile.block;  // longest first, see above
   const int kv_head = tile.head, batch = tile.batch;
   const SeqlenInfo seq(p, batch);
   if (n_block * kBlockN >= seq.seqlen_k) return;  // varlen: this sequence has fewer key blocks
-  const AttentionMask mask(seq, p.causal);
-
+  // Query blocks [m_begin, m_end) see this key block; a window's others are never loaded. An empty
+  // range (no row sees these keys) still writes dK = dV = 0 below.
+  const BlockMask mask(seq, p.mask);
   const int m_begin = mask.m_block_min<kBlockM, kBlockN>(n_block);
-  const int num_m = max(0, ceil_div(seq.seqlen_q, kBlockM) - m_begin);
+  const int num_m = max(0, mask.m_block_max<kBlockM, kBlockN>(n_block) - m_begin);
   const int group = p.heads_q / p.heads_kv;
   const int iters = group * num_m;  // (query head, query block) pairs, head-major
   const int keys_valid = seq.seqlen_k - n_block * kBlockN;
@@ -559,19 +449,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       }
 
     // P = exp2(S * scale_log2 - LSE * log2e) in place of S. Element-wise masking (P = 0) only
-    // where the block is not fully visible (causal blocks crossing the diagonal, the ragged last
-    // key block): a separate unrolled copy, so full blocks carry no compare/select per element.
+    // where the block is not fully visible (blocks a diagonal or a window edge crosses, the ragged
+    // last key block): a separate unrolled copy, so full blocks carry no compare/select per element.
     // Masking after exp2 (not S = -inf before it) stays right for a negative or zero scale.
     auto probs = [&](auto& s, auto masked) {
-      int limit[kMTS][2];  // first invisible key column (block-relative) of each of this thread's rows
-      if constexpr (decltype(masked)::value) {
-#pragma unroll
-        for (int mt = 0; mt < kMTS; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            limit[mt][h] = mask.col_limit(m * kBlockM + s_row0 + mt * 16 + h * 8 + lane / 4) -
-                           n_block * kBlockN - static_cast<int>(s_col0 + 2 * (lane % 4));
-      }
 #pragma unroll
       for (int mt = 0; mt < kMTS; ++mt)
 #pragma unroll
@@ -579,23 +460,25 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const float x = fmaf(s[mt][nt][e], p.scale_log2, -lse2[mt][e / 2]);
-            float pv;
             if constexpr (decltype(masked)::value) {
-              pv = nt * 8 + e % 2 >= limit[mt][e / 2] ? 0.f : fast_exp2(x);
+              s[mt][nt][e] = fast_exp2(x);  // masked entries are overwritten below
             } else {
               // 2 of every 8 on the FMA pipe: the MUFU unit sits behind the same queue as
               // ldmatrix and the P/dS stores, the top stall at d = 64 (ncu); 2/8 measured best
               // (d = 64, S = 8k: 275 -> 281 TFLOP/s; 3/8: 278, 4/8: 276).
-              pv = ((nt * 4 + e) % 8) < 2 ? exp2_fma(x) : fast_exp2(x);
+              s[mt][nt][e] = ((nt * 4 + e) % 8) < 2 ? exp2_fma(x) : fast_exp2(x);
             }
-            s[mt][nt][e] = pv;
           }
+      if constexpr (decltype(masked)::value) {
+        mask.apply(s, m * kBlockM + static_cast<int>(s_row0 + lane / 4),
+                   n_block * kBlockN + static_cast<int>(s_col0 + 2 * (lane % 4)), 0.f);
+      }
     };
     // S = Q K^T, then P in place.
     auto compute_p = [&](float (&s)[kMTS][kNTS][4]) {
       zero(s);
       warp_mma<Elem, TileQ, TileK, kMTS, kNTS, kHeadDim, false, false>(s, sQ, s_row0, sK, s_col0, lane);
-      if (mask.col_limit(m * kBlockM) < (n_block + 1) * kBlockN) {
+      if (mask.partial<kBlockM, kBlockN>(m, n_block)) {
         probs(s, std::true_type{});
       } else {
         probs(s, std::false_type{});
@@ -743,6 +626,16 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       *reinterpret_cast<uint4*>(dv + row * p.dv_row_stride + chunk * 8) =
           *reinterpret_cast<const uint4*>(smem + T::kOffV + off);
   }
+}
+
+// One CTA per (key block, kv head, batch): K_n, V_n stay in shared memory while every query head
+// of the GQA group and every query block that sees them streams through.
+template <typename T>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    flashsdpa_bwd_sm80_dkdv_kernel(const __grid_constant__ AttnBwdParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const SingleTileScheduler sched = bwd_scheduler_sm80<T>(p);
+  for (WorkTile tile = sched.initial_tile(); tile.valid(); tile = sched.next_tile(tile)) dkdv_tile<T>(p, tile, smem);
 }
 
 }  // namespace bwd_sm80

@@ -1,5 +1,6 @@
 // bwd_launch_sm80.cuh: the backward tile table of the portable path and run_bwd_sm80_, which
-// launches preprocess -> main (dK, dV, dQ_accum) -> dQ postprocess on one stream. Included by the
+// launches preprocess -> main (dK, dV, dQ_accum) -> dQ postprocess on one stream (the first and
+// last are common/bwd_prepost.cuh's). Included by the
 // generated per-(dtype, head-dim) instantiation files; numbers behind the table are in
 // docs/kernel_notes_bwd.md.
 #pragma once
@@ -34,8 +35,8 @@ using BwdTraitsFor = std::conditional_t<
 // Parts with less shared memory per block than the table tile needs (sm_80 / sm_87: 163 KB,
 // sm_86 / sm_89: 99 KB; the table is sized for sm_90's 227 KB) take 64 x 64 tiles (2/4/4): 73 KB
 // at d = 64, 123 KB at d = 128. Above d = 128 the table tile already is 64 x 64, with no smaller one.
-// Buckets whose smallest tile still does not fit are not served there (bwd_smem_bytes_sm80 returns
-// 0 and the host falls back).
+// Buckets whose smallest tile still does not fit are not served there (bwd_plan_sm80 says so and
+// the host falls back).
 template <typename Elem, int kHeadDim>
 using BwdTraitsSmallSmemFor =
     std::conditional_t<(kHeadDim > 128), BwdTraitsFor<Elem, kHeadDim>, BwdTraits<Elem, kHeadDim, 64, 64, 8, 2, 4, 4>>;
@@ -59,17 +60,17 @@ constexpr int bwd_tile_choice(int major, int optin_bytes) {
 
 template <typename T>
 cudaError_t launch_bwd_main(const AttnBwdParams& params, cudaStream_t stream, int major) {
-  const LinearTileScheduler keys_sched{ceil_div(params.seqlen_k, T::kBlockN), params.heads_kv, params.batch};
-  if (keys_sched.grid_size() > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  // Runs even when no query row exists (dense seqlen_q == 0): it must still write dK = dV = 0.
-  if (keys_sched.grid_size() == 0) return cudaSuccess;
+  const int64_t grid = bwd_scheduler_sm80<T>(params).grid_size();
+  if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  // Runs even when no query row sees a key block: it must still write dK = dV = 0 there.
+  if (grid == 0) return cudaSuccess;
   auto kernel = flashsdpa_bwd_sm80_dkdv_kernel<T>;
   const int smem_bytes = smem_bytes_on<T>(major);
   // Set on every call (about a microsecond): the attribute is per device, and a static
   // "done once" flag would be wrong on the second GPU of a multi-GPU process.
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (err != cudaSuccess) return err;
-  kernel<<<static_cast<unsigned>(keys_sched.grid_size()), T::kThreads, smem_bytes, stream>>>(params);
+  kernel<<<static_cast<unsigned>(grid), T::kThreads, smem_bytes, stream>>>(params);
   return cudaGetLastError();
 }
 
@@ -78,39 +79,23 @@ cudaError_t launch_bwd_main(const AttnBwdParams& params, cudaStream_t stream, in
 template <typename Elem, int kHeadDim>
 cudaError_t run_bwd_sm80_(const AttnBwdParams& params, cudaStream_t stream) {
   using namespace bwd_sm80;
+  // The host chose the tile once (bwd_plan_sm80, from the device's shared memory) and checked
+  // that one fits: 0 = the table tile, 1 = the small one.
   const int major = params.cc_major;
-  const int choice = bwd_tile_choice<kHeadDim>(major, params.smem_optin_bytes);
-  if (choice < 0) return cudaErrorNotSupported;  // the host checks bwd_smem_bytes_sm80 first
-  cudaError_t err = cudaSuccess;
-
-  const LinearTileScheduler rows_sched{ceil_div(params.seqlen_q, kPrePostRows), params.heads_q,
-                                       params.batch};
-  // 1-D grids: gridDim.x goes to 2^31 - 1, far beyond any batch x heads x blocks we can hold.
-  if (rows_sched.grid_size() > 0x7fffffff) return cudaErrorInvalidConfiguration;
-
-  if (rows_sched.grid_size() > 0) {
-    flashsdpa_bwd_sm80_preprocess_kernel<Elem, kHeadDim>
-        <<<static_cast<unsigned>(rows_sched.grid_size()), kPrePostThreads, 0, stream>>>(params);
-    err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-  }
+  if (params.bwd_tile < 0) return cudaErrorNotSupported;
+  cudaError_t err = launch_bwd_prepost<Elem, kHeadDim, false>(params, stream);
+  if (err != cudaSuccess) return err;
 
   using Table = BwdTraitsFor<Elem, kHeadDim>;
   using Small = BwdTraitsSmallSmemFor<Elem, kHeadDim>;
   if constexpr (std::is_same_v<Table, Small>) {
     err = launch_bwd_main<Table>(params, stream, major);
   } else {
-    err = choice == 0 ? launch_bwd_main<Table>(params, stream, major) : launch_bwd_main<Small>(params, stream, major);
+    err = params.bwd_tile == 0 ? launch_bwd_main<Table>(params, stream, major)
+                               : launch_bwd_main<Small>(params, stream, major);
   }
   if (err != cudaSuccess) return err;
-
-  if (rows_sched.grid_size() > 0) {
-    flashsdpa_bwd_sm80_dq_postprocess_kernel<Elem, kHeadDim>
-        <<<static_cast<unsigned>(rows_sched.grid_size()), kPrePostThreads, 0, stream>>>(params);
-    err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
+  return launch_bwd_prepost<Elem, kHeadDim, true>(params, stream);
 }
 
 }  // namespace flashsdpa

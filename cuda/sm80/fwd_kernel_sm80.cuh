@@ -15,7 +15,8 @@
 #include <type_traits>
 
 #include "common/ptx.cuh"
-#include "common/seqlen_mask.cuh"
+#include "common/mask.cuh"
+#include "common/seqlen.cuh"
 #include "common/softmax.cuh"
 #include "common/tile_scheduler.cuh"
 #include "flashsdpa/params.h"
@@ -203,27 +204,6 @@ __device__ __forceinline__ void gemm_pv(float (&o)[Traits::kMTiles][Traits::kDTi
   }
 }
 
-// Sets invisible scores to -inf. first_row: sequence row of this thread's fragment row g of m-tile
-// 0; first_col: sequence column of its element 0 of key tile 0.
-template <typename Traits>
-__device__ __forceinline__ void apply_mask(float (&s)[Traits::kMTiles][Traits::kNTiles][4],
-                                           const AttentionMask& mask, int first_row, int first_col) {
-#pragma unroll
-  for (int i = 0; i < Traits::kMTiles; ++i) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int limit = mask.col_limit(first_row + i * 16 + h * 8) - first_col;
-#pragma unroll
-      for (int j = 0; j < Traits::kNTiles; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if (j * 8 + e >= limit) s[i][j][2 * h + e] = -INFINITY;
-        }
-      }
-    }
-  }
-}
-
 template <typename Traits>
 __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkTile& tile,
                                              uint32_t smem) {
@@ -239,10 +219,13 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
   // Varlen: the grid is sized for the longest sequence. The whole CTA leaves before any barrier.
   if (row_begin >= seq.seqlen_q) return;
 
-  const AttentionMask mask(seq, p.causal);
+  // Key blocks [n_block_min, n_block_max) hold every key a row of this block sees; a window's
+  // other blocks are never loaded. Inside, [full_begin, full_end) need no element-wise mask.
+  const BlockMask mask(seq, p.mask);
+  const int n_block_min = mask.template n_block_min<kBlockM, kBlockN>(m_block);
   const int n_block_max = mask.template n_block_max<kBlockM, kBlockN>(m_block);
-  const int n_block_unmasked_end =
-      min(mask.template n_block_unmasked_end<kBlockM, kBlockN>(m_block), n_block_max);
+  const int full_begin = mask.template full_begin<kBlockM, kBlockN>(m_block);
+  const int full_end = mask.template full_end<kBlockM, kBlockN>(m_block);
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -288,7 +271,7 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
   // scale_log2 keeps exp2(-inf * scale_log2) = 0 for masked keys (0 * -inf would be NaN).
   const float scale_log2 = p.scale == 0.f ? 1.f : fabsf(p.scale_log2);
 
-  if (n_block_max > 0) {
+  if (n_block_max > n_block_min) {
     const int q_chunks = p.scale == 0.f ? 0 : p.head_dim_qk / 8;
     copy_tile_async<Traits, kBlockM, true>(smem_q + copy_smem_offset,
                                            q + copy_row * p.q_row_stride + copy_chunk * 8,
@@ -323,8 +306,10 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
 
     // One key block. Shared memory holds one K and one V tile; the copies overlap compute as
     // V_j lands during S_j = Q K_j^T, and K_{j-1} during the softmax and O += P_j V_j.
-    // Blocks run from the last to the first, so the ones that need masking (the diagonal for
-    // causal, the ragged end of the keys) come first and the loop below them carries no mask code.
+    // Blocks run from the last to the first, so the ones that need masking on the right (the
+    // diagonal, the ragged end of the keys) come first, then the unmasked run, then those a
+    // window's left edge crosses. Only the last block loaded can be ragged: any block below
+    // full_end is whole.
     auto step = [&](int n_block, auto masked) {
       constexpr bool kMasked = decltype(masked)::value;
       float s[kMTiles][Traits::kNTiles][4];
@@ -342,13 +327,12 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
 
       gemm_qk<Traits>(s, q_lane, k_lane);
       if constexpr (kMasked) {
-        apply_mask<Traits>(s, mask, row_begin + warp_row0 + (lane >> 2),
-                           n_block * kBlockN + 2 * (lane & 3));
+        mask.apply(s, row_begin + warp_row0 + (lane >> 2), n_block * kBlockN + 2 * (lane & 3), -INFINITY);
       }
 
       cp_async_wait<0>();  // V_j landed
       __syncthreads();     // ... for every thread; and every warp is done reading K_j
-      if (n_block > 0) {
+      if (n_block > n_block_min) {
         copy_k(n_block - 1, std::false_type{});
         cp_async_commit();
       }
@@ -357,8 +341,18 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
       gemm_pv<Traits>(o, s, v_lane);
     };
 
-    for (; n_block >= n_block_unmasked_end; --n_block) step(n_block, std::true_type{});
-    for (; n_block >= 0; --n_block) step(n_block, std::false_type{});
+    // One masked call site and one unmasked loop (a third loop for the left edge would inline the
+    // masked step twice). Without a left bound full_begin <= n_block_min, so this is the masked
+    // blocks then the unmasked loop, as before windows.
+    while (n_block >= n_block_min) {
+      if (n_block >= full_end || n_block < full_begin) {
+        step(n_block, std::true_type{});
+        --n_block;
+      } else {
+        const int stop = max(full_begin, n_block_min);
+        for (; n_block >= stop; --n_block) step(n_block, std::false_type{});
+      }
+    }
   }
 
   // ---- epilogue: normalize, stage O through shared memory (the Q tile's space), store -------------
@@ -414,20 +408,28 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
 
 }  // namespace fwd_sm80
 
+// The forward's scheduler, built the same way by the launcher (grid size) and the kernel (tiles).
+// Tile order: head-major where every query block costs about the same (no mask, a sliding window
+// with a left bound), so resident CTAs share the K/V of a few heads in L2 (d128, S = 8k: 381 vs
+// 356 TFLOP/s block-major); block-major where the cost grows with the block (causal, any bound
+// on the right only), so the heaviest blocks of every head start first and the waves stay
+// balanced (368 vs 350).
+template <typename Traits>
+__host__ __device__ __forceinline__ SingleTileScheduler fwd_scheduler_sm80(const AttnFwdParams& p) {
+  const bool triangular = !p.mask.has_left() && p.mask.has_right();
+  return SingleTileScheduler{ceil_div(p.seqlen_q, Traits::kBlockM), p.heads_q, p.batch,
+                             triangular ? TileOrder::kBlockMajor : TileOrder::kHeadMajor};
+}
+
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     flashsdpa_fwd_sm80_kernel(const __grid_constant__ AttnFwdParams params) {
   // 128-byte alignment is what the XOR swizzle of swizzled() needs (the runtime gives more).
   extern __shared__ __align__(128) char fwd_smem[];
-  const int num_blocks = (params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  // Tile order (same grid size either way). Non-causal: head-major, so resident CTAs share the K/V
-  // of a few heads in L2 (d128, S = 8k: 381 vs 356 TFLOP/s block-major). Causal: block-major, so
-  // the heaviest blocks of every head start first and the waves stay balanced (368 vs 350).
-  const WorkTile tile =
-      params.causal == CausalMode::kNone
-          ? HeadMajorTileScheduler{num_blocks, params.heads_q, params.batch}.tile()
-          : LinearTileScheduler{num_blocks, params.heads_q, params.batch}.tile();
-  fwd_sm80::compute_tile<Traits>(params, tile, smem_u32(fwd_smem));
+  const SingleTileScheduler sched = fwd_scheduler_sm80<Traits>(params);
+  for (WorkTile tile = sched.initial_tile(); tile.valid(); tile = sched.next_tile(tile)) {
+    fwd_sm80::compute_tile<Traits>(params, tile, smem_u32(fwd_smem));
+  }
 }
 
 }  // namespace flashsdpa

@@ -21,10 +21,8 @@ cudaError_t launch_fwd_sm80(const AttnFwdParams& params, cudaStream_t stream) {
   constexpr int kSmemBytes = Traits::kSmemBytes;
   auto* kernel = &flashsdpa_fwd_sm80_kernel<Traits>;
 
-  // One CTA per (query block, head, batch); the kernel picks the order (see its tile schedulers).
-  const int64_t grid = LinearTileScheduler{(params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM,
-                                           params.heads_q, params.batch}
-                           .grid_size();
+  // One CTA per (query block, head, batch), in the order of the kernel's scheduler.
+  const int64_t grid = fwd_scheduler_sm80<Traits>(params).grid_size();
   if (grid == 0) return cudaSuccess;  // no query rows: nothing to write
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
 

@@ -1,6 +1,6 @@
 // launch_sm80.h: the per-instantiation launchers of the portable path. One template per direction,
 // instantiated per (dtype, head-dim bucket) in cuda/instantiations/ (generated, one TU each, so the
-// build parallelizes). dispatch_sm80.cu switches into them.
+// build parallelizes). The generated cuda/instantiations/dispatch_sm80.cu switches into them.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -27,7 +27,8 @@
 #include <type_traits>
 
 #include "common/ptx.cuh"
-#include "common/seqlen_mask.cuh"
+#include "common/mask.cuh"
+#include "common/seqlen.cuh"
 #include "common/softmax.cuh"
 #include "common/tile_scheduler.cuh"
 #include "flashsdpa/params.h"
@@ -66,7 +67,8 @@ constexpr FwdTileShapeSm90 fwd_tile_shape_sm90(int head_dim) {
                            : FwdTileShapeSm90{128, 64, 2};
 }
 
-template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128)>
+template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
+          int kMaxQStages_ = 2>
 struct FwdTraitsSm90 {
   using Elem = Elem_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -95,15 +97,19 @@ struct FwdTraitsSm90 {
 
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K or one V slot
-  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages);
+  static constexpr int kBarrierBytes = 8 * (4 + 4 * kStages);
+  // + 1 KB: the dynamic shared memory base is aligned up to 1024 bytes in the kernel (the swizzle
+  // atoms of TMA and wgmma must be 1024-byte aligned).
   static constexpr int kBaseBytes = kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + 1024;
+  static constexpr int kSmemLimit = 227 * 1024;
   // O is staged for its TMA store in a region of its own where shared memory allows (d <= 128):
   // the next tile's Q then loads while this tile's O is stored. At d = 256 it reuses the Q tile,
   // whose next load waits for the store to have read it.
-  static constexpr bool kSeparateO = kBaseBytes + kQBytes <= 227 * 1024;
-  // + 1 KB: the dynamic shared memory base is aligned up to 1024 bytes in the kernel (the swizzle
-  // atoms of TMA and wgmma must be 1024-byte aligned).
-  static constexpr int kSmemBytes = kBaseBytes + (kSeparateO ? kQBytes : 0);
+  static constexpr bool kSeparateO = kBaseBytes + kQBytes <= kSmemLimit;
+  // Two Q slots where they fit too (d <= 128): the next tile's Q lands while this tile's last
+  // blocks run, instead of after its last Q K^T (persistent short sequences wait on it).
+  static constexpr int kQStages = kMaxQStages_ > 1 && kSeparateO && kBaseBytes + 2 * kQBytes <= kSmemLimit ? 2 : 1;
+  static constexpr int kSmemBytes = kBaseBytes + (kSeparateO ? kQBytes : 0) + (kQStages - 1) * kQBytes;
 
   static_assert(std::is_same<Elem, __half>::value || std::is_same<Elem, __nv_bfloat16>::value, "fp16 or bf16");
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head-dim buckets are whole 128-byte column blocks");
@@ -119,23 +125,6 @@ namespace fwd_sm90 {
 constexpr int kBarEpilogue = 1;
 constexpr int kBarTurn = 4;
 
-// Invisible scores to -inf (the fragment layout of the sm80 kernel with kMTiles = 1). first_row:
-// sequence row of this thread's row g; first_col: sequence column of its element 0.
-template <int kNTiles>
-__device__ __forceinline__ void apply_mask(float (&s)[1][kNTiles][4], const AttentionMask& mask, int first_row,
-                                           int first_col) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int limit = mask.col_limit(first_row + h * 8) - first_col;
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        if (j * 8 + e >= limit) s[0][j][2 * h + e] = -INFINITY;
-      }
-    }
-  }
-}
 
 // P (fp32 probabilities in the S accumulator layout) -> 16-bit A fragments of P V, k-step by
 // k-step: the C fragments of column groups 2kk and 2kk + 1 are exactly the A fragment of step kk.
@@ -184,17 +173,18 @@ struct SmemLayout {
   uint32_t q, k, v, o, bars;
   __device__ __forceinline__ explicit SmemLayout(uint32_t base) {
     q = base;
-    k = q + Traits::kQBytes;
+    k = q + Traits::kQStages * Traits::kQBytes;
     v = k + Traits::kStages * Traits::kKVBytes;
     o = Traits::kSeparateO ? v + Traits::kStages * Traits::kKVBytes : q;
     bars = v + Traits::kStages * Traits::kKVBytes + (Traits::kSeparateO ? Traits::kQBytes : 0);
   }
-  __device__ __forceinline__ uint32_t q_full() const { return bars; }
-  __device__ __forceinline__ uint32_t q_empty() const { return bars + 8; }
-  __device__ __forceinline__ uint32_t k_full(int s) const { return bars + 8 * (2 + s); }
-  __device__ __forceinline__ uint32_t k_empty(int s) const { return bars + 8 * (2 + Traits::kStages + s); }
-  __device__ __forceinline__ uint32_t v_full(int s) const { return bars + 8 * (2 + 2 * Traits::kStages + s); }
-  __device__ __forceinline__ uint32_t v_empty(int s) const { return bars + 8 * (2 + 3 * Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t q_slot(int s) const { return q + s * Traits::kQBytes; }
+  __device__ __forceinline__ uint32_t q_full(int s) const { return bars + 8 * s; }
+  __device__ __forceinline__ uint32_t q_empty(int s) const { return bars + 8 * (2 + s); }
+  __device__ __forceinline__ uint32_t k_full(int s) const { return bars + 8 * (4 + s); }
+  __device__ __forceinline__ uint32_t k_empty(int s) const { return bars + 8 * (4 + Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t v_full(int s) const { return bars + 8 * (4 + 2 * Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t v_empty(int s) const { return bars + 8 * (4 + 3 * Traits::kStages + s); }
   __device__ __forceinline__ uint32_t k_slot(int s) const { return k + s * Traits::kKVBytes; }
   __device__ __forceinline__ uint32_t v_slot(int s) const { return v + s * Traits::kKVBytes; }
 };
@@ -202,7 +192,7 @@ struct SmemLayout {
 // A tile's work: which key blocks its queries visit and which of those need element-wise masking.
 struct TileWork {
   WorkTile tile;
-  AttentionMask mask;
+  BlockMask mask;
   int n_block_min, n_block_max, n_unmasked_end;
   __device__ __forceinline__ bool has_keys() const { return n_block_max > n_block_min; }
 };
@@ -210,16 +200,17 @@ struct TileWork {
 template <typename Traits>
 __device__ __forceinline__ TileWork tile_work(const AttnFwdParams& p, const WorkTile& tile) {
   const SeqlenInfo seq(p, tile.batch);
-  const AttentionMask mask(seq, p.causal);
+  // The family serves no mask and causal masks only (its row in backend/src/capabilities.cpp):
+  // n_block_min is 0 and every block from n_unmasked_end up needs the mask.
+  const BlockMask mask(seq, p.mask);
   const int n_block_max = mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(tile.block);
-  const int n_unmasked_end =
-      min(mask.template n_block_unmasked_end<Traits::kBlockM, Traits::kBlockN>(tile.block), n_block_max);
+  const int n_unmasked_end = min(mask.template full_end<Traits::kBlockM, Traits::kBlockN>(tile.block), n_block_max);
   return TileWork{tile, mask, 0, n_block_max, n_unmasked_end};
 }
 
 // Ring positions, counted over every tile this CTA has run, on both sides of the ring alike: the
 // i-th K/V load of the CTA goes to slot i % kStages in phase (i / kStages) & 1; the t-th Q load
-// (tiles with keys only) completes phase t & 1 of q_full.
+// (tiles with keys only) goes to Q slot t % kQStages in phase (t / kQStages) & 1.
 struct RingState {
   int kv = 0;
   int q = 0;
@@ -233,11 +224,12 @@ __device__ __forceinline__ void produce(const FwdSm90Args& args, const SmemLayou
   const AttnFwdParams& p = args.p;
   const WorkTile& tile = w.tile;
   const int kv_head = tile.head / (p.heads_q / p.heads_kv);
-  sm90::mbar_wait(sm.q_empty(), (ring.q & 1) ^ 1);
-  sm90::mbar_arrive_expect_tx(sm.q_full(), Traits::kQBytes);
+  const int q_slot = ring.q % Traits::kQStages;
+  sm90::mbar_wait(sm.q_empty(q_slot), ((ring.q / Traits::kQStages) & 1) ^ 1);
+  sm90::mbar_arrive_expect_tx(sm.q_full(q_slot), Traits::kQBytes);
 #pragma unroll
   for (int c = 0; c < Traits::kColBlocks; ++c) {
-    sm90::tma_load_4d(sm.q + c * Traits::kBlockM * 128, &args.tma_q, sm.q_full(), c * 64,
+    sm90::tma_load_4d(sm.q_slot(q_slot) + c * Traits::kBlockM * 128, &args.tma_q, sm.q_full(q_slot), c * 64,
                       tile.block * Traits::kBlockM, tile.head, tile.batch);
   }
   ++ring.q;
@@ -290,38 +282,34 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   const float scale_log2 = p.scale_log2;  // > 0: the host sends other scales to the portable family
 
   // Descriptors of column block 0: this warpgroup's Q rows, and K / V slot 0 (slots are kKVBytes apart).
-  const uint64_t q_desc = sm90::make_desc(sm.q + cwg * 64 * 128, 16, 1024);
+  const int q_slot = ring.q % Traits::kQStages;
+  const uint64_t q_desc = sm90::make_desc(sm.q_slot(q_slot) + cwg * 64 * 128, 16, 1024);
   const uint64_t k_desc0 = sm90::make_desc(sm.k, 16, 1024);
   const uint64_t v_desc0 = sm90::make_desc(sm.v, kBlockN * 128, 1024);
   constexpr uint64_t kSlotDesc = Traits::kKVBytes >> 4;
   const bool arriver = lane == 0;  // one arrival per warp on the "empty" barriers
 
   // Ping-pong turns: warpgroup w waits on barrier kBarTurn + w before issuing its GEMMs and passes
-  // the turn to w + 1 after. Each barrier counts 128 waiting + 128 arriving threads; within a tile
-  // the last warpgroup opens the first turn and does not pass on its last one (nobody waits for
-  // it), so every tile's turns balance on their own.
+  // the turn to w + 1 after (128 waiting + 128 arriving threads per barrier). The chain runs on
+  // across tiles (opened and closed once per kernel: see the kernel body), so warpgroup 0 starts
+  // the next tile's Q K^T while the others finish this one and run their epilogues.
   constexpr int kWGs = Traits::kConsumerWGs;
   auto turn_begin = [&] {
     if constexpr (Traits::kPingPong) sm90::named_sync(kBarTurn + cwg, 256);
   };
-  auto turn_end = [&](bool last) {
-    if constexpr (Traits::kPingPong) {
-      if (!(last && cwg == kWGs - 1)) sm90::named_arrive(kBarTurn + (cwg + 1) % kWGs, 256);
-    }
+  auto turn_end = [&] {
+    if constexpr (Traits::kPingPong) sm90::named_arrive(kBarTurn + (cwg + 1) % kWGs, 256);
   };
   // Q's slot is free for the next tile once this warpgroup's last Q K^T has completed (O staged
   // apart), or once its O store has read the slot (O staged in Q's place: see the epilogue).
   auto release_q = [&] {
     if constexpr (Traits::kSeparateO) {
-      if (arriver) sm90::mbar_arrive(sm.q_empty());
+      if (arriver) sm90::mbar_arrive(sm.q_empty(q_slot));
     }
   };
 
   if (w.has_keys()) {
-    if constexpr (Traits::kPingPong) {
-      if (cwg == kWGs - 1) sm90::named_arrive(kBarTurn, 256);
-    }
-    sm90::mbar_wait(sm.q_full(), ring.q & 1);
+    sm90::mbar_wait(sm.q_full(q_slot), (ring.q / Traits::kQStages) & 1);
     ++ring.q;
     int n = w.n_block_max - 1;
     // First block: S only (nothing to multiply with V yet).
@@ -330,12 +318,12 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
       turn_begin();
       gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
-      turn_end(false);
+      turn_end();
       sm90::wgmma_wait<0>();
       sm90::fence_regs(s_acc);
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
-      if (n >= w.n_unmasked_end) apply_mask(s, w.mask, first_row, n * kBlockN + 2 * (lane % 4));
+      if (n >= w.n_unmasked_end) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
       softmax.template online_step<kNTiles>(s, scale_log2, correction);  // o is zero: no rescale needed
       convert_p<Elem, kNTiles>(p16, s);
@@ -349,12 +337,12 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
       sm90::mbar_wait(sm.v_full(prev), ((ring.kv - 1) / kStages) & 1);
       gemm_pv<Traits>(o_acc, p16, v_desc0 + prev * kSlotDesc);
-      turn_end(false);
+      turn_end();
       sm90::wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
       sm90::fence_regs(s_acc);
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
-      if (n >= w.n_unmasked_end) apply_mask(s, w.mask, first_row, n * kBlockN + 2 * (lane % 4));
+      if (n >= w.n_unmasked_end) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
       const bool rescale = softmax.template online_step<kNTiles>(s, scale_log2, correction);
       sm90::wgmma_wait<0>();
@@ -367,7 +355,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     sm90::mbar_wait(sm.v_full(prev), ((ring.kv - 1) / kStages) & 1);
     turn_begin();
     gemm_pv<Traits>(o_acc, p16, v_desc0 + prev * kSlotDesc);
-    turn_end(true);
+    turn_end();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(o_acc);
     if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
@@ -402,7 +390,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     if constexpr (!Traits::kSeparateO) {
       // O sits in Q's slot: the next Q may land only after the store has read it.
       sm90::tma_store_wait_read();
-      if (w.has_keys()) sm90::mbar_arrive(sm.q_empty());
+      if (w.has_keys()) sm90::mbar_arrive(sm.q_empty(0));
     }
   }
   if (lane % 4 == 0 && p.lse != nullptr) {
@@ -415,15 +403,23 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   }
 }
 
-// Static persistent schedule over the tiles in the order of the portable kernel's schedulers:
-// CTA c runs tiles c, c + gridDim.x, ... Non-causal: head-major, so the CTAs resident at any
-// moment share a few heads' K/V in L2; causal: block-major with the heaviest (last) query blocks
-// first, so the long tiles start early and the short ones fill the end.
+// Static persistent schedule over the tiles in the order of the portable kernel's schedulers, one
+// round of gridDim.x tiles at a time. Non-causal: head-major, so the CTAs resident at any moment
+// share a few heads' K/V in L2; CTA c runs tile c of every round. Causal: block-major with the
+// heaviest (last) query blocks first, and rounds alternate direction (CTA c takes position c of
+// even rounds and gridDim.x - 1 - c of odd ones), so a CTA that drew a heavy tile draws a light
+// one next and the per-CTA sums even out (in plain round-robin CTA 0 gets the heaviest tile of
+// every round: 1.3x the work of the last CTA at d256, S = 8k, 7.75 tiles per CTA).
 struct PersistentTileScheduler {
   int num_blocks, num_heads, batch;
   bool head_major;
 
   __host__ __device__ int64_t num_tiles() const { return int64_t(num_blocks) * num_heads * batch; }
+  // The tile position of this CTA in round `round` (may be >= num_tiles() in the last round).
+  __device__ __forceinline__ int64_t position(int64_t round) const {
+    const int64_t base = round * gridDim.x;
+    return (!head_major && (round & 1)) ? base + gridDim.x - 1 - blockIdx.x : base + blockIdx.x;
+  }
   __device__ __forceinline__ WorkTile tile(int64_t linear) const {
     WorkTile t;
     if (head_major) {
@@ -445,7 +441,7 @@ struct PersistentTileScheduler {
 template <typename Traits>
 __host__ __device__ inline PersistentTileScheduler fwd_sm90_scheduler(const AttnFwdParams& p) {
   return PersistentTileScheduler{(p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads_q, p.batch,
-                                 p.causal == CausalMode::kNone};
+                                 p.mask.is_none()};
 }
 
 }  // namespace fwd_sm90
@@ -460,8 +456,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
   const int64_t num_tiles = scheduler.num_tiles();
 
   if (threadIdx.x == 0) {
-    sm90::mbar_init(sm.q_full(), 1);
-    sm90::mbar_init(sm.q_empty(), Traits::kSeparateO ? 4 * Traits::kConsumerWGs : Traits::kConsumerWGs);
+#pragma unroll
+    for (int s = 0; s < Traits::kQStages; ++s) {
+      sm90::mbar_init(sm.q_full(s), 1);
+      sm90::mbar_init(sm.q_empty(s), Traits::kSeparateO ? 4 * Traits::kConsumerWGs : Traits::kConsumerWGs);
+    }
 #pragma unroll
     for (int s = 0; s < Traits::kStages; ++s) {
       sm90::mbar_init(sm.k_full(s), 1);
@@ -481,16 +480,31 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
       sm90::tma_prefetch_desc(&args.tma_q);
       sm90::tma_prefetch_desc(&args.tma_k);
       sm90::tma_prefetch_desc(&args.tma_v);
-      for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+      for (int64_t round = 0; round * gridDim.x < num_tiles; ++round) {
+        const int64_t t = scheduler.position(round);
+        if (t >= num_tiles) continue;
         const fwd_sm90::TileWork w = fwd_sm90::tile_work<Traits>(p, scheduler.tile(t));
         if (w.has_keys()) fwd_sm90::produce<Traits>(args, sm, w, ring);
       }
     }
   } else {
     sm90::setmaxnreg_inc<Traits::kConsumerRegs>();
-    for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+    const int cwg = warpgroup - 1;
+    // The ping-pong chain: the last warpgroup opens warpgroup 0's first turn; every turn passes
+    // the next one on, so warpgroup 0 takes one turn more than it is given by the others: it
+    // closes the chain by taking the last warpgroup's final hand-over (balanced even when no
+    // tile of this CTA has keys).
+    if constexpr (Traits::kPingPong) {
+      if (cwg == Traits::kConsumerWGs - 1) sm90::named_arrive(fwd_sm90::kBarTurn, 256);
+    }
+    for (int64_t round = 0; round * gridDim.x < num_tiles; ++round) {
+      const int64_t t = scheduler.position(round);
+      if (t >= num_tiles) continue;
       const fwd_sm90::TileWork w = fwd_sm90::tile_work<Traits>(p, scheduler.tile(t));
-      fwd_sm90::consume<Traits>(args, sm, w, ring, warpgroup - 1);
+      fwd_sm90::consume<Traits>(args, sm, w, ring, cwg);
+    }
+    if constexpr (Traits::kPingPong) {
+      if (cwg == 0) sm90::named_sync(fwd_sm90::kBarTurn, 256);
     }
     if (threadIdx.x % 128 == 0) sm90::tma_store_wait_read();  // shared memory must outlive the last store's reads
   }

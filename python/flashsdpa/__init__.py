@@ -15,7 +15,7 @@ activates anything: PyTorch behaves exactly as before until you opt in.
 from __future__ import annotations
 
 from flashsdpa import reference
-from flashsdpa._backend import build_info
+from flashsdpa._backend import build_info, capabilities
 from flashsdpa.ops import attention, attention_varlen
 from flashsdpa.activation import REGISTRY_NAME, enable, install, is_active, uninstall
 from flashsdpa.reporting import FallbackWarning, reset_stats, set_fallback_warnings, stats
@@ -30,6 +30,7 @@ __all__ = [
     "attention",
     "attention_varlen",
     "build_info",
+    "capabilities",
     "enable",
     "explain",
     "install",

@@ -1,7 +1,8 @@
 # _backend.py: the one door to the compiled module flashsdpa._C.
 #
-# Loads _C (or records why it cannot), keeps what it reports about the build and each GPU, and
-# turns torch tensors into the pointer/stride arguments of _C.fwd / _C.bwd. Everything per call
+# Loads _C (or records why it cannot), keeps what it reports about the build, its kernel families
+# (the capability table) and each GPU, and turns torch tensors into the spec tuples of _C.fwd /
+# _C.bwd (backend/src/module.cpp's fwd_spec / bwd_spec). Everything per call
 # sits on the SDPA hot path (budget: a few microseconds over PyTorch's own kernel), so the build
 # facts are module constants, device facts are cached per device index, and nothing synchronizes.
 """Loading of ``flashsdpa._C`` and the tensor-to-pointer launch wrappers."""
@@ -10,6 +11,9 @@ from __future__ import annotations
 
 import importlib
 from typing import Any
+
+from flashsdpa import masks
+from flashsdpa.masks import MaskSpec
 
 import torch
 from torch import Tensor
@@ -42,40 +46,52 @@ _CODE_BY_DTYPE = {torch.float16: 0, torch.bfloat16: 1}  # flashsdpa::DType in pa
 # Module state derived from _C by _configure(). Other modules read it as _backend.NAME (never
 # `from _backend import NAME`), so that tests can swap in a fake _C and every reader follows.
 BUILD_INFO: dict[str, Any]
-CUDA_KERNELS: bool  # _C exists and was built with CUDA kernels
+CAPABILITIES: list[dict[str, Any]]  # _C's table: one dict per compiled kernel family
+CAPABILITIES_REASON: str | None  # why CAPABILITIES is empty, else None
+CUDA_KERNELS: bool  # _C exists and was built with at least one CUDA kernel family
 UNAVAILABLE_REASON: str | None  # why not, in explain()'s words; None when CUDA_KERNELS
 DTYPE_CODES: dict[torch.dtype, int]  # element types with compiled kernels -> _C's dtype code
-HEAD_DIM_PAIRS: frozenset[tuple[int, int]]  # every (head_dim_qk, head_dim_v) a compiled bucket serves
+HEAD_DIM_PAIRS: frozenset[tuple[int, int]]  # every (head_dim_qk, head_dim_v) some family's bucket serves
 _DEVICE_INFO: dict[int, dict[str, Any]] = {}
 _DEVICE_REASON: dict[int, str | None] = {}
 _DEVICE_OK: dict[int, bool] = {}  # device index -> our kernels run there; the hot path reads only this
 _BWD_REASON: dict[tuple[int, int, int], str | None] = {}  # (device, head_dim_qk, head_dim_v) -> why no backward
+# (device, dtype code, head_dim_qk, head_dim_v, mask kind, varlen, backward) -> _C.select's verdict:
+# (family or None, head-dim bucket, tile, shared memory bytes, reasons or None)
+_SELECT: dict[tuple[int, int, int, int, int, bool, bool], tuple[Any, ...]] = {}
 
 
 def _configure(module: Any, import_error: str | None = None) -> None:
     """(Re)derive the module state from a _C module (or None). Called once at import; tests call it
     with a stand-in module to exercise the selection and the routers without a GPU."""
     global _C, IMPORT_ERROR, BUILD_INFO, CUDA_KERNELS, UNAVAILABLE_REASON, DTYPE_CODES, HEAD_DIM_PAIRS
+    global CAPABILITIES, CAPABILITIES_REASON
     _C, IMPORT_ERROR = module, import_error
     BUILD_INFO = dict(module.build_info()) if module is not None else dict(_NO_BUILD)
-    CUDA_KERNELS = bool(BUILD_INFO["with_cuda"])
+    table = module.capabilities() if module is not None else {"families": [], "reason": None}
+    CAPABILITIES = [dict(f) for f in table["families"]]
+    CUDA_KERNELS = bool(BUILD_INFO["with_cuda"]) and bool(CAPABILITIES)
     if module is None:
         UNAVAILABLE_REASON = f"flashsdpa._C could not be imported ({import_error}); build it with pip install -e ."
     elif not CUDA_KERNELS:
-        UNAVAILABLE_REASON = "flashsdpa._C was built without CUDA (no nvcc at build time)"
+        UNAVAILABLE_REASON = table["reason"] or "flashsdpa._C was built without CUDA (no nvcc at build time)"
     else:
         UNAVAILABLE_REASON = None
+    CAPABILITIES_REASON = UNAVAILABLE_REASON
+    # The union over families, for the per-call fast tests (frozenset and dict lookups, plain Python
+    # data that torch.compile can trace). Exact while every family that runs on a device serves
+    # none/causal masks in both layouts (today: sm80 serves everything on every device it runs on);
+    # the launch makes the exact per-problem choice in C++ and windows ask select() below.
     DTYPE_CODES = {
         _DTYPE_BY_NAME[name]: _CODE_BY_DTYPE[_DTYPE_BY_NAME[name]]
-        for name in BUILD_INFO["dtypes"]
-        if CUDA_KERNELS and name in _DTYPE_BY_NAME
+        for family in CAPABILITIES
+        for name in family["dtypes"]
+        if name in _DTYPE_BY_NAME
     }
-    # Asked of _C once (32 x 32 calls, well under a millisecond): a frozenset lookup is the
-    # cheapest per-call test, and plain Python data that torch.compile can trace.
-    dims = range(8, MAX_HEAD_DIM + 1, 8)
-    HEAD_DIM_PAIRS = frozenset(
-        (dqk, dv) for dqk in dims for dv in dims if CUDA_KERNELS and module.head_dim_bucket(dqk, dv) != 0
-    )
+    largest = max((max(f["head_dims"], default=0) for f in CAPABILITIES), default=0)
+    dims = range(8, min(largest, MAX_HEAD_DIM) + 1, 8)
+    HEAD_DIM_PAIRS = frozenset((dqk, dv) for dqk in dims for dv in dims)
+    _SELECT.clear()
     _DEVICE_INFO.clear()
     _DEVICE_REASON.clear()
     _DEVICE_OK.clear()
@@ -91,6 +107,25 @@ def build_info() -> dict[str, Any]:
     info = dict(BUILD_INFO)
     info["import_error"] = IMPORT_ERROR
     return info
+
+
+class Capabilities(list):  # type: ignore[type-arg]
+    """flashsdpa.capabilities(): a list with one dict per compiled kernel family, and ``reason``:
+    why the list is empty (a CPU-only build, no _C), else None."""
+
+    reason: str | None
+
+
+def capabilities() -> Capabilities:
+    """The capability table of this build: one dict per compiled kernel family (``family``,
+    ``runs_on`` and ``min_capability`` / ``max_capability``, ``archs``, ``dtypes`` ("float16",
+    "bfloat16"), ``head_dims`` and ``head_dim_rule``, ``masks`` ("none", "causal_top_left",
+    "causal_bottom_right", "window"), ``layouts`` ("dense", "varlen"), ``directions`` ("forward",
+    "backward"), ``smem_per_tile``), in the order the launcher prefers them. One GPU may use two
+    families: each call takes the first that serves it. ``.reason`` says why there is none."""
+    table = Capabilities(dict(f) for f in CAPABILITIES)
+    table.reason = CAPABILITIES_REASON
+    return table
 
 
 # ---- per-device facts, cached --------------------------------------------------------------------
@@ -112,6 +147,8 @@ def device_reason(index: int) -> str | None:
         return _DEVICE_REASON[index]
     if not CUDA_KERNELS:
         reason: str | None = UNAVAILABLE_REASON
+    elif (reason := _device_error(index)) is not None:
+        pass
     else:
         info = device_info(index)
         capability = f"{info['major']}.{info['minor']}"
@@ -130,12 +167,33 @@ def device_reason(index: int) -> str | None:
     return reason
 
 
+def _device_error(index: int) -> str | None:
+    """Why _C cannot query CUDA device ``index`` at all (no driver, a driver older than the CUDA
+    runtime _C links, no such device), or None. explain() and info must report this, not raise."""
+    try:
+        device_info(index)
+    except RuntimeError as exc:
+        return f"no usable GPU (device {index}): {exc}"
+    return None
+
+
 def device_ok(index: int) -> bool:
     """True when our kernels run on CUDA device ``index``; one dict lookup after the first call."""
     ok = _DEVICE_OK.get(index)
     if ok is None:
         ok = device_reason(index) is None
     return ok
+
+
+def select(index: int, dtype_code: int, head_dim_qk: int, head_dim_v: int, mask_kind: int, varlen: bool,
+           backward: bool) -> tuple[Any, ...]:
+    """The capability table's verdict for one problem on CUDA device ``index``: (family or None,
+    head-dim bucket, tile, shared memory bytes, reasons or None); ``_C.select``, cached."""
+    key = (index, dtype_code, head_dim_qk, head_dim_v, mask_kind, varlen, backward)
+    verdict = _SELECT.get(key)
+    if verdict is None:
+        verdict = _SELECT[key] = tuple(_C.select(index, dtype_code, head_dim_qk, head_dim_v, mask_kind, varlen, backward))
+    return verdict
 
 
 def backward_reason(index: int, head_dim_qk: int, head_dim_v: int) -> str | None:
@@ -147,12 +205,11 @@ def backward_reason(index: int, head_dim_qk: int, head_dim_v: int) -> str | None
     if key in _BWD_REASON:
         return _BWD_REASON[key]
     reason = None
-    if _C.bwd_smem_bytes(head_dim_qk, head_dim_v, index) == 0:
+    code = next(iter(DTYPE_CODES.values()), 0)  # tiles are the same for both dtypes
+    family, *_, why = select(index, code, head_dim_qk, head_dim_v, 0, False, True)
+    if family is None:
         info = device_info(index)
-        reason = (
-            f"head_dim={head_dim_qk} (value {head_dim_v}) backward on {info['name']}: no backward tile fits its "
-            f"{info['smem_optin_bytes'] // 1024} KB of shared memory per block"
-        )
+        reason = f"head_dim={head_dim_qk} (value {head_dim_v}) backward on {info['name']}: {why}"
     _BWD_REASON[key] = reason
     return reason
 
@@ -204,26 +261,8 @@ _current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _public_current
 
 _NO_LSE_STRIDES = (0, 0, 0)
 
-
-def launch_fwd(
-    q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: int
-) -> None:
-    """Forward on dense (B, H, S, D) views: writes ``out`` (B, Hq, Sq, Dv) and ``lse`` (B, Hq, Sq),
-    or no LSE when ``lse`` is None (inference: nothing will read it, and its allocation is a
-    tenth of the host time of a small call).
-
-    Callers have checked the problem (``selection.dense_reason``) and that it is non-empty.
-    """
-    batch, heads_q, seqlen_q, head_dim_qk = q.shape
-    _, heads_kv, seqlen_k, head_dim_v = v.shape  # one unpack: three v.shape[i] reads cost 2.5x as much
-    device = q.get_device()
-    _C.fwd(
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), 0 if lse is None else lse.data_ptr(),
-        q.stride(), k.stride(), v.stride(), out.stride(), _NO_LSE_STRIDES if lse is None else lse.stride(),
-        batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v,
-        0, 0, 0,
-        scale, causal, DTYPE_CODES[q.dtype], device, _current_stream(device),
-    )  # fmt: skip
+# Varlen arguments of a launch: (cu_seqlens_q, cu_seqlens_k, seqused_k or None, max_seqlen_q, max_seqlen_k).
+Varlen = tuple[Tensor, Tensor, "Tensor | None", int, int]
 
 
 def _packed_strides(t: Tensor) -> tuple[int, int, int]:
@@ -238,40 +277,51 @@ def _packed_lse_strides(lse: Tensor) -> tuple[int, int, int]:
     return (0, stride[0], stride[1])
 
 
-def launch_fwd_varlen(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    out: Tensor,
-    lse: Tensor,
-    cu_seqlens_q: Tensor,
-    cu_seqlens_k: Tensor,
-    seqused_k: Tensor | None,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    scale: float,
-    causal: int,
-) -> None:
-    """Forward on packed (total, H, D) rows; ``lse`` is (H, total_q); cu_seqlens are int32 (B + 1)."""
+def _spec(
+    q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor | None, scale: float, mask: MaskSpec,
+    varlen: Varlen | None,
+) -> tuple[Any, ...]:
+    """The forward spec of _C (module.cpp's fwd_spec): (pointers, strides, sizes, mask, scale,
+    dtype, device, stream), for dense (B, H, S, D) views or, with ``varlen``, packed (total, H, D)
+    rows. Plain tuples: the cheapest object Python builds and C++ reads in place."""
     device = q.get_device()
-    _C.fwd(
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-        _packed_strides(q), _packed_strides(k), _packed_strides(v), _packed_strides(out), _packed_lse_strides(lse),
-        cu_seqlens_q.shape[0] - 1, q.shape[1], k.shape[1], max_seqlen_q, max_seqlen_k, q.shape[2], v.shape[2],
-        cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), 0 if seqused_k is None else seqused_k.data_ptr(),
-        scale, causal, DTYPE_CODES[q.dtype], device, _current_stream(device),
-    )  # fmt: skip
+    if varlen is None:
+        batch, heads_q, seqlen_q, head_dim_qk = q.shape
+        _, heads_kv, seqlen_k, head_dim_v = v.shape  # one unpack: three v.shape[i] reads cost 2.5x as much
+        pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), 0 if lse is None else lse.data_ptr(),
+                    0, 0, 0)  # fmt: skip
+        strides = (q.stride(), k.stride(), v.stride(), out.stride(), _NO_LSE_STRIDES if lse is None else lse.stride())
+        sizes = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v, -1)
+    else:
+        cu_q, cu_k, used_k, max_q, max_k = varlen
+        total_q, heads_q, head_dim_qk = q.shape
+        pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),  # type: ignore[union-attr]
+                    cu_q.data_ptr(), cu_k.data_ptr(), 0 if used_k is None else used_k.data_ptr())  # fmt: skip
+        strides = (_packed_strides(q), _packed_strides(k), _packed_strides(v), _packed_strides(out),
+                   _packed_lse_strides(lse))  # type: ignore[arg-type]  # fmt: skip
+        sizes = (cu_q.shape[0] - 1, heads_q, k.shape[1], max_q, max_k, head_dim_qk, v.shape[2], total_q)
+    return (pointers, strides, sizes, mask, scale, DTYPE_CODES[q.dtype], device, _current_stream(device))
 
 
-def _workspace(sizes: tuple[int, int], like: Tensor) -> tuple[Tensor, Tensor]:
-    """The backward's dq_accum and delta buffers, from the caching allocator (stream-ordered,
-    CUDA-graph friendly). Two allocations, as PyTorch's flash backward makes: see api.cpp's
-    WorkspaceLayout for the 1 MiB one buffer cost. The kernels zero what they need, so no fill
+def launch_fwd(
+    q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor | None, scale: float, mask: MaskSpec,
+    varlen: Varlen | None = None,
+) -> None:
+    """Forward: writes ``out`` and ``lse``. Dense: (B, H, S, D) views, ``lse`` (B, Hq, Sq) or None
+    (inference: nothing will read it, and its allocation is a tenth of the host time of a small
+    call). Varlen: packed (total, H, D) rows, ``lse`` (H, total_q), cu_seqlens int32 (B + 1).
+
+    Callers have checked the problem (``selection``) and that it is non-empty.
+    """
+    _C.fwd(_spec(q, k, v, out, lse, scale, mask, varlen))
+
+
+def _workspace(nbytes: int, like: Tensor) -> Tensor:
+    """A backward workspace buffer from the caching allocator (stream-ordered, CUDA-graph friendly).
+    Two allocations (dq_accum, delta), as PyTorch's flash backward makes: see api.cpp's
+    workspace_layout for the 1 MiB one buffer cost. The kernels zero what they need, so no fill
     launch; blocks are 512-byte aligned, more than the 256 _C asks for."""
-    return (
-        torch.empty(sizes[0], dtype=torch.uint8, device=like.device),
-        torch.empty(sizes[1], dtype=torch.uint8, device=like.device),
-    )
+    return torch.empty(nbytes, dtype=torch.uint8, device=like.device)
 
 
 def launch_bwd(
@@ -285,57 +335,26 @@ def launch_bwd(
     dk: Tensor,
     dv: Tensor,
     scale: float,
-    causal: int,
+    mask: MaskSpec,
+    varlen: Varlen | None = None,
 ) -> None:
-    """Backward on dense (B, H, S, D) views: writes ``dq``, ``dk``, ``dv``."""
-    batch, heads_q, seqlen_q, head_dim_qk = q.shape
-    _, heads_kv, seqlen_k, head_dim_v = v.shape
-    device = q.get_device()
-    sizes = _C.bwd_workspace_bytes(batch, heads_q, seqlen_q, head_dim_qk, head_dim_v, -1)
-    dq_accum, delta = _workspace(sizes, q)
-    _C.bwd(
-        dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-        dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-        dout.stride(), q.stride(), k.stride(), v.stride(), out.stride(), lse.stride(),
-        dq.stride(), dk.stride(), dv.stride(),
-        batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v,
-        0, 0, 0,
-        scale, causal, DTYPE_CODES[q.dtype], dq_accum.data_ptr(), sizes[0], delta.data_ptr(), sizes[1], -1, device,
-        _current_stream(device),
-    )  # fmt: skip
+    """Backward: writes ``dq``, ``dk``, ``dv`` (dense views or packed rows, as in launch_fwd).
 
+    One _C call: the workspace is sized here from the head-dim bucket the capability table picks
+    for the problem (cached per problem), rows x heads x bucket float32 for dq_accum and rows x heads
+    float32 for delta, rows = seqlen_q per batch or total_q (api.cpp's workspace_layout)."""
+    spec = _spec(q, k, v, out, lse, scale, mask, varlen)
+    sizes = spec[2]
+    bucket = select(spec[6], spec[5], sizes[5], sizes[6], masks.kind(mask), varlen is not None, True)[1]
+    rows = sizes[1] * (sizes[7] if varlen is not None else sizes[0] * sizes[3])
+    dq_accum, delta = _workspace(rows * bucket * 4, q), _workspace(rows * 4, q)
+    if varlen is None:
+        grad_strides = (dout.stride(), dq.stride(), dk.stride(), dv.stride())
+    else:
+        grad_strides = (_packed_strides(dout), _packed_strides(dq), _packed_strides(dk), _packed_strides(dv))
+    _C.bwd(spec, (
+        (dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), dq_accum.data_ptr(), delta.data_ptr()),
+        grad_strides,
+        (rows * bucket * 4, rows * 4),
+    ))  # fmt: skip
 
-def launch_bwd_varlen(
-    dout: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    out: Tensor,
-    lse: Tensor,
-    dq: Tensor,
-    dk: Tensor,
-    dv: Tensor,
-    cu_seqlens_q: Tensor,
-    cu_seqlens_k: Tensor,
-    seqused_k: Tensor | None,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    scale: float,
-    causal: int,
-) -> None:
-    """Backward on packed (total, H, D) rows; ``lse`` is (H, total_q)."""
-    batch, heads_q, total_q = cu_seqlens_q.shape[0] - 1, q.shape[1], q.shape[0]
-    head_dim_qk, head_dim_v = q.shape[2], v.shape[2]
-    device = q.get_device()
-    sizes = _C.bwd_workspace_bytes(batch, heads_q, max_seqlen_q, head_dim_qk, head_dim_v, total_q)
-    dq_accum, delta = _workspace(sizes, q)
-    _C.bwd(
-        dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-        dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-        _packed_strides(dout), _packed_strides(q), _packed_strides(k), _packed_strides(v), _packed_strides(out),
-        _packed_lse_strides(lse), _packed_strides(dq), _packed_strides(dk), _packed_strides(dv),
-        batch, heads_q, k.shape[1], max_seqlen_q, max_seqlen_k, head_dim_qk, head_dim_v,
-        cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), 0 if seqused_k is None else seqused_k.data_ptr(),
-        scale, causal, DTYPE_CODES[q.dtype], dq_accum.data_ptr(), sizes[0], delta.data_ptr(), sizes[1], total_q,
-        device, _current_stream(device),
-    )  # fmt: skip

@@ -3,8 +3,9 @@
 # info: what was built and what this machine has (info.py); explain: whether one SDPA call (a
 # shape given as flags) would run our kernels, and if not, why; bench: the bench package. Exit
 # codes are for scripts:
-#   info     0 the compiled module loads, 1 it does not
-#   explain  0 served by flashsdpa, 1 would fall back (reasons printed), 2 bad arguments
+#   info     0 the compiled module loads, 1 it does not (no usable GPU is reported, not an error)
+#   explain  0 served by flashsdpa, 1 would fall back (reasons printed), 2 bad arguments; without a
+#            usable GPU (no driver) the verdict is for a GPU the build serves, and the reason is printed
 #   bench    see bench/__init__.py (0 ran and every correctness check passed)
 """Command line of flashsdpa: ``python -m flashsdpa info | explain | bench``."""
 
@@ -31,6 +32,24 @@ EXIT_USAGE = 2
 # ---- info -----------------------------------------------------------------------------------------
 
 
+def _print_capabilities(families: list[dict[str, Any]], reason: str | None) -> None:
+    """The capability table of the compiled kernel families, one block per family."""
+    if not families:
+        print(f"{'kernel families':<24} none: {reason}")
+        return
+    for f in families:
+        print(f"{'kernel family ' + f['family']:<24} runs on {f['runs_on']}")
+        print(f"{'  dtypes':<24} {', '.join(f['dtypes'])}")
+        print(f"{'  head dims':<24} {', '.join(map(str, f['head_dims']))} ({f['head_dim_rule']})")
+        print(f"{'  masks':<24} {', '.join(f['masks'])}")
+        print(f"{'  layouts, directions':<24} {', '.join(f['layouts'])}; {', '.join(f['directions'])}")
+        tiles: dict[tuple[str, int], list[str]] = {}
+        for t in f["smem_per_tile"]:
+            tiles.setdefault((t["direction"], t["cc_major"]), []).append(f"{t['head_dim']}:{t['bytes'] // 1024}K")
+        for (direction, major), items in tiles.items():
+            print(f"{f'  smem {direction} sm_{major}x':<24} {' '.join(items)}")
+
+
 def _print_info(info: dict[str, Any]) -> None:
     build, tinfo = info["build"], info["torch"]
 
@@ -48,6 +67,7 @@ def _print_info(info: dict[str, Any]) -> None:
         row("  dtypes", ", ".join(build["dtypes"]))
         row("  head dims", ", ".join(map(str, build["head_dims"])) + f" (max {build['max_head_dim']})")
         row("  kernel families", ", ".join(build["kernel_families"]))
+    _print_capabilities(info["capabilities"], info["capabilities_reason"])
     row("active", "yes" if info["active"] else "no (enter flashsdpa.enable() or call flashsdpa.install())")
     row("torch", tinfo["version"])
     row("  CUDA (torch)", tinfo["cuda"] or "none (CPU build)")
@@ -58,7 +78,7 @@ def _print_info(info: dict[str, Any]) -> None:
         row("  flash impl registry", f"{', '.join(reg['impls']) or 'empty'} (active: {reg['active']})")
     row("python", info["python"])
     if not info["gpus"]:
-        row("GPUs", "none")
+        row("GPUs", f"none: {info['no_gpu_reason']}")
     for gpu in info["gpus"]:
         served = "served by flashsdpa" if gpu["served"] else f"not served: {gpu['not_served_because']}"
         row(
@@ -133,12 +153,29 @@ def _explain_call(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     return call, text
 
 
+def _no_usable_gpu(device: torch.device) -> str | None:
+    """Why a CUDA call cannot run on this machine at all (no GPU, no driver), or None."""
+    from flashsdpa import _backend
+
+    if device.type != "cuda" or not _backend.CUDA_KERNELS:
+        return None
+    index = device.index or 0
+    reason = _backend.device_reason(index)
+    return reason if reason is not None and reason.startswith("no usable GPU") else None
+
+
 def _cmd_explain(args: argparse.Namespace) -> int:
     import flashsdpa
 
     call, text = _explain_call(args)
     reasons = flashsdpa.explain(**call)
     print(text)
+    no_gpu = _no_usable_gpu(call["query"].device)
+    if no_gpu is not None:
+        # A machine with nvcc and no driver (the README's CPU setup): the verdict is about the
+        # call and this build, on a GPU the build serves; the missing GPU is reported, not judged.
+        print(f"{no_gpu}; the verdict below is for a GPU this build serves")
+        reasons = [r for r in reasons if r != no_gpu]
     if not reasons:
         print("served by flashsdpa")
         return EXIT_OK
@@ -152,7 +189,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from flashsdpa import __version__
+
     parser = argparse.ArgumentParser(prog="python -m flashsdpa", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"flashsdpa {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{info,explain,bench}")
 
     info = sub.add_parser("info", help="build, torch, CUDA, cuDNN and GPU facts; whether flashsdpa is active")

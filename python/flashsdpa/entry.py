@@ -33,7 +33,7 @@ from torch import Tensor
 from torch.autograd import forward_ad
 from torch.overrides import handle_torch_function
 
-from flashsdpa import _backend, ops, reporting, selection
+from flashsdpa import _backend, masks, ops, reporting, selection
 from flashsdpa.routers import ROUTED, softmax_scale
 
 __all__ = ["EAGER_SDPA", "FLASH", "SDPA", "Patch", "patch_torch", "scaled_dot_product_attention", "unpatch_torch"]
@@ -126,7 +126,7 @@ def _direct_sdpa(
     if mode is None:
         return None
     scale_ = softmax_scale(scale, query.shape[-1])
-    return torch.ops.flashsdpa.fwd.default(query, key, value, scale_, mode)[0]
+    return torch.ops.flashsdpa.fwd.default(query, key, value, scale_, masks.BY_CAUSAL_MODE[mode])[0]
 
 
 def _flash_path_shapes(query: Any, key: Any, value: Any, is_causal: bool) -> bool:
@@ -182,6 +182,9 @@ def _eager_skip_reason(query: Any, key: Any, value: Any, dropout_p: float, enabl
     return None
 
 
+_EAGER_MASKS = (masks.NO_MASK, masks.CAUSAL_TOP_LEFT)  # by SDPA's is_causal (top-left)
+
+
 def _eager_sdpa(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: float | None) -> Tensor:
     """Run a call that _eager_skip_reason() passed: our kernel on the tensors as they are, no
     autograd node (none is needed), SDPA's output. The output is laid out as SDPA's flash path and
@@ -192,7 +195,7 @@ def _eager_sdpa(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scal
     out = torch.empty_like(query) if head_dim_v == head_dim else ops._empty_out(query, head_dim_v)
     # SDPA's is_causal is top-left (mode 1); with seqlen_q == seqlen_k, where the routers run it as
     # bottom-right (2), the two are the same diagonal.
-    _backend.launch_fwd(query, key, value, out, None, softmax_scale(scale, head_dim), 1 if is_causal else 0)
+    _backend.launch_fwd(query, key, value, out, None, softmax_scale(scale, head_dim), _EAGER_MASKS[is_causal])
     _EAGER_COUNTS[0] += 1
     return out
 
@@ -305,7 +308,7 @@ _MHA_COPY = _copy_with_own_code(_TORCH_MHA)  # type: ignore[arg-type]
 
 @dataclass(frozen=True)
 class Patch:
-    """What patch_torch() replaced: (module, attribute name, PyTorch's object, ours)."""
+    """What patch_torch() replaced: (module, attribute name, the object that stood there, ours)."""
 
     replaced: tuple[tuple[Any, str, Any, Any], ...]
 
@@ -315,13 +318,15 @@ def patch_torch() -> Patch:
     F.multi_head_attention_forward (the last as a copy of itself, for Dynamo's guards; its global
     name is F's attribute, so its inner SDPA call and handle_torch_function see ours too)."""
     global _active
-    replaced = (
-        (F, "scaled_dot_product_attention", _TORCH_SDPA, scaled_dot_product_attention),
-        (torch._C._nn, "scaled_dot_product_attention", _TORCH_SDPA, scaled_dot_product_attention),
-        (F, "multi_head_attention_forward", _TORCH_MHA, _MHA_COPY),
+    ours = (
+        (F, "scaled_dot_product_attention", scaled_dot_product_attention),
+        (torch._C._nn, "scaled_dot_product_attention", scaled_dot_product_attention),
+        (F, "multi_head_attention_forward", _MHA_COPY),
     )
-    for module, name, _, ours in replaced:
-        setattr(module, name, ours)
+    # What is there now goes back on release: PyTorch's objects, or whatever stood there before.
+    replaced = tuple((module, name, getattr(module, name), mine) for module, name, mine in ours)
+    for module, name, _, mine in replaced:
+        setattr(module, name, mine)
     _active = True
     return Patch(replaced)
 

@@ -45,14 +45,30 @@ def _gpu_info() -> list[dict[str, Any]]:
             "sms": props.multi_processor_count,
             "memory_gib": round(props.total_memory / 2**30, 1),
         }
-        if _backend.CUDA_KERNELS:
+        reason = _backend.device_reason(index)  # never raises: a driver _C cannot use is a reason
+        if _backend.CUDA_KERNELS and _backend.device_ok(index):
             gpu["kernel_family"] = _backend.device_info(index)["family"]
             gpu["smem_optin_bytes"] = _backend.device_info(index)["smem_optin_bytes"]
-        reason = _backend.device_reason(index)
         gpu["served"] = reason is None
         gpu["not_served_because"] = reason
         gpus.append(gpu)
     return gpus
+
+
+def _no_gpu_reason() -> str | None:
+    """Why no GPU is usable here (None when torch sees one): what torch says, and what _C's CUDA
+    runtime says (a machine with nvcc and no driver builds kernels it cannot run)."""
+    from flashsdpa import _backend
+
+    if torch.cuda.is_available():
+        return None
+    cpu_torch = "" if torch.version.cuda else f" (torch {torch.__version__} is a CPU build)"
+    parts = [f"torch.cuda.is_available() is False{cpu_torch}"]
+    if _backend.CUDA_KERNELS:
+        reason = _backend.device_reason(0)
+        if reason is not None and reason.startswith("no usable GPU"):
+            parts.append(f"flashsdpa._C: {reason.split(': ', 1)[1]}")
+    return "no usable GPU: " + "; ".join(parts)
 
 
 def collect_info() -> dict[str, Any]:
@@ -67,4 +83,7 @@ def collect_info() -> dict[str, Any]:
         "torch": _torch_info(),
         "python": platform.python_version(),
         "gpus": _gpu_info(),
+        "no_gpu_reason": _no_gpu_reason(),
+        "capabilities": list(flashsdpa.capabilities()),
+        "capabilities_reason": flashsdpa.capabilities().reason,
     }

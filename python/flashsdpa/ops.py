@@ -18,26 +18,25 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from flashsdpa import _backend, reporting, selection
+from flashsdpa import _backend, masks, reporting, selection, validation
 
 __all__ = ["attention", "attention_varlen"]
 
-CAUSAL_MODES = {"top_left": 1, "bottom_right": 2}  # causal_mode 0 = not causal
 _CPU_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 _lib = torch.library.Library("flashsdpa", "DEF")
-_lib.define("fwd(Tensor q, Tensor k, Tensor v, float scale, int causal_mode) -> (Tensor out, Tensor lse)")
+_lib.define("fwd(Tensor q, Tensor k, Tensor v, float scale, int[] mask) -> (Tensor out, Tensor lse)")
 _lib.define(
-    "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float scale, int causal_mode)"
+    "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float scale, int[] mask)"
     " -> (Tensor dq, Tensor dk, Tensor dv)"
 )
 _lib.define(
     "fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, SymInt max_seqlen_q,"
-    " SymInt max_seqlen_k, float scale, int causal_mode) -> (Tensor out, Tensor lse)"
+    " SymInt max_seqlen_k, float scale, int[] mask) -> (Tensor out, Tensor lse)"
 )
 _lib.define(
     "bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor cu_seqlens_q,"
-    " Tensor cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, float scale, int causal_mode)"
+    " Tensor cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, float scale, int[] mask)"
     " -> (Tensor dq, Tensor dk, Tensor dv)"
 )
 
@@ -94,9 +93,14 @@ def _fill_empty_fwd(out: Tensor, lse: Tensor) -> tuple[Tensor, Tensor]:
     return out.zero_(), lse.fill_(math.inf)
 
 
-def _check_causal_mode(causal_mode: int) -> None:
-    if causal_mode not in (0, 1, 2):
-        raise ValueError(f"causal_mode={causal_mode}: needs 0 (none), 1 (top-left) or 2 (bottom-right)")
+def _check_mask(mask: list[int]) -> masks.MaskSpec:
+    """The op's ``int[] mask`` as a MaskSpec tuple (what _C reads), checked."""
+    if len(mask) != 3 or mask[0] < -1 or mask[1] < -1 or mask[2] not in (0, 1):
+        raise ValueError(
+            f"mask={list(mask)}: needs [window_left, window_right, align] with each side >= 0 or -1 "
+            f"(unbounded) and align 0 (top-left) or 1 (bottom-right)"
+        )
+    return (mask[0], mask[1], mask[2])
 
 
 _FWD_COUNTS = reporting.counter("flashsdpa::fwd")
@@ -136,29 +140,29 @@ def _readable(*tensors: Tensor) -> list[Tensor]:
 # ---- flashsdpa::fwd / bwd ------------------------------------------------------------------------
 
 
-def _fwd_cuda(q: Tensor, k: Tensor, v: Tensor, scale: float, causal_mode: int) -> tuple[Tensor, Tensor]:
-    _check_causal_mode(causal_mode)
+def _fwd_cuda(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: list[int]) -> tuple[Tensor, Tensor]:
+    spec = _check_mask(mask)
     out, lse = _fwd_outputs(q, v)
     if _is_empty(q, k):
         return _fill_empty_fwd(out, lse)
     q, k, v = _readable(q, k, v)
-    _require_kernels(selection.dense_reason(q, k, v))
-    _backend.launch_fwd(q, k, v, out, lse, scale, causal_mode)
+    _require_kernels(selection.dense_reason(q, k, v) or selection.mask_reason(q, v, spec, varlen=False))
+    _backend.launch_fwd(q, k, v, out, lse, scale, spec)
     _FWD_COUNTS[0] += 1
     return out, lse
 
 
-def _fwd_cpu(q: Tensor, k: Tensor, v: Tensor, scale: float, causal_mode: int) -> tuple[Tensor, Tensor]:
-    _check_causal_mode(causal_mode)
+def _fwd_cpu(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: list[int]) -> tuple[Tensor, Tensor]:
+    spec = _check_mask(mask)
     _count_cpu(_FWD_COUNTS, "flashsdpa::fwd")
     out, lse = _fwd_outputs(q, v)
     if _is_empty(q, k):
         return _fill_empty_fwd(out, lse)
-    ref_out, ref_lse = _reference().attention_forward(q, k, v, scale=scale, causal_mode=causal_mode)
+    ref_out, ref_lse = _reference().attention_forward(q, k, v, scale=scale, mask=spec)
     return out.copy_(ref_out), lse.copy_(ref_lse)
 
 
-def _fwd_fake(q: Tensor, k: Tensor, v: Tensor, scale: float, causal_mode: int) -> tuple[Tensor, Tensor]:
+def _fwd_fake(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: list[int]) -> tuple[Tensor, Tensor]:
     return _fwd_outputs(q, v)
 
 
@@ -180,34 +184,36 @@ def _alert_nondeterministic(op: str) -> None:
 
 
 def _bwd_cuda(
-    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: float, causal_mode: int
+    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: float, mask: list[int]
 ) -> tuple[Tensor, Tensor, Tensor]:
-    _check_causal_mode(causal_mode)
+    spec = _check_mask(mask)
     dq, dk, dv = _grads_like(q, k, v)
     if _is_empty(q, k):
         return dq.zero_(), dk.zero_(), dv.zero_()
     dout, q, k, v, out = _readable(dout, q, k, v, out)
-    _require_kernels(selection.dense_reason(q, k, v) or _backward_reason(q, v))
+    _require_kernels(
+        selection.dense_reason(q, k, v) or selection.mask_reason(q, v, spec, varlen=False) or _backward_reason(q, v)
+    )
     _alert_nondeterministic("flashsdpa::bwd")
-    _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, scale, causal_mode)
+    _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, scale, spec)
     _BWD_COUNTS[0] += 1
     return dq, dk, dv
 
 
 def _bwd_cpu(
-    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: float, causal_mode: int
+    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: float, mask: list[int]
 ) -> tuple[Tensor, Tensor, Tensor]:
-    _check_causal_mode(causal_mode)
+    spec = _check_mask(mask)
     _count_cpu(_BWD_COUNTS, "flashsdpa::bwd")
     dq, dk, dv = _grads_like(q, k, v)
     if _is_empty(q, k):
         return dq.zero_(), dk.zero_(), dv.zero_()
-    ref = _reference().attention_backward(dout, q, k, v, out, lse, scale=scale, causal_mode=causal_mode)
+    ref = _reference().attention_backward(dout, q, k, v, out, lse, scale=scale, mask=spec)
     return dq.copy_(ref[0]), dk.copy_(ref[1]), dv.copy_(ref[2])
 
 
 def _bwd_fake(
-    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: float, causal_mode: int
+    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: float, mask: list[int]
 ) -> tuple[Tensor, Tensor, Tensor]:
     return _grads_like(q, k, v)
 
@@ -216,15 +222,18 @@ def _bwd_fake(
 
 
 def _fwd_varlen_cuda(
-    q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_k: Tensor, max_q: int, max_k: int, scale: float, causal_mode: int
+    q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_k: Tensor, max_q: int, max_k: int, scale: float, mask: list[int]
 ) -> tuple[Tensor, Tensor]:
-    _check_causal_mode(causal_mode)
+    spec = _check_mask(mask)
+    validation.check_varlen(q, k, cu_q, cu_k, None, max_q, max_k)  # values: CPU, or FLASHSDPA_VALIDATE=1
     out, lse = _varlen_outputs(q, v)
     if _is_empty_varlen(q, k, max_q, max_k):
         return _fill_empty_fwd(out, lse)
     q, k, v = _readable(q, k, v)
-    _require_kernels(selection.varlen_reason(q, k, v, cu_q, cu_k, None, max_q, max_k))
-    _backend.launch_fwd_varlen(q, k, v, out, lse, cu_q, cu_k, None, max_q, max_k, scale, causal_mode)
+    _require_kernels(
+        selection.varlen_reason(q, k, v, cu_q, cu_k, None, max_q, max_k) or selection.mask_reason(q, v, spec, varlen=True)
+    )
+    _backend.launch_fwd(q, k, v, out, lse, scale, spec, (cu_q, cu_k, None, max_q, max_k))
     _FWD_VARLEN_COUNTS[0] += 1
     return out, lse
 
@@ -241,16 +250,17 @@ def _as_batch(t: Tensor) -> Tensor:
 
 
 def _fwd_varlen_cpu(
-    q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_k: Tensor, max_q: int, max_k: int, scale: float, causal_mode: int
+    q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_k: Tensor, max_q: int, max_k: int, scale: float, mask: list[int]
 ) -> tuple[Tensor, Tensor]:
-    _check_causal_mode(causal_mode)
+    spec = _check_mask(mask)
+    validation.check_varlen(q, k, cu_q, cu_k, None, max_q, max_k)  # bad offsets would give wrong rows
     _count_cpu(_FWD_VARLEN_COUNTS, "flashsdpa::fwd_varlen")
     out, lse = _fill_empty_fwd(*_varlen_outputs(q, v))  # rows outside every sequence stay 0 / +inf
     reference = _reference()
     for rows_q, rows_k in _sequences(cu_q, cu_k):
         if rows_q.stop > rows_q.start:
             seq_out, seq_lse = reference.attention_forward(
-                _as_batch(q[rows_q]), _as_batch(k[rows_k]), _as_batch(v[rows_k]), scale=scale, causal_mode=causal_mode
+                _as_batch(q[rows_q]), _as_batch(k[rows_k]), _as_batch(v[rows_k]), scale=scale, mask=spec
             )
             out[rows_q] = seq_out[0].transpose(0, 1)
             lse[:, rows_q] = seq_lse[0]
@@ -258,7 +268,7 @@ def _fwd_varlen_cpu(
 
 
 def _fwd_varlen_fake(
-    q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_k: Tensor, max_q: int, max_k: int, scale: float, causal_mode: int
+    q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_k: Tensor, max_q: int, max_k: int, scale: float, mask: list[int]
 ) -> tuple[Tensor, Tensor]:
     return _varlen_outputs(q, v)
 
@@ -275,16 +285,21 @@ def _bwd_varlen_cuda(
     max_q: int,
     max_k: int,
     scale: float,
-    causal_mode: int,
+    mask: list[int],
 ) -> tuple[Tensor, Tensor, Tensor]:
-    _check_causal_mode(causal_mode)
+    spec = _check_mask(mask)
+    validation.check_varlen(q, k, cu_q, cu_k, None, max_q, max_k)
     dq, dk, dv = _grads_like(q, k, v)
     if _is_empty_varlen(q, k, max_q, max_k):
         return dq.zero_(), dk.zero_(), dv.zero_()
     dout, q, k, v, out = _readable(dout, q, k, v, out)
-    _require_kernels(selection.varlen_reason(q, k, v, cu_q, cu_k, None, max_q, max_k) or _backward_reason(q, v))
+    _require_kernels(
+        selection.varlen_reason(q, k, v, cu_q, cu_k, None, max_q, max_k)
+        or selection.mask_reason(q, v, spec, varlen=True)
+        or _backward_reason(q, v)
+    )
     _alert_nondeterministic("flashsdpa::bwd_varlen")
-    _backend.launch_bwd_varlen(dout, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, None, max_q, max_k, scale, causal_mode)
+    _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, scale, spec, (cu_q, cu_k, None, max_q, max_k))
     _BWD_VARLEN_COUNTS[0] += 1
     return dq, dk, dv
 
@@ -301,9 +316,10 @@ def _bwd_varlen_cpu(
     max_q: int,
     max_k: int,
     scale: float,
-    causal_mode: int,
+    mask: list[int],
 ) -> tuple[Tensor, Tensor, Tensor]:
-    _check_causal_mode(causal_mode)
+    spec = _check_mask(mask)
+    validation.check_varlen(q, k, cu_q, cu_k, None, max_q, max_k)
     _count_cpu(_BWD_VARLEN_COUNTS, "flashsdpa::bwd_varlen")
     dq, dk, dv = (g.zero_() for g in _grads_like(q, k, v))
     reference = _reference()
@@ -317,7 +333,7 @@ def _bwd_varlen_cpu(
                 _as_batch(out[rows_q]),
                 lse[:, rows_q].unsqueeze(0),
                 scale=scale,
-                causal_mode=causal_mode,
+                mask=spec,
             )
             dq[rows_q] = grads[0][0].transpose(0, 1)
             dk[rows_k] = grads[1][0].transpose(0, 1)
@@ -337,7 +353,7 @@ def _bwd_varlen_fake(
     max_q: int,
     max_k: int,
     scale: float,
-    causal_mode: int,
+    mask: list[int],
 ) -> tuple[Tensor, Tensor, Tensor]:
     return _grads_like(q, k, v)
 
@@ -350,10 +366,10 @@ def _bwd_varlen_fake(
 
 
 def _fwd_setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-    q, k, v, scale, causal_mode = inputs
+    q, k, v, scale, mask = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
-    ctx.scale, ctx.causal_mode = scale, causal_mode
+    ctx.scale, ctx.mask = scale, mask
     ctx.mark_non_differentiable(lse)
     ctx.set_materialize_grads(False)
 
@@ -362,15 +378,15 @@ def _fwd_backward(ctx: Any, dout: Tensor | None, _dlse: Tensor | None) -> tuple[
     if dout is None:  # nothing downstream used the output
         return None, None, None, None, None
     q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = torch.ops.flashsdpa.bwd.default(dout, q, k, v, out, lse, ctx.scale, ctx.causal_mode)
+    dq, dk, dv = torch.ops.flashsdpa.bwd.default(dout, q, k, v, out, lse, ctx.scale, ctx.mask)
     return dq, dk, dv, None, None
 
 
 def _fwd_varlen_setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-    q, k, v, cu_q, cu_k, max_q, max_k, scale, causal_mode = inputs
+    q, k, v, cu_q, cu_k, max_q, max_k, scale, mask = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
-    ctx.max_q, ctx.max_k, ctx.scale, ctx.causal_mode = max_q, max_k, scale, causal_mode
+    ctx.max_q, ctx.max_k, ctx.scale, ctx.mask = max_q, max_k, scale, mask
     ctx.mark_non_differentiable(lse)
     ctx.set_materialize_grads(False)
 
@@ -380,7 +396,7 @@ def _fwd_varlen_backward(ctx: Any, dout: Tensor | None, _dlse: Tensor | None) ->
         return (None,) * 9
     q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
     dq, dk, dv = torch.ops.flashsdpa.bwd_varlen.default(
-        dout, q, k, v, out, lse, cu_q, cu_k, ctx.max_q, ctx.max_k, ctx.scale, ctx.causal_mode
+        dout, q, k, v, out, lse, cu_q, cu_k, ctx.max_q, ctx.max_k, ctx.scale, ctx.mask
     )
     return dq, dk, dv, None, None, None, None, None, None
 
@@ -407,14 +423,6 @@ torch.library.register_autograd("flashsdpa::bwd_varlen", _no_double_backward, li
 
 
 # ---- the direct API ------------------------------------------------------------------------------
-
-
-def _causal_mode(causal: bool, causal_alignment: str) -> int:
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal={causal!r}: needs a bool")
-    if causal_alignment not in CAUSAL_MODES:
-        raise ValueError(f"causal_alignment={causal_alignment!r}: needs 'top_left' or 'bottom_right'")
-    return CAUSAL_MODES[causal_alignment] if causal else 0
 
 
 def _scale(scale: float | None, head_dim: int) -> float:
@@ -474,6 +482,7 @@ def attention(
     *,
     causal: bool = False,
     causal_alignment: str = "top_left",
+    window: tuple[int, int] | None = None,
     scale: float | None = None,
     return_lse: bool = False,
     enable_gqa: bool = True,
@@ -486,7 +495,10 @@ def attention(
     log-sum-exp (B, Hq, Sq) as well (natural log; +inf for rows that see no key; no gradient).
 
     ``causal_alignment``: "top_left" (SDPA's ``is_causal``: query i sees keys j <= i) or
-    "bottom_right" (the KV-cache alignment: query i sees keys j <= i + Sk - Sq). ``scale``
+    "bottom_right" (the KV-cache alignment: query i sees keys j <= i + Sk - Sq); it also places
+    ``window=(left, right)``: query i sees keys diag(i) - left <= j <= diag(i) + right, with diag(i)
+    = i (top-left) or i + Sk - Sq (bottom-right) and -1 unbounded (a sliding window of the last
+    4096 keys: ``causal=True, window=(4095, 0)``; rows that see no key give 0 and LSE +inf). ``scale``
     defaults to 1 / sqrt(D). On CUDA it runs flashsdpa's kernels (float16 / bfloat16, head dims
     multiples of 8 up to 256; inputs whose rows are not unit-stride and 16-byte aligned are
     copied first); on CPU the float32 blockwise reference.
@@ -505,10 +517,10 @@ def attention(
     if head_dim == 0 or value.shape[3] == 0:
         raise ValueError(f"head dims {head_dim} (query) and {value.shape[3]} (value): need at least 1")
     _check_heads(heads_q, key.shape[1], enable_gqa)
-    causal_mode = _causal_mode(causal, causal_alignment)
+    mask = masks.make(causal, causal_alignment, window)
     if query.is_cuda:
         _check_cuda(query, head_dim, value.shape[3])
-    out, lse = torch.ops.flashsdpa.fwd.default(query, key, value, _scale(scale, head_dim), causal_mode)
+    out, lse = torch.ops.flashsdpa.fwd.default(query, key, value, _scale(scale, head_dim), mask)
     return (out, lse) if return_lse else out
 
 
@@ -523,8 +535,10 @@ def attention_varlen(
     *,
     causal: bool = False,
     causal_alignment: str = "top_left",
+    window: tuple[int, int] | None = None,
     scale: float | None = None,
     return_lse: bool = False,
+    validate: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Attention over a batch of packed sequences of different lengths.
 
@@ -532,7 +546,10 @@ def attention_varlen(
     rows ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` and key rows ``cu_seqlens_k[b]:cu_seqlens_k[b + 1]``
     (int32, B + 1 entries, starting at 0). ``max_seqlen_q/k`` bound the lengths. Returns the output
     (total_q, Hq, Dv) and, with ``return_lse=True``, the float32 LSE (Hq, total_q) (PyTorch's varlen
-    format). Causal masks apply per sequence. Otherwise as :func:`attention`.
+    format). Causal masks and windows apply per sequence. Otherwise as :func:`attention`.
+    Offsets must start at 0, not decrease and end within the rows, and ``max_seqlen_q/k`` be at least
+    the longest sequence: checked on CPU always, for CUDA metadata with ``validate=True`` or
+    ``FLASHSDPA_VALIDATE=1`` (reading the offsets synchronises the stream).
     """
     _check_tensors(query, key, value, 3, "(total, heads, head_dim)")
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
@@ -551,10 +568,14 @@ def attention_varlen(
     if head_dim == 0 or value.shape[2] == 0:
         raise ValueError(f"head dims {head_dim} (query) and {value.shape[2]} (value): need at least 1")
     _check_heads(query.shape[1], key.shape[1], True)
-    causal_mode = _causal_mode(causal, causal_alignment)
+    # The structure here (traceable); the values in the op's impls, or now when asked (a sync).
+    validation.check_varlen(
+        query, key, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, max_seqlen_k, values=validate
+    )
+    mask = masks.make(causal, causal_alignment, window)
     if query.is_cuda:
         _check_cuda(query, head_dim, value.shape[2])
     out, lse = torch.ops.flashsdpa.fwd_varlen.default(
-        query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, _scale(scale, head_dim), causal_mode
+        query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, _scale(scale, head_dim), mask
     )
     return (out, lse) if return_lse else out

@@ -40,12 +40,14 @@ that share a key/value head are packed into the row dimension of one tile ("pack
 are never expanded: a (G * Bm) x Bn score tile is multiplied by the shared Bn x D key tile, and the
 sums over the group in dK and dV fall out of the matmuls.
 
-Causal masking (``causal_mode``): 0 none; 1 top-left, key ``j`` visible to query ``i`` iff
-``j <= i`` (SDPA's ``is_causal``); 2 bottom-right, iff ``j <= i + Sk - Sq`` (``causal_lower_right``,
-the KV-cache alignment). Key blocks entirely above the diagonal are skipped, blocks entirely below
-it run without a mask, and only the blocks that straddle it are masked, as in the kernels.
+Masks (``causal_mode``): 0 none; 1 top-left, key ``j`` visible to query ``i`` iff ``j <= i``
+(SDPA's ``is_causal``); 2 bottom-right, iff ``j <= i + Sk - Sq`` (``causal_lower_right``, the
+KV-cache alignment). Or ``mask=(window_left, window_right, align)`` (flashsdpa.masks, params.h's
+MaskSpec): ``diag(i) - left <= j <= diag(i) + right`` with ``diag(i) = i`` (align 0) or
+``i + Sk - Sq`` (align 1), -1 unbounded. Key blocks no row of a query block sees are skipped,
+blocks every row sees whole run without a mask, and only the others are masked, as in the kernels.
 
-Rows that see no key at all (bottom-right with Sq > Sk, or Sk = 0) give ``out = 0`` and
+Rows that see no key at all (bottom-right with Sq > Sk, a window, or Sk = 0) give ``out = 0`` and
 ``lse = +inf``, and their gradients are 0; nothing is ever NaN. This is the convention of the
 FlashAttention-2 kernel that PyTorch's CUDA flash backend runs: its epilogue writes ``+inf`` when
 the row sum is 0. ``+inf`` is the one value that makes the backward's recomputation ``exp(s - lse)``
@@ -62,8 +64,12 @@ PyTorch's flash ops), which bounds float64 gradients to about 1e-7 relative accu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
+
+from flashsdpa.masks import BOTTOM_RIGHT, BY_CAUSAL_MODE, MaskSpec
 
 __all__ = ["CAUSAL_BOTTOM_RIGHT", "CAUSAL_NONE", "CAUSAL_TOP_LEFT", "attention_backward", "attention_forward"]
 
@@ -72,7 +78,7 @@ CAUSAL_TOP_LEFT = 1
 CAUSAL_BOTTOM_RIGHT = 2
 
 
-def _check_inputs(q: Tensor, k: Tensor, v: Tensor, causal_mode: int, block_size: int) -> None:
+def _check_inputs(q: Tensor, k: Tensor, v: Tensor, causal_mode: int, mask: MaskSpec | None, block_size: int) -> None:
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(
             f"expected 4-D (B, H, S, D) tensors, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
@@ -88,6 +94,10 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, causal_mode: int, block_size:
         raise ValueError(f"query heads ({heads_q}) must be a multiple of key/value heads ({heads_kv})")
     if causal_mode not in (CAUSAL_NONE, CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT):
         raise ValueError(f"causal_mode must be 0 (none), 1 (top-left) or 2 (bottom-right), got {causal_mode}")
+    if mask is not None and (
+        causal_mode != CAUSAL_NONE or len(mask) != 3 or min(mask[:2]) < -1 or mask[2] not in (0, 1)
+    ):
+        raise ValueError(f"mask={mask}: needs (left >= -1, right >= -1, align 0 or 1), and causal_mode 0")
     if block_size < 1:
         raise ValueError(f"block_size must be positive, got {block_size}")
     floating = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -100,38 +110,48 @@ def _compute_dtype(*tensors: Tensor) -> torch.dtype:
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
-def _diagonal(causal_mode: int, seqlen_q: int, seqlen_k: int) -> int | None:
-    """Offset ``c`` such that key j is visible to query i iff ``j <= i + c``; None when not causal."""
-    if causal_mode == CAUSAL_NONE:
-        return None
-    return 0 if causal_mode == CAUSAL_TOP_LEFT else seqlen_k - seqlen_q
+@dataclass(frozen=True)
+class _Window:
+    """Which keys each query row sees, for one (Sq, Sk) problem (mask.cuh's BlockMask in Python)."""
 
+    seqlen_q: int
+    seqlen_k: int
+    diag: int  # key column of row 0's diagonal
+    left: int  # -1 = unbounded
+    right: int
 
-def _key_end(row_end: int, seqlen_k: int, diag: int | None) -> int:
-    """One past the last key that any of the rows ``[.., row_end)`` can see."""
-    if diag is None:
-        return seqlen_k
-    return max(0, min(seqlen_k, row_end + diag))
+    @staticmethod
+    def of(causal_mode: int, mask: MaskSpec | None, seqlen_q: int, seqlen_k: int) -> _Window:
+        left, right, align = BY_CAUSAL_MODE[causal_mode] if mask is None else mask
+        return _Window(seqlen_q, seqlen_k, seqlen_k - seqlen_q if align == BOTTOM_RIGHT else 0, left, right)
 
+    def col_begin(self, row: int) -> int:
+        return 0 if self.left < 0 else max(0, row + self.diag - self.left)
 
-def _query_start(key_start: int, seqlen_q: int, diag: int | None) -> int:
-    """The first query row that can see any key at or after ``key_start``."""
-    if diag is None:
-        return 0
-    return max(0, min(seqlen_q, key_start - diag))
+    def col_end(self, row: int) -> int:
+        return self.seqlen_k if self.right < 0 else max(0, min(self.seqlen_k, row + self.diag + self.right + 1))
 
+    def row_begin(self, col: int) -> int:
+        """The first row that sees column ``col`` or a later one."""
+        return 0 if self.right < 0 else max(0, min(self.seqlen_q, col - self.diag - self.right))
 
-def _mask_tile(s: Tensor, groups: int, m0: int, m1: int, n0: int, n1: int, diag: int | None) -> None:
-    """Set the invisible scores of a packed (.., groups * (m1 - m0), n1 - n0) tile to -inf, in place.
+    def row_end(self, col: int) -> int:
+        """One past the last row that sees column ``col`` or an earlier one."""
+        return self.seqlen_q if self.left < 0 else max(0, min(self.seqlen_q, col - self.diag + self.left + 1))
 
-    Only blocks that straddle the diagonal are touched; a block wholly below it needs no mask.
-    """
-    if diag is None or n1 - 1 <= m0 + diag:
-        return
-    rows = torch.arange(m0, m1, device=s.device)
-    cols = torch.arange(n0, n1, device=s.device)
-    hidden = cols[None, :] > rows[:, None] + diag  # (Bm, Bn), the same for every packed head
-    s.view(*s.shape[:-2], groups, m1 - m0, n1 - n0).masked_fill_(hidden, float("-inf"))
+    def mask_tile(self, s: Tensor, groups: int, m0: int, m1: int, n0: int, n1: int) -> None:
+        """Set the invisible scores of a packed (.., groups * (m1 - m0), n1 - n0) tile to -inf, in
+        place. Tiles every row sees whole are left alone."""
+        if self.col_end(m0) >= n1 and self.col_begin(m1 - 1) <= n0:
+            return
+        rows = torch.arange(m0, m1, device=s.device)[:, None] + self.diag
+        cols = torch.arange(n0, n1, device=s.device)[None, :]
+        hidden = torch.zeros(m1 - m0, n1 - n0, dtype=torch.bool, device=s.device)
+        if self.left >= 0:
+            hidden |= cols < rows - self.left
+        if self.right >= 0:
+            hidden |= cols > rows + self.right
+        s.view(*s.shape[:-2], groups, m1 - m0, n1 - n0).masked_fill_(hidden, float("-inf"))
 
 
 def _pack(t: Tensor, groups: int, m0: int, m1: int, dtype: torch.dtype) -> Tensor:
@@ -151,11 +171,18 @@ def _unpack(t: Tensor, groups: int) -> Tensor:
 
 @torch.no_grad()
 def attention_forward(
-    q: Tensor, k: Tensor, v: Tensor, *, scale: float, causal_mode: int, block_size: int = 128
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    scale: float,
+    causal_mode: int = CAUSAL_NONE,
+    mask: MaskSpec | None = None,
+    block_size: int = 128,
 ) -> tuple[Tensor, Tensor]:
     """Attention forward, blockwise. Returns ``out`` (dtype of q, (B, Hq, Sq, Dv)) and ``lse``
     (float32, (B, Hq, Sq), natural log; +inf for rows that see no key)."""
-    _check_inputs(q, k, v, causal_mode, block_size)
+    _check_inputs(q, k, v, causal_mode, mask, block_size)
     batch, heads_q, seqlen_q, _ = q.shape
     heads_kv, seqlen_k, head_dim_v = k.shape[1], k.shape[2], v.shape[3]
     acc_dtype = _compute_dtype(q, k, v)
@@ -165,7 +192,7 @@ def attention_forward(
     if lse.numel() == 0:
         return out, lse
     groups = heads_q // heads_kv
-    diag = _diagonal(causal_mode, seqlen_q, seqlen_k)
+    window = _Window.of(causal_mode, mask, seqlen_q, seqlen_k)
     out_groups = out.unflatten(1, (heads_kv, groups))
     lse_groups = lse.unflatten(1, (heads_kv, groups))
 
@@ -179,12 +206,15 @@ def attention_forward(
         row_sum = torch.zeros(rows, dtype=acc_dtype, device=q.device)
         acc = torch.zeros(*rows, head_dim_v, dtype=acc_dtype, device=q.device)
 
-        for n0 in range(0, _key_end(m1, seqlen_k, diag), block_size):
+        # Key blocks stay aligned to multiples of block_size (as the backward's are), from the one
+        # holding the first row's first key to the one holding the last row's last key.
+        first = window.col_begin(m0) // block_size * block_size
+        for n0 in range(first, window.col_end(m1 - 1), block_size):
             n1 = min(n0 + block_size, seqlen_k)
             k_blk = k[:, :, n0:n1].to(acc_dtype)
             v_blk = v[:, :, n0:n1].to(acc_dtype)
             s = q_blk @ k_blk.transpose(-1, -2)
-            _mask_tile(s, groups, m0, m1, n0, n1, diag)
+            window.mask_tile(s, groups, m0, m1, n0, n1)
 
             new_max = torch.maximum(row_max, s.amax(dim=-1))
             # A row with every key so far masked has max -inf; subtracting 0 instead keeps
@@ -214,12 +244,13 @@ def attention_backward(
     lse: Tensor,
     *,
     scale: float,
-    causal_mode: int,
+    causal_mode: int = CAUSAL_NONE,
+    mask: MaskSpec | None = None,
     block_size: int = 128,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Attention backward from the forward's ``out`` and ``lse``. Returns ``(dq, dk, dv)`` in the
     dtypes and shapes of q, k, v (contiguous)."""
-    _check_inputs(q, k, v, causal_mode, block_size)
+    _check_inputs(q, k, v, causal_mode, mask, block_size)
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
     expected_out = (batch, heads_q, seqlen_q, v.shape[3])
@@ -234,7 +265,7 @@ def attention_backward(
     if batch * heads_q * seqlen_q == 0 or seqlen_k == 0:
         return torch.zeros(q.shape, dtype=q.dtype, device=q.device), dk, dv
     groups = heads_q // heads_kv
-    diag = _diagonal(causal_mode, seqlen_q, seqlen_k)
+    window = _Window.of(causal_mode, mask, seqlen_q, seqlen_k)
 
     # Preprocess: delta_i = sum_j dO_ij O_ij = sum_j P_ij dP_ij, the softmax backward's row term.
     delta = (dout.to(acc_dtype) * out.to(acc_dtype)).sum(dim=-1)
@@ -250,8 +281,8 @@ def attention_backward(
         dv_acc = torch.zeros_like(v_blk)
         # Query blocks stay aligned to multiples of block_size, as in the forward, so that the
         # recomputed score tiles are the forward's tiles.
-        first = _query_start(n0, seqlen_q, diag) // block_size * block_size
-        for m0 in range(first, seqlen_q, block_size):
+        first = window.row_begin(n0) // block_size * block_size
+        for m0 in range(first, window.row_end(n1 - 1), block_size):
             m1 = min(m0 + block_size, seqlen_q)
             q_blk = _pack(q, groups, m0, m1, acc_dtype) * scale
             do_blk = _pack(dout, groups, m0, m1, acc_dtype)
@@ -259,7 +290,7 @@ def attention_backward(
             delta_blk = _pack(delta, groups, m0, m1, acc_dtype)
 
             s = q_blk @ k_blk.transpose(-1, -2)
-            _mask_tile(s, groups, m0, m1, n0, n1, diag)
+            window.mask_tile(s, groups, m0, m1, n0, n1)
             # lse = +inf on rows that saw no key, so their p is exp(-inf) = 0 and they contribute nothing.
             p = torch.exp(s - lse_blk.unsqueeze(-1))
             dv_acc += p.transpose(-1, -2) @ do_blk

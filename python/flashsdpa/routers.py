@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from flashsdpa import _backend, reporting, selection
+from flashsdpa import _backend, masks, reporting, selection
 from flashsdpa.reporting import log
 
 __all__ = ["ROUTED", "register_routers", "schema_mismatch", "softmax_scale", "unregister_routers"]
@@ -136,6 +136,11 @@ _SDPA_FWD_COUNTS = reporting.counter(f"aten::{_SDPA_FWD}")
 _SDPA_BWD_COUNTS = reporting.counter(f"aten::{_SDPA_BWD}")
 
 
+# SDPA's flash op sends only square causal calls (its filter), where both alignments agree: its
+# kernel aligns causal masks bottom-right, so the routers do too.
+_SDPA_MASKS = (masks.NO_MASK, masks.CAUSAL_BOTTOM_RIGHT)  # by is_causal
+
+
 def _sdpa_flash_forward(
     keyset: Any,
     query: Tensor,
@@ -163,7 +168,7 @@ def _sdpa_flash_forward(
     batch, heads, seqlen_q, head_dim = query.shape
     out = torch.empty_like(query)
     lse = query.new_empty(batch, heads, seqlen_q, dtype=torch.float32)
-    _backend.launch_fwd(query, key, value, out, lse, softmax_scale(scale, head_dim), 2 if is_causal else 0)
+    _backend.launch_fwd(query, key, value, out, lse, softmax_scale(scale, head_dim), _SDPA_MASKS[is_causal])
     _SDPA_FWD_COUNTS[0] += 1
     return (out, lse, None, None, seqlen_q, key.shape[2], *_unused_outputs(query))
 
@@ -187,7 +192,7 @@ def _sdpa_flash_backward(keyset: Any, *args: Any, scale: float | None = None) ->
     dq, dk, dv = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
     grad_out = _backend.aligned_rows(grad_out)
     scale_ = softmax_scale(scale, query.shape[3])
-    _backend.launch_bwd(grad_out, query, key, value, out, logsumexp, dq, dk, dv, scale_, 2 if is_causal else 0)
+    _backend.launch_bwd(grad_out, query, key, value, out, logsumexp, dq, dk, dv, scale_, _SDPA_MASKS[is_causal])
     _SDPA_BWD_COUNTS[0] += 1
     return dq, dk, dv
 
@@ -213,28 +218,13 @@ _FLASH_KEYWORDS = frozenset({"scale", "window_size_left", "window_size_right", "
 
 @dataclass(frozen=True)
 class _FlashPlan:
-    """A served _flash_attention_* call: the causal mode, and dense views or packed tensors."""
+    """A served _flash_attention_* call: the mask, and dense views or packed tensors."""
 
-    causal: int
+    mask: masks.MaskSpec
     varlen: bool
     q: Tensor  # dense: (B, H, S, D) views of the (B, S, H, D) arguments; varlen: the (total, H, D) rows
     k: Tensor
     v: Tensor
-
-
-def _window_causal(
-    is_causal: bool, window_size_left: int | None, window_size_right: int | None, max_k: int
-) -> tuple[str | None, int]:
-    """PyTorch's FA2 reads windows as: negative or >= seqlen_k means unbounded, and is_causal sets
-    the right window to 0; an unbounded left with a right window of 0 is bottom-right causal.
-    Returns (reason if a real sliding window remains, causal mode)."""
-    left_unbounded = window_size_left is None or window_size_left < 0 or window_size_left >= max_k
-    right = 0 if is_causal else window_size_right
-    right_unbounded = right is None or right < 0 or right >= max_k
-    if not left_unbounded or not (right_unbounded or right == 0):
-        windows = f"window_size_left={window_size_left}, window_size_right={window_size_right}"
-        return f"{windows}: sliding windows are not supported", 0
-    return None, 2 if right == 0 else 0
 
 
 def _flash_plan(
@@ -248,6 +238,7 @@ def _flash_plan(
     dropout_p: float,
     is_causal: bool,
     kwargs: dict[str, Any],
+    backward: bool = False,
 ) -> tuple[str | None, _FlashPlan | None]:
     """Decide one _flash_attention_* call: (reason to fall back, None) or (None, plan)."""
     if dropout_p != 0.0:
@@ -260,21 +251,23 @@ def _flash_plan(
     varlen = cum_seq_q is not None
     if not varlen and (query.dim() != 4 or key.dim() != 4):
         return f"query.dim()={query.dim()}: dense inputs need 4 (batch, seq_len, heads, head_dim)", None
+    # PyTorch's kernel reads windows, is_causal and the lengths as masks.torch_flash spells out.
     left, right = kwargs.get("window_size_left"), kwargs.get("window_size_right")
-    reason, causal = _window_causal(is_causal, left, right, max_k if varlen else key.shape[1])
-    if reason is not None:
-        return reason, None
+    seqlen_q, seqlen_k = (max_q, max_k) if varlen else (query.shape[1], key.shape[1])
+    mask = masks.torch_flash(is_causal, left, right, seqlen_q, seqlen_k)
     if value.shape[-1] != query.shape[-1]:
         return f"value head_dim={value.shape[-1]}: this op needs query's head_dim={query.shape[-1]}", None
     seqused_k = kwargs.get("seqused_k")
     if varlen:
-        reason = selection.varlen_reason(query, key, value, cum_seq_q, cum_seq_k, seqused_k, max_q, max_k)  # type: ignore[arg-type]
-        return reason, (None if reason else _FlashPlan(causal, True, query, key, value))
+        reason = selection.varlen_reason(
+            query, key, value, cum_seq_q, cum_seq_k, seqused_k, max_q, max_k  # type: ignore[arg-type]
+        ) or selection.mask_reason(query, value, mask, varlen=True, backward=backward)
+        return reason, (None if reason else _FlashPlan(mask, True, query, key, value))
     if seqused_k is not None:
         return "seqused_k given with dense inputs: PyTorch's dense kernel ignores it; left to it", None
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
-    reason = selection.dense_reason(q, k, v)
-    return reason, (None if reason else _FlashPlan(causal, False, q, k, v))
+    reason = selection.dense_reason(q, k, v) or selection.mask_reason(q, v, mask, varlen=False, backward=backward)
+    return reason, (None if reason else _FlashPlan(mask, False, q, k, v))
 
 
 def _flash_forward_run(plan: _FlashPlan, out: Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor:
@@ -285,13 +278,12 @@ def _flash_forward_run(plan: _FlashPlan, out: Tensor, args: tuple[Any, ...], kwa
     if plan.varlen:
         lse = out.new_empty(plan.q.shape[1], plan.q.shape[0], dtype=torch.float32)
         seqused_k = kwargs.get("seqused_k")
-        _backend.launch_fwd_varlen(
-            plan.q, plan.k, plan.v, out, lse, cum_seq_q, cum_seq_k, seqused_k, max_q, max_k, scale, plan.causal
-        )
+        varlen = (cum_seq_q, cum_seq_k, seqused_k, max_q, max_k)
+        _backend.launch_fwd(plan.q, plan.k, plan.v, out, lse, scale, plan.mask, varlen)
     else:
         batch, heads, seqlen_q = plan.q.shape[:3]
         lse = out.new_empty(batch, heads, seqlen_q, dtype=torch.float32)
-        _backend.launch_fwd(plan.q, plan.k, plan.v, out.transpose(1, 2), lse, scale, plan.causal)
+        _backend.launch_fwd(plan.q, plan.k, plan.v, out.transpose(1, 2), lse, scale, plan.mask)
     return lse
 
 
@@ -332,7 +324,9 @@ def _flash_backward(keyset: Any, *args: Any, **kwargs: Any) -> Any:
     # (grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
     #  is_causal, rng_state, unused)
     grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, _, _ = args
-    reason, plan = _flash_plan(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, kwargs)
+    reason, plan = _flash_plan(
+        query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, kwargs, backward=True
+    )
     if plan is not None and torch.are_deterministic_algorithms_enabled():
         reason, plan = _DETERMINISTIC_REASON, None
     if plan is not None:
@@ -345,14 +339,12 @@ def _flash_backward(keyset: Any, *args: Any, **kwargs: Any) -> Any:
     dq, dk, dv = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
     scale = softmax_scale(kwargs.get("scale"), query.shape[-1])
     if plan.varlen:
-        _backend.launch_bwd_varlen(
-            grad_out, query, key, value, out, logsumexp, dq, dk, dv, cum_seq_q, cum_seq_k, None, max_q, max_k, scale,
-            plan.causal,
-        )  # fmt: skip
+        varlen = (cum_seq_q, cum_seq_k, None, max_q, max_k)
+        _backend.launch_bwd(grad_out, query, key, value, out, logsumexp, dq, dk, dv, scale, plan.mask, varlen)
     else:
         views = (t.transpose(1, 2) for t in (grad_out, out, dq, dk, dv))
         grad_out_, out_, dq_, dk_, dv_ = views
-        _backend.launch_bwd(grad_out_, plan.q, plan.k, plan.v, out_, logsumexp, dq_, dk_, dv_, scale, plan.causal)
+        _backend.launch_bwd(grad_out_, plan.q, plan.k, plan.v, out_, logsumexp, dq_, dk_, dv_, scale, plan.mask)
     _FLASH_BWD_COUNTS[0] += 1
     return dq, dk, dv
 

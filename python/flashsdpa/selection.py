@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from flashsdpa import _backend
+from flashsdpa import _backend, masks
 
 try:  # torch.nn.attention.bias (2.3+): causal_upper_left / causal_lower_right masks
     from torch.nn.attention.bias import CausalBias, CausalVariant
@@ -29,6 +29,7 @@ __all__ = [
     "head_dims_reason",
     "kernel_reasons",
     "layout_reason",
+    "mask_reason",
     "servable",
     "varlen_reason",
 ]
@@ -272,6 +273,25 @@ def kernel_reasons(
     return reasons
 
 
+# ---- the mask predicate: which family serves a window ----------------------------------------------
+
+
+def mask_reason(
+    query: Tensor, value: Tensor, mask: masks.MaskSpec, *, varlen: bool, backward: bool = False
+) -> str | None:
+    """Why no kernel family serves ``mask`` for these tensors on their GPU (the capability table,
+    asked once per problem and cached), or None. No mask and causal masks are served by every
+    family that serves the tensors at all, so only windows are looked up. The caller has checked
+    the tensors (dense_reason / varlen_reason)."""
+    kind = masks.kind(mask)
+    if kind != 3:
+        return None
+    family, *_, why = _backend.select(
+        query.get_device(), _backend.DTYPE_CODES[query.dtype], query.shape[-1], value.shape[-1], kind, varlen, backward
+    )
+    return None if family is not None else f"window=({mask[0]}, {mask[1]}): {why}"
+
+
 # ---- the varlen predicate (aten::_flash_attention_forward with cum_seq_q) -------------------------
 
 
@@ -448,7 +468,7 @@ def explain(
             "PyTorch's flash backend is disabled (torch.backends.cuda.enable_flash_sdp(False), or an "
             "sdpa_kernel context without FLASH_ATTENTION): SDPA never reaches flashsdpa"
         )
-    if query.is_cuda and _backend.CUDA_KERNELS and head_dim > 192:
+    if query.is_cuda and _backend.CUDA_KERNELS and head_dim > 192 and _backend.device_ok(query.get_device()):
         info = _backend.device_info(query.get_device())
         if (info["major"], info["minor"]) in ((8, 6), (8, 9)) and any(t.requires_grad for t in (query, key, value)):
             reasons.append(

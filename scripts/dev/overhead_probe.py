@@ -26,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 
 import flashsdpa
-from flashsdpa import _backend, activation, entry, routers, selection
+from flashsdpa import _backend, activation, entry, masks, routers, selection
 
 
 class _EmptyMode(TorchFunctionMode):
@@ -78,9 +78,9 @@ def _rows() -> list[Row]:
     no_grad = torch.no_grad
     c = _backend._C
     stream = torch.cuda.current_stream().cuda_stream
-    raw_args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-                q.stride(), k.stride(), v.stride(), out.stride(), lse.stride(),
-                1, 4, 4, 64, 64, 64, 64, 0, 0, 0, 0.125, 0, 1, 0, stream)  # fmt: skip
+    raw_spec = ((q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), 0, 0, 0),
+                (q.stride(), k.stride(), v.stride(), out.stride(), lse.stride()),
+                (1, 4, 4, 64, 64, 64, 64, -1), masks.NO_MASK, 0.125, 1, 0, stream)  # fmt: skip
     return [
         ("F.sdpa, torch flash, no grad", lambda: F.scaled_dot_product_attention(q, k, v), _torch_flash),
         ("F.sdpa in enable(), no grad (eager path)", lambda: F.scaled_dot_product_attention(q, k, v), _enabled),
@@ -95,8 +95,8 @@ def _rows() -> list[Row]:
         ("  selection.dense_ok", lambda: selection.dense_ok(q, k, v), no_grad),
         ("  _eager_sdpa (allocations + launch)", lambda: entry._eager_sdpa(q, k, v, False, None), no_grad),
         ("flashsdpa.attention (direct API)", lambda: flashsdpa.attention(q, k, v), no_grad),
-        ("_backend.launch_fwd", lambda: _backend.launch_fwd(q, k, v, out, lse, 0.125, 0), no_grad),
-        ("_C.fwd raw (prebuilt args)", lambda: c.fwd(*raw_args), no_grad),
+        ("_backend.launch_fwd", lambda: _backend.launch_fwd(q, k, v, out, lse, 0.125, masks.NO_MASK), no_grad),
+        ("_C.fwd raw (prebuilt spec)", lambda: c.fwd(raw_spec), no_grad),
         ("selection.dense_reason", lambda: selection.dense_reason(q, k, v), no_grad),
         ("torch.empty_like(q)", lambda: torch.empty_like(q), no_grad),
         ("q.new_empty(lse), float32", lambda: q.new_empty(1, 4, 64, dtype=torch.float32), no_grad),

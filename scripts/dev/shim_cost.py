@@ -40,7 +40,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 
 import flashsdpa
-from flashsdpa import _backend, entry, routers, selection
+from flashsdpa import _backend, entry, masks, routers, selection
 
 Row = tuple[str, Callable[[], Any], Callable[[], contextlib.AbstractContextManager[Any]]]
 
@@ -73,7 +73,8 @@ def _print(samples: dict[str, list[float]], unit: str = "us", scale: float = 1.0
 
 
 class _NoLaunchBuild:
-    """Answers like a CUDA build of _C on an H100-class GPU; fwd and bwd do nothing."""
+    """Answers like a CUDA build of _C on an H100-class GPU (one sm80 family, fp16 / bf16, head dims
+    64 / 128 / 256); fwd and bwd do nothing."""
 
     def build_info(self) -> dict[str, Any]:
         return {"version": "cost", "with_cuda": True, "cuda_version": "13.0", "archs": [90],
@@ -86,11 +87,16 @@ class _NoLaunchBuild:
     def head_dim_bucket(self, head_dim_qk: int, head_dim_v: int) -> int:
         return next((d for d in (64, 128, 256) if d >= max(head_dim_qk, head_dim_v)), 0)
 
-    def bwd_smem_bytes(self, head_dim_qk: int, head_dim_v: int, index: int) -> int:
-        return 163840
+    def capabilities(self) -> dict[str, Any]:
+        family = {"family": "sm80", "runs_on": "compute capability 8.0 and newer", "min_capability": (8, 0),
+                  "max_capability": None, "archs": [90], "dtypes": ["float16", "bfloat16"], "head_dims": [64, 128, 256],
+                  "head_dim_rule": "multiples of 8", "masks": ["none", "causal_top_left", "causal_bottom_right", "window"],
+                  "layouts": ["dense", "varlen"], "directions": ["forward", "backward"], "smem_per_tile": []}  # fmt: skip
+        return {"families": [family], "reason": None}
 
-    def bwd_workspace_bytes(self, *args: int) -> tuple[int, int]:
-        return 4096, 512
+    def select(self, device: int, dtype: int, head_dim_qk: int, head_dim_v: int, mask: int, varlen: bool,
+               backward: bool) -> tuple[Any, ...]:  # fmt: skip
+        return ("sm80", self.head_dim_bucket(head_dim_qk, head_dim_v), 0, 163840, None)
 
     def fwd(self, *args: Any) -> None:
         pass
@@ -182,9 +188,9 @@ def cpu_main(rounds: int, calls: int) -> None:
              no_grad),
             ("  routers._unused_outputs", lambda: routers._unused_outputs(q), no_grad),
             ("  _backend.launch_fwd (marshalling, _C.fwd no-op)",
-             lambda: _backend.launch_fwd(q, k, v, out, lse, 0.125, 2), no_grad),
+             lambda: _backend.launch_fwd(q, k, v, out, lse, 0.125, masks.CAUSAL_BOTTOM_RIGHT), no_grad),
             ("  _backend.launch_bwd (workspace + marshalling, _C.bwd no-op)",
-             lambda: _backend.launch_bwd(q, q, k, v, out, lse, q, k, v, 0.125, 2), no_grad),
+             lambda: _backend.launch_bwd(q, q, k, v, out, lse, q, k, v, 0.125, masks.CAUSAL_BOTTOM_RIGHT), no_grad),
             *_dispatcher_rows(),
             ("unrelated op (x + x), outside", lambda: x + x, contextlib.nullcontext),
             ("unrelated op (x + x), inside enable()", lambda: x + x, flashsdpa.enable),

@@ -9,7 +9,11 @@ if [[ -x $B/fwd_check_old && -x $B/fwd_check_new ]]; then  # portable-kernel A/B
   for r in 1 2 3; do for v in old new; do $B/fwd_check_$v bench_quick | grep -v config | sed "s/^bench,/$v,/"; done; done > "$OUT/ab80.log"
   sort -t, -k3,3n -k5,5n -k4,4n -k1,1 "$OUT/ab80.log" | awk -F, '{print $1, "d"$3, "S"$4, "c"$5, $7}' | paste - - - - - - 
 fi
-timeout 150 $B/fwd_check_sm90 check > "$OUT/check.log" 2>&1; echo "check rc=$?"; grep -v "^ok" "$OUT/check.log"
+if [[ -x $B/fwd_check_new ]]; then
+  timeout 100 $B/fwd_check_new check > "$OUT/check80.log" 2>&1; echo "check (sm80 only) rc=$?"; grep -v "^ok" "$OUT/check80.log"
+fi
+timeout 150 $B/fwd_check_sm90 check > "$OUT/check.log" 2>&1; echo "check rc=$?"; grep -v "^ok" "$OUT/check.log"; grep huge "$OUT/check.log"
+$B/fwd_check_sm90 bench_encode
 timeout 240 $B/fwd_check_sm90 "${SWEEP:-bench_sm90}" > "$OUT/bench90.log" 2>&1; echo "sweep rc=$?"
 for t in memcheck racecheck synccheck; do
   timeout 100 compute-sanitizer --tool $t --error-exitcode 9 $B/fwd_check_sm90 small > "$OUT/$t.log" 2>&1
@@ -20,4 +24,4 @@ if [[ "${PACKAGE:-1}" == 1 ]]; then
     bash scripts/gpu_check.sh 2>&1 | tail -25
 fi
 echo "==== sm90 sweep (TFLOP/s) ===="
-awk -F, '/^bench,/ {printf "%-26s d%-3s S%-5s c%s %6.1f\n", $2, $3, $4, $5, $7}' "$OUT/bench90.log"
+python3 scripts/dev/sm90_table.py "$OUT/bench90.log"

@@ -19,11 +19,41 @@ namespace flashsdpa {
 
 enum class DType : int32_t { kFloat16 = 0, kBFloat16 = 1 };
 
-// Which (query row, key column) pairs may attend. Both alignments of SDPA exist:
-//   kTopLeft:     key j visible to query i iff j <= i                   (SDPA is_causal=True)
-//   kBottomRight: key j visible to query i iff j <= i + (Sk - Sq)       (causal_lower_right, KV cache)
-// In varlen mode Sq/Sk are the per-sequence lengths.
-enum class CausalMode : int32_t { kNone = 0, kTopLeft = 1, kBottomRight = 2 };
+// Host-and-device helpers without CUDA headers: this file also compiles in plain C++ (backend/).
+#if defined(__CUDACC__)
+#define FLASHSDPA_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define FLASHSDPA_HOST_DEVICE inline
+#endif
+
+// Which diagonal a window is measured from. With Sq / Sk the lengths of one sequence (per
+// sequence in varlen mode), query row i sits on key column
+//   kTopLeft:     i                   (SDPA's is_causal=True, causal_upper_left)
+//   kBottomRight: i + Sk - Sq         (causal_lower_right, FlashAttention, a KV cache)
+enum class MaskAlign : int32_t { kTopLeft = 0, kBottomRight = 1 };
+
+// Which (query row i, key column j) pairs may attend: j < Sk and
+//   diag(i) - window_left <= j <= diag(i) + window_right,   diag(i) = i (+ Sk - Sq if bottom-right)
+// with -1 meaning unbounded on that side. No mask is (-1, -1); causal is (-1, 0); a sliding window
+// of the last 4096 keys is (4095, 0). The host normalizes a bound that no row can reach (>= the
+// longer of the two lengths) to -1, so kernels and tables see one spelling per mask.
+// cuda/common/mask.cuh turns it into block ranges and element-wise masking.
+struct MaskSpec {
+  int32_t window_left;   // -1 = unbounded
+  int32_t window_right;  // -1 = unbounded; causal is (-1, 0)
+  MaskAlign align;
+
+  FLASHSDPA_HOST_DEVICE bool is_none() const { return window_left < 0 && window_right < 0; }
+  FLASHSDPA_HOST_DEVICE bool is_causal() const { return window_left < 0 && window_right == 0; }
+  // A bounded left side: the "window" mask kind (a right-only bound other than 0 is one too).
+  FLASHSDPA_HOST_DEVICE bool is_window() const { return !is_none() && !is_causal(); }
+  FLASHSDPA_HOST_DEVICE bool has_left() const { return window_left >= 0; }
+  FLASHSDPA_HOST_DEVICE bool has_right() const { return window_right >= 0; }
+  // Key column of query row 0's diagonal for one sequence.
+  FLASHSDPA_HOST_DEVICE int diagonal_offset(int seqlen_q, int seqlen_k) const {
+    return align == MaskAlign::kBottomRight ? seqlen_k - seqlen_q : 0;
+  }
+};
 
 struct AttnFwdParams {
   const void* q;
@@ -45,6 +75,7 @@ struct AttnFwdParams {
   int32_t seqlen_k;
   int32_t head_dim_qk;   // multiple of 8, <= 256
   int32_t head_dim_v;    // multiple of 8, <= 256
+  int32_t head_dim_bucket;  // the family's compile-time kHeadDim serving both, chosen by the host
 
   const int32_t* cu_seqlens_q;  // nullptr: dense. Else int32[batch + 1], device memory
   const int32_t* cu_seqlens_k;  // set iff cu_seqlens_q is set
@@ -53,7 +84,7 @@ struct AttnFwdParams {
   float scale;       // softmax scale applied to q.k
   float scale_log2;  // scale * log2(e): scores go through exp2, so the multiply folds into one FFMA
 
-  CausalMode causal;
+  MaskSpec mask;
   DType dtype;
   // Facts of the launch device, filled by the host launcher (backend/src/launch.cpp):
   int32_t num_sms;           // schedulers may size persistent grids from it
@@ -62,7 +93,8 @@ struct AttnFwdParams {
 };
 
 // Backward: dO, and the forward's O and LSE in; dQ, dK, dV out. The host reports the workspace
-// bytes (bwd_workspace_bytes) and the caller allocates them; the kernels zero what they need.
+// bytes (api.cpp's workspace_layout, from the bucket _C.select reports) and the caller allocates them;
+// the kernels zero what they need.
 struct AttnBwdParams : AttnFwdParams {
   const void* dout;
   void* dq;
@@ -74,13 +106,15 @@ struct AttnBwdParams : AttnFwdParams {
   int64_t dk_batch_stride, dk_head_stride, dk_row_stride;
   int64_t dv_batch_stride, dv_head_stride, dv_row_stride;
 
-  // Workspace, carved by the host from one caller-allocated buffer (see workspace.h):
+  // Workspace: two caller-allocated buffers, sized and checked by backend/src/api.cpp
+  // (WorkspaceLayout), the sizes reported to Python by _C.bwd_plan:
   float* dq_accum;  // float32 dQ accumulator, rows x Hq x head_dim_qk_rounded, zeroed by the preprocess kernel
   float* delta;     // float32 rowsum(dO * O), rows x Hq
   int64_t dq_accum_row_stride, dq_accum_head_stride, dq_accum_batch_stride;
   int64_t delta_row_stride, delta_head_stride, delta_batch_stride;
 
   bool deterministic;  // reserved: the current kernels accumulate dQ with fp32 atomics
+  int32_t bwd_tile;    // the family's backward tile, chosen once by the host (FamilyCaps::bwd_plan)
 };
 
 }  // namespace flashsdpa

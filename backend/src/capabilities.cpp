@@ -1,0 +1,209 @@
+// capabilities.cpp: see capabilities.h. The family table is the list in make_families(); a family
+// is compiled in when CMake defines FLASHSDPA_FAMILY_<NAME> (cuda/instantiations/families.cmake)
+// with its compiled head dims and archs.
+#include "capabilities.h"
+
+#include <algorithm>
+#include <climits>
+#include <sstream>
+
+#include "build_config.h"
+
+namespace flashsdpa {
+namespace {
+
+std::vector<int> ints(const std::string& csv) {
+  std::vector<int> out;
+  std::stringstream ss(csv);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(std::stoi(item));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+template <typename T>
+bool contains(const std::vector<T>& v, const T& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+std::string capability_str(int c) { return std::to_string(c / 10) + "." + std::to_string(c % 10); }
+const char* dtype_name(DType d) { return d == DType::kFloat16 ? "float16" : "bfloat16"; }
+const char* direction_name(Direction d) { return d == Direction::kForward ? "forward" : "backward"; }
+const char* layout_name(Layout l) { return l == Layout::kDense ? "dense" : "varlen"; }
+
+const std::vector<MaskKind> kAllMasks = {MaskKind::kNone, MaskKind::kCausalTopLeft, MaskKind::kCausalBottomRight,
+                                         MaskKind::kWindow};
+
+std::vector<FamilyCaps> make_families() {
+  std::vector<FamilyCaps> table;
+  // Arch-specific families go first: select_family takes the first that serves a problem.
+#ifdef FLASHSDPA_FAMILY_SM90
+  // wgmma / TMA / setmaxnreg SASS for sm_90a runs on compute capability 9.0 only. Forward, dense,
+  // no window yet: the rest of an H100's calls take the portable family below.
+  table.push_back(FamilyCaps{
+      "sm90", "compute capability 9.0 only (sm_90a: wgmma, TMA, warp specialization)", 90, 90,
+      ints(FLASHSDPA_SM90_ARCHS_LIST), build_config().dtypes, ints(FLASHSDPA_SM90_HEAD_DIMS_LIST),
+      {MaskKind::kNone, MaskKind::kCausalTopLeft, MaskKind::kCausalBottomRight}, {Layout::kDense},
+      {Direction::kForward}, &run_fwd_sm90, nullptr, &fwd_plan_sm90, nullptr, &fwd_sm90_unsupported});
+#endif
+#ifdef FLASHSDPA_FAMILY_SM80
+  {
+    const std::vector<int> archs = ints(FLASHSDPA_SM80_ARCHS_LIST);
+    const int lowest = archs.empty() ? 80 : std::max(80, archs.front());
+    // SASS of the same major at or below the device's minor runs there (sm_80 SASS on 8.6, 8.9);
+    // above the compiled archs the driver JIT-compiles the embedded PTX (first launches slower).
+    table.push_back(FamilyCaps{
+        "sm80", "compute capability " + capability_str(lowest) + " and newer (mma.sync, ldmatrix, cp.async)",
+        lowest, 0, archs, build_config().dtypes, ints(FLASHSDPA_SM80_HEAD_DIMS_LIST), kAllMasks,
+        {Layout::kDense, Layout::kVarlen}, {Direction::kForward, Direction::kBackward},
+        &run_fwd_sm80, &run_bwd_sm80, &fwd_plan_sm80, &bwd_plan_sm80, nullptr});
+  }
+#endif
+  return table;
+}
+
+// ---- the serving rule: one predicate per limit, each naming it on failure ------------------------
+using Check = bool (*)(const FamilyCaps&, const Problem&, std::string*);
+
+bool check_capability(const FamilyCaps& f, const Problem& p, std::string* why) {
+  if (p.capability == 0) return true;
+  if (p.capability >= f.min_capability && (f.max_capability == 0 || p.capability <= f.max_capability)) return true;
+  if (why) *why = "compute capability " + capability_str(p.capability) + ": runs on " + f.runs_on;
+  return false;
+}
+
+bool check_dtype(const FamilyCaps& f, const Problem& p, std::string* why) {
+  if (contains(f.dtypes, std::string(dtype_name(p.dtype)))) return true;
+  if (why) *why = std::string("dtype ") + dtype_name(p.dtype) + ": not compiled (rebuild with FLASHSDPA_DTYPES)";
+  return false;
+}
+
+bool check_head_dims(const FamilyCaps& f, const Problem& p, std::string* why) {
+  if (f.bucket(p.head_dim_qk, p.head_dim_v) != 0) return true;
+  if (why) {
+    std::string dims;
+    for (int d : f.head_dims) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+    *why = "head_dim_qk=" + std::to_string(p.head_dim_qk) + ", head_dim_v=" + std::to_string(p.head_dim_v) +
+           ": compiled head-dim buckets are {" + dims + "} (rebuild with FLASHSDPA_HEAD_DIMS)";
+  }
+  return false;
+}
+
+bool check_mask(const FamilyCaps& f, const Problem& p, std::string* why) {
+  if (contains(f.masks, p.mask)) return true;
+  if (why) *why = std::string("mask ") + mask_kind_name(p.mask) + ": not supported";
+  return false;
+}
+
+bool check_layout(const FamilyCaps& f, const Problem& p, std::string* why) {
+  if (contains(f.layouts, p.layout)) return true;
+  if (why) *why = std::string(layout_name(p.layout)) + " inputs: not supported";
+  return false;
+}
+
+bool check_direction(const FamilyCaps& f, const Problem& p, std::string* why) {
+  if (contains(f.directions, p.direction)) return true;
+  if (why) *why = std::string("the ") + direction_name(p.direction) + " pass: not implemented";
+  return false;
+}
+
+// Shared memory: whether some tile of this direction fits the device's per-block limit (parts
+// with less than an H100's 227 KB get smaller tiles; the largest head dims fit none on some).
+bool check_tile(const FamilyCaps& f, const Problem& p, std::string* why) {
+  if (p.capability == 0) return true;
+  const int bucket = f.bucket(p.head_dim_qk, p.head_dim_v);
+  if (f.plan(p.direction, bucket, p.capability / 10, p.smem_optin_bytes).tile >= 0) return true;
+  if (why)
+    *why = std::string("head_dim=") + std::to_string(bucket) + " " + direction_name(p.direction) +
+           ": no tile fits the device's " + std::to_string(p.smem_optin_bytes / 1024) +
+           " KB of shared memory per block";
+  return false;
+}
+
+// In order: later checks may assume earlier ones passed (check_tile needs a bucket and a direction).
+constexpr Check kChecks[] = {check_capability, check_dtype,     check_head_dims, check_mask,
+                             check_layout,     check_direction, check_tile};
+
+}  // namespace
+
+MaskKind mask_kind(const MaskSpec& m) {
+  if (m.is_none()) return MaskKind::kNone;
+  if (m.is_causal()) return m.align == MaskAlign::kTopLeft ? MaskKind::kCausalTopLeft : MaskKind::kCausalBottomRight;
+  return MaskKind::kWindow;
+}
+
+const char* mask_kind_name(MaskKind kind) {
+  switch (kind) {
+    case MaskKind::kNone: return "none";
+    case MaskKind::kCausalTopLeft: return "causal_top_left";
+    case MaskKind::kCausalBottomRight: return "causal_bottom_right";
+    default: return "window";
+  }
+}
+
+int FamilyCaps::bucket(int head_dim_qk, int head_dim_v) const {
+  const int need = std::max(head_dim_qk, head_dim_v);
+  for (int b : head_dims) {
+    if (b >= need) return b;
+  }
+  return 0;
+}
+
+TilePlan FamilyCaps::plan(Direction d, int bucket, int major, int smem_optin_bytes) const {
+  const PlanFn fn = d == Direction::kForward ? fwd_plan : bwd_plan;
+  return fn == nullptr ? TilePlan{-1, 0} : fn(bucket, major, smem_optin_bytes);
+}
+
+const std::vector<FamilyCaps>& families() {
+  static const std::vector<FamilyCaps> table = make_families();
+  return table;
+}
+
+std::string no_family_reason() {
+  if (!families().empty()) return "";
+  if (!build_config().with_cuda) return "flashsdpa._C was built without CUDA (no nvcc at build time)";
+  return "this build compiled no kernel family (FLASHSDPA_FAMILIES)";
+}
+
+std::vector<std::string> family_reasons(const FamilyCaps& family, const Problem& problem, bool first) {
+  std::vector<std::string> reasons;
+  for (Check check : kChecks) {
+    std::string why;
+    if (!check(family, problem, &why)) {
+      reasons.push_back(why);
+      // Later checks assume the earlier ones: after a failed bucket or direction, stop.
+      if (first || check == check_head_dims || check == check_direction) break;
+    }
+  }
+  return reasons;
+}
+
+bool family_serves(const FamilyCaps& family, const Problem& problem) {
+  for (Check check : kChecks) {
+    if (!check(family, problem, nullptr)) return false;
+  }
+  return true;
+}
+
+const FamilyCaps* select_family(const Problem& problem, const FamilyCaps* after) {
+  const std::vector<FamilyCaps>& table = families();
+  for (size_t i = after == nullptr ? 0 : static_cast<size_t>(after - table.data()) + 1; i < table.size(); ++i) {
+    if (family_serves(table[i], problem)) return &table[i];
+  }
+  return nullptr;
+}
+
+std::string refusal(const Problem& problem) {
+  if (families().empty()) return no_family_reason();
+  std::string out;
+  for (const FamilyCaps& family : families()) {
+    const std::vector<std::string> reasons = family_reasons(family, problem, true);
+    out += (out.empty() ? "" : "; ") + std::string("family ") + family.name + ": " +
+           (reasons.empty() ? std::string("serves it") : reasons.front());
+  }
+  return out;
+}
+
+}  // namespace flashsdpa

@@ -1,0 +1,77 @@
+// capabilities.h: what each kernel family can serve, in one table, and the serving rule as small
+// predicates that each explain a refusal (PyTorch sdp_utils style). The host picks a family per
+// (device, problem) with them (launch.cpp), checks.cpp asks them for device-independent limits,
+// and _C exports both the table (flashsdpa.capabilities()) and the verdicts (Python's predicates
+// cache them per problem), so the rule is written once.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "flashsdpa/kernels.h"
+#include "flashsdpa/params.h"
+
+namespace flashsdpa {
+
+// Spelled in Python as "none", "causal_top_left", "causal_bottom_right", "window".
+enum class MaskKind : int { kNone = 0, kCausalTopLeft = 1, kCausalBottomRight = 2, kWindow = 3 };
+enum class Layout : int { kDense = 0, kVarlen = 1 };
+enum class Direction : int { kForward = 0, kBackward = 1 };
+
+MaskKind mask_kind(const MaskSpec& mask);
+const char* mask_kind_name(MaskKind kind);
+
+using RunFwd = int (*)(const AttnFwdParams&, void*);
+using RunBwd = int (*)(const AttnBwdParams&, void*);
+using PlanFn = TilePlan (*)(int bucket, int major, int smem_optin_bytes);
+using UnsupportedFn = const char* (*)(const AttnFwdParams&);
+
+struct FamilyCaps {
+  std::string name;
+  std::string runs_on;                  // the compute-capability rule, in words
+  int min_capability;                   // major * 10 + minor
+  int max_capability;                   // inclusive; 0 = no upper bound
+  std::vector<int> archs;               // SASS targets compiled for it
+  std::vector<std::string> dtypes;      // "float16", "bfloat16"
+  std::vector<int> head_dims;           // compiled buckets, ascending; max(dqk, dv) takes the smallest >= it
+  std::vector<MaskKind> masks;
+  std::vector<Layout> layouts;
+  std::vector<Direction> directions;
+  RunFwd run_fwd;
+  RunBwd run_bwd;    // nullptr without a backward
+  PlanFn fwd_plan;
+  PlanFn bwd_plan;   // nullptr without a backward
+  // Per-call facts the table cannot express (pointer alignment for TMA, a negative scale): nullptr
+  // when the family takes this forward call, else why not (the launcher then tries the next row).
+  UnsupportedFn fwd_unsupported;
+
+  int bucket(int head_dim_qk, int head_dim_v) const;  // 0: none large enough
+  TilePlan plan(Direction d, int bucket, int major, int smem_optin_bytes) const;
+};
+
+// One call as the table sees it. capability 0: no device yet (checks.cpp), device rules skipped.
+struct Problem {
+  int capability;        // major * 10 + minor
+  int smem_optin_bytes;
+  DType dtype;
+  int head_dim_qk, head_dim_v;
+  MaskKind mask;
+  Layout layout;
+  Direction direction;
+};
+
+// The compiled families, preferred first (an arch-specific family before the portable one).
+const std::vector<FamilyCaps>& families();
+// Why the table is empty (a CPU-only build), or "".
+std::string no_family_reason();
+
+// Every reason `family` cannot serve `problem` (empty: it can). With `first`, stops at one.
+std::vector<std::string> family_reasons(const FamilyCaps& family, const Problem& problem, bool first = false);
+// Whether `family` serves `problem` (every predicate passes); no strings built.
+bool family_serves(const FamilyCaps& family, const Problem& problem);
+// The first family that serves `problem` (after `after` in the table, when given), or nullptr.
+const FamilyCaps* select_family(const Problem& problem, const FamilyCaps* after = nullptr);
+// "family sm80: <reason>; family sm90: <reason>" for a problem select_family refused.
+std::string refusal(const Problem& problem);
+
+}  // namespace flashsdpa

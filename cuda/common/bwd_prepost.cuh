@@ -1,0 +1,147 @@
+// bwd_prepost.cuh: the family-neutral halves of every backward: the float32 dQ accumulator's
+// layout (the contract between these kernels and a family's main kernel), the preprocess kernel
+// (delta = rowsum(dO * O), zero dq_accum) and the dQ postprocess (scale, convert). A family's
+// run_bwd launches preprocess -> its main kernel -> postprocess on one stream.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/ptx.cuh"
+#include "common/seqlen.cuh"
+#include "common/tile_scheduler.cuh"
+#include "flashsdpa/params.h"
+
+namespace flashsdpa {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Column order inside a dq_accum row (private to these kernels: preprocess zeroes whole rows,
+// the main kernel adds, postprocess reads). Each aligned group of 16 columns is stored permuted:
+// logical column 8a + 2t + j (a, j in {0, 1}, t in 0..3) lives at 4t + 2a + j, so an mma thread
+// (t = lane % 4) owns 4 adjacent floats per row and n8-tile pair: one 16-byte red or store. On odd
+// rows (absolute row index in the head) the groups are swapped in pairs (group g at g ^ 1), so the
+// 8 rows of one warp-wide 16-byte store into the unpadded sm_90 staging tile alternate between the
+// two halves of the banks: 4 wavefronts, the minimum, instead of 8. Buckets are multiples of 32
+// columns, so every row has an even number of groups.
+struct DqAccumLayout {
+  __host__ __device__ static constexpr int group_position(int64_t row, int group) { return group ^ static_cast<int>(row & 1); }
+  __host__ __device__ static constexpr int position(int64_t row, int col) {
+    const int a = (col >> 3) & 1, t = (col >> 1) & 3, j = col & 1;
+    return group_position(row, col >> 4) * 16 + 4 * t + 2 * a + j;
+  }
+};
+
+// ---- preprocess: delta = rowsum(dO * O) in fp32, and zero dq_accum ------------------------------
+// One CTA per 64 query rows of one (batch, head); 8 lanes share a row (16-byte loads, 3 shuffles).
+constexpr int kPrePostRows = 64;
+constexpr int kPrePostThreads = 256;
+
+// One CTA per kPrePostRows query rows of one (batch, head); the launcher sizes the grid with it.
+__host__ __device__ __forceinline__ SingleTileScheduler prepost_scheduler(const AttnBwdParams& p) {
+  return SingleTileScheduler{ceil_div(p.seqlen_q, kPrePostRows), p.heads_q, p.batch, TileOrder::kBlockMajor};
+}
+
+
+template <typename Elem, int kHeadDim>
+__global__ void __launch_bounds__(kPrePostThreads)
+    flashsdpa_bwd_preprocess_kernel(const __grid_constant__ AttnBwdParams p) {
+  const WorkTile tile = prepost_scheduler(p).initial_tile();
+  const SeqlenInfo seq(p, tile.batch);
+  const int row0 = tile.block * kPrePostRows;
+  if (row0 >= seq.seqlen_q) return;
+  const int tid = threadIdx.x;
+  const int64_t q_row0 = seq.q_row_offset + row0;
+
+  const Elem* dout = static_cast<const Elem*>(p.dout) + batch_offset(p, tile.batch, p.dout_batch_stride) +
+                     tile.head * p.dout_head_stride + q_row0 * p.dout_row_stride;
+  const Elem* out = static_cast<const Elem*>(p.o) + batch_offset(p, tile.batch, p.o_batch_stride) +
+                    tile.head * p.o_head_stride + q_row0 * p.o_row_stride;
+  float* delta = p.delta + batch_offset(p, tile.batch, p.delta_batch_stride) +
+                 tile.head * p.delta_head_stride + q_row0 * p.delta_row_stride;
+  float* dq_accum = p.dq_accum + batch_offset(p, tile.batch, p.dq_accum_batch_stride) +
+                    tile.head * p.dq_accum_head_stride + q_row0 * p.dq_accum_row_stride;
+  const int rows = min(kPrePostRows, seq.seqlen_q - row0);
+
+  constexpr int kLanesPerRow = 8;
+  const int sub = tid % kLanesPerRow;
+#pragma unroll
+  for (int r = tid / kLanesPerRow; r < kPrePostRows; r += kPrePostThreads / kLanesPerRow) {
+    float acc = 0.f;
+    if (r < rows) {
+#pragma unroll
+      for (int c = sub; c < kHeadDim / 8; c += kLanesPerRow) {
+        if (c * 8 < p.head_dim_v) {
+          const uint4 a = *reinterpret_cast<const uint4*>(dout + r * p.dout_row_stride + c * 8);
+          const uint4 b = *reinterpret_cast<const uint4*>(out + r * p.o_row_stride + c * 8);
+          const uint32_t av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const float2 x = ElemTraits<Elem>::unpack(av[j]), y = ElemTraits<Elem>::unpack(bv[j]);
+            acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));
+          }
+        }
+      }
+    }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+    if (sub == 0 && r < rows) delta[r * p.delta_row_stride] = acc;
+  }
+
+  constexpr int kVecPerRow = kHeadDim / 4;  // float4 stores; every kHeadDim column exists
+  for (int i = tid; i < rows * kVecPerRow; i += kPrePostThreads) {
+    const int r = i / kVecPerRow, c = i % kVecPerRow;
+    *reinterpret_cast<float4*>(dq_accum + r * p.dq_accum_row_stride + c * 4) =
+        make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+// ---- postprocess: dq = dq_accum * scale, in the input dtype -------------------------------------
+template <typename Elem, int kHeadDim>
+__global__ void __launch_bounds__(kPrePostThreads)
+    flashsdpa_bwd_dq_postprocess_kernel(const __grid_constant__ AttnBwdParams p) {
+  const WorkTile tile = prepost_scheduler(p).initial_tile();
+  const SeqlenInfo seq(p, tile.batch);
+  const int row0 = tile.block * kPrePostRows;
+  if (row0 >= seq.seqlen_q) return;
+  const int64_t q_row0 = seq.q_row_offset + row0;
+  const float* dq_accum = p.dq_accum + batch_offset(p, tile.batch, p.dq_accum_batch_stride) +
+                          tile.head * p.dq_accum_head_stride + q_row0 * p.dq_accum_row_stride;
+  Elem* dq = static_cast<Elem*>(p.dq) + batch_offset(p, tile.batch, p.dq_batch_stride) +
+             tile.head * p.dq_head_stride + q_row0 * p.dq_row_stride;
+  const int rows = min(kPrePostRows, seq.seqlen_q - row0);
+  const int chunks = p.head_dim_qk / 8;
+  for (int i = threadIdx.x; i < rows * chunks; i += kPrePostThreads) {
+    const int r = i / chunks, c = i % chunks;
+    // Output columns 8c .. 8c+7 sit at 4t + 2(c % 2) + j, t = 0..3, j = 0..1, of their 16-group.
+    const float* src = dq_accum + r * p.dq_accum_row_stride + DqAccumLayout::position(q_row0 + r, 8 * c);
+    float2 v[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) v[t] = *reinterpret_cast<const float2*>(src + 4 * t);
+    uint4 out;
+    out.x = ElemTraits<Elem>::pack(v[0].x * p.scale, v[0].y * p.scale);
+    out.y = ElemTraits<Elem>::pack(v[1].x * p.scale, v[1].y * p.scale);
+    out.z = ElemTraits<Elem>::pack(v[2].x * p.scale, v[2].y * p.scale);
+    out.w = ElemTraits<Elem>::pack(v[3].x * p.scale, v[3].y * p.scale);
+    *reinterpret_cast<uint4*>(dq + r * p.dq_row_stride + c * 8) = out;
+  }
+}
+
+// Launches the preprocess (before the family's main kernel) or the postprocess (after it).
+template <typename Elem, int kHeadDim, bool kPost>
+cudaError_t launch_bwd_prepost(const AttnBwdParams& p, cudaStream_t stream) {
+  const int64_t grid = prepost_scheduler(p).grid_size();
+  // 1-D grids: gridDim.x goes to 2^31 - 1, far beyond any batch x heads x blocks we can hold.
+  if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  if (grid == 0) return cudaSuccess;
+  if constexpr (kPost) {
+    flashsdpa_bwd_dq_postprocess_kernel<Elem, kHeadDim><<<static_cast<unsigned>(grid), kPrePostThreads, 0, stream>>>(p);
+  } else {
+    flashsdpa_bwd_preprocess_kernel<Elem, kHeadDim><<<static_cast<unsigned>(grid), kPrePostThreads, 0, stream>>>(p);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace flashsdpa

@@ -1,0 +1,52 @@
+// tiles_sm90.cu: the host's view of the Hopper family beyond its capability-table row: the tile
+// each head-dim bucket runs (fwd_plan_sm90) and the per-call facts a table cannot express
+// (fwd_sm90_unsupported: a negative scale, no keys, TMA alignment). Its dispatch switch is
+// generated (cuda/instantiations/dispatch_sm90.cu). Compiled for sm_90a only (wgmma,
+// setmaxnreg): it runs on compute capability 9.0 and nowhere else.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "flashsdpa/kernels.h"
+#include "sm90/fwd_kernel_sm90.cuh"
+#include "sm90/tma_sm90.h"
+
+namespace flashsdpa {
+
+// The family's buckets are whole 128-byte column blocks (TMA boxes, wgmma K steps): 64, 128, 256.
+// A head dim runs in the smallest one that holds it; the columns above it are zero-filled by TMA
+// and never stored. One tile per bucket (no smaller one: every sm_90 part has 227 KB per block).
+TilePlan fwd_plan_sm90(int bucket, int major, int smem_optin_bytes) {
+  (void)major;
+  const auto plan = [&](auto hdim) {
+    constexpr int kHeadDim = decltype(hdim)::value;
+    constexpr FwdTileShapeSm90 kShape = fwd_tile_shape_sm90(kHeadDim);
+    constexpr int kBytes = FwdTraitsSm90<__half, kHeadDim, kShape.block_m, kShape.block_n, kShape.stages>::kSmemBytes;
+    return kBytes <= smem_optin_bytes ? TilePlan{0, kBytes} : TilePlan{-1, 0};
+  };
+  switch (bucket) {
+    case 64: return plan(std::integral_constant<int, 64>{});
+    case 128: return plan(std::integral_constant<int, 128>{});
+    case 256: return plan(std::integral_constant<int, 256>{});
+    default: return TilePlan{-1, 0};
+  }
+}
+
+const char* fwd_sm90_unsupported(const AttnFwdParams& p) {
+  if (p.seqused_k != nullptr) return "seqused_k: portable family";
+  if (!(p.scale > 0.f)) return "softmax scale <= 0: portable family";
+  if (p.seqlen_k == 0) return "no keys (a TMA descriptor needs non-empty dimensions): portable family";
+  const TmaTensor4d tensors[4] = {
+      {p.q, p.head_dim_qk, p.seqlen_q, p.heads_q, p.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride},
+      {p.k, p.head_dim_qk, p.seqlen_k, p.heads_kv, p.batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride},
+      {p.v, p.head_dim_v, p.seqlen_k, p.heads_kv, p.batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride},
+      {p.o, p.head_dim_v, p.seqlen_q, p.heads_q, p.batch, p.o_row_stride, p.o_head_stride, p.o_batch_stride}};
+  for (const TmaTensor4d& t : tensors) {
+    if (!tma_compatible(t)) return "TMA needs 16-byte aligned pointers and strides: portable family";
+  }
+  return nullptr;
+}
+
+}  // namespace flashsdpa
