@@ -29,7 +29,7 @@ from flashsdpa.bench import problems
 from flashsdpa.bench.check import _reduced_precision_math
 from flashsdpa.bench.problems import DTYPES, OURS, RULE_ATOL, RULE_FACTOR, TORCH_DEFAULT, api, served_total
 from flashsdpa.bench.rounds import median, ratio_over_rounds, rotated
-from flashsdpa.bench.timing import UNSUPPORTED, backend_context, time_cuda_ms, unsupported_status
+from flashsdpa.bench.timing import UNSUPPORTED, backend_context, sets_for_bytes, time_cuda_ms, unsupported_status
 
 DECODE_SHAPES = ((1, 8192), (1, 131072), (32, 4096))  # (batch, keys)
 HEADS_Q, HEADS_KV, HEAD_DIM = 32, 8, 128
@@ -55,10 +55,7 @@ def _call(backend: str, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 def _input_sets(batch: int, keys: int, dtype: torch.dtype) -> list[tuple[Tensor, Tensor, Tensor]]:
     """(q, k, v) sets, (B, H, S, D) contiguous as HF's cache holds them, enough of them that
     rotating through them keeps each call's cache out of L2."""
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    l2 = getattr(props, "L2_cache_size", 50 << 20)
-    set_bytes = kv_bytes(batch, keys, torch.empty((), dtype=dtype).element_size())
-    count = 1 if set_bytes >= 2 * l2 else min(8, math.ceil(2 * l2 / set_bytes) + 1)
+    count = sets_for_bytes(kv_bytes(batch, keys, torch.empty((), dtype=dtype).element_size()))
     return [
         (
             torch.randn(batch, HEADS_Q, 1, HEAD_DIM, device=problems.DEVICE, dtype=dtype),

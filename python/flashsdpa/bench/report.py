@@ -53,6 +53,8 @@ def print_table(
     anchors: dict[tuple[int, int, bool], dict[str, float]] | None = None,
 ) -> None:
     out = out or sys.stdout  # bound at call time: pytest and callers may swap sys.stdout
+    if not results:  # a run of other parts only
+        return
     ratio_rows = {(r["direction"], r["head_dim"], r["seqlen"], r["causal"]): r for r in ratios(results, anchors)}
     by_key = {(r.direction, r.head_dim, r.seqlen, r.causal, r.backend): r for r in results}
     panels = sorted({(r.direction, r.head_dim, r.causal) for r in results}, key=lambda p: (p[0] != "fwd", p[1], p[2]))

@@ -106,8 +106,6 @@ def input_sets(problem: Problem, dtype: torch.dtype, layout: str, count: int) ->
 
 def sets_needed(problem: Problem, dtype: torch.dtype) -> int:
     """Input sets to rotate through so that no timed call finds its inputs in L2."""
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    l2 = getattr(props, "L2_cache_size", 50 << 20)
     set_bytes = (
         4
         * problem.batch
@@ -116,6 +114,14 @@ def sets_needed(problem: Problem, dtype: torch.dtype) -> int:
         * problem.head_dim
         * torch.empty((), dtype=dtype).element_size()
     )
+    return sets_for_bytes(set_bytes)
+
+
+def sets_for_bytes(set_bytes: int) -> int:
+    """How many sets of ``set_bytes`` each to rotate through so that none is still in L2 when its
+    turn comes again (at least twice L2 in flight; 8 at most)."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    l2 = getattr(props, "L2_cache_size", 50 << 20)
     return 1 if set_bytes >= 2 * l2 else min(8, math.ceil(2 * l2 / set_bytes) + 1)
 
 
