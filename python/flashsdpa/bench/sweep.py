@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from flashsdpa.bench.check import Reference, check, spot_reference
-from flashsdpa.bench.problems import OURS, THEIRS, Problem, Result, served_total
+from flashsdpa.bench.problems import THEIRS, Problem, Result, served_total
 from flashsdpa.bench.rounds import Key, merge, rotated
 from flashsdpa.bench.timing import (
     UNSUPPORTED,
