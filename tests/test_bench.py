@@ -162,8 +162,12 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gpu, "environment", lambda: {"gpus": [{"name": "fake", "sms": 1}], "torch": {"cudnn": None},
                                                      "flashsdpa": "test"})
     import flashsdpa
+    from flashsdpa import activation
 
     monkeypatch.setattr(flashsdpa, "explain", lambda *a, **k: [])
+    # A CUDA build of _C (CI's machine has nvcc) makes enable() warm SDPA's priority order with a
+    # real CUDA tensor; there is no GPU behind the fake.
+    monkeypatch.setattr(activation, "_warm_priority", lambda: None)
     monkeypatch.setattr(gpu, "MEMORY_SEQLEN", 64)
     monkeypatch.setattr(decode, "DECODE_SHAPES", ((1, 64), (2, 32)))
     monkeypatch.setattr(decode, "DECODE_REPS", 3)
