@@ -94,7 +94,7 @@ def test_direct_api_matrix() -> None:
         "alignment": lambda: att(q, k, v, causal=True, causal_alignment="upper"),
         "scale str": lambda: att(q, k, v, scale="0.5"),
         "scale bool": lambda: att(q, k, v, scale=True),
-        "causal_mode 3 (op)": lambda: torch.ops.flashsdpa.fwd(q, k, v, 1.0, 3),
+        "mask align 3 (op)": lambda: torch.ops.flashsdpa.fwd(q, k, v, 1.0, [-1, 0, 3]),
         "batch 0": lambda: att(q[:0], k[:0], v[:0], return_lse=True),
         "heads 0": lambda: att(q[:, :0], k[:, :0], v[:, :0]),
         "seqlen_q 0": lambda: att(q[:, :, :0], k, v, return_lse=True),
@@ -135,7 +135,7 @@ causal=1: TypeError: causal=1: needs a bool
 alignment: ValueError: causal_alignment='upper': needs 'top_left' or 'bottom_right'
 scale str: TypeError: scale='0.5': needs a float or None
 scale bool: TypeError: scale=True: needs a float or None
-causal_mode 3 (op): ValueError: causal_mode=3: needs 0 (none), 1 (top-left) or 2 (bottom-right)
+mask align 3 (op): ValueError: mask=[-1, 0, 3]: needs [window_left, window_right, align] with each side >= 0 or -1 (unbounded) and align 0 (top-left) or 1 (bottom-right)
 batch 0: ok (0, 4, 5, 16) float32 finite, (0, 4, 5) float32 finite
 heads 0: ok (2, 0, 5, 16) float32 finite
 seqlen_q 0: ok (2, 4, 0, 16) float32 finite, (2, 4, 0) float32 finite
@@ -171,7 +171,7 @@ def test_varlen_metadata_matrix() -> None:
     q, k, v, cu_q, cu_k = _packed([3, 5], [4, 6])  # 8 query rows, 10 key rows
     att = flashsdpa.attention_varlen
     fwd = torch.ops.flashsdpa.fwd_varlen.default
-    out, lse = fwd(q, k, v, cu_q, cu_k, 5, 6, 0.5, 0)
+    out, lse = fwd(q, k, v, cu_q, cu_k, 5, 6, 0.5, [-1, -1, 0])
     cases: dict[str, Callable[[], Any]] = {
         "good": lambda: att(q, k, v, cu_q, cu_k, 5, 6),
         "good, larger max_seqlen": lambda: att(q, k, v, cu_q, cu_k, 50, 60),
@@ -194,9 +194,9 @@ def test_varlen_metadata_matrix() -> None:
         "max_seqlen_q float": lambda: att(q, k, v, cu_q, cu_k, 5.0, 6),
         "2-D key": lambda: att(q, k[:, 0], v, cu_q, cu_k, 5, 6),
         "key head_dim": lambda: att(q, k[..., :4], v, cu_q, cu_k, 5, 6),
-        "op fwd_varlen decreasing": lambda: fwd(q, k, v, _i32(0, 5, 3), cu_k, 5, 6, 0.5, 0),
+        "op fwd_varlen decreasing": lambda: fwd(q, k, v, _i32(0, 5, 3), cu_k, 5, 6, 0.5, [-1, -1, 0]),
         "op bwd_varlen past the rows": lambda: torch.ops.flashsdpa.bwd_varlen.default(
-            out, q, k, v, out, lse, cu_q, _i32(0, 4, 12), 5, 8, 0.5, 0
+            out, q, k, v, out, lse, cu_q, _i32(0, 4, 12), 5, 8, 0.5, [-1, -1, 0]
         ),
     }
     assert_expected_inline(

@@ -9,13 +9,17 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.nn.attention import SDPBackend
 
-EXIT_OK, EXIT_WRONG, EXIT_USAGE, EXIT_NO_KERNELS = 0, 1, 2, 3
+EXIT_OK, EXIT_WRONG, EXIT_USAGE, EXIT_NO_KERNELS, EXIT_PART_FAILED = 0, 1, 2, 3, 4
+
+# Where the GPU path puts its tensors. The CPU tests set it to "cpu" (with fake CUDA events) to
+# drive the whole GPU path through tiny shapes before a scarce GPU run does.
+DEVICE = "cuda"
 
 DTYPES: dict[str, torch.dtype] = {
     "bf16": torch.bfloat16,
@@ -30,13 +34,22 @@ PYTORCH = {
     "torch-cudnn": SDPBackend.CUDNN_ATTENTION,
     "torch-efficient": SDPBackend.EFFICIENT_ATTENTION,
 }
-BACKENDS = (*OURS, *PYTORCH)
+# PyTorch's own choice, no sdpa_kernel around the call: what a user gets without opting in.
+TORCH_DEFAULT = "torch-default"
+# FlashAttention-4 (flash_attn.cute, the flash-attn-4 package): measured where it imports; where it
+# does not, its anchor values (anchors.py) stand in as a labelled column, never as a measurement.
+FA4 = "fa4"
+THEIRS = (*PYTORCH, TORCH_DEFAULT, FA4)  # every backend that is not ours
+TORCH_ALL = (*PYTORCH, TORCH_DEFAULT)  # PyTorch's backends: "best of PyTorch" is over these
+BACKENDS = (*OURS, *PYTORCH, TORCH_DEFAULT, FA4)
 
 STANDARD_HEAD_DIMS = (64, 128, 256)
 STANDARD_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_HEAD_DIMS = (128,)
 QUICK_SEQLENS = (2048, 8192)
 MEMORY_SEQLEN = 16384
+# A ratio bar is judged on the median of at least three interleaved rounds in one process.
+DEFAULT_ROUNDS, QUICK_ROUNDS = 3, 1
 RULE_FACTOR, RULE_ATOL = 2.0, 1e-5
 
 
@@ -86,7 +99,11 @@ class Result:
     tflops: float | None = None
     max_err: float | None = None  # vs the float32 reference, worst over out (fwd) or dq, dk, dv (bwd)
     err_ratio: float | None = None  # worst error / rule bound: <= 1 passes
-    status: str = "ok"  # ok | WRONG | unsupported: ... | OOM | not served: ...
+    status: str = "ok"  # ok | WRONG | unsupported: ... | OOM | not served: ... | error: ...
+    # One entry per interleaved round (None where that round did not run it); ms and tflops above
+    # are the median round's. Empty for a row measured once outside the rounds.
+    round_ms: list[float | None] = field(default_factory=list)
+    round_tflops: list[float | None] = field(default_factory=list)
 
 
 # ---- access to flashsdpa (imported lazily: `bench --help` must not need the compiled module) ------

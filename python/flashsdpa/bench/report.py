@@ -1,7 +1,8 @@
 # bench/report.py: what the benchmark prints and writes.
 #
 # The environment stored with the results, the TFLOP/s tables with our ratios over PyTorch's
-# backends, the memory and overhead reports, results.csv / results.json and tflops.png.
+# backends (medians over interleaved rounds: rounds.py), the memory and overhead reports,
+# results.csv / results.json and tflops.png.
 """Tables, ratios, result files and the plot of the benchmark."""
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from flashsdpa.bench.problems import BACKENDS, MEMORY_SEQLEN, PYTORCH, Result
+from flashsdpa.bench.problems import BACKENDS, FA4, MEMORY_SEQLEN, Result
+from flashsdpa.bench.rounds import counts, ratios
 from flashsdpa.info import collect_info
+
+__all__ = ["counts", "environment", "plot", "print_memory", "print_overhead", "print_table", "ratios", "write_files"]
 
 
 def environment() -> dict[str, Any]:
@@ -42,41 +46,16 @@ def _cell(result: Result | None) -> str:
     return f"{result.tflops:7.1f}{mark or ' '}"
 
 
-def counts(r: Result | None) -> bool:
-    """Whether a row's TFLOP/s stand: ours only when checked correct and served as labelled;
-    PyTorch's whenever they ran (counting them even past the rule's bound keeps our ratios
-    conservative: the check is there to catch our kernels, not to discount theirs)."""
-    if r is None or r.tflops is None:
-        return False
-    return r.status == "ok" or (r.backend in PYTORCH and r.status == "WRONG")
-
-
-def ratios(results: Sequence[Result]) -> list[dict[str, Any]]:
-    """Per configuration: ours (direct API) over flash, cuDNN and the best PyTorch backend."""
-    by_key: dict[tuple, dict[str, Result]] = {}
-    for r in results:
-        by_key.setdefault((r.direction, r.head_dim, r.seqlen, r.causal), {})[r.backend] = r
-    rows = []
-    for (direction, d, s, causal), row in by_key.items():
-        tflops = {name: r.tflops for name, r in row.items() if counts(r)}
-        best = max((tflops[n] for n in PYTORCH if n in tflops), default=None)
-        mine, flash, cudnn = tflops.get("flashsdpa"), tflops.get("torch-flash"), tflops.get("torch-cudnn")
-        rows.append(
-            {
-                "direction": direction,
-                "head_dim": d,
-                "seqlen": s,
-                "causal": causal,
-                "ours_over_flash": mine / flash if mine and flash else None,
-                "ours_over_cudnn": mine / cudnn if mine and cudnn else None,
-                "ours_over_best": mine / best if mine and best else None,
-            }
-        )
-    return rows
-
-
-def print_table(results: Sequence[Result], backends: Sequence[str], out: Any = sys.stdout) -> None:
-    ratio_rows = {(r["direction"], r["head_dim"], r["seqlen"], r["causal"]): r for r in ratios(results)}
+def print_table(
+    results: Sequence[Result],
+    backends: Sequence[str],
+    out: Any = None,
+    anchors: dict[tuple[int, int, bool], dict[str, float]] | None = None,
+) -> None:
+    out = out or sys.stdout  # bound at call time: pytest and callers may swap sys.stdout
+    if not results:  # a run of other parts only
+        return
+    ratio_rows = {(r["direction"], r["head_dim"], r["seqlen"], r["causal"]): r for r in ratios(results, anchors)}
     by_key = {(r.direction, r.head_dim, r.seqlen, r.causal, r.backend): r for r in results}
     panels = sorted({(r.direction, r.head_dim, r.causal) for r in results}, key=lambda p: (p[0] != "fwd", p[1], p[2]))
     names = {
@@ -85,17 +64,32 @@ def print_table(results: Sequence[Result], backends: Sequence[str], out: Any = s
         "torch-flash": "flash",
         "torch-cudnn": "cudnn",
         "torch-efficient": "effic.",
+        "torch-default": "default",
+        FA4: "fa4",
     }
-    print("\nTFLOP/s (! = failed the correctness check, ? = not what the label says; n/a = unsupported)", file=out)
+    n_rounds = max([len(r.round_ms) for r in results] + [1])
+    print(
+        f"\nTFLOP/s, median of {n_rounds} interleaved round(s); ratios are medians of per-round ratios of ours "
+        "(direct API)\n(! = failed the correctness check, ? = not what the label says; n/a = unsupported; "
+        "fa4 anchor = FA4's value from anchors.py, not measured here)",
+        file=out,
+    )
     for direction, d, causal in panels:
         print(f"\n{direction} D={d} {'causal' if causal else 'non-causal'}", file=out)
-        header = f"{'S':>6} " + " ".join(f"{names[b]:>8}" for b in backends) + "    /flash   /cudnn    /best"
+        header = (
+            f"{'S':>6} "
+            + " ".join(f"{names.get(b, b)[:8]:>8}" for b in backends)
+            + f" {'fa4 anc.':>8}    /flash   /cudnn    /best /cudnn|fa4"
+        )
         print(header, file=out)
         for s in sorted({r.seqlen for r in results if (r.direction, r.head_dim, r.causal) == (direction, d, causal)}):
             cells = " ".join(_cell(by_key.get((direction, d, s, causal, b))) for b in backends)
             rr = ratio_rows.get((direction, d, s, causal), {})
-            ratio_cells = " ".join(_ratio(rr.get(k)) for k in ("ours_over_flash", "ours_over_cudnn", "ours_over_best"))
-            print(f"{s:>6} {cells}  {ratio_cells}", file=out)
+            anchor = rr.get("fa4_anchor_tflops") if rr.get("fa4_source") == "anchor" else None
+            ratio_cells = " ".join(
+                _ratio(rr.get(k)) for k in ("ours_over_flash", "ours_over_cudnn", "ours_over_best", "ours_over_cudnn_fa4")
+            )
+            print(f"{s:>6} {cells} {_fmt(anchor, 8)}  {ratio_cells}", file=out)
 
 
 def print_memory(rows: Sequence[dict[str, Any]]) -> None:
@@ -148,16 +142,40 @@ def print_overhead(o: dict[str, Any] | None) -> None:
     print("  (grad: inputs that require grad, the training forward through autograd and the routers)")
 
 
-def write_files(out_dir: Path, results: Sequence[Result], payload: dict[str, Any]) -> list[Path]:
+def _csv_value(value: Any) -> Any:
+    """Per-round lists as space-separated numbers (one CSV cell, easy to split)."""
+    if isinstance(value, list):
+        return " ".join("-" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v) for v in value)
+    return value
+
+
+def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
+    with path.open("w", newline="") as f:
+        fields: list[str] = []
+        for row in rows:
+            fields += [k for k in row if k not in fields]
+        writer = csv.DictWriter(f, fieldnames=fields or ["backend"])
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _csv_value(v) for k, v in row.items()})
+    return path
+
+
+def write_files(
+    out_dir: Path,
+    results: Sequence[Result],
+    payload: dict[str, Any],
+    tables: dict[str, Sequence[dict[str, Any]]] | None = None,
+) -> list[Path]:
+    """results.csv (the sweep's rows), one CSV per extra table (models.csv, decode.csv, bars.csv)
+    and results.json (everything)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    csv_path = out_dir / "results.csv"
-    with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(asdict(results[0]).keys()) if results else ["backend"])
-        writer.writeheader()
-        for r in results:
-            writer.writerow(asdict(r))
-    written.append(csv_path)
+    if results:
+        written.append(write_csv(out_dir / "results.csv", [asdict(r) for r in results]))
+    for name, rows in (tables or {}).items():
+        if rows:
+            written.append(write_csv(out_dir / f"{name}.csv", rows))
     json_path = out_dir / "results.json"
     json_path.write_text(json.dumps(payload, indent=1, default=str))
     written.append(json_path)
@@ -178,7 +196,7 @@ def plot(results: Sequence[Result], path: Path) -> str:
     fig, axes = plt.subplots(
         len(head_dims), len(causals), figsize=(6 * len(causals), 4 * len(head_dims)), squeeze=False
     )
-    colors = {b: f"C{i}" for i, b in enumerate(BACKENDS)}
+    colors = {b: f"C{i}" for i, b in enumerate(BACKENDS)}  # C0-C6: one colour per backend
     for i, d in enumerate(head_dims):
         for j, causal in enumerate(causals):
             ax = axes[i][j]

@@ -3,11 +3,13 @@
 # The context each backend runs in (flashsdpa.enable(), sdpa_kernel(...)), one forward call per
 # backend, CUDA-event timing of interchangeable calls, the input sets rotated so that no timed
 # call finds its inputs in L2, and what a backend raises for a configuration it does not take.
+# FlashAttention-4 is called through flash_attn.cute where that imports (it takes (B, S, H, D)).
 """Running one backend and timing it with CUDA events."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import statistics
 import warnings
@@ -18,7 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import sdpa_kernel
 
-from flashsdpa.bench.problems import PYTORCH, Problem, api
+from flashsdpa.bench import problems
+from flashsdpa.bench.problems import FA4, PYTORCH, Problem, api
 
 
 @contextlib.contextmanager
@@ -36,9 +39,33 @@ def backend_context(backend: str) -> Iterator[None]:
             yield
 
 
+@functools.cache
+def _fa4_import() -> tuple[Callable[..., object] | None, str | None]:
+    """(flash_attn.cute.flash_attn_func, None), or (None, why it does not import)."""
+    try:
+        from flash_attn.cute import flash_attn_func  # type: ignore[import-not-found]
+    except Exception as exc:  # noqa: BLE001 - the CuTe DSL fails in many ways on a machine it does not fit
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return None, f"{type(exc).__name__}: {first[:120]}"
+    return flash_attn_func, None
+
+
+def fa4_unavailable() -> str | None:
+    """None where FlashAttention-4 (flash_attn.cute) imports, else why not."""
+    return _fa4_import()[1]
+
+
 def forward(backend: str, q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
     if backend == "flashsdpa":
         return api().attention(q, k, v, causal=causal)
+    if backend == FA4:
+        fn = _fa4_import()[0]
+        if fn is None:
+            raise NotImplementedError(f"FA4 does not import: {fa4_unavailable()}")
+        # FA4 takes (B, S, H, D); the sweep's (B, H, S, D) views are transposes of exactly that.
+        out = fn(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)
+        out = out[0] if isinstance(out, tuple) else out
+        return out.transpose(1, 2)  # type: ignore[union-attr]
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
@@ -67,8 +94,8 @@ def input_sets(problem: Problem, dtype: torch.dtype, layout: str, count: int) ->
 
     def make() -> Tensor:
         if layout == "bshd":
-            return torch.randn(b, s, h, d, device="cuda", dtype=dtype).transpose(1, 2)
-        return torch.randn(b, h, s, d, device="cuda", dtype=dtype)
+            return torch.randn(b, s, h, d, device=problems.DEVICE, dtype=dtype).transpose(1, 2)
+        return torch.randn(b, h, s, d, device=problems.DEVICE, dtype=dtype)
 
     sets = []
     for _ in range(count):
@@ -79,8 +106,6 @@ def input_sets(problem: Problem, dtype: torch.dtype, layout: str, count: int) ->
 
 def sets_needed(problem: Problem, dtype: torch.dtype) -> int:
     """Input sets to rotate through so that no timed call finds its inputs in L2."""
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    l2 = getattr(props, "L2_cache_size", 50 << 20)
     set_bytes = (
         4
         * problem.batch
@@ -89,6 +114,14 @@ def sets_needed(problem: Problem, dtype: torch.dtype) -> int:
         * problem.head_dim
         * torch.empty((), dtype=dtype).element_size()
     )
+    return sets_for_bytes(set_bytes)
+
+
+def sets_for_bytes(set_bytes: int) -> int:
+    """How many sets of ``set_bytes`` each to rotate through so that none is still in L2 when its
+    turn comes again (at least twice L2 in flight; 8 at most)."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    l2 = getattr(props, "L2_cache_size", 50 << 20)
     return 1 if set_bytes >= 2 * l2 else min(8, math.ceil(2 * l2 / set_bytes) + 1)
 
 
