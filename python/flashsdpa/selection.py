@@ -1,8 +1,8 @@
 # selection.py: which attention calls our kernels serve, and why not when they do not.
 #
-# Owns every rule of the form "needs X": the per-call predicates the SDPA routers, the mode's eager
+# Owns every rule of the form "needs X": the per-call predicates the SDPA routers, the SDPA entry's eager
 # path and the direct API run (dense_ok / dense_reason, varlen_reason), the full explanation behind
-# explain(), and the choice of the calls the TorchFunctionMode sends straight to our op
+# explain(), and the choice of the calls the SDPA entry (entry.py) sends straight to our op
 # (direct_causal_mode). Each reason is one sentence naming the argument and the limit, so that
 # explain(), log lines and errors read the same; counting and reporting fallbacks is reporting.py's.
 """Which attention calls flashsdpa's kernels serve, and why not."""
@@ -44,7 +44,7 @@ _DTYPE_FLAG = {"float16": "fp16", "bfloat16": "bf16"}  # FLASHSDPA_DTYPES spelli
 def dense_ok(query: Tensor, key: Tensor, value: Tensor) -> bool:
     """Whether our kernels run attention on these (B, H, S, D) views as they are: dense_reason() is
     None, without building a reason on failure (for callers that quietly take another road, such
-    as the mode's eager path, where a float32 call must not pay for a message it never shows).
+    as the SDPA entry's eager path, where a float32 call must not pay for a message it never shows).
 
     The caller has settled everything that is not about the tensors (dropout, masks, ...). Runs on
     every routed SDPA call: only attribute reads and integer tests.
@@ -382,7 +382,7 @@ def direct_causal_mode(
 ) -> int | None:
     """For an F.scaled_dot_product_attention call that PyTorch's flash path turns away but our
     kernels serve, the causal mode to run it with on flashsdpa's own op; None: leave it to SDPA.
-    Runs inside the TorchFunctionMode, so under torch.compile it is traced: see servable().
+    Runs in the SDPA entry (entry.py), which Dynamo traces under torch.compile: see servable().
 
     PyTorch's flash filter rejects is_causal with seqlen_q != seqlen_k (its kernel aligns causal
     masks bottom-right, SDPA's is_causal means top-left), value head dims that differ from the
