@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import flashsdpa
-from flashsdpa import _backend
+from flashsdpa import _backend, masks
 from helpers import (
     CAUSAL_MODES,
     SHAPES,
@@ -78,9 +78,11 @@ def run_and_check(
         qd, kd, vd = q.detach(), k.detach(), v.detach()
         out_p = torch.full_like(out, math.nan)
         lse_p = torch.full_like(lse, math.nan)
-        _backend.launch_fwd(qd, kd, vd, out_p, lse_p, scale, causal_mode)
+        _backend.launch_fwd(qd, kd, vd, out_p, lse_p, scale, masks.BY_CAUSAL_MODE[causal_mode])
         dq_p, dk_p, dv_p = (torch.full_like(t, math.nan) for t in (qd, kd, vd))
-        _backend.launch_bwd(dout, qd, kd, vd, out.detach(), lse.detach(), dq_p, dk_p, dv_p, scale, causal_mode)
+        _backend.launch_bwd(
+            dout, qd, kd, vd, out.detach(), lse.detach(), dq_p, dk_p, dv_p, scale, masks.BY_CAUSAL_MODE[causal_mode]
+        )
         torch.cuda.synchronize()
         assert torch.equal(out_p, out), "forward into NaN-poisoned buffers differs: unwritten output elements"
         assert torch.equal(lse_p, lse), "forward into NaN-poisoned buffers differs: unwritten LSE elements"
