@@ -245,6 +245,24 @@ def torch_math_attention(
         return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
+def torch_flash_grads(
+    q: Tensor, k: Tensor, v: Tensor, dout: Tensor, *, scale: float, causal_mode: int | MaskSpec
+) -> list[Tensor]:
+    """dq, dk, dv of PyTorch's flash SDPA on the same inputs, or [] where it does not serve them
+    (CPU, float32, masks other than none and top-left causal, a shape its filter refuses)."""
+    if not q.is_cuda or q.dtype not in (torch.float16, torch.bfloat16) or causal_mode not in (0, 1):
+        return []
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    try:
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            out = F.scaled_dot_product_attention(
+                *leaves, scale=scale, is_causal=causal_mode == 1, enable_gqa=q.shape[1] != k.shape[1]
+            )
+        return grads_or_zeros(out, leaves, dout)
+    except RuntimeError:  # "No available kernel": the flash filter refused the shape
+        return []
+
+
 def max_error(ours: Tensor, ref: Tensor) -> float:
     """max |ours - ref| over finite entries; inf if the non-finite entries differ in place or value."""
     if ours.shape != ref.shape:
@@ -340,10 +358,22 @@ def check_attention(
     if grads is not None:
         assert dout is not None
         pt_grads = grads_or_zeros(pt_out, leaves, dout)
+        flash: list[Tensor] | None = None
         for name, ours, pt, ref, inp in zip(names, grads, pt_grads, ref_grads, (q, k, v)):
             assert ours.shape == inp.shape and ours.dtype == inp.dtype, (name, ours.shape, ours.dtype)
             assert_all_finite(name, ours)
-            check_rule(name, ours, pt, ref)
+            try:
+                check_rule(name, ours, pt, ref)
+            except AssertionError as miss:
+                # The rule's second clause: where PyTorch's own flash kernel misses the first on the
+                # same inputs too (GQA dq; a single key, where dS = P (dP - delta) is rounding noise
+                # of two float32 dot products), ours must be within 1.1x its error.
+                flash = flash if flash is not None else torch_flash_grads(q, k, v, dout, scale=scale, causal_mode=causal_mode)
+                if not flash:
+                    raise
+                flash_err = max_error(flash[names.index(name)], ref)
+                if not max_error(ours, ref) <= 1.1 * flash_err:
+                    raise AssertionError(f"{miss}; and over 1.1 x PyTorch flash's {flash_err:.3e}") from None
 
 
 def assert_all_finite(name: str, t: Tensor) -> None:
