@@ -130,3 +130,18 @@ def test_real_capabilities_load() -> None:
     assert isinstance(table, list) and (bool(table) or table.reason)
     for family in table:
         assert set(family["dtypes"]) <= {"float16", "bfloat16"} and family["directions"]
+
+
+def test_explain_reports_windows() -> None:
+    # explain(window=...) spells the window's own limits, and on a build with kernels names the
+    # families that serve windows (the capability table's "window" mask kind).
+    q = torch.randn(1, 2, 8, 16)
+    assert flashsdpa.explain(q, q, q, window=(-2, 0))[-1] == (
+        "window=(-2, 0): needs (left, right), each an int >= 0 or -1 (unbounded)"
+    )
+    families = selection.window_families()
+    served = [f["family"] for f in flashsdpa.capabilities() if "window" in f["masks"]]
+    assert [f.split(" ")[0] for f in families] == served
+    # A CPU tensor: the device reason; the window itself adds nothing there.
+    reasons = flashsdpa.explain(q.half(), q.half(), q.half(), window=(4, 0))
+    assert reasons and all("window" not in r for r in reasons), reasons

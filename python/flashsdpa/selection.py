@@ -5,6 +5,9 @@
 # explain(), and the choice of the calls the SDPA entry (entry.py) sends straight to our op
 # (direct_causal_mode). Each reason is one sentence naming the argument and the limit, so that
 # explain(), log lines and errors read the same; counting and reporting fallbacks is reporting.py's.
+# Over 500 lines: the predicates and explain() read the same rules in two forms (the fast bool
+# checks of the per-call path and the reason-building ones), and keeping them side by side is what
+# keeps them in step.
 """Which attention calls flashsdpa's kernels serve, and why not."""
 
 from __future__ import annotations
@@ -408,6 +411,31 @@ def direct_causal_mode(
     return mode if servable(query, key, value) else None
 
 
+def window_families() -> list[str]:
+    """The compiled kernel families that serve sliding windows, with the directions they serve."""
+    return [
+        f"{f['family']} ({', '.join(f['directions'])})" for f in _backend.capabilities() if "window" in f["masks"]
+    ]
+
+
+def _window_reasons(query: Tensor, value: Tensor, is_causal: bool, window: tuple[int, int]) -> list[str]:
+    """explain()'s window part: the window's own spelling, then whether a family serves it here."""
+    try:
+        spec = masks.make(is_causal, "top_left", window)
+    except ValueError as error:
+        return [str(error)]
+    if masks.kind(spec) != 3:
+        return []  # (-1, -1) or causal-equivalent: no window left
+    served = window_families()
+    if not served:
+        return [f"window={tuple(window)}: no compiled kernel family serves sliding windows"]
+    if not query.is_cuda or query.dim() != 4 or query.dtype not in _backend.DTYPE_CODES:
+        return []  # the tensor checks above say why; windows themselves are served (see info)
+    backward = query.requires_grad or value.requires_grad
+    why = mask_reason(query, value, spec, varlen=False, backward=backward)
+    return [f"{why}; families serving windows: {', '.join(served)}"] if why else []
+
+
 def explain(
     query: Tensor,
     key: Tensor,
@@ -417,14 +445,20 @@ def explain(
     is_causal: bool = False,
     scale: float | None = None,
     enable_gqa: bool = False,
+    *,
+    window: tuple[int, int] | None = None,
 ) -> list[str]:
     """Why ``F.scaled_dot_product_attention(query, key, value, ...)`` with these arguments would not
     run flashsdpa's kernels inside ``flashsdpa.enable()``; an empty list means it would.
 
     Takes SDPA's arguments. Each reason names the argument and the limit, e.g.
     ``"dropout_p=0.1: dropout is not supported (needs 0.0)"``. ``scale`` never disqualifies a call.
+    ``window=(left, right)`` asks about a sliding window as ``aten::_flash_attention_forward`` and the
+    direct API take it (SDPA itself has none): which kernel families serve windows, and whether one
+    serves this problem.
     """
     del scale  # any scale is served; the parameter mirrors SDPA's signature
+    window_reasons = _window_reasons(query, value, is_causal, window) if window is not None else []
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -468,6 +502,7 @@ def explain(
             "PyTorch's flash backend is disabled (torch.backends.cuda.enable_flash_sdp(False), or an "
             "sdpa_kernel context without FLASH_ATTENTION): SDPA never reaches flashsdpa"
         )
+    reasons += window_reasons
     if query.is_cuda and _backend.CUDA_KERNELS and head_dim > 192 and _backend.device_ok(query.get_device()):
         info = _backend.device_info(query.get_device())
         if (info["major"], info["minor"]) in ((8, 6), (8, 9)) and any(t.requires_grad for t in (query, key, value)):

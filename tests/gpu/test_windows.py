@@ -132,3 +132,12 @@ def test_flash_op_windows_match_pytorch(
         out, lse, dq, dk, dv = result
         grads = [g.transpose(1, 2) for g in (dq, dk, dv)]
         check_attention(*bhsd[:3], bhsd[3], out.transpose(1, 2), grads, lse, scale=kwargs["scale"], causal_mode=mask)
+
+
+def test_explain_window_served_on_cuda() -> None:
+    # The portable family serves windows forward and backward on every GPU it runs on: explain()
+    # has nothing to say about a window there, and names the families where it would.
+    skip_unless_compiled(torch.bfloat16, 128)
+    q = torch.randn(1, 2, 300, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    assert flashsdpa.explain(q, q, q, window=(128, 0)) == []
+    assert any(f.startswith("sm80") for f in flashsdpa.selection.window_families())
