@@ -6,10 +6,10 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <climits>
 #include <cstdint>
 
+#include "common/smem_optin.cuh"
 #include "sm80/fwd_kernel_sm80.cuh"
 #include "sm80/launch_sm80.h"
 
@@ -26,20 +26,8 @@ cudaError_t launch_fwd_sm80(const AttnFwdParams& params, cudaStream_t stream) {
   if (grid == 0) return cudaSuccess;  // no query rows: nothing to write
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
 
-  // Above 48 KB a kernel must opt in to dynamic shared memory, per device. Remember which devices
-  // have been set (one bit each) so the per-call cost is one cudaGetDevice.
-  if constexpr (kSmemBytes > 48 * 1024) {
-    static std::atomic<uint64_t> devices_set{0};
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err != cudaSuccess) return err;
-    const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
-    if (bit == 0 || !(devices_set.load(std::memory_order_relaxed) & bit)) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-      if (err != cudaSuccess) return err;
-      devices_set.fetch_or(bit, std::memory_order_relaxed);
-    }
-  }
+  if (const cudaError_t err = opt_in_dynamic_smem<&flashsdpa_fwd_sm80_kernel<Traits>>(kSmemBytes); err != cudaSuccess)
+    return err;
 
   kernel<<<static_cast<unsigned>(grid), Traits::kNThreads, kSmemBytes, stream>>>(params);
   return cudaGetLastError();

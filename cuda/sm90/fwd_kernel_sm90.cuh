@@ -233,23 +233,20 @@ __device__ __forceinline__ void produce(const FwdSm90Args& args, const SmemLayou
                       tile.block * Traits::kBlockM, tile.head, tile.batch);
   }
   ++ring.q;
+  // One K or V tile into its ring slot, once the consumers have released the slot.
+  auto load_kv = [&](uint32_t empty, uint32_t full, uint32_t slot, const CUtensorMap* map, uint32_t parity, int n) {
+    sm90::mbar_wait(empty, parity ^ 1);
+    sm90::mbar_arrive_expect_tx(full, Traits::kKVBytes);
+#pragma unroll
+    for (int c = 0; c < Traits::kColBlocks; ++c) {
+      sm90::tma_load_4d(slot + c * Traits::kBlockN * 128, map, full, c * 64, n * Traits::kBlockN, kv_head, tile.batch);
+    }
+  };
   for (int n = w.n_block_max - 1; n >= w.n_block_min; --n, ++ring.kv) {
     const int s = ring.kv % Traits::kStages;
     const uint32_t parity = (ring.kv / Traits::kStages) & 1;
-    sm90::mbar_wait(sm.k_empty(s), parity ^ 1);
-    sm90::mbar_arrive_expect_tx(sm.k_full(s), Traits::kKVBytes);
-#pragma unroll
-    for (int c = 0; c < Traits::kColBlocks; ++c) {
-      sm90::tma_load_4d(sm.k_slot(s) + c * Traits::kBlockN * 128, &args.tma_k, sm.k_full(s), c * 64,
-                        n * Traits::kBlockN, kv_head, tile.batch);
-    }
-    sm90::mbar_wait(sm.v_empty(s), parity ^ 1);
-    sm90::mbar_arrive_expect_tx(sm.v_full(s), Traits::kKVBytes);
-#pragma unroll
-    for (int c = 0; c < Traits::kColBlocks; ++c) {
-      sm90::tma_load_4d(sm.v_slot(s) + c * Traits::kBlockN * 128, &args.tma_v, sm.v_full(s), c * 64,
-                        n * Traits::kBlockN, kv_head, tile.batch);
-    }
+    load_kv(sm.k_empty(s), sm.k_full(s), sm.k_slot(s), &args.tma_k, parity, n);
+    load_kv(sm.v_empty(s), sm.v_full(s), sm.v_slot(s), &args.tma_v, parity, n);
   }
 }
 

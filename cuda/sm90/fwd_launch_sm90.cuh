@@ -7,10 +7,10 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <climits>
 #include <cstdint>
 
+#include "common/smem_optin.cuh"
 #include "sm90/fwd_kernel_sm90.cuh"
 #include "sm90/tma_sm90.h"
 
@@ -48,16 +48,7 @@ cudaError_t launch_fwd_sm90(const AttnFwdParams& params, cudaStream_t stream, bo
   if ((err = encode_tma_4d(&args.tma_v, v, bf16, Traits::kBlockN)) != cudaSuccess) return err;
   if ((err = encode_tma_4d(&args.tma_o, o, bf16, 64)) != cudaSuccess) return err;
 
-  // Above 48 KB a kernel must opt in to dynamic shared memory, per device (one bit per device).
-  static std::atomic<uint64_t> devices_set{0};
-  int device = 0;
-  if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
-  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
-  if (bit == 0 || !(devices_set.load(std::memory_order_relaxed) & bit)) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    if (err != cudaSuccess) return err;
-    devices_set.fetch_or(bit, std::memory_order_relaxed);
-  }
+  if ((err = opt_in_dynamic_smem<&flashsdpa_fwd_sm90_kernel<Traits>>(kSmemBytes)) != cudaSuccess) return err;
   kernel<<<static_cast<unsigned>(grid), Traits::kThreads, kSmemBytes, stream>>>(args);
   return cudaGetLastError();
 }
