@@ -4,7 +4,8 @@
 One wgmma m64nNk16 names N/2 accumulator registers in its operand list, so each N needs its own
 asm statement; writing them out by hand is error-prone, hence this generator. Forms emitted, for
 fp16 and bf16 inputs with fp32 accumulators and every N in N_VALUES:
-  ss: A and B from shared memory through matrix descriptors (Q K^T),
+  ss: A and B from shared memory through matrix descriptors (Q K^T; with kTransA = 1, an M-major
+      A, as the backward's dQ = dS K reads dS^T from shared memory),
   rs: A from four registers per thread (the probabilities P), B from shared memory (P V).
 The B operand's transpose bit (K-major 0 / N-major 1) is a template argument, and scale-d (0: D =
 A B, 1: D += A B) a run-time predicate, so a first k-step needs no zeroed accumulator.
@@ -49,13 +50,13 @@ def emit(elem: str, ptx_type: str, n: int) -> str:
     return f"""
 template <>
 struct WgmmaOp<{elem}, {n}> {{
-  template <int kTransB>
+  template <int kTransB, int kTransA = 0>
   __device__ __forceinline__ static void ss(float (&d)[{r}], uint64_t desc_a, uint64_t desc_b, int scale_d) {{
     asm volatile(
         "{{\\n .reg .pred p;\\n setp.ne.b32 p, %{r + 2}, 0;\\n"
-        " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} {{{operands(n)}}}, %{r}, %{r + 1}, p, 1, 1, 0, %{r + 3};\\n}}\\n"
+        " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} {{{operands(n)}}}, %{r}, %{r + 1}, p, 1, 1, %{r + 4}, %{r + 3};\\n}}\\n"
         : {outputs(n)}
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB), "n"(kTransA));
   }}
   template <int kTransB>
   __device__ __forceinline__ static void rs(float (&d)[{r}], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {{
