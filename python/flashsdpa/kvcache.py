@@ -132,9 +132,9 @@ def _fwd_kvcache_cuda(
     seqlen_new = 0 if k is None else k.shape[1]
     if k is not None and v is not None:
         if rotary_cos is not None and rotary_sin is not None:
-            rot = reference_kvcache.apply_rotary
-            q = rot(q, rotary_cos, rotary_sin, reference_kvcache.new_positions(cache_seqlens, q.shape[1]), rotary_interleaved)
-            k = rot(k, rotary_cos, rotary_sin, reference_kvcache.new_positions(cache_seqlens, seqlen_new), rotary_interleaved)
+            rot, at = reference_kvcache.apply_rotary, reference_kvcache.new_positions
+            q = rot(q, rotary_cos, rotary_sin, at(cache_seqlens, q.shape[1]), rotary_interleaved)
+            k = rot(k, rotary_cos, rotary_sin, at(cache_seqlens, seqlen_new), rotary_interleaved)
         reference_kvcache.append_(k_cache, v_cache, k, v, cache_seqlens, block_table)
     keys, values = k_cache, v_cache
     if block_table is not None:  # interim: the paged kernel will read the pages in place
@@ -147,7 +147,7 @@ def _fwd_kvcache_cuda(
     zero = torch.zeros(1, device=q.device, dtype=torch.int32)
     cu_k = torch.cat((zero, torch.stack((starts + lengths, starts + capacity), dim=1).flatten()))
     ends_q = torch.arange(1, batch + 1, device=q.device, dtype=torch.int32) * seqlen_q
-    cu_q = torch.cat((zero, ends_q.repeat_interleave(2)))
+    cu_q = torch.cat((zero, torch.stack((ends_q, ends_q), dim=1).flatten()))
     out, lse = torch.ops.flashsdpa.fwd_varlen.default(
         q.reshape(batch * seqlen_q, heads_q, head_dim),
         keys.reshape(batch * capacity, *keys.shape[2:]),
@@ -197,14 +197,18 @@ def _check_caches(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tens
         _tensor(name, t, 4, paged or "(batch, seqlen_cache, heads_kv, head_dim)")
         _same(name, t, q, q.dtype)
     if v_cache.shape[:3] != k_cache.shape[:3]:
-        raise ValueError(f"v_cache {tuple(v_cache.shape)}: differs from k_cache {tuple(k_cache.shape)} in its first 3 dims")
+        raise ValueError(
+            f"v_cache {tuple(v_cache.shape)}: differs from k_cache {tuple(k_cache.shape)} in its first 3 dims"
+        )
     if k_cache.shape[3] != head_dim:
         raise ValueError(f"k_cache.size(3)={k_cache.shape[3]}: differs from q.size(3)={head_dim} (head_dim)")
     if head_dim == 0 or v_cache.shape[3] == 0:
         raise ValueError(f"head dims {head_dim} (q) and {v_cache.shape[3]} (v_cache): need at least 1")
     heads_q, heads_kv = q.shape[2], k_cache.shape[2]
     if heads_kv == 0 or heads_q % heads_kv:
-        raise ValueError(f"q.size(2)={heads_q} query heads: needs a multiple of k_cache.size(2)={heads_kv} key/value heads")
+        raise ValueError(
+            f"q.size(2)={heads_q} query heads: needs a multiple of k_cache.size(2)={heads_kv} key/value heads"
+        )
     if block_table is None:
         if k_cache.shape[0] != batch:
             raise ValueError(f"k_cache.size(0)={k_cache.shape[0]}: differs from q.size(0)={batch} (batch)")
@@ -220,7 +224,8 @@ def _check_caches(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tens
 
 def _check_new(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Tensor | None, v: Tensor | None, capacity: int) -> int:
     if (k is None) != (v is None):
-        raise ValueError(f"k is {'None' if k is None else 'given'}, v is {'None' if v is None else 'given'}: pass both or neither")
+        given = ("None" if k is None else "given", "None" if v is None else "given")
+        raise ValueError(f"k is {given[0]}, v is {given[1]}: pass both or neither")
     if k is None or v is None:
         return 0
     for name, t, cache in (("k", k, k_cache), ("v", v, v_cache)):
@@ -251,14 +256,18 @@ def _check_rotary(q: Tensor, k: Tensor | None, cos: Tensor | None, sin: Tensor |
     if sin.shape != cos.shape:
         raise ValueError(f"rotary_sin {tuple(sin.shape)}: differs from rotary_cos {tuple(cos.shape)}")
     if not 0 < 2 * cos.shape[1] <= q.shape[3]:
-        raise ValueError(f"rotary_cos.size(1)={cos.shape[1]}: needs 1 <= rotary_dim / 2 <= head_dim / 2 = {q.shape[3] // 2}")
+        raise ValueError(
+            f"rotary_cos.size(1)={cos.shape[1]}: needs 1 <= rotary_dim / 2 <= head_dim / 2 = {q.shape[3] // 2}"
+        )
 
 
 def _check_num_splits(num_splits: object) -> int:
     if num_splits is None:
         return 0
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= MAX_SPLITS:
-        raise ValueError(f"num_splits={num_splits!r}: needs None or an int 0 <= num_splits <= {MAX_SPLITS} (0: heuristic)")
+        raise ValueError(
+            f"num_splits={num_splits!r}: needs None or an int 0 <= num_splits <= {MAX_SPLITS} (0: heuristic)"
+        )
     return num_splits
 
 

@@ -53,7 +53,9 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor, interle
     return torch.cat((rotated.to(x.dtype), x[..., 2 * half :]), dim=-1)
 
 
-def _cache_index(cache: Tensor, cache_seqlens: Tensor, seqlen: int, block_table: Tensor | None) -> tuple[Tensor, Tensor]:
+def _cache_index(
+    cache: Tensor, cache_seqlens: Tensor, seqlen: int, block_table: Tensor | None
+) -> tuple[Tensor, Tensor]:
     """The (first, second) index pair of the cache rows the new rows go to, each (B, seqlen)."""
     positions = new_positions(cache_seqlens, seqlen)
     if block_table is None:
