@@ -17,6 +17,7 @@ from __future__ import annotations
 from flashsdpa import reference
 from flashsdpa._backend import build_info, capabilities
 from flashsdpa.ops import attention, attention_varlen
+from flashsdpa.kvcache import attention_with_kvcache
 from flashsdpa.activation import REGISTRY_NAME, enable, install, is_active, uninstall
 from flashsdpa.reporting import FallbackWarning, reset_stats, set_fallback_warnings, stats
 from flashsdpa.selection import explain
@@ -29,6 +30,7 @@ __all__ = [
     "__version__",
     "attention",
     "attention_varlen",
+    "attention_with_kvcache",
     "build_info",
     "capabilities",
     "enable",
