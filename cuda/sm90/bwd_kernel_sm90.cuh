@@ -1,0 +1,407 @@
+// bwd_kernel_sm90.cuh: the backward main kernel of the Hopper family — IN DEVELOPMENT.
+//
+// Status: compiles (sm_90a, no spills); has not run on a GPU. It is not in the package build or the
+// capability table: scripts/dev/build_bwd_check_sm90.sh builds it into the standalone check, and
+// docs/kernel_notes_bwd_sm90.md has the plan and, once it has run, the measurements. Until then the
+// portable family serves every backward.
+//
+// One CTA per (key block of kBlockN = 128 keys, KV head, batch). A producer warp loads K and V once
+// (TMA), then streams Q and dO of every (query head of the KV head's group, query block of
+// kBlockM = 64 rows that sees the key block) through a kStages-deep mbarrier ring. Two consumer
+// warpgroups each own 64 of the keys, so every product is computed transposed, keys as the wgmma
+// M dimension (docs/kernel_notes_bwd_sm90.md's table):
+//   S^T = K Q^T, dP^T = V dO^T (SS); P^T = exp2(S^T c - LSE log2 e); dS^T = P^T (dP^T - delta);
+//   dV += P^T dO and dK += dS^T Q (RS, P^T and dS^T from registers);
+//   dQ = dS K: dS^T of both warpgroups goes to shared memory; warpgroup w computes dQ's column
+//   block w over all 128 keys (SS with an M-major A), stages it in dq_accum's row order and one
+//   thread adds the tile to dq_accum with one bulk reduce-add.
+// dK, dV stay in float32 registers across the whole loop (GQA: across the group's query heads
+// too, so no reduction over heads is needed); the epilogue scales dK and stores both.
+// Scope of this first version: head dim 128 (both), masks none / causal / windows through
+// BlockMask, dense layouts, scale > 0.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/bwd_prepost.cuh"
+#include "common/mask.cuh"
+#include "common/ptx.cuh"
+#include "common/seqlen.cuh"
+#include "flashsdpa/params.h"
+#include "sm90/ptx_sm90.cuh"
+
+namespace flashsdpa {
+
+struct BwdSm90Args {
+  AttnBwdParams p;
+  CUtensorMap tma_q;   // box 64 columns x kBlockM rows
+  CUtensorMap tma_do;  // box 64 columns x kBlockM rows
+  CUtensorMap tma_k;   // box 64 columns x kBlockN rows
+  CUtensorMap tma_v;   // box 64 columns x kBlockN rows
+};
+
+template <typename Elem_, int kHeadDim_, int kStages_ = 2>
+struct BwdTraitsSm90 {
+  using Elem = Elem_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 64;   // query rows per step: one wgmma N of S^T, one 128-byte dS^T row
+  static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
+  static constexpr int kStages = kStages_;
+  static constexpr int kConsumerWGs = 2;
+  static constexpr int kThreads = 128 * (kConsumerWGs + 1);
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;  // S^T 32 + dP^T 32 + dV 64 + dK 64 + dQ 32 accumulators
+  static constexpr int kColBlocks = kHeadDim / 64;
+  static constexpr int kMTiles = kBlockM / 8;  // n8 column groups of S^T (queries)
+  static constexpr int kDTiles = kHeadDim / 8;
+
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;  // also dO's slot (head_dim_v == head_dim)
+  static constexpr int kKBytes = kBlockN * kHeadDim * 2;  // also V
+  static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T: keys x queries, one column block
+  static constexpr int kDqBytes = kBlockM * kHeadDim * 4;  // fp32 dQ staging, dq_accum's row order
+  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages);
+  static constexpr int kSmemBytes =
+      2 * kKBytes + 2 * kStages * kQBytes + kDsBytes + kDqBytes + kBarrierBytes + 1024;
+
+  static_assert(std::is_same<Elem, __half>::value || std::is_same<Elem, __nv_bfloat16>::value, "fp16 or bf16");
+  static_assert(kHeadDim == 128, "first version: head dim 128 (dQ's two column blocks, one per warpgroup)");
+  static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared memory limit");
+};
+
+namespace bwd_sm90 {
+
+constexpr int kBarDs = 1;  // both consumer warpgroups: dS^T written / dQ tile staged (256 threads)
+
+template <typename Traits>
+struct SmemLayout {
+  uint32_t k, v, q, dout, ds, dq, bars;
+  __device__ __forceinline__ explicit SmemLayout(uint32_t base) {
+    k = base;
+    v = k + Traits::kKBytes;
+    q = v + Traits::kKBytes;
+    dout = q + Traits::kStages * Traits::kQBytes;
+    ds = dout + Traits::kStages * Traits::kQBytes;
+    dq = ds + Traits::kDsBytes;
+    bars = dq + Traits::kDqBytes;
+  }
+  __device__ __forceinline__ uint32_t kv_full() const { return bars; }
+  __device__ __forceinline__ uint32_t q_full(int s) const { return bars + 8 * (1 + s); }
+  __device__ __forceinline__ uint32_t q_empty(int s) const { return bars + 8 * (1 + Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t do_full(int s) const { return bars + 8 * (1 + 2 * Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t do_empty(int s) const { return bars + 8 * (1 + 3 * Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t q_slot(int s) const { return q + s * Traits::kQBytes; }
+  __device__ __forceinline__ uint32_t do_slot(int s) const { return dout + s * Traits::kQBytes; }
+};
+
+// The (query head, query block) steps of one CTA: the heads of the KV head's group, and for each
+// the query blocks that see the key block.
+struct StepRange {
+  int head_begin, heads, m_min, m_max;
+  __device__ __forceinline__ int count() const { return m_max > m_min ? heads * (m_max - m_min) : 0; }
+  __device__ __forceinline__ int head(int i) const { return head_begin + i / (m_max - m_min); }
+  __device__ __forceinline__ int m_block(int i) const { return m_min + i % (m_max - m_min); }
+};
+
+// Element-wise mask of a transposed score tile: rows are keys, columns queries (the forward's
+// apply() has them the other way round). Key row `key0` is the thread's fragment row g.
+template <int kMTiles>
+__device__ __forceinline__ void apply_mask_t(float (&s)[1][kMTiles][4], const BlockMask& mask, int key0, int col0,
+                                             int seqlen_q, float fill) {
+#pragma unroll
+  for (int j = 0; j < kMTiles; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int q = col0 + 8 * j + e;
+      const int begin = mask.col_begin(q), end = q < seqlen_q ? mask.col_end(q) : 0;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int key = key0 + 8 * h;
+        if (key < begin || key >= end) s[0][j][2 * h + e] = fill;
+      }
+    }
+  }
+}
+
+// 16-bit A fragments of an RS wgmma from an fp32 accumulator in the C layout (as the forward's P).
+template <typename Elem, int kNTiles>
+__device__ __forceinline__ void to_a_fragments(uint32_t (&a)[kNTiles / 2][4], const float (&c)[1][kNTiles][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kNTiles / 2; ++kk) {
+    a[kk][0] = ElemTraits<Elem>::pack(c[0][2 * kk][0], c[0][2 * kk][1]);
+    a[kk][1] = ElemTraits<Elem>::pack(c[0][2 * kk][2], c[0][2 * kk][3]);
+    a[kk][2] = ElemTraits<Elem>::pack(c[0][2 * kk + 1][0], c[0][2 * kk + 1][1]);
+    a[kk][3] = ElemTraits<Elem>::pack(c[0][2 * kk + 1][2], c[0][2 * kk + 1][3]);
+  }
+}
+
+template <typename Traits>
+__device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int n_block,
+                                        int kv_head, int batch, const StepRange& range) {
+  sm90::tma_prefetch_desc(&args.tma_q);
+  sm90::tma_prefetch_desc(&args.tma_do);
+  sm90::mbar_arrive_expect_tx(sm.kv_full(), 2 * Traits::kKBytes);
+#pragma unroll
+  for (int c = 0; c < Traits::kColBlocks; ++c) {
+    sm90::tma_load_4d(sm.k + c * Traits::kBlockN * 128, &args.tma_k, sm.kv_full(), c * 64, n_block * Traits::kBlockN,
+                      kv_head, batch);
+    sm90::tma_load_4d(sm.v + c * Traits::kBlockN * 128, &args.tma_v, sm.kv_full(), c * 64, n_block * Traits::kBlockN,
+                      kv_head, batch);
+  }
+  auto load = [&](uint32_t empty, uint32_t full, uint32_t slot, const CUtensorMap* map, uint32_t parity, int head,
+                  int m_block) {
+    sm90::mbar_wait(empty, parity ^ 1);
+    sm90::mbar_arrive_expect_tx(full, Traits::kQBytes);
+#pragma unroll
+    for (int c = 0; c < Traits::kColBlocks; ++c) {
+      sm90::tma_load_4d(slot + c * Traits::kBlockM * 128, map, full, c * 64, m_block * Traits::kBlockM, head, batch);
+    }
+  };
+  for (int i = 0; i < range.count(); ++i) {
+    const int s = i % Traits::kStages;
+    const uint32_t parity = (i / Traits::kStages) & 1;
+    load(sm.q_empty(s), sm.q_full(s), sm.q_slot(s), &args.tma_q, parity, range.head(i), range.m_block(i));
+    load(sm.do_empty(s), sm.do_full(s), sm.do_slot(s), &args.tma_do, parity, range.head(i), range.m_block(i));
+  }
+}
+
+template <typename Traits>
+__device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int n_block,
+                                        int kv_head, int batch, const SeqlenInfo& seq, const BlockMask& mask,
+                                        const StepRange& range, int cwg) {
+  using Elem = typename Traits::Elem;
+  constexpr int kMTiles = Traits::kMTiles;
+  constexpr int kDTiles = Traits::kDTiles;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  using OpS = sm90::WgmmaOp<Elem, kBlockM>;               // S^T, dP^T: N = 64 queries
+  using OpD = sm90::WgmmaOp<Elem, Traits::kHeadDim>;      // dV, dK: N = head dim
+  using OpQ = sm90::WgmmaOp<Elem, 64>;                    // dQ: N = one 64-column block
+  const AttnBwdParams& p = args.p;
+  const int tid = threadIdx.x % 128;
+  const int warp = tid / 32, lane = tid % 32;
+  const int key_row = cwg * 64 + warp * 16 + lane / 4;  // fragment row g of this thread in the key block
+  const int key0 = n_block * kBlockN + key_row;          // its sequence key
+  const bool arriver = lane == 0;
+
+  float dv_acc[Traits::kHeadDim / 2], dk_acc[Traits::kHeadDim / 2];
+#pragma unroll
+  for (int i = 0; i < Traits::kHeadDim / 2; ++i) dv_acc[i] = dk_acc[i] = 0.f;
+  float st_acc[kBlockM / 2], dpt_acc[kBlockM / 2], dq_acc[32];
+  auto& st = *reinterpret_cast<float(*)[1][kMTiles][4]>(st_acc);
+  auto& dpt = *reinterpret_cast<float(*)[1][kMTiles][4]>(dpt_acc);
+  auto& dq = *reinterpret_cast<float(*)[1][8][4]>(dq_acc);
+  uint32_t pt16[kMTiles / 2][4], dst16[kMTiles / 2][4];
+
+  // Descriptors (column block 0): this warpgroup's K and V rows (K-major A), the Q / dO slots as
+  // K-major B (S^T, dP^T) and as N-major B (dK, dV), dS^T as an M-major A and K's column block
+  // cwg as an N-major B (dQ).
+  const uint64_t k_desc = sm90::make_desc(sm.k + cwg * 64 * 128, 16, 1024);
+  const uint64_t v_desc = sm90::make_desc(sm.v + cwg * 64 * 128, 16, 1024);
+  const uint64_t q_kmaj0 = sm90::make_desc(sm.q, 16, 1024);
+  const uint64_t do_kmaj0 = sm90::make_desc(sm.dout, 16, 1024);
+  const uint64_t q_nmaj0 = sm90::make_desc(sm.q, kBlockM * 128, 1024);
+  const uint64_t do_nmaj0 = sm90::make_desc(sm.dout, kBlockM * 128, 1024);
+  const uint64_t ds_desc = sm90::make_desc(sm.ds, kBlockN * 128, 1024);
+  const uint64_t kq_desc = sm90::make_desc(sm.k + cwg * kBlockN * 128, kBlockN * 128, 1024);
+  constexpr uint64_t kSlot = Traits::kQBytes >> 4;
+  const float scale_log2 = p.scale_log2;
+  constexpr float kLog2e = 1.4426950408889634f;
+
+  sm90::mbar_wait(sm.kv_full(), 0);
+  for (int i = 0; i < range.count(); ++i) {
+    const int s = i % Traits::kStages;
+    const uint32_t parity = (i / Traits::kStages) & 1;
+    const int head = range.head(i), m_block = range.m_block(i);
+    const int q0 = m_block * kBlockM + 2 * (lane % 4);  // sequence query of this thread's element 0
+
+    // Per-column (query) LSE * log2(e) and delta, read while the GEMMs run; rows past the sequence
+    // get LSE +inf (P = 0) and delta 0.
+    float lse2[kMTiles][2], delta[kMTiles][2];
+    const float* lse_row = p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride;
+    const float* delta_row = p.delta + batch * p.delta_batch_stride + head * p.delta_head_stride;
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int q = q0 + 8 * j + e;
+        const bool ok = q < seq.seqlen_q;
+        lse2[j][e] = ok ? lse_row[(seq.q_row_offset + q) * p.lse_row_stride] * kLog2e : INFINITY;
+        delta[j][e] = ok ? delta_row[(seq.q_row_offset + q) * p.delta_row_stride] : 0.f;
+      }
+    }
+
+    // S^T = K Q^T and dP^T = V dO^T.
+    sm90::mbar_wait(sm.q_full(s), parity);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
+      const uint64_t off_k = ((kk / 4) * kBlockN * 128 + (kk % 4) * 32) >> 4;
+      const uint64_t off_q = ((kk / 4) * kBlockM * 128 + (kk % 4) * 32) >> 4;
+      OpS::template ss<0>(st_acc, k_desc + off_k, q_kmaj0 + s * kSlot + off_q, kk > 0);
+    }
+    sm90::wgmma_commit();
+    sm90::mbar_wait(sm.do_full(s), parity);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
+      const uint64_t off_v = ((kk / 4) * kBlockN * 128 + (kk % 4) * 32) >> 4;
+      const uint64_t off_do = ((kk / 4) * kBlockM * 128 + (kk % 4) * 32) >> 4;
+      OpS::template ss<0>(dpt_acc, v_desc + off_v, do_kmaj0 + s * kSlot + off_do, kk > 0);
+    }
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<1>();
+    sm90::fence_regs(st_acc);
+
+    // P^T = exp2(S^T c - LSE log2 e), masked to 0 outside the mask.
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j) {
+#pragma unroll
+      for (int x = 0; x < 4; ++x) st[0][j][x] = fast_exp2(fmaf(st[0][j][x], scale_log2, -lse2[j][x % 2]));
+    }
+    if (mask.template partial<kBlockM, kBlockN>(m_block, n_block)) apply_mask_t<kMTiles>(st, mask, key0, q0, seq.seqlen_q, 0.f);
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(dpt_acc);
+    // dS^T = P^T (dP^T - delta) (unscaled: dK is scaled in the epilogue, dQ in the postprocess).
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j) {
+#pragma unroll
+      for (int x = 0; x < 4; ++x) dpt[0][j][x] = st[0][j][x] * (dpt[0][j][x] - delta[j][x % 2]);
+    }
+    to_a_fragments<Elem, kMTiles>(pt16, st);
+    to_a_fragments<Elem, kMTiles>(dst16, dpt);
+
+    // dV += P^T dO, dK += dS^T Q (K steps over the 64 queries).
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) OpD::template rs<1>(dv_acc, pt16[kk], do_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) OpD::template rs<1>(dk_acc, dst16[kk], q_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
+    sm90::wgmma_commit();
+
+    // dS^T to shared memory (keys x queries, 128-byte swizzled rows), for dQ = dS K.
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = key_row + 8 * h;  // row % 8 == lane / 4
+        st_shared_b32(sm.ds + row * 128 + ((j ^ (lane / 4)) << 4) + (lane % 4) * 4, dst16[j / 2][(j % 2) * 2 + h]);
+      }
+    }
+    sm90::fence_async_shared();
+    sm90::named_sync(kBarDs, 256);  // both halves of dS^T written; the previous dQ tile added
+
+    // dQ[:, 64 cwg .. 64 cwg + 63] = dS K over all 128 keys (M-major A, N-major B).
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) OpQ::template ss<1, 1>(dq_acc, ds_desc + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();  // dK, dV and dQ done: the Q / dO slot and dS^T are free
+    sm90::fence_regs(dv_acc);
+    sm90::fence_regs(dk_acc);
+    sm90::fence_regs(dq_acc);
+    if (arriver) {
+      sm90::mbar_arrive(sm.q_empty(s));
+      sm90::mbar_arrive(sm.do_empty(s));
+    }
+    // dQ tile into the staging in dq_accum's (permuted) row order; one bulk reduce-add of the
+    // valid rows. Rows: this thread's queries (the M dimension of the dQ product).
+    const int q_row = warp * 16 + lane / 4;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = q_row + 8 * h;
+        const int64_t abs_row = seq.q_row_offset + m_block * kBlockM + row;
+        const int col = 64 * cwg + 8 * j + 2 * (lane % 4);
+        const uint32_t addr = sm.dq + (row * Traits::kHeadDim + DqAccumLayout::position(abs_row, col)) * 4;
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[0][j][2 * h]), "f"(dq[0][j][2 * h + 1])
+                     : "memory");
+      }
+    }
+    sm90::fence_async_shared();
+    sm90::named_sync(kBarDs, 256);
+#if defined(__CUDA_ARCH__)  // ptx.cuh declares the bulk copies for device passes of sm_90 only
+    if (cwg == 0 && tid == 0) {
+      const int rows = min(kBlockM, seq.seqlen_q - m_block * kBlockM);
+      float* dst = p.dq_accum + batch * p.dq_accum_batch_stride + head * p.dq_accum_head_stride +
+                   (seq.q_row_offset + m_block * kBlockM) * p.dq_accum_row_stride;
+      bulk_reduce_add_f32(dst, sm.dq, rows * Traits::kHeadDim * 4);
+      bulk_commit_group();
+      bulk_wait_read_all();  // the staging is rewritten next step (the barrier there orders it)
+    }
+#endif
+  }
+
+  // ---- epilogue: dK * scale, dV; plain stores of this warpgroup's 64 keys (rows past Sk skipped) --
+  Elem* dk = static_cast<Elem*>(p.dk) + batch * p.dk_batch_stride + kv_head * p.dk_head_stride +
+             seq.k_row_offset * p.dk_row_stride;
+  Elem* dv = static_cast<Elem*>(p.dv) + batch * p.dv_batch_stride + kv_head * p.dv_head_stride +
+             seq.k_row_offset * p.dv_row_stride;
+  auto& dk4 = *reinterpret_cast<float(*)[1][kDTiles][4]>(dk_acc);
+  auto& dv4 = *reinterpret_cast<float(*)[1][kDTiles][4]>(dv_acc);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int key = key0 + 8 * h;
+    if (key >= seq.seqlen_k) continue;
+#pragma unroll
+    for (int j = 0; j < kDTiles; ++j) {
+      const int col = 8 * j + 2 * (lane % 4);
+      if (col < p.head_dim_qk)
+        *reinterpret_cast<uint32_t*>(dk + int64_t(key) * p.dk_row_stride + col) =
+            ElemTraits<Elem>::pack(dk4[0][j][2 * h] * p.scale, dk4[0][j][2 * h + 1] * p.scale);
+      if (col < p.head_dim_v)
+        *reinterpret_cast<uint32_t*>(dv + int64_t(key) * p.dv_row_stride + col) =
+            ElemTraits<Elem>::pack(dv4[0][j][2 * h], dv4[0][j][2 * h + 1]);
+    }
+  }
+}
+
+}  // namespace bwd_sm90
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel(const __grid_constant__ BwdSm90Args args) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(128) char fwd_smem[];  // the family's one dynamic shared-memory name
+  const bwd_sm90::SmemLayout<Traits> sm((smem_u32(fwd_smem) + 1023u) & ~1023u);
+  const AttnBwdParams& p = args.p;
+  // Grid: key blocks fastest, longest (causal: most query blocks) first, then KV heads, batches.
+  const int n_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  const int n_block = n_blocks - 1 - static_cast<int>(blockIdx.x % n_blocks);
+  const int kv_head = static_cast<int>((blockIdx.x / n_blocks) % p.heads_kv);
+  const int batch = static_cast<int>(blockIdx.x / (int64_t(n_blocks) * p.heads_kv));
+  const SeqlenInfo seq(p, batch);
+  const BlockMask mask(seq, p.mask);
+  const int group = p.heads_q / p.heads_kv;
+  const bwd_sm90::StepRange range{kv_head * group, group, mask.template m_block_min<Traits::kBlockM, Traits::kBlockN>(n_block),
+                                  mask.template m_block_max<Traits::kBlockM, Traits::kBlockN>(n_block)};
+
+  if (threadIdx.x == 0) {
+    sm90::mbar_init(sm.kv_full(), 1);
+#pragma unroll
+    for (int s = 0; s < Traits::kStages; ++s) {
+      sm90::mbar_init(sm.q_full(s), 1);
+      sm90::mbar_init(sm.do_full(s), 1);
+      sm90::mbar_init(sm.q_empty(s), 4 * Traits::kConsumerWGs);
+      sm90::mbar_init(sm.do_empty(s), 4 * Traits::kConsumerWGs);
+    }
+    sm90::fence_mbar_init();
+  }
+  __syncthreads();
+
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {
+    sm90::setmaxnreg_dec<Traits::kProducerRegs>();
+    if (threadIdx.x == 0) bwd_sm90::produce<Traits>(args, sm, n_block, kv_head, batch, range);
+  } else {
+    sm90::setmaxnreg_inc<Traits::kConsumerRegs>();
+    bwd_sm90::consume<Traits>(args, sm, n_block, kv_head, batch, seq, mask, range, warpgroup - 1);
+  }
+#endif
+}
+
+}  // namespace flashsdpa

@@ -1,0 +1,185 @@
+// bwd_check_sm90.cu: standalone check of the Hopper backward in development (cuda/sm90/
+// bwd_kernel_sm90.cuh) against the portable backward, which the GPU suite verifies against the
+// float64 reference: same inputs, same forward (O, LSE), both backwards, max |difference| of dq,
+// dk, dv relative to the largest portable value. Then both are timed on the d128 bar shapes.
+//
+//   bash scripts/dev/build_bwd_check_sm90.sh && /tmp/bwd_check_sm90 [check|bench|all]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "sm80/bwd_launch_sm80.cuh"
+#include "sm80/fwd_launch_sm80.cuh"
+#include "sm90/bwd_launch_sm90.cuh"
+
+using namespace flashsdpa;
+using Elem = __nv_bfloat16;
+
+#define CHECK_CUDA(x)                                                                      \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(2);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+__global__ void fill(Elem* x, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint64_t h = (seed + i) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 29;
+    x[i] = __float2bfloat16(((h >> 40) * (1.f / 16777216.f) - 0.5f) * 3.4641016f);  // variance 1
+  }
+}
+
+// max |a - b| and max |b| over n elements (float atomics on non-negative floats compare as ints).
+__global__ void diff(const Elem* a, const Elem* b, int64_t n, unsigned* err_bits, unsigned* ref_bits) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = __bfloat162float(a[i]), y = __bfloat162float(b[i]);
+    const float e = x == x ? fabsf(x - y) : INFINITY;
+    atomicMax(err_bits, __float_as_uint(e));
+    atomicMax(ref_bits, __float_as_uint(fabsf(y)));
+  }
+}
+
+struct Problem {
+  int B, Hq, Hkv, Sq, Sk, causal;  // causal: 0 none, 1 top-left, 2 bottom-right
+};
+
+struct Run {
+  Elem *q, *k, *v, *o, *dout, *dq, *dk, *dv, *dq2, *dk2, *dv2;
+  float *lse, *dq_accum, *delta;
+  AttnBwdParams p;
+};
+
+Run setup(const Problem& pr) {
+  constexpr int D = 128;
+  Run r{};
+  const int64_t nq = int64_t(pr.B) * pr.Hq * pr.Sq * D, nk = int64_t(pr.B) * pr.Hkv * pr.Sk * D;
+  for (Elem** t : {&r.q, &r.o, &r.dout, &r.dq, &r.dq2}) CHECK_CUDA(cudaMalloc(t, std::max<int64_t>(nq, 8) * 2));
+  for (Elem** t : {&r.k, &r.v, &r.dk, &r.dv, &r.dk2, &r.dv2}) CHECK_CUDA(cudaMalloc(t, std::max<int64_t>(nk, 8) * 2));
+  const int64_t rows = int64_t(pr.B) * pr.Hq * pr.Sq;
+  CHECK_CUDA(cudaMalloc(&r.lse, std::max<int64_t>(rows, 1) * 4));
+  CHECK_CUDA(cudaMalloc(&r.delta, std::max<int64_t>(rows, 1) * 4));
+  CHECK_CUDA(cudaMalloc(&r.dq_accum, std::max<int64_t>(rows, 1) * D * 4));
+  fill<<<1024, 256>>>(r.q, nq, 1);
+  fill<<<1024, 256>>>(r.k, nk, 2);
+  fill<<<1024, 256>>>(r.v, nk, 3);
+  fill<<<1024, 256>>>(r.dout, nq, 4);
+  AttnBwdParams& p = r.p;
+  p = AttnBwdParams{};
+  p.q = r.q; p.k = r.k; p.v = r.v; p.o = r.o; p.lse = r.lse; p.dout = r.dout;
+  p.q_batch_stride = p.o_batch_stride = p.dout_batch_stride = p.dq_batch_stride = int64_t(pr.Hq) * pr.Sq * D;
+  p.q_head_stride = p.o_head_stride = p.dout_head_stride = p.dq_head_stride = int64_t(pr.Sq) * D;
+  p.q_row_stride = p.o_row_stride = p.dout_row_stride = p.dq_row_stride = D;
+  p.k_batch_stride = p.v_batch_stride = p.dk_batch_stride = p.dv_batch_stride = int64_t(pr.Hkv) * pr.Sk * D;
+  p.k_head_stride = p.v_head_stride = p.dk_head_stride = p.dv_head_stride = int64_t(pr.Sk) * D;
+  p.k_row_stride = p.v_row_stride = p.dk_row_stride = p.dv_row_stride = D;
+  p.lse_batch_stride = int64_t(pr.Hq) * pr.Sq; p.lse_head_stride = pr.Sq; p.lse_row_stride = 1;
+  p.batch = pr.B; p.heads_q = pr.Hq; p.heads_kv = pr.Hkv; p.seqlen_q = pr.Sq; p.seqlen_k = pr.Sk;
+  p.head_dim_qk = p.head_dim_v = D; p.head_dim_bucket = D; p.bwd_tile = 0;
+  p.scale = 1.f / std::sqrt(float(D)); p.scale_log2 = p.scale * 1.4426950408889634f;
+  p.mask = MaskSpec{-1, pr.causal ? 0 : -1, pr.causal == 2 ? MaskAlign::kBottomRight : MaskAlign::kTopLeft};
+  p.dtype = DType::kBFloat16;
+  p.num_sms = 132; p.cc_major = 9; p.smem_optin_bytes = 227 * 1024;
+  p.dq_accum = r.dq_accum; p.delta = r.delta;
+  p.dq_accum_row_stride = D; p.dq_accum_head_stride = int64_t(pr.Sq) * D;
+  p.dq_accum_batch_stride = int64_t(pr.Hq) * pr.Sq * D;
+  p.delta_row_stride = 1; p.delta_head_stride = pr.Sq; p.delta_batch_stride = int64_t(pr.Hq) * pr.Sq;
+  CHECK_CUDA((run_fwd_sm80_<Elem, D>(p, 0)));
+  return r;
+}
+
+void release(Run& r) {
+  for (void* t : {(void*)r.q, (void*)r.k, (void*)r.v, (void*)r.o, (void*)r.dout, (void*)r.dq, (void*)r.dk,
+                  (void*)r.dv, (void*)r.dq2, (void*)r.dk2, (void*)r.dv2, (void*)r.lse, (void*)r.dq_accum,
+                  (void*)r.delta})
+    CHECK_CUDA(cudaFree(t));
+}
+
+cudaError_t run_family(Run& r, bool sm90, bool second) {
+  AttnBwdParams p = r.p;
+  p.dq = second ? r.dq2 : r.dq; p.dk = second ? r.dk2 : r.dk; p.dv = second ? r.dv2 : r.dv;
+  return sm90 ? run_bwd_sm90_<Elem, 128>(p, 0) : run_bwd_sm80_<Elem, 128>(p, 0);
+}
+
+bool check(const Problem& pr) {
+  Run r = setup(pr);
+  const int64_t nq = int64_t(pr.B) * pr.Hq * pr.Sq * 128, nk = int64_t(pr.B) * pr.Hkv * pr.Sk * 128;
+  CHECK_CUDA(cudaMemset(r.dq2, 0xFF, std::max<int64_t>(nq, 8) * 2));  // NaN-poisoned outputs
+  CHECK_CUDA(cudaMemset(r.dk2, 0xFF, std::max<int64_t>(nk, 8) * 2));
+  CHECK_CUDA(cudaMemset(r.dv2, 0xFF, std::max<int64_t>(nk, 8) * 2));
+  CHECK_CUDA(run_family(r, false, false));
+  CHECK_CUDA(run_family(r, true, true));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  unsigned* bits;
+  CHECK_CUDA(cudaMalloc(&bits, 6 * 4));
+  CHECK_CUDA(cudaMemset(bits, 0, 6 * 4));
+  diff<<<1024, 256>>>(r.dq2, r.dq, nq, bits + 0, bits + 1);
+  diff<<<1024, 256>>>(r.dk2, r.dk, nk, bits + 2, bits + 3);
+  diff<<<1024, 256>>>(r.dv2, r.dv, nk, bits + 4, bits + 5);
+  unsigned h[6];
+  CHECK_CUDA(cudaMemcpy(h, bits, sizeof(h), cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaFree(bits));
+  float f[6];
+  for (int i = 0; i < 6; ++i) std::memcpy(&f[i], &h[i], 4);
+  // Both round P and dS to bf16 for their GEMMs in different orders: a few bf16 ulps of the
+  // largest gradient apart is agreement; a wrong tile, mask or reduction is O(1).
+  bool ok = true;
+  for (int i = 0; i < 3; ++i) ok = ok && f[2 * i] <= 2e-2f * std::max(f[2 * i + 1], 1e-3f);
+  std::printf("%-4s B%d H%d/%d %dx%d causal %d  |ddq| %.2e of %.2e  |ddk| %.2e of %.2e  |ddv| %.2e of %.2e\n",
+              ok ? "ok" : "FAIL", pr.B, pr.Hq, pr.Hkv, pr.Sq, pr.Sk, pr.causal, f[0], f[1], f[2], f[3], f[4], f[5]);
+  release(r);
+  return ok;
+}
+
+void bench(int S, int causal) {
+  const int B = 16384 / S, H = 16;
+  Run r = setup(Problem{B, H, H, S, S, causal});
+  const double flops = 2.5 * 4.0 * B * H * double(S) * S * 128 / (causal ? 2 : 1);
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  for (bool sm90 : {false, true}) {
+    std::vector<float> ms;
+    for (int it = 0; it < 20; ++it) {
+      CHECK_CUDA(cudaEventRecord(e0));
+      CHECK_CUDA(run_family(r, sm90, false));
+      CHECK_CUDA(cudaEventRecord(e1));
+      CHECK_CUDA(cudaEventSynchronize(e1));
+      float t;
+      CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+      if (it >= 5) ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    std::printf("bench,bwd,%s,d128,S%d,causal%d,%.4f ms,%.1f TFLOP/s\n", sm90 ? "sm90" : "sm80", S, causal,
+                ms[ms.size() / 2], flops / ms[ms.size() / 2] * 1e-9);
+  }
+  release(r);
+}
+
+int main(int argc, char** argv) {
+  const std::string what = argc > 1 ? argv[1] : "all";
+  int failures = 0;
+  if (what == "check" || what == "all") {
+    const Problem cases[] = {{1, 1, 1, 64, 128, 0},   {2, 4, 4, 1000, 1000, 0}, {2, 4, 4, 1000, 1000, 1},
+                             {2, 4, 4, 1000, 1000, 2}, {2, 4, 4, 300, 1000, 2},  {2, 4, 4, 1000, 300, 1},
+                             {1, 8, 2, 777, 777, 1},  {3, 2, 2, 1, 113, 0},     {2, 2, 1, 113, 1, 0},
+                             {1, 2, 2, 4096, 4096, 1}};
+    for (const Problem& pr : cases) failures += !check(pr);
+    std::printf("checks: %d failed\n", failures);
+  }
+  if (what == "bench" || what == "all") {
+    for (int causal : {0, 1})
+      for (int S : {2048, 8192}) bench(S, causal);
+  }
+  return failures ? 1 : 0;
+}
