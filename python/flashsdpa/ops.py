@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from flashsdpa import _backend, masks, reporting, selection, validation
+from flashsdpa import _backend, features, masks, reporting, selection, validation
 
 __all__ = ["attention", "attention_varlen"]
 
@@ -486,6 +486,11 @@ def attention(
     scale: float | None = None,
     return_lse: bool = False,
     enable_gqa: bool = True,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    softcap: float = 0.0,
+    alibi_slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Exact attention ``softmax(scale * query @ key^T) @ value`` in SDPA's layout.
 
@@ -504,6 +509,13 @@ def attention(
     copied first); on CPU the float32 blockwise reference.
     Differentiable and ``torch.compile(fullgraph=True)``-friendly. Bad arguments raise TypeError or
     ValueError naming the argument and the limit.
+
+    Training features (flashsdpa.features; on CPU only, through the reference, differentiable; on
+    CUDA they raise NotImplementedError until our kernels serve them): ``attn_mask`` bool (True =
+    attend) or additive, broadcastable to (B, Hq, Sq, Sk), with a gradient when additive;
+    ``dropout_p``; ``softcap`` (scores ``softcap * tanh(s / softcap)`` before mask and bias);
+    ``alibi_slopes`` float32 (Hq,) or (B, Hq) (scores gain ``-slope * |i + Sk - Sq - j|``);
+    ``sinks`` (Hq,), a learnable logit per head in each row's softmax denominator.
     """
     _check_tensors(query, key, value, 4, "(batch, heads, seq_len, head_dim)")
     batch, heads_q, _, head_dim = query.shape
@@ -518,6 +530,11 @@ def attention(
         raise ValueError(f"head dims {head_dim} (query) and {value.shape[3]} (value): need at least 1")
     _check_heads(heads_q, key.shape[1], enable_gqa)
     mask = masks.make(causal, causal_alignment, window)
+    if attn_mask is not None or dropout_p or softcap or alibi_slopes is not None or sinks is not None:
+        target = (batch, heads_q, query.shape[2], key.shape[2])
+        extras = features.check(query, target, batch, attn_mask, dropout_p, softcap, alibi_slopes, sinks)
+        out, lse = features.attention(query, key, value, mask, _scale(scale, head_dim), extras)
+        return (out, lse) if return_lse else out
     if query.is_cuda:
         _check_cuda(query, head_dim, value.shape[3])
     out, lse = torch.ops.flashsdpa.fwd.default(query, key, value, _scale(scale, head_dim), mask)
@@ -539,6 +556,11 @@ def attention_varlen(
     scale: float | None = None,
     return_lse: bool = False,
     validate: bool = False,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    softcap: float = 0.0,
+    alibi_slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Attention over a batch of packed sequences of different lengths.
 
@@ -550,6 +572,8 @@ def attention_varlen(
     Offsets must start at 0, not decrease and end within the rows, and ``max_seqlen_q/k`` be at least
     the longest sequence: checked on CPU always, for CUDA metadata with ``validate=True`` or
     ``FLASHSDPA_VALIDATE=1`` (reading the offsets synchronises the stream).
+    The features are :func:`attention`'s; ``attn_mask`` broadcasts to (Hq, total_q, total_k) and
+    sequence b reads its diagonal block; ``alibi_slopes`` is (Hq,) or (B, Hq).
     """
     _check_tensors(query, key, value, 3, "(total, heads, head_dim)")
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
@@ -573,6 +597,14 @@ def attention_varlen(
         query, key, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, max_seqlen_k, values=validate
     )
     mask = masks.make(causal, causal_alignment, window)
+    if attn_mask is not None or dropout_p or softcap or alibi_slopes is not None or sinks is not None:
+        target = (query.shape[1], query.shape[0], key.shape[0])
+        batch = cu_seqlens_q.shape[0] - 1
+        extras = features.check(query, target, batch, attn_mask, dropout_p, softcap, alibi_slopes, sinks)
+        out, lse = features.attention_varlen(
+            query, key, value, cu_seqlens_q, cu_seqlens_k, mask, _scale(scale, head_dim), extras
+        )
+        return (out, lse) if return_lse else out
     if query.is_cuda:
         _check_cuda(query, head_dim, value.shape[2])
     out, lse = torch.ops.flashsdpa.fwd_varlen.default(

@@ -57,6 +57,13 @@ agree. ``-inf`` would turn that into ``exp(+inf)``, and a finite value such as 0
 CPU flash kernel stores) would make the recomputed probabilities nonzero. PyTorch's math backend
 returns no LSE; its ``_safe_softmax`` also gives output 0 and zero gradients for such rows.
 
+Training features (``features=``, a :class:`flashsdpa.reference_features.Features`): attention
+masks, logit softcapping, ALiBi, attention sinks and dropout with an explicit keep-mask enter the
+same loops through its hooks: ``scores`` turns each recomputed ``q k^T`` tile into the scores (before
+the window's -inf), ``dropped`` applies the keep-mask to ``p`` for ``p @ v`` (and to ``dp``),
+``fold_sinks`` adds each row's sink to the running max and sum once the keys are done, and
+``score_grads`` collects the mask's and slopes' gradients from ``ds``. Without it nothing changes.
+
 Precision: computation is in float32 (float64 when any input is float64); ``out`` and the gradients
 are rounded to the input dtypes once, at the end; ``lse`` is always float32 (the format of
 PyTorch's flash ops), which bounds float64 gradients to about 1e-7 relative accuracy.
@@ -70,6 +77,7 @@ import torch
 from torch import Tensor
 
 from flashsdpa.masks import BOTTOM_RIGHT, BY_CAUSAL_MODE, MaskSpec
+from flashsdpa.reference_features import Features
 
 __all__ = ["CAUSAL_BOTTOM_RIGHT", "CAUSAL_NONE", "CAUSAL_TOP_LEFT", "attention_backward", "attention_forward"]
 
@@ -179,6 +187,7 @@ def attention_forward(
     causal_mode: int = CAUSAL_NONE,
     mask: MaskSpec | None = None,
     block_size: int = 128,
+    features: Features | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Attention forward, blockwise. Returns ``out`` (dtype of q, (B, Hq, Sq, Dv)) and ``lse``
     (float32, (B, Hq, Sq), natural log; +inf for rows that see no key)."""
@@ -214,6 +223,8 @@ def attention_forward(
             k_blk = k[:, :, n0:n1].to(acc_dtype)
             v_blk = v[:, :, n0:n1].to(acc_dtype)
             s = q_blk @ k_blk.transpose(-1, -2)
+            if features is not None:
+                s = features.scores(s, (groups, m0, m1, n0, n1))[0]
             window.mask_tile(s, groups, m0, m1, n0, n1)
 
             new_max = torch.maximum(row_max, s.amax(dim=-1))
@@ -223,10 +234,14 @@ def attention_forward(
             p = torch.exp(s - safe_max.unsqueeze(-1))
             alpha = torch.exp(row_max - safe_max)
             row_sum.mul_(alpha).add_(p.sum(dim=-1))
+            if features is not None:
+                p = features.dropped(p, (groups, m0, m1, n0, n1))
             acc.mul_(alpha.unsqueeze(-1)).add_(p @ v_blk)
             row_max = new_max
 
         seen = row_sum > 0
+        if features is not None:
+            row_max, row_sum, acc = features.fold_sinks(row_max, row_sum, acc, groups)
         acc.div_(torch.where(seen, row_sum, 1.0).unsqueeze(-1))
         blk_lse = torch.where(seen, row_max + torch.log(row_sum), float("inf"))
         out_groups[:, :, :, m0:m1] = _unpack(acc, groups).to(out.dtype)
@@ -247,9 +262,11 @@ def attention_backward(
     causal_mode: int = CAUSAL_NONE,
     mask: MaskSpec | None = None,
     block_size: int = 128,
+    features: Features | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Attention backward from the forward's ``out`` and ``lse``. Returns ``(dq, dk, dv)`` in the
-    dtypes and shapes of q, k, v (contiguous)."""
+    dtypes and shapes of q, k, v (contiguous); ``features`` (the forward's) then holds the extra
+    gradients (``d_mask``, ``d_sinks``, ``d_alibi``)."""
     _check_inputs(q, k, v, causal_mode, mask, block_size)
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
@@ -259,17 +276,20 @@ def attention_backward(
     if tuple(lse.shape) != expected_out[:3]:
         raise ValueError(f"lse has shape {tuple(lse.shape)}, expected {expected_out[:3]}")
     acc_dtype = _compute_dtype(q, k, v)
+    # Preprocess: delta_i = sum_j dO_ij O_ij = sum_j P_ij dP_ij, the softmax backward's row term.
+    delta = (dout.to(acc_dtype) * out.to(acc_dtype)).sum(dim=-1)
+    lse = lse.to(acc_dtype)
+    if features is not None:
+        features.start_backward(lse, delta, acc_dtype)
 
     dk = torch.zeros(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
     if batch * heads_q * seqlen_q == 0 or seqlen_k == 0:
+        if features is not None:
+            features.finish_backward()
         return torch.zeros(q.shape, dtype=q.dtype, device=q.device), dk, dv
     groups = heads_q // heads_kv
     window = _Window.of(causal_mode, mask, seqlen_q, seqlen_k)
-
-    # Preprocess: delta_i = sum_j dO_ij O_ij = sum_j P_ij dP_ij, the softmax backward's row term.
-    delta = (dout.to(acc_dtype) * out.to(acc_dtype)).sum(dim=-1)
-    lse = lse.to(acc_dtype)
     # dQ gathers contributions from every key block: a float32 accumulator (the kernel's dq_accum).
     dq_acc = torch.zeros(batch, heads_kv, groups, seqlen_q, head_dim, dtype=acc_dtype, device=q.device)
 
@@ -290,16 +310,27 @@ def attention_backward(
             delta_blk = _pack(delta, groups, m0, m1, acc_dtype)
 
             s = q_blk @ k_blk.transpose(-1, -2)
+            tile, deriv = (groups, m0, m1, n0, n1), None
+            if features is not None:
+                s, deriv = features.scores(s, tile)
             window.mask_tile(s, groups, m0, m1, n0, n1)
             # lse = +inf on rows that saw no key, so their p is exp(-inf) = 0 and they contribute nothing.
             p = torch.exp(s - lse_blk.unsqueeze(-1))
-            dv_acc += p.transpose(-1, -2) @ do_blk
             dp = do_blk @ v_blk.transpose(-1, -2)
+            if features is not None:  # dropout: out = (p * keep / (1 - dropout_p)) @ v
+                dv_acc += features.dropped(p, tile).transpose(-1, -2) @ do_blk
+                dp = features.dropped(dp, tile)
+            else:
+                dv_acc += p.transpose(-1, -2) @ do_blk
             ds = p.mul_(dp.sub_(delta_blk.unsqueeze(-1)))  # p is dead after this; reuse its storage
+            if features is not None:
+                ds = features.score_grads(ds, deriv, tile)
             dk_acc += ds.transpose(-1, -2) @ q_blk
             dq_acc[:, :, :, m0:m1] += _unpack(ds @ k_blk, groups)
         dk[:, :, n0:n1] = dk_acc.to(dk.dtype)
         dv[:, :, n0:n1] = dv_acc.to(dv.dtype)
 
     dq = dq_acc.mul_(scale).flatten(1, 2).to(q.dtype)
+    if features is not None:
+        features.finish_backward()
     return dq.contiguous(), dk, dv

@@ -447,6 +447,9 @@ def explain(
     enable_gqa: bool = False,
     *,
     window: tuple[int, int] | None = None,
+    softcap: float = 0.0,
+    alibi_slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
 ) -> list[str]:
     """Why ``F.scaled_dot_product_attention(query, key, value, ...)`` with these arguments would not
     run flashsdpa's kernels inside ``flashsdpa.enable()``; an empty list means it would.
@@ -455,7 +458,9 @@ def explain(
     ``"dropout_p=0.1: dropout is not supported (needs 0.0)"``. ``scale`` never disqualifies a call.
     ``window=(left, right)`` asks about a sliding window as ``aten::_flash_attention_forward`` and the
     direct API take it (SDPA itself has none): which kernel families serve windows, and whether one
-    serves this problem.
+    serves this problem. ``softcap``, ``alibi_slopes`` and ``sinks`` ask about the direct API's
+    features (flashsdpa.attention), which our kernels do not serve yet; neither do they serve
+    ``attn_mask`` nor ``dropout_p`` (the direct API runs all five on CPU only, through the reference).
     """
     del scale  # any scale is served; the parameter mirrors SDPA's signature
     window_reasons = _window_reasons(query, value, is_causal, window) if window is not None else []
@@ -476,6 +481,13 @@ def explain(
         )
     if dropout_p != 0.0:
         reasons.append(f"dropout_p={dropout_p}: dropout is not supported (needs 0.0)")
+    for name, given, off in (
+        ("softcap", bool(softcap), "0.0"),
+        ("alibi_slopes", alibi_slopes is not None, "None"),
+        ("sinks", sinks is not None, "None"),
+    ):
+        if given:
+            reasons.append(f"{name} given: not served by flashsdpa's kernels yet (needs {off}; the direct API runs it on CPU)")
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         return reasons + kernel_reasons(query, key, value)
 
