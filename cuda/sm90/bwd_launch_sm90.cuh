@@ -24,19 +24,12 @@ cudaError_t launch_bwd_sm90_main(const AttnBwdParams& params, cudaStream_t strea
   BwdSm90Args args;
   args.p = params;
   const bool bf16 = params.dtype == DType::kBFloat16;
-  const TmaTensor4d q{params.q, params.head_dim_qk, params.seqlen_q, params.heads_q, params.batch,
-                      params.q_row_stride, params.q_head_stride, params.q_batch_stride};
-  const TmaTensor4d dout{params.dout, params.head_dim_v, params.seqlen_q, params.heads_q, params.batch,
-                         params.dout_row_stride, params.dout_head_stride, params.dout_batch_stride};
-  const TmaTensor4d k{params.k, params.head_dim_qk, params.seqlen_k, params.heads_kv, params.batch,
-                      params.k_row_stride, params.k_head_stride, params.k_batch_stride};
-  const TmaTensor4d v{params.v, params.head_dim_v, params.seqlen_k, params.heads_kv, params.batch,
-                      params.v_row_stride, params.v_head_stride, params.v_batch_stride};
-  cudaError_t err;
-  if ((err = encode_tma_4d(&args.tma_q, q, bf16, Traits::kBlockM)) != cudaSuccess) return err;
-  if ((err = encode_tma_4d(&args.tma_do, dout, bf16, Traits::kBlockM)) != cudaSuccess) return err;
-  if ((err = encode_tma_4d(&args.tma_k, k, bf16, Traits::kBlockN)) != cudaSuccess) return err;
-  if ((err = encode_tma_4d(&args.tma_v, v, bf16, Traits::kBlockN)) != cudaSuccess) return err;
+  cudaError_t err = encode_tma_all({{&args.tma_q, tma_q(params), Traits::kBlockM},
+                                    {&args.tma_do, tma_dout(params), Traits::kBlockM},
+                                    {&args.tma_k, tma_k(params), Traits::kBlockN},
+                                    {&args.tma_v, tma_v(params), Traits::kBlockN}},
+                                   bf16);
+  if (err != cudaSuccess) return err;
   if ((err = opt_in_dynamic_smem<&flashsdpa_bwd_sm90_kernel<Traits>>(Traits::kSmemBytes)) != cudaSuccess) return err;
   flashsdpa_bwd_sm90_kernel<Traits><<<static_cast<unsigned>(grid), Traits::kThreads, Traits::kSmemBytes, stream>>>(args);
   return cudaGetLastError();

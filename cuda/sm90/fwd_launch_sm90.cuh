@@ -32,22 +32,14 @@ cudaError_t launch_fwd_sm90(const AttnFwdParams& params, cudaStream_t stream, bo
   FwdSm90Args args;
   args.p = params;
   const bool bf16 = params.dtype == DType::kBFloat16;
-  const TmaTensor4d q{params.q, params.head_dim_qk, params.seqlen_q, params.heads_q, params.batch,
-                      params.q_row_stride, params.q_head_stride, params.q_batch_stride};
-  const TmaTensor4d k{params.k, params.head_dim_qk, params.seqlen_k, params.heads_kv, params.batch,
-                      params.k_row_stride, params.k_head_stride, params.k_batch_stride};
-  const TmaTensor4d v{params.v, params.head_dim_v, params.seqlen_k, params.heads_kv, params.batch,
-                      params.v_row_stride, params.v_head_stride, params.v_batch_stride};
-  const TmaTensor4d o{params.o, params.head_dim_v, params.seqlen_q, params.heads_q, params.batch,
-                      params.o_row_stride, params.o_head_stride, params.o_batch_stride};
   // An encoding the driver refuses comes back as cudaErrorNotSupported before anything ran: the
   // host then launches the portable family instead.
-  cudaError_t err;
-  if ((err = encode_tma_4d(&args.tma_q, q, bf16, Traits::kBlockM)) != cudaSuccess) return err;
-  if ((err = encode_tma_4d(&args.tma_k, k, bf16, Traits::kBlockN)) != cudaSuccess) return err;
-  if ((err = encode_tma_4d(&args.tma_v, v, bf16, Traits::kBlockN)) != cudaSuccess) return err;
-  if ((err = encode_tma_4d(&args.tma_o, o, bf16, 64)) != cudaSuccess) return err;
-
+  cudaError_t err = encode_tma_all({{&args.tma_q, tma_q(params), Traits::kBlockM},
+                                    {&args.tma_k, tma_k(params), Traits::kBlockN},
+                                    {&args.tma_v, tma_v(params), Traits::kBlockN},
+                                    {&args.tma_o, tma_o(params), 64}},
+                                   bf16);
+  if (err != cudaSuccess) return err;
   if ((err = opt_in_dynamic_smem<&flashsdpa_fwd_sm90_kernel<Traits>>(kSmemBytes)) != cudaSuccess) return err;
   kernel<<<static_cast<unsigned>(grid), Traits::kThreads, kSmemBytes, stream>>>(args);
   return cudaGetLastError();

@@ -38,11 +38,7 @@ const char* fwd_sm90_unsupported(const AttnFwdParams& p) {
   if (p.seqused_k != nullptr) return "seqused_k: portable family";
   if (!(p.scale > 0.f)) return "softmax scale <= 0: portable family";
   if (p.seqlen_k == 0) return "no keys (a TMA descriptor needs non-empty dimensions): portable family";
-  const TmaTensor4d tensors[4] = {
-      {p.q, p.head_dim_qk, p.seqlen_q, p.heads_q, p.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride},
-      {p.k, p.head_dim_qk, p.seqlen_k, p.heads_kv, p.batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride},
-      {p.v, p.head_dim_v, p.seqlen_k, p.heads_kv, p.batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride},
-      {p.o, p.head_dim_v, p.seqlen_q, p.heads_q, p.batch, p.o_row_stride, p.o_head_stride, p.o_batch_stride}};
+  const TmaTensor4d tensors[4] = {tma_q(p), tma_k(p), tma_v(p), tma_o(p)};
   for (const TmaTensor4d& t : tensors) {
     if (!tma_compatible(t)) return "TMA needs 16-byte aligned pointers and strides: portable family";
   }

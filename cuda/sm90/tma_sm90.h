@@ -18,7 +18,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <mutex>
+
+#include "flashsdpa/params.h"
 
 namespace flashsdpa {
 
@@ -27,6 +30,24 @@ struct TmaTensor4d {
   int64_t dim, rows, heads, batch;            // sizes, innermost first
   int64_t row_stride, head_stride, batch_stride;  // in elements (16-bit)
 };
+
+// The tensors of an attention call as TMA sees them: rows are queries (q, o, dout) or keys (k, v).
+inline TmaTensor4d tma_q(const AttnFwdParams& p) {
+  return {p.q, p.head_dim_qk, p.seqlen_q, p.heads_q, p.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride};
+}
+inline TmaTensor4d tma_k(const AttnFwdParams& p) {
+  return {p.k, p.head_dim_qk, p.seqlen_k, p.heads_kv, p.batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride};
+}
+inline TmaTensor4d tma_v(const AttnFwdParams& p) {
+  return {p.v, p.head_dim_v, p.seqlen_k, p.heads_kv, p.batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride};
+}
+inline TmaTensor4d tma_o(const AttnFwdParams& p) {
+  return {p.o, p.head_dim_v, p.seqlen_q, p.heads_q, p.batch, p.o_row_stride, p.o_head_stride, p.o_batch_stride};
+}
+inline TmaTensor4d tma_dout(const AttnBwdParams& p) {
+  return {p.dout, p.head_dim_v, p.seqlen_q, p.heads_q, p.batch, p.dout_row_stride, p.dout_head_stride,
+          p.dout_batch_stride};
+}
 
 inline bool tma_stride_ok(int64_t stride_elems, int64_t size) {
   if (size <= 1) return true;  // never stepped over: replaced by a valid stride when encoding
@@ -56,6 +77,23 @@ inline EncodeTiledFn encode_tiled_fn() {
     }
   });
   return fn;
+}
+
+inline cudaError_t encode_tma_4d(CUtensorMap* map, const TmaTensor4d& t, bool bf16, int box_rows);
+
+// Encodes several descriptors; the first refusal is returned (cudaErrorNotSupported: the caller
+// falls back to another family before anything ran).
+struct TmaEncoding {
+  CUtensorMap* map;
+  TmaTensor4d tensor;
+  int box_rows;
+};
+inline cudaError_t encode_tma_all(std::initializer_list<TmaEncoding> encodings, bool bf16) {
+  for (const TmaEncoding& e : encodings) {
+    const cudaError_t err = encode_tma_4d(e.map, e.tensor, bf16, e.box_rows);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
 }
 
 inline cudaError_t encode_tma_4d(CUtensorMap* map, const TmaTensor4d& t, bool bf16, int box_rows) {
