@@ -102,15 +102,6 @@ def _seq_slice(t: Tensor | None, rows_q: slice, rows_k: slice) -> Tensor | None:
     return t3[:, rows_q if t3.shape[1] != 1 else slice(None), rows_k if t3.shape[2] != 1 else slice(None)][None]
 
 
-def _sequences(cu_q: Tensor, cu_k: Tensor) -> list[tuple[int, slice, slice]]:
-    starts_q, starts_k = cu_q.tolist(), cu_k.tolist()
-    return [
-        (b, slice(starts_q[b], starts_q[b + 1]), slice(starts_k[b], starts_k[b + 1]))
-        for b in range(len(starts_q) - 1)
-        if starts_q[b + 1] > starts_q[b]
-    ]
-
-
 def _seq_extras(extras: Extras, b: int, rows_q: slice, rows_k: slice) -> Extras:
     slopes = extras.alibi_slopes
     return Extras(
@@ -123,10 +114,6 @@ def _seq_extras(extras: Extras, b: int, rows_q: slice, rows_k: slice) -> Extras:
     )
 
 
-def _as_batch(t: Tensor) -> Tensor:
-    return t.transpose(0, 1).unsqueeze(0)  # (S, H, D) rows of one sequence -> (1, H, S, D)
-
-
 def forward_varlen(
     q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_k: Tensor, *, scale: float, mask: MaskSpec, extras: Extras
 ) -> tuple[Tensor, Tensor]:
@@ -135,11 +122,11 @@ def forward_varlen(
     ``alibi_slopes`` (Hq,) or (B, Hq); ALiBi's distance uses each sequence's own lengths."""
     out = q.new_zeros(q.shape[0], q.shape[1], v.shape[2])
     lse = torch.full((q.shape[1], q.shape[0]), math.inf, dtype=torch.float32, device=q.device)
-    for b, rows_q, rows_k in _sequences(cu_q, cu_k):
+    for b, rows_q, rows_k in reference.varlen_sequences(cu_q, cu_k):
         seq_out, seq_lse = forward(
-            _as_batch(q[rows_q]),
-            _as_batch(k[rows_k]),
-            _as_batch(v[rows_k]),
+            reference.as_batch(q[rows_q]),
+            reference.as_batch(k[rows_k]),
+            reference.as_batch(v[rows_k]),
             scale=scale,
             mask=mask,
             extras=_seq_extras(extras, b, rows_q, rows_k),
@@ -180,13 +167,13 @@ def backward_varlen(
     slopes, sinks = extras.alibi_slopes, extras.sinks
     d_alibi = None if slopes is None else torch.zeros(slopes.shape, dtype=acc)
     d_sinks = None if sinks is None else torch.zeros(sinks.shape, dtype=acc)
-    for b, rows_q, rows_k in _sequences(cu_q, cu_k):
+    for b, rows_q, rows_k in reference.varlen_sequences(cu_q, cu_k):
         g = backward(
-            _as_batch(dout[rows_q]),
-            _as_batch(q[rows_q]),
-            _as_batch(k[rows_k]),
-            _as_batch(v[rows_k]),
-            _as_batch(out[rows_q]),
+            reference.as_batch(dout[rows_q]),
+            reference.as_batch(q[rows_q]),
+            reference.as_batch(k[rows_k]),
+            reference.as_batch(v[rows_k]),
+            reference.as_batch(out[rows_q]),
             lse[:, rows_q].unsqueeze(0),
             scale=scale,
             mask=mask,

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from flashsdpa import _backend, features, masks, reporting, selection, validation
+from flashsdpa import _backend, features, masks, reference, reporting, selection, validation
 
 __all__ = ["attention", "attention_varlen"]
 
@@ -39,13 +39,6 @@ _lib.define(
     " Tensor cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, float scale, int[] mask)"
     " -> (Tensor dq, Tensor dk, Tensor dv)"
 )
-
-
-def _reference() -> Any:
-    # Imported on first CPU call: the reference is the CPU path only, never needed on the GPU path.
-    from flashsdpa import reference
-
-    return reference
 
 
 # ---- output allocation: one rule for the real and the fake impls ---------------------------------
@@ -158,7 +151,7 @@ def _fwd_cpu(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: list[int]) -> 
     out, lse = _fwd_outputs(q, v)
     if _is_empty(q, k):
         return _fill_empty_fwd(out, lse)
-    ref_out, ref_lse = _reference().attention_forward(q, k, v, scale=scale, mask=spec)
+    ref_out, ref_lse = reference.attention_forward(q, k, v, scale=scale, mask=spec)
     return out.copy_(ref_out), lse.copy_(ref_lse)
 
 
@@ -208,7 +201,7 @@ def _bwd_cpu(
     dq, dk, dv = _grads_like(q, k, v)
     if _is_empty(q, k):
         return dq.zero_(), dk.zero_(), dv.zero_()
-    ref = _reference().attention_backward(dout, q, k, v, out, lse, scale=scale, mask=spec)
+    ref = reference.attention_backward(dout, q, k, v, out, lse, scale=scale, mask=spec)
     return dq.copy_(ref[0]), dk.copy_(ref[1]), dv.copy_(ref[2])
 
 
@@ -238,17 +231,6 @@ def _fwd_varlen_cuda(
     return out, lse
 
 
-def _sequences(cu_q: Tensor, cu_k: Tensor) -> list[tuple[slice, slice]]:
-    starts_q, starts_k = cu_q.tolist(), cu_k.tolist()
-    return [
-        (slice(starts_q[i], starts_q[i + 1]), slice(starts_k[i], starts_k[i + 1])) for i in range(len(starts_q) - 1)
-    ]
-
-
-def _as_batch(t: Tensor) -> Tensor:
-    return t.transpose(0, 1).unsqueeze(0)  # (S, H, D) rows of one sequence -> (1, H, S, D)
-
-
 def _fwd_varlen_cpu(
     q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_k: Tensor, max_q: int, max_k: int, scale: float, mask: list[int]
 ) -> tuple[Tensor, Tensor]:
@@ -256,14 +238,16 @@ def _fwd_varlen_cpu(
     validation.check_varlen(q, k, cu_q, cu_k, None, max_q, max_k)  # bad offsets would give wrong rows
     _count_cpu(_FWD_VARLEN_COUNTS, "flashsdpa::fwd_varlen")
     out, lse = _fill_empty_fwd(*_varlen_outputs(q, v))  # rows outside every sequence stay 0 / +inf
-    reference = _reference()
-    for rows_q, rows_k in _sequences(cu_q, cu_k):
-        if rows_q.stop > rows_q.start:
-            seq_out, seq_lse = reference.attention_forward(
-                _as_batch(q[rows_q]), _as_batch(k[rows_k]), _as_batch(v[rows_k]), scale=scale, mask=spec
-            )
-            out[rows_q] = seq_out[0].transpose(0, 1)
-            lse[:, rows_q] = seq_lse[0]
+    for _, rows_q, rows_k in reference.varlen_sequences(cu_q, cu_k):
+        seq_out, seq_lse = reference.attention_forward(
+            reference.as_batch(q[rows_q]),
+            reference.as_batch(k[rows_k]),
+            reference.as_batch(v[rows_k]),
+            scale=scale,
+            mask=spec,
+        )
+        out[rows_q] = seq_out[0].transpose(0, 1)
+        lse[:, rows_q] = seq_lse[0]
     return out, lse
 
 
@@ -322,15 +306,14 @@ def _bwd_varlen_cpu(
     validation.check_varlen(q, k, cu_q, cu_k, None, max_q, max_k)
     _count_cpu(_BWD_VARLEN_COUNTS, "flashsdpa::bwd_varlen")
     dq, dk, dv = (g.zero_() for g in _grads_like(q, k, v))
-    reference = _reference()
-    for rows_q, rows_k in _sequences(cu_q, cu_k):
-        if rows_q.stop > rows_q.start and rows_k.stop > rows_k.start:
+    for _, rows_q, rows_k in reference.varlen_sequences(cu_q, cu_k):
+        if rows_k.stop > rows_k.start:
             grads = reference.attention_backward(
-                _as_batch(dout[rows_q]),
-                _as_batch(q[rows_q]),
-                _as_batch(k[rows_k]),
-                _as_batch(v[rows_k]),
-                _as_batch(out[rows_q]),
+                reference.as_batch(dout[rows_q]),
+                reference.as_batch(q[rows_q]),
+                reference.as_batch(k[rows_k]),
+                reference.as_batch(v[rows_k]),
+                reference.as_batch(out[rows_q]),
                 lse[:, rows_q].unsqueeze(0),
                 scale=scale,
                 mask=spec,

@@ -86,6 +86,22 @@ CAUSAL_TOP_LEFT = 1
 CAUSAL_BOTTOM_RIGHT = 2
 
 
+def varlen_sequences(cu_q: Tensor, cu_k: Tensor) -> list[tuple[int, slice, slice]]:
+    """(batch index, query rows, key rows) of every packed sequence that has queries (a sequence
+    without queries has nothing to compute; its keys' gradients stay 0)."""
+    starts_q, starts_k = cu_q.tolist(), cu_k.tolist()
+    return [
+        (b, slice(starts_q[b], starts_q[b + 1]), slice(starts_k[b], starts_k[b + 1]))
+        for b in range(len(starts_q) - 1)
+        if starts_q[b + 1] > starts_q[b]
+    ]
+
+
+def as_batch(t: Tensor) -> Tensor:
+    """(S, H, D) rows of one packed sequence as a (1, H, S, D) batch of one."""
+    return t.transpose(0, 1).unsqueeze(0)
+
+
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, causal_mode: int, mask: MaskSpec | None, block_size: int) -> None:
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(
