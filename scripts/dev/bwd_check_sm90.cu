@@ -18,17 +18,11 @@
 #include "sm80/fwd_launch_sm80.cuh"
 #include "sm90/bwd_launch_sm90.cuh"
 
+#include "check_cuda.cuh"
+
 using namespace flashsdpa;
 using Elem = __nv_bfloat16;
 
-#define CHECK_CUDA(x)                                                                      \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                        \
-    }                                                                                      \
-  } while (0)
 
 __global__ void fill(Elem* x, int64_t n, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {

@@ -23,16 +23,10 @@
 #include "sm90/fwd_launch_sm90.cuh"
 #endif
 
+#include "check_cuda.cuh"
+
 using namespace flashsdpa;
 
-#define CHECK_CUDA(x)                                                                         \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);    \
-      std::exit(2);                                                                           \
-    }                                                                                         \
-  } while (0)
 
 template <typename Elem> __device__ float to_f(Elem x);
 template <> __device__ float to_f(__half x) { return __half2float(x); }
