@@ -64,9 +64,13 @@ struct BwdTraitsSm90 {
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;  // also V
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T: keys x queries, one column block
   static constexpr int kDqBytes = kBlockM * kHeadDim * 4;  // fp32 dQ staging, dq_accum's row order
-  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages);
-  static constexpr int kSmemBytes =
-      2 * kKBytes + 2 * kStages * kQBytes + kDsBytes + kDqBytes + kBarrierBytes + 1024;
+  static constexpr int kRowStatBytes = 2 * kBlockM * 4;    // LSE * log2(e) and delta of a stage's rows
+  // Two dS^T buffers: a warpgroup writes step i's half while the other may still read step i-1's
+  // in its dQ GEMM (the one barrier per step orders i against i-2). Two dQ staging buffers: the
+  // writer warp's bulk reduce-add of step i-1 reads one while the consumers fill the other.
+  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages + 4);
+  static constexpr int kSmemBytes = 2 * kKBytes + 2 * kStages * kQBytes + kStages * kRowStatBytes + 2 * kDsBytes +
+                                    2 * kDqBytes + kBarrierBytes + 1024;
 
   static_assert(std::is_same<Elem, __half>::value || std::is_same<Elem, __nv_bfloat16>::value, "fp16 or bf16");
   static_assert(kHeadDim == 128, "first version: head dim 128 (dQ's two column blocks, one per warpgroup)");
@@ -75,27 +79,38 @@ struct BwdTraitsSm90 {
 
 namespace bwd_sm90 {
 
-constexpr int kBarDs = 1;  // both consumer warpgroups: dS^T written / dQ tile staged (256 threads)
+constexpr int kBarDs = 1;  // both consumer warpgroups: dS^T of the step written (256 threads)
+
+// Warps of the producer warpgroup: TMA loads (one thread), LSE / delta rows, the dQ writer.
+constexpr int kWarpLoad = 0, kWarpDq = 1, kWarpRowStats = 2;
 
 template <typename Traits>
 struct SmemLayout {
-  uint32_t k, v, q, dout, ds, dq, bars;
+  uint32_t k, v, q, dout, stats, ds, dq, bars;
   __device__ __forceinline__ explicit SmemLayout(uint32_t base) {
     k = base;
     v = k + Traits::kKBytes;
     q = v + Traits::kKBytes;
     dout = q + Traits::kStages * Traits::kQBytes;
     ds = dout + Traits::kStages * Traits::kQBytes;
-    dq = ds + Traits::kDsBytes;
-    bars = dq + Traits::kDqBytes;
+    dq = ds + 2 * Traits::kDsBytes;
+    stats = dq + 2 * Traits::kDqBytes;
+    bars = stats + Traits::kStages * Traits::kRowStatBytes;
   }
   __device__ __forceinline__ uint32_t kv_full() const { return bars; }
+  // q_full(s) also completes when the row-stats warp has written the stage's LSE and delta.
   __device__ __forceinline__ uint32_t q_full(int s) const { return bars + 8 * (1 + s); }
   __device__ __forceinline__ uint32_t q_empty(int s) const { return bars + 8 * (1 + Traits::kStages + s); }
   __device__ __forceinline__ uint32_t do_full(int s) const { return bars + 8 * (1 + 2 * Traits::kStages + s); }
   __device__ __forceinline__ uint32_t do_empty(int s) const { return bars + 8 * (1 + 3 * Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t dq_full(int b) const { return bars + 8 * (1 + 4 * Traits::kStages + b); }
+  __device__ __forceinline__ uint32_t dq_empty(int b) const { return bars + 8 * (3 + 4 * Traits::kStages + b); }
   __device__ __forceinline__ uint32_t q_slot(int s) const { return q + s * Traits::kQBytes; }
   __device__ __forceinline__ uint32_t do_slot(int s) const { return dout + s * Traits::kQBytes; }
+  __device__ __forceinline__ uint32_t lse_slot(int s) const { return stats + s * Traits::kRowStatBytes; }
+  __device__ __forceinline__ uint32_t delta_slot(int s) const { return lse_slot(s) + Traits::kBlockM * 4; }
+  __device__ __forceinline__ uint32_t ds_buf(int b) const { return ds + b * Traits::kDsBytes; }
+  __device__ __forceinline__ uint32_t dq_buf(int b) const { return dq + b * Traits::kDqBytes; }
 };
 
 // The (query head, query block) steps of one CTA: the heads of the KV head's group, and for each
@@ -169,6 +184,59 @@ __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayou
   }
 }
 
+// LSE * log2(e) and delta of each step's query rows into the Q stage's shared memory (+inf and 0
+// past the sequence, so P and dS^T are 0 there), one warp: 2 rows per lane. The stage's q_full
+// barrier counts the warp's 32 arrivals besides the TMA thread's.
+template <typename Traits>
+__device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const SmemLayout<Traits>& sm, int batch,
+                                               const SeqlenInfo& seq, const StepRange& range, int lane) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  for (int i = 0; i < range.count(); ++i) {
+    const int s = i % Traits::kStages;
+    const uint32_t parity = (i / Traits::kStages) & 1;
+    const int head = range.head(i), m_block = range.m_block(i);
+    const float* lse = p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride;
+    const float* delta = p.delta + batch * p.delta_batch_stride + head * p.delta_head_stride;
+    float l[Traits::kBlockM / 32], d[Traits::kBlockM / 32];
+#pragma unroll
+    for (int r = 0; r < Traits::kBlockM / 32; ++r) {  // loads before the wait: they overlap it
+      const int q = m_block * Traits::kBlockM + 32 * r + lane;
+      const bool ok = q < seq.seqlen_q;
+      l[r] = ok ? lse[(seq.q_row_offset + q) * p.lse_row_stride] * kLog2e : INFINITY;
+      d[r] = ok ? delta[(seq.q_row_offset + q) * p.delta_row_stride] : 0.f;
+    }
+    sm90::mbar_wait(sm.q_empty(s), parity ^ 1);
+#pragma unroll
+    for (int r = 0; r < Traits::kBlockM / 32; ++r) {
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.lse_slot(s) + (32 * r + lane) * 4), "f"(l[r]) : "memory");
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.delta_slot(s) + (32 * r + lane) * 4), "f"(d[r]) : "memory");
+    }
+    sm90::mbar_arrive(sm.q_full(s));
+  }
+}
+
+// The dQ writer (one thread): adds each staged fp32 dQ tile to dq_accum with one bulk reduce-add
+// and frees its buffer once the TMA unit has read it, so no consumer waits for the reduction.
+template <typename Traits>
+__device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayout<Traits>& sm, int batch,
+                                         const SeqlenInfo& seq, const StepRange& range) {
+#if defined(__CUDA_ARCH__)  // ptx.cuh declares the bulk copies for device passes of sm_90 only
+  for (int i = 0; i < range.count(); ++i) {
+    const int b = i % 2;
+    const int head = range.head(i), m_block = range.m_block(i);
+    const int rows = min(Traits::kBlockM, seq.seqlen_q - m_block * Traits::kBlockM);
+    float* dst = p.dq_accum + batch * p.dq_accum_batch_stride + head * p.dq_accum_head_stride +
+                 (seq.q_row_offset + m_block * Traits::kBlockM) * p.dq_accum_row_stride;
+    sm90::mbar_wait(sm.dq_full(b), (i / 2) & 1);
+    bulk_reduce_add_f32(dst, sm.dq_buf(b), rows * Traits::kHeadDim * 4);
+    bulk_commit_group();
+    bulk_wait_read_all();
+    sm90::mbar_arrive(sm.dq_empty(b));
+  }
+  bulk_wait_all();
+#endif
+}
+
 template <typename Traits>
 __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int n_block,
                                         int kv_head, int batch, const SeqlenInfo& seq, const BlockMask& mask,
@@ -194,7 +262,8 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   float st_acc[kBlockM / 2], dpt_acc[kBlockM / 2], dq_acc[32];
   auto& st = *reinterpret_cast<float(*)[1][kMTiles][4]>(st_acc);
   auto& dpt = *reinterpret_cast<float(*)[1][kMTiles][4]>(dpt_acc);
-  auto& dq = *reinterpret_cast<float(*)[1][8][4]>(dq_acc);
+  float dq_prev[32];  // the previous step's dQ tile (scaled), staged during this step's S^T GEMM
+  auto& dq = *reinterpret_cast<float(*)[1][8][4]>(dq_prev);
   uint32_t pt16[kMTiles / 2][4], dst16[kMTiles / 2][4];
 
   // Descriptors (column block 0): this warpgroup's K and V rows (K-major A), the Q / dO slots as
@@ -206,36 +275,62 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   const uint64_t do_kmaj0 = sm90::make_desc(sm.dout, 16, 1024);
   const uint64_t q_nmaj0 = sm90::make_desc(sm.q, kBlockM * 128, 1024);
   const uint64_t do_nmaj0 = sm90::make_desc(sm.dout, kBlockM * 128, 1024);
-  const uint64_t ds_desc = sm90::make_desc(sm.ds, kBlockN * 128, 1024);
+  const uint64_t ds_desc0 = sm90::make_desc(sm.ds, kBlockN * 128, 1024);
   const uint64_t kq_desc = sm90::make_desc(sm.k + cwg * kBlockN * 128, kBlockN * 128, 1024);
   constexpr uint64_t kSlot = Traits::kQBytes >> 4;
+  constexpr uint64_t kDsBuf = Traits::kDsBytes >> 4;
   const float scale_log2 = p.scale_log2;
-  constexpr float kLog2e = 1.4426950408889634f;
+
+  // Step i's dQ tile into staging buffer i % 2 in dq_accum's (permuted) row order, for the writer
+  // warp. Rows: this thread's queries (the M dimension of the dQ product). Called after step i + 1's
+  // S^T GEMM is issued, so the tensor cores have work while the warpgroups stage it.
+  auto stage_dq = [&](int step) {
+#if defined(FLASHSDPA_BWD_SM90_DQ_RED)  // experiment: red.global.add.v4 from registers, no staging
+    const int64_t first_row = seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM;
+    float* acc = p.dq_accum + batch * p.dq_accum_batch_stride + range.head(step) * p.dq_accum_head_stride;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = warp * 16 + lane / 4 + 8 * h;
+        const int64_t abs_row = first_row + row;
+        const int col = 64 * cwg + 16 * g + 2 * (lane % 4);
+        red_add_f32x4_if(acc + abs_row * p.dq_accum_row_stride + DqAccumLayout::position(abs_row, col),
+                         dq[0][2 * g][2 * h], dq[0][2 * g][2 * h + 1], dq[0][2 * g + 1][2 * h],
+                         dq[0][2 * g + 1][2 * h + 1], range.m_block(step) * kBlockM + row < seq.seqlen_q);
+      }
+    }
+    return;
+#endif
+    const int buf = step % 2;
+    sm90::mbar_wait(sm.dq_empty(buf), ((step / 2) & 1) ^ 1);
+    const int q_row = warp * 16 + lane / 4;
+    const int64_t row0 = seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = q_row + 8 * h;
+        const int col = 64 * cwg + 8 * j + 2 * (lane % 4);
+        const uint32_t addr = sm.dq_buf(buf) + (row * Traits::kHeadDim + DqAccumLayout::position(row0 + row, col)) * 4;
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[0][j][2 * h]), "f"(dq[0][j][2 * h + 1])
+                     : "memory");
+      }
+    }
+    sm90::fence_async_shared();
+    sm90::mbar_arrive(sm.dq_full(buf));
+  };
 
   sm90::mbar_wait(sm.kv_full(), 0);
   for (int i = 0; i < range.count(); ++i) {
     const int s = i % Traits::kStages;
     const uint32_t parity = (i / Traits::kStages) & 1;
-    const int head = range.head(i), m_block = range.m_block(i);
-    const int q0 = m_block * kBlockM + 2 * (lane % 4);  // sequence query of this thread's element 0
+    const int b = i % 2;  // dS^T and dQ staging buffer
+    const int m_block = range.m_block(i);
+    const int c0 = 2 * (lane % 4);  // this thread's element-0 query within the block
+    const int q0 = m_block * kBlockM + c0;
 
-    // Per-column (query) LSE * log2(e) and delta, read while the GEMMs run; rows past the sequence
-    // get LSE +inf (P = 0) and delta 0.
-    float lse2[kMTiles][2], delta[kMTiles][2];
-    const float* lse_row = p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride;
-    const float* delta_row = p.delta + batch * p.delta_batch_stride + head * p.delta_head_stride;
-#pragma unroll
-    for (int j = 0; j < kMTiles; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int q = q0 + 8 * j + e;
-        const bool ok = q < seq.seqlen_q;
-        lse2[j][e] = ok ? lse_row[(seq.q_row_offset + q) * p.lse_row_stride] * kLog2e : INFINITY;
-        delta[j][e] = ok ? delta_row[(seq.q_row_offset + q) * p.delta_row_stride] : 0.f;
-      }
-    }
-
-    // S^T = K Q^T and dP^T = V dO^T.
+    // S^T = K Q^T and dP^T = V dO^T, two commit groups; the previous step's dQ is staged between.
     sm90::mbar_wait(sm.q_full(s), parity);
     sm90::wgmma_fence();
 #pragma unroll
@@ -245,6 +340,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       OpS::template ss<0>(st_acc, k_desc + off_k, q_kmaj0 + s * kSlot + off_q, kk > 0);
     }
     sm90::wgmma_commit();
+    if (i > 0) stage_dq(i - 1);
     sm90::mbar_wait(sm.do_full(s), parity);
     sm90::wgmma_fence();
 #pragma unroll
@@ -254,6 +350,15 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       OpS::template ss<0>(dpt_acc, v_desc + off_v, do_kmaj0 + s * kSlot + off_do, kk > 0);
     }
     sm90::wgmma_commit();
+
+    // Per-column (query) LSE * log2(e), from the stage's shared memory while the GEMMs run.
+    float2 lse2[kMTiles];
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j) {
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                   : "=f"(lse2[j].x), "=f"(lse2[j].y)
+                   : "r"(sm.lse_slot(s) + (8 * j + c0) * 4));
+    }
     sm90::wgmma_wait<1>();
     sm90::fence_regs(st_acc);
 
@@ -261,81 +366,78 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
 #pragma unroll
     for (int j = 0; j < kMTiles; ++j) {
 #pragma unroll
-      for (int x = 0; x < 4; ++x) st[0][j][x] = fast_exp2(fmaf(st[0][j][x], scale_log2, -lse2[j][x % 2]));
+      for (int x = 0; x < 4; ++x) st[0][j][x] = fast_exp2(fmaf(st[0][j][x], scale_log2, x % 2 ? -lse2[j].y : -lse2[j].x));
     }
     if (mask.template partial<kBlockM, kBlockN>(m_block, n_block)) apply_mask_t<kMTiles>(st, mask, key0, q0, seq.seqlen_q, 0.f);
-    sm90::wgmma_wait<0>();
+    to_a_fragments<Elem, kMTiles>(pt16, st);
+
+    // dV += P^T dO (K steps over the 64 queries), issued before dS^T exists.
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) OpD::template rs<1>(dv_acc, pt16[kk], do_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
+    sm90::wgmma_commit();
+
+    float2 delta[kMTiles];
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j) {
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                   : "=f"(delta[j].x), "=f"(delta[j].y)
+                   : "r"(sm.delta_slot(s) + (8 * j + c0) * 4));
+    }
+    sm90::wgmma_wait<1>();  // dP^T done (dV may still run)
     sm90::fence_regs(dpt_acc);
     // dS^T = P^T (dP^T - delta) (unscaled: dK is scaled in the epilogue, dQ in the postprocess).
 #pragma unroll
     for (int j = 0; j < kMTiles; ++j) {
 #pragma unroll
-      for (int x = 0; x < 4; ++x) dpt[0][j][x] = st[0][j][x] * (dpt[0][j][x] - delta[j][x % 2]);
+      for (int x = 0; x < 4; ++x) dpt[0][j][x] = st[0][j][x] * (dpt[0][j][x] - (x % 2 ? delta[j].y : delta[j].x));
     }
-    to_a_fragments<Elem, kMTiles>(pt16, st);
     to_a_fragments<Elem, kMTiles>(dst16, dpt);
 
-    // dV += P^T dO, dK += dS^T Q (K steps over the 64 queries).
+    // dK += dS^T Q.
     sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) OpD::template rs<1>(dv_acc, pt16[kk], do_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) OpD::template rs<1>(dk_acc, dst16[kk], q_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
     sm90::wgmma_commit();
 
     // dS^T to shared memory (keys x queries, 128-byte swizzled rows), for dQ = dS K.
+    const uint32_t ds = sm.ds_buf(b);
 #pragma unroll
     for (int j = 0; j < kMTiles; ++j) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = key_row + 8 * h;  // row % 8 == lane / 4
-        st_shared_b32(sm.ds + row * 128 + ((j ^ (lane / 4)) << 4) + (lane % 4) * 4, dst16[j / 2][(j % 2) * 2 + h]);
+        st_shared_b32(ds + row * 128 + ((j ^ (lane / 4)) << 4) + (lane % 4) * 4, dst16[j / 2][(j % 2) * 2 + h]);
       }
     }
     sm90::fence_async_shared();
-    sm90::named_sync(kBarDs, 256);  // both halves of dS^T written; the previous dQ tile added
+    sm90::named_sync(kBarDs, 256);  // both halves of dS^T written
 
     // dQ[:, 64 cwg .. 64 cwg + 63] = dS K over all 128 keys (M-major A, N-major B).
     sm90::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) OpQ::template ss<1, 1>(dq_acc, ds_desc + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+      OpQ::template ss<1, 1>(dq_acc, ds_desc0 + b * kDsBuf + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
     sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();  // dK, dV and dQ done: the Q / dO slot and dS^T are free
+    sm90::wgmma_wait<0>();  // dK, dV and dQ done: the Q / dO slot is free
     sm90::fence_regs(dv_acc);
     sm90::fence_regs(dk_acc);
-    sm90::fence_regs(dq_acc);
+    // dQ is scaled here (the postprocess then runs with scale 1): the multiply redefines the
+    // registers, which the staging reads after the next step's S^T GEMM is issued; read straight
+    // from the wgmma, ptxas injects a wait for that GEMM there (C7517) and the overlap is lost.
+#pragma unroll
+    for (int x = 0; x < 32; ++x) dq_prev[x] = dq_acc[x] * p.scale;
+    __syncwarp();  // the warp's reads of the stage (LSE, delta) before lane 0 frees it
     if (arriver) {
       sm90::mbar_arrive(sm.q_empty(s));
       sm90::mbar_arrive(sm.do_empty(s));
     }
-    // dQ tile into the staging in dq_accum's (permuted) row order; one bulk reduce-add of the
-    // valid rows. Rows: this thread's queries (the M dimension of the dQ product).
-    const int q_row = warp * 16 + lane / 4;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = q_row + 8 * h;
-        const int64_t abs_row = seq.q_row_offset + m_block * kBlockM + row;
-        const int col = 64 * cwg + 8 * j + 2 * (lane % 4);
-        const uint32_t addr = sm.dq + (row * Traits::kHeadDim + DqAccumLayout::position(abs_row, col)) * 4;
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[0][j][2 * h]), "f"(dq[0][j][2 * h + 1])
-                     : "memory");
-      }
-    }
-    sm90::fence_async_shared();
-    sm90::named_sync(kBarDs, 256);
-#if defined(__CUDA_ARCH__)  // ptx.cuh declares the bulk copies for device passes of sm_90 only
-    if (cwg == 0 && tid == 0) {
-      const int rows = min(kBlockM, seq.seqlen_q - m_block * kBlockM);
-      float* dst = p.dq_accum + batch * p.dq_accum_batch_stride + head * p.dq_accum_head_stride +
-                   (seq.q_row_offset + m_block * kBlockM) * p.dq_accum_row_stride;
-      bulk_reduce_add_f32(dst, sm.dq, rows * Traits::kHeadDim * 4);
-      bulk_commit_group();
-      bulk_wait_read_all();  // the staging is rewritten next step (the barrier there orders it)
-    }
-#endif
   }
+  if (range.count() > 0) stage_dq(range.count() - 1);
+
+  sm90::wgmma_wait<0>();  // (every group is done here; this tells the compiler so)
+  sm90::fence_regs(dv_acc);
+  sm90::fence_regs(dk_acc);
 
   // ---- epilogue: dK * scale, dV; plain stores of this warpgroup's 64 keys (rows past Sk skipped) --
   Elem* dk = static_cast<Elem*>(p.dk) + batch * p.dk_batch_stride + kv_head * p.dk_head_stride +
@@ -384,10 +486,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
     sm90::mbar_init(sm.kv_full(), 1);
 #pragma unroll
     for (int s = 0; s < Traits::kStages; ++s) {
-      sm90::mbar_init(sm.q_full(s), 1);
+      sm90::mbar_init(sm.q_full(s), 1 + 32);  // the TMA thread's arrive + tx, the row-stats warp
       sm90::mbar_init(sm.do_full(s), 1);
       sm90::mbar_init(sm.q_empty(s), 4 * Traits::kConsumerWGs);
       sm90::mbar_init(sm.do_empty(s), 4 * Traits::kConsumerWGs);
+    }
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      sm90::mbar_init(sm.dq_full(b), 128 * Traits::kConsumerWGs);
+      sm90::mbar_init(sm.dq_empty(b), 1);
     }
     sm90::fence_mbar_init();
   }
@@ -396,7 +503,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     sm90::setmaxnreg_dec<Traits::kProducerRegs>();
-    if (threadIdx.x == 0) bwd_sm90::produce<Traits>(args, sm, n_block, kv_head, batch, range);
+    const int warp = threadIdx.x / 32;
+    if (warp == bwd_sm90::kWarpLoad && threadIdx.x % 32 == 0) {
+      bwd_sm90::produce<Traits>(args, sm, n_block, kv_head, batch, range);
+#if !defined(FLASHSDPA_BWD_SM90_DQ_RED)
+    } else if (warp == bwd_sm90::kWarpDq && threadIdx.x % 32 == 0) {
+      bwd_sm90::write_dq<Traits>(p, sm, batch, seq, range);
+#endif
+    } else if (warp == bwd_sm90::kWarpRowStats) {
+      bwd_sm90::load_row_stats<Traits>(p, sm, batch, seq, range, threadIdx.x % 32);
+    }
   } else {
     sm90::setmaxnreg_inc<Traits::kConsumerRegs>();
     bwd_sm90::consume<Traits>(args, sm, n_block, kv_head, batch, seq, mask, range, warpgroup - 1);

@@ -40,7 +40,9 @@ cudaError_t run_bwd_sm90_(const AttnBwdParams& params, cudaStream_t stream) {
   cudaError_t err = launch_bwd_prepost<Elem, kHeadDim, false>(params, stream);
   if (err != cudaSuccess) return err;
   if ((err = launch_bwd_sm90_main<BwdTraitsSm90<Elem, kHeadDim>>(params, stream)) != cudaSuccess) return err;
-  return launch_bwd_prepost<Elem, kHeadDim, true>(params, stream);
+  AttnBwdParams post = params;
+  post.scale = 1.f;  // the main kernel stages dQ already scaled
+  return launch_bwd_prepost<Elem, kHeadDim, true>(post, stream);
 }
 
 }  // namespace flashsdpa

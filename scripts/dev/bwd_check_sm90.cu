@@ -171,6 +171,12 @@ int main(int argc, char** argv) {
     for (const Problem& pr : cases) failures += !check(pr);
     std::printf("checks: %d failed\n", failures);
   }
+  if (what == "prof") {  // one sm90 call on a bar shape, for ncu
+    Run r = setup(Problem{2, 16, 16, 8192, 8192, 0});
+    CHECK_CUDA(run_family(r, true, false));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    release(r);
+  }
   if (what == "bench" || what == "all") {
     for (int causal : {0, 1})
       for (int S : {2048, 8192}) bench(S, causal);
