@@ -427,11 +427,10 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     // from the wgmma, ptxas injects a wait for that GEMM there (C7517) and the overlap is lost.
 #pragma unroll
     for (int x = 0; x < 32; ++x) dq_prev[x] = dq_acc[x] * p.scale;
-    __syncwarp();  // the warp's reads of the stage (LSE, delta) before lane 0 frees it
-    if (arriver) {
-      sm90::mbar_arrive(sm.q_empty(s));
-      sm90::mbar_arrive(sm.do_empty(s));
-    }
+    // Every consumer thread frees the Q stage (it read the stage's LSE and delta), lane 0 of each
+    // warp the dO stage (read by the warpgroup's wgmmas only).
+    sm90::mbar_arrive(sm.q_empty(s));
+    if (arriver) sm90::mbar_arrive(sm.do_empty(s));
   }
   if (range.count() > 0) stage_dq(range.count() - 1);
 
@@ -488,7 +487,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
     for (int s = 0; s < Traits::kStages; ++s) {
       sm90::mbar_init(sm.q_full(s), 1 + 32);  // the TMA thread's arrive + tx, the row-stats warp
       sm90::mbar_init(sm.do_full(s), 1);
-      sm90::mbar_init(sm.q_empty(s), 4 * Traits::kConsumerWGs);
+      sm90::mbar_init(sm.q_empty(s), 128 * Traits::kConsumerWGs);
       sm90::mbar_init(sm.do_empty(s), 4 * Traits::kConsumerWGs);
     }
 #pragma unroll
