@@ -40,12 +40,12 @@ std::vector<FamilyCaps> make_families() {
   std::vector<FamilyCaps> table;
   // Arch-specific families go first: select_family takes the first that serves a problem.
 #ifdef FLASHSDPA_FAMILY_SM90
-  // wgmma / TMA / setmaxnreg SASS for sm_90a runs on compute capability 9.0 only. Forward, dense,
-  // no window yet: the rest of an H100's calls take the portable family below.
+  // wgmma / TMA / setmaxnreg SASS for sm_90a runs on compute capability 9.0 only. Forward, dense:
+  // the rest of an H100's calls take the portable family below.
   table.push_back(FamilyCaps{
       "sm90", "compute capability 9.0 only (sm_90a: wgmma, TMA, warp specialization)", 90, 90,
-      ints(FLASHSDPA_SM90_ARCHS_LIST), build_config().dtypes, ints(FLASHSDPA_SM90_HEAD_DIMS_LIST),
-      {MaskKind::kNone, MaskKind::kCausalTopLeft, MaskKind::kCausalBottomRight}, {Layout::kDense},
+      ints(FLASHSDPA_SM90_ARCHS_LIST), build_config().dtypes, ints(FLASHSDPA_SM90_HEAD_DIMS_LIST), kAllMasks,
+      {Layout::kDense},
       {Direction::kForward}, &run_fwd_sm90, nullptr, &fwd_plan_sm90, nullptr, &fwd_sm90_unsupported});
 #endif
 #ifdef FLASHSDPA_FAMILY_SM80

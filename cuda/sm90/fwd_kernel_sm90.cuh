@@ -193,19 +193,22 @@ struct SmemLayout {
 struct TileWork {
   WorkTile tile;
   BlockMask mask;
-  int n_block_min, n_block_max, n_unmasked_end;
+  int n_block_min, n_block_max, n_unmasked_begin, n_unmasked_end;
   __device__ __forceinline__ bool has_keys() const { return n_block_max > n_block_min; }
+  // Blocks outside [n_unmasked_begin, n_unmasked_end) need element-wise masking.
+  __device__ __forceinline__ bool masked(int n) const { return n >= n_unmasked_end || n < n_unmasked_begin; }
 };
 
 template <typename Traits>
 __device__ __forceinline__ TileWork tile_work(const AttnFwdParams& p, const WorkTile& tile) {
   const SeqlenInfo seq(p, tile.batch);
-  // The family serves no mask and causal masks only (its row in backend/src/capabilities.cpp):
-  // n_block_min is 0 and every block from n_unmasked_end up needs the mask.
+  // Key blocks outside the mask's range are never loaded (a 4k window on 32k keys costs 4k keys).
   const BlockMask mask(seq, p.mask);
+  const int n_block_min = mask.template n_block_min<Traits::kBlockM, Traits::kBlockN>(tile.block);
   const int n_block_max = mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(tile.block);
+  const int n_unmasked_begin = max(mask.template full_begin<Traits::kBlockM, Traits::kBlockN>(tile.block), n_block_min);
   const int n_unmasked_end = min(mask.template full_end<Traits::kBlockM, Traits::kBlockN>(tile.block), n_block_max);
-  return TileWork{tile, mask, 0, n_block_max, n_unmasked_end};
+  return TileWork{tile, mask, n_block_min, n_block_max, n_unmasked_begin, n_unmasked_end};
 }
 
 // Ring positions, counted over every tile this CTA has run, on both sides of the ring alike: the
@@ -320,7 +323,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       sm90::fence_regs(s_acc);
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
-      if (n >= w.n_unmasked_end) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
+      if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
       softmax.template online_step<kNTiles>(s, scale_log2, correction);  // o is zero: no rescale needed
       convert_p<Elem, kNTiles>(p16, s);
@@ -339,7 +342,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       sm90::fence_regs(s_acc);
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
-      if (n >= w.n_unmasked_end) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
+      if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
       const bool rescale = softmax.template online_step<kNTiles>(s, scale_log2, correction);
       sm90::wgmma_wait<0>();
