@@ -127,6 +127,7 @@ void bwd(const BwdSpec& spec) {
   p.delta_head_stride = w.rows_per_head;
   p.delta_batch_stride = varlen_mode ? 0 : int64_t(spec.fwd.shape.heads_q) * w.rows_per_head;
   p.deterministic = false;
+  p.dq_semaphore = nullptr;  // deterministic mode: wired with the sm90 backward's host side
   launch_bwd(family, p, spec.fwd.device, reinterpret_cast<void*>(spec.fwd.stream));
 }
 

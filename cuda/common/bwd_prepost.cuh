@@ -90,6 +90,9 @@ __global__ void __launch_bounds__(kPrePostThreads)
     if (sub == 0 && r < rows) delta[r * p.delta_row_stride] = acc;
   }
 
+  if (p.dq_semaphore != nullptr && tid == 0) {
+    p.dq_semaphore[(int64_t(tile.batch) * p.heads_q + tile.head) * ceil_div(p.seqlen_q, kPrePostRows) + tile.block] = 0;
+  }
   constexpr int kVecPerRow = kHeadDim / 4;  // float4 stores; every kHeadDim column exists
   for (int i = tid; i < rows * kVecPerRow; i += kPrePostThreads) {
     const int r = i / kVecPerRow, c = i % kVecPerRow;

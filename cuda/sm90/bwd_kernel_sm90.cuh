@@ -217,20 +217,41 @@ __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const Sme
 
 // The dQ writer (one thread): adds each staged fp32 dQ tile to dq_accum with one bulk reduce-add
 // and frees its buffer once the TMA unit has read it, so no consumer waits for the reduction.
+// Deterministic mode (p.dq_semaphore): the key blocks that see a query block add to it in
+// descending order, the order the grid launches them (so a CTA only ever waits for one launched
+// before it: no deadlock). The largest key block that sees it goes first; each later one waits
+// until its successor n + 1 has marked the block's semaphore with n + 2 (0 = none yet), adds, waits
+// for its adds to land, and marks n + 1. The sum's order, hence every bit, is then fixed.
 template <typename Traits>
 __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayout<Traits>& sm, int batch,
-                                         const SeqlenInfo& seq, const StepRange& range) {
+                                         const SeqlenInfo& seq, const BlockMask& mask, const StepRange& range,
+                                         int n_block) {
 #if defined(__CUDA_ARCH__)  // ptx.cuh declares the bulk copies for device passes of sm_90 only
+  static_assert(Traits::kBlockM == kPrePostRows, "dq_semaphore counts blocks of the preprocess's rows");
+  const int m_blocks = ceil_div(p.seqlen_q, Traits::kBlockM);
   for (int i = 0; i < range.count(); ++i) {
     const int b = i % 2;
     const int head = range.head(i), m_block = range.m_block(i);
     const int rows = min(Traits::kBlockM, seq.seqlen_q - m_block * Traits::kBlockM);
     float* dst = p.dq_accum + batch * p.dq_accum_batch_stride + head * p.dq_accum_head_stride +
                  (seq.q_row_offset + m_block * Traits::kBlockM) * p.dq_accum_row_stride;
+    int32_t* sem = p.dq_semaphore == nullptr
+                       ? nullptr
+                       : p.dq_semaphore + (int64_t(batch) * p.heads_q + head) * m_blocks + m_block;
     sm90::mbar_wait(sm.dq_full(b), (i / 2) & 1);
+    if (sem != nullptr && n_block + 1 < mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(m_block)) {
+      while (sm90::ld_acquire_gpu(sem) != n_block + 2) {
+      }
+    }
     bulk_reduce_add_f32(dst, sm.dq_buf(b), rows * Traits::kHeadDim * 4);
     bulk_commit_group();
-    bulk_wait_read_all();
+    if (sem != nullptr) {
+      bulk_wait_all();  // the adds have landed in global memory
+      sm90::fence_proxy_async_global();
+      sm90::st_release_gpu(sem, n_block + 1);
+    } else {
+      bulk_wait_read_all();
+    }
     sm90::mbar_arrive(sm.dq_empty(b));
   }
   bulk_wait_all();
@@ -507,7 +528,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
       bwd_sm90::produce<Traits>(args, sm, n_block, kv_head, batch, range);
 #if !defined(FLASHSDPA_BWD_SM90_DQ_RED)
     } else if (warp == bwd_sm90::kWarpDq && threadIdx.x % 32 == 0) {
-      bwd_sm90::write_dq<Traits>(p, sm, batch, seq, range);
+      bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, n_block);
 #endif
     } else if (warp == bwd_sm90::kWarpRowStats) {
       bwd_sm90::load_row_stats<Traits>(p, sm, batch, seq, range, threadIdx.x % 32);

@@ -110,6 +110,21 @@ __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// ---- flags between CTAs (deterministic reductions) ------------------------------------------------
+__device__ __forceinline__ int ld_acquire_gpu(const int32_t* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_gpu(int32_t* p, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+// Orders this thread's completed async-proxy (bulk copy) global writes before its later generic
+// accesses (the release of a flag that tells another CTA they are done).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
 // ---- registers and barriers among warpgroups ------------------------------------------------------
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_inc() {

@@ -171,6 +171,59 @@ int main(int argc, char** argv) {
     for (const Problem& pr : cases) failures += !check(pr);
     std::printf("checks: %d failed\n", failures);
   }
+  if (what == "det") {  // deterministic mode: 20 runs bitwise equal; time against the default
+    const Problem pr{2, 16, 4, 4096, 4096, 1};
+    for (int causal : {0, 1}) {
+      Problem q = pr;
+      q.causal = causal;
+      Run r = setup(q);
+      const int64_t nq = int64_t(q.B) * q.Hq * q.Sq * 128;
+      const int64_t nk = int64_t(q.B) * q.Hkv * q.Sk * 128;
+      int32_t* sem;
+      CHECK_CUDA(cudaMalloc(&sem, int64_t(q.B) * q.Hq * ((q.Sq + 63) / 64) * 4));
+      std::vector<uint16_t> first(nq + 2 * nk), now(nq + 2 * nk);
+      auto grab = [&](std::vector<uint16_t>& h) {
+        CHECK_CUDA(cudaMemcpy(h.data(), r.dq2, nq * 2, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(h.data() + nq, r.dk2, nk * 2, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(h.data() + nq + nk, r.dv2, nk * 2, cudaMemcpyDeviceToHost));
+      };
+      int mismatches = 0, default_mismatches = 0;
+      for (int det : {0, 1}) {
+        r.p.dq_semaphore = det ? sem : nullptr;
+        for (int it = 0; it < 20; ++it) {
+          CHECK_CUDA(cudaMemset(r.dq2, 0xFF, nq * 2));
+          CHECK_CUDA(run_family(r, true, true));
+          CHECK_CUDA(cudaDeviceSynchronize());
+          grab(it == 0 ? first : now);
+          if (it > 0 && std::memcmp(first.data(), now.data(), first.size() * 2) != 0) ++(det ? mismatches : default_mismatches);
+        }
+      }
+      std::vector<float> t(2);
+      cudaEvent_t e0, e1;
+      CHECK_CUDA(cudaEventCreate(&e0));
+      CHECK_CUDA(cudaEventCreate(&e1));
+      for (int det : {0, 1}) {
+        r.p.dq_semaphore = det ? sem : nullptr;
+        std::vector<float> ms;
+        for (int it = 0; it < 15; ++it) {
+          CHECK_CUDA(cudaEventRecord(e0));
+          CHECK_CUDA(run_family(r, true, false));
+          CHECK_CUDA(cudaEventRecord(e1));
+          CHECK_CUDA(cudaEventSynchronize(e1));
+          float x;
+          CHECK_CUDA(cudaEventElapsedTime(&x, e0, e1));
+          if (it >= 5) ms.push_back(x);
+        }
+        std::sort(ms.begin(), ms.end());
+        t[det] = ms[ms.size() / 2];
+      }
+      std::printf("det causal %d: deterministic runs differing %d/19 (default mode: %d/19), time %.3f ms vs %.3f ms "
+                  "(%.2fx)\n", causal, mismatches, default_mismatches, t[1], t[0], t[1] / t[0]);
+      failures += mismatches;
+      CHECK_CUDA(cudaFree(sem));
+      release(r);
+    }
+  }
   if (what == "prof") {  // one sm90 call on a bar shape, for ncu
     Run r = setup(Problem{2, 16, 16, 8192, 8192, 0});
     CHECK_CUDA(run_family(r, true, false));
