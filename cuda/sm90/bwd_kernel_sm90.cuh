@@ -1,24 +1,21 @@
-// bwd_kernel_sm90.cuh: the backward main kernel of the Hopper family — IN DEVELOPMENT.
+// bwd_kernel_sm90.cuh: the backward main kernel of the Hopper family (head dims 64 and 128).
+// Design, measurements and the variants that lost: docs/kernel_notes_bwd_sm90.md.
 //
-// Status: compiles (sm_90a, no spills); has not run on a GPU. It is not in the package build or the
-// capability table: scripts/dev/build_bwd_check_sm90.sh builds it into the standalone check, and
-// docs/kernel_notes_bwd_sm90.md has the plan and, once it has run, the measurements. Until then the
-// portable family serves every backward.
-//
-// One CTA per (key block of kBlockN = 128 keys, KV head, batch). A producer warp loads K and V once
-// (TMA), then streams Q and dO of every (query head of the KV head's group, query block of
-// kBlockM = 64 rows that sees the key block) through a kStages-deep mbarrier ring. Two consumer
-// warpgroups each own 64 of the keys, so every product is computed transposed, keys as the wgmma
-// M dimension (docs/kernel_notes_bwd_sm90.md's table):
+// One CTA per (key block of kBlockN = 128 keys, KV head, batch). The producer warpgroup: one
+// thread loads K and V once (TMA), then streams Q and dO of every (query head of the KV head's
+// group, query block of kBlockM = 64 rows that sees the key block) through a kStages-deep mbarrier
+// ring; a second warp puts the step's LSE * log2(e) and delta into the Q stage's shared memory; a
+// third adds each staged dQ tile to dq_accum (one bulk reduce-add). Two consumer warpgroups each
+// own 64 of the keys, so every product is computed transposed, keys as the wgmma M dimension:
 //   S^T = K Q^T, dP^T = V dO^T (SS); P^T = exp2(S^T c - LSE log2 e); dS^T = P^T (dP^T - delta);
 //   dV += P^T dO and dK += dS^T Q (RS, P^T and dS^T from registers);
-//   dQ = dS K: dS^T of both warpgroups goes to shared memory; warpgroup w computes dQ's column
-//   block w over all 128 keys (SS with an M-major A), stages it in dq_accum's row order and one
-//   thread adds the tile to dq_accum with one bulk reduce-add.
+//   dQ = dS K: dS^T of both warpgroups goes to shared memory (double-buffered; one barrier per
+//   step); warpgroup w computes dQ's columns [w D/2, (w+1) D/2) over all 128 keys (SS, M-major A)
+//   and stages them, scaled, in dq_accum's row order for the writer warp.
 // dK, dV stay in float32 registers across the whole loop (GQA: across the group's query heads
 // too, so no reduction over heads is needed); the epilogue scales dK and stores both.
-// Scope of this first version: head dim 128 (both), masks none / causal / windows through
-// BlockMask, dense layouts, scale > 0.
+// Masks (none, causal either alignment, windows) through BlockMask; dense layouts; scale > 0.
+// Deterministic mode: p.dq_semaphore (write_dq).
 #pragma once
 
 #include <cuda.h>
@@ -55,7 +52,7 @@ struct BwdTraitsSm90 {
   static constexpr int kConsumerWGs = 2;
   static constexpr int kThreads = 128 * (kConsumerWGs + 1);
   static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;  // S^T 32 + dP^T 32 + dV 64 + dK 64 + dQ 32 accumulators
+  static constexpr int kConsumerRegs = 240;  // d128: S^T 32 + dP^T 32 + dV 64 + dK 64 + dQ 2 x 32 fp32
   static constexpr int kColBlocks = kHeadDim / 64;
   static constexpr int kMTiles = kBlockM / 8;  // n8 column groups of S^T (queries)
   static constexpr int kDTiles = kHeadDim / 8;
@@ -73,7 +70,11 @@ struct BwdTraitsSm90 {
                                     2 * kDqBytes + kBarrierBytes + 1024;
 
   static_assert(std::is_same<Elem, __half>::value || std::is_same<Elem, __nv_bfloat16>::value, "fp16 or bf16");
-  static_assert(kHeadDim == 128, "first version: head dim 128 (dQ's two column blocks, one per warpgroup)");
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128 (d256 needs a tile of its own)");
+  // dQ's columns are split between the consumer warpgroups: each computes kHeadDim / 2 of them
+  // over all kBlockN keys, so the dS^T tile is the only thing they share.
+  static constexpr int kDqCols = kHeadDim / 2;
+  static constexpr int kDqAcc = kBlockM * kDqCols / 128;  // fp32 per thread
   static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared memory limit");
 };
 
@@ -269,7 +270,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   constexpr int kBlockN = Traits::kBlockN;
   using OpS = sm90::WgmmaOp<Elem, kBlockM>;               // S^T, dP^T: N = 64 queries
   using OpD = sm90::WgmmaOp<Elem, Traits::kHeadDim>;      // dV, dK: N = head dim
-  using OpQ = sm90::WgmmaOp<Elem, 64>;                    // dQ: N = one 64-column block
+  using OpQ = sm90::WgmmaOp<Elem, Traits::kDqCols>;      // dQ: N = this warpgroup's half of the columns
   const AttnBwdParams& p = args.p;
   const int tid = threadIdx.x % 128;
   const int warp = tid / 32, lane = tid % 32;
@@ -280,11 +281,11 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   float dv_acc[Traits::kHeadDim / 2], dk_acc[Traits::kHeadDim / 2];
 #pragma unroll
   for (int i = 0; i < Traits::kHeadDim / 2; ++i) dv_acc[i] = dk_acc[i] = 0.f;
-  float st_acc[kBlockM / 2], dpt_acc[kBlockM / 2], dq_acc[32];
+  float st_acc[kBlockM / 2], dpt_acc[kBlockM / 2], dq_acc[Traits::kDqAcc];
   auto& st = *reinterpret_cast<float(*)[1][kMTiles][4]>(st_acc);
   auto& dpt = *reinterpret_cast<float(*)[1][kMTiles][4]>(dpt_acc);
-  float dq_prev[32];  // the previous step's dQ tile (scaled), staged during this step's S^T GEMM
-  auto& dq = *reinterpret_cast<float(*)[1][8][4]>(dq_prev);
+  float dq_prev[Traits::kDqAcc];  // the previous step's dQ tile (scaled), staged during this step's S^T GEMM
+  auto& dq = *reinterpret_cast<float(*)[1][Traits::kDqCols / 8][4]>(dq_prev);
   uint32_t pt16[kMTiles / 2][4], dst16[kMTiles / 2][4];
 
   // Descriptors (column block 0): this warpgroup's K and V rows (K-major A), the Q / dO slots as
@@ -297,7 +298,12 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   const uint64_t q_nmaj0 = sm90::make_desc(sm.q, kBlockM * 128, 1024);
   const uint64_t do_nmaj0 = sm90::make_desc(sm.dout, kBlockM * 128, 1024);
   const uint64_t ds_desc0 = sm90::make_desc(sm.ds, kBlockN * 128, 1024);
-  const uint64_t kq_desc = sm90::make_desc(sm.k + cwg * kBlockN * 128, kBlockN * 128, 1024);
+  // K's columns [cwg * kDqCols, +kDqCols) as the N-major B of dQ: column block c0 / 64, then
+  // (d64) 2 * (c0 % 64) bytes into the 128-byte swizzled rows (the swizzle is a function of the
+  // address, so a start inside the atom selects those columns, as the K-major k steps do).
+  constexpr int kDqCol0 = Traits::kDqCols;  // first column of warpgroup 1
+  const uint64_t kq_desc = sm90::make_desc(
+      sm.k + (cwg * kDqCol0 / 64) * kBlockN * 128 + (cwg * kDqCol0 % 64) * 2, kBlockN * 128, 1024);
   constexpr uint64_t kSlot = Traits::kQBytes >> 4;
   constexpr uint64_t kDsBuf = Traits::kDsBytes >> 4;
   const float scale_log2 = p.scale_log2;
@@ -306,33 +312,16 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   // warp. Rows: this thread's queries (the M dimension of the dQ product). Called after step i + 1's
   // S^T GEMM is issued, so the tensor cores have work while the warpgroups stage it.
   auto stage_dq = [&](int step) {
-#if defined(FLASHSDPA_BWD_SM90_DQ_RED)  // experiment: red.global.add.v4 from registers, no staging
-    const int64_t first_row = seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM;
-    float* acc = p.dq_accum + batch * p.dq_accum_batch_stride + range.head(step) * p.dq_accum_head_stride;
-#pragma unroll
-    for (int g = 0; g < 4; ++g) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = warp * 16 + lane / 4 + 8 * h;
-        const int64_t abs_row = first_row + row;
-        const int col = 64 * cwg + 16 * g + 2 * (lane % 4);
-        red_add_f32x4_if(acc + abs_row * p.dq_accum_row_stride + DqAccumLayout::position(abs_row, col),
-                         dq[0][2 * g][2 * h], dq[0][2 * g][2 * h + 1], dq[0][2 * g + 1][2 * h],
-                         dq[0][2 * g + 1][2 * h + 1], range.m_block(step) * kBlockM + row < seq.seqlen_q);
-      }
-    }
-    return;
-#endif
     const int buf = step % 2;
     sm90::mbar_wait(sm.dq_empty(buf), ((step / 2) & 1) ^ 1);
     const int q_row = warp * 16 + lane / 4;
     const int64_t row0 = seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < Traits::kDqCols / 8; ++j) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = q_row + 8 * h;
-        const int col = 64 * cwg + 8 * j + 2 * (lane % 4);
+        const int col = Traits::kDqCols * cwg + 8 * j + 2 * (lane % 4);
         const uint32_t addr = sm.dq_buf(buf) + (row * Traits::kHeadDim + DqAccumLayout::position(row0 + row, col)) * 4;
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[0][j][2 * h]), "f"(dq[0][j][2 * h + 1])
                      : "memory");
@@ -447,7 +436,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     // registers, which the staging reads after the next step's S^T GEMM is issued; read straight
     // from the wgmma, ptxas injects a wait for that GEMM there (C7517) and the overlap is lost.
 #pragma unroll
-    for (int x = 0; x < 32; ++x) dq_prev[x] = dq_acc[x] * p.scale;
+    for (int x = 0; x < Traits::kDqAcc; ++x) dq_prev[x] = dq_acc[x] * p.scale;
     // Every consumer thread frees the Q stage (it read the stage's LSE and delta), lane 0 of each
     // warp the dO stage (read by the warpgroup's wgmmas only).
     sm90::mbar_arrive(sm.q_empty(s));
@@ -526,10 +515,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
     const int warp = threadIdx.x / 32;
     if (warp == bwd_sm90::kWarpLoad && threadIdx.x % 32 == 0) {
       bwd_sm90::produce<Traits>(args, sm, n_block, kv_head, batch, range);
-#if !defined(FLASHSDPA_BWD_SM90_DQ_RED)
     } else if (warp == bwd_sm90::kWarpDq && threadIdx.x % 32 == 0) {
       bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, n_block);
-#endif
     } else if (warp == bwd_sm90::kWarpRowStats) {
       bwd_sm90::load_row_stats<Traits>(p, sm, batch, seq, range, threadIdx.x % 32);
     }

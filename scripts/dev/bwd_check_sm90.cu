@@ -54,8 +54,10 @@ struct Run {
   AttnBwdParams p;
 };
 
+int g_dim = 128;  // head dim of every case (argv[2]: 64 or 128)
+
 Run setup(const Problem& pr) {
-  constexpr int D = 128;
+  const int D = g_dim;
   Run r{};
   const int64_t nq = int64_t(pr.B) * pr.Hq * pr.Sq * D, nk = int64_t(pr.B) * pr.Hkv * pr.Sk * D;
   for (Elem** t : {&r.q, &r.o, &r.dout, &r.dq, &r.dq2}) CHECK_CUDA(cudaMalloc(t, std::max<int64_t>(nq, 8) * 2));
@@ -88,7 +90,7 @@ Run setup(const Problem& pr) {
   p.dq_accum_row_stride = D; p.dq_accum_head_stride = int64_t(pr.Sq) * D;
   p.dq_accum_batch_stride = int64_t(pr.Hq) * pr.Sq * D;
   p.delta_row_stride = 1; p.delta_head_stride = pr.Sq; p.delta_batch_stride = int64_t(pr.Hq) * pr.Sq;
-  CHECK_CUDA((run_fwd_sm80_<Elem, D>(p, 0)));
+  CHECK_CUDA((g_dim == 64 ? run_fwd_sm80_<Elem, 64>(p, 0) : run_fwd_sm80_<Elem, 128>(p, 0)));
   return r;
 }
 
@@ -102,12 +104,13 @@ void release(Run& r) {
 cudaError_t run_family(Run& r, bool sm90, bool second) {
   AttnBwdParams p = r.p;
   p.dq = second ? r.dq2 : r.dq; p.dk = second ? r.dk2 : r.dk; p.dv = second ? r.dv2 : r.dv;
+  if (g_dim == 64) return sm90 ? run_bwd_sm90_<Elem, 64>(p, 0) : run_bwd_sm80_<Elem, 64>(p, 0);
   return sm90 ? run_bwd_sm90_<Elem, 128>(p, 0) : run_bwd_sm80_<Elem, 128>(p, 0);
 }
 
 bool check(const Problem& pr) {
   Run r = setup(pr);
-  const int64_t nq = int64_t(pr.B) * pr.Hq * pr.Sq * 128, nk = int64_t(pr.B) * pr.Hkv * pr.Sk * 128;
+  const int64_t nq = int64_t(pr.B) * pr.Hq * pr.Sq * g_dim, nk = int64_t(pr.B) * pr.Hkv * pr.Sk * g_dim;
   CHECK_CUDA(cudaMemset(r.dq2, 0xFF, std::max<int64_t>(nq, 8) * 2));  // NaN-poisoned outputs
   CHECK_CUDA(cudaMemset(r.dk2, 0xFF, std::max<int64_t>(nk, 8) * 2));
   CHECK_CUDA(cudaMemset(r.dv2, 0xFF, std::max<int64_t>(nk, 8) * 2));
@@ -129,8 +132,8 @@ bool check(const Problem& pr) {
   // largest gradient apart is agreement; a wrong tile, mask or reduction is O(1).
   bool ok = true;
   for (int i = 0; i < 3; ++i) ok = ok && f[2 * i] <= 2e-2f * std::max(f[2 * i + 1], 1e-3f);
-  std::printf("%-4s B%d H%d/%d %dx%d causal %d  |ddq| %.2e of %.2e  |ddk| %.2e of %.2e  |ddv| %.2e of %.2e\n",
-              ok ? "ok" : "FAIL", pr.B, pr.Hq, pr.Hkv, pr.Sq, pr.Sk, pr.causal, f[0], f[1], f[2], f[3], f[4], f[5]);
+  std::printf("%-4s d%d B%d H%d/%d %dx%d causal %d  |ddq| %.2e of %.2e  |ddk| %.2e of %.2e  |ddv| %.2e of %.2e\n",
+              ok ? "ok" : "FAIL", g_dim, pr.B, pr.Hq, pr.Hkv, pr.Sq, pr.Sk, pr.causal, f[0], f[1], f[2], f[3], f[4], f[5]);
   release(r);
   return ok;
 }
@@ -138,7 +141,7 @@ bool check(const Problem& pr) {
 void bench(int S, int causal) {
   const int B = 16384 / S, H = 16;
   Run r = setup(Problem{B, H, H, S, S, causal});
-  const double flops = 2.5 * 4.0 * B * H * double(S) * S * 128 / (causal ? 2 : 1);
+  const double flops = 2.5 * 4.0 * B * H * double(S) * S * g_dim / (causal ? 2 : 1);
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
@@ -154,7 +157,7 @@ void bench(int S, int causal) {
       if (it >= 5) ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());
-    std::printf("bench,bwd,%s,d128,S%d,causal%d,%.4f ms,%.1f TFLOP/s\n", sm90 ? "sm90" : "sm80", S, causal,
+    std::printf("bench,bwd,%s,d%d,S%d,causal%d,%.4f ms,%.1f TFLOP/s\n", sm90 ? "sm90" : "sm80", g_dim, S, causal,
                 ms[ms.size() / 2], flops / ms[ms.size() / 2] * 1e-9);
   }
   release(r);
@@ -162,6 +165,11 @@ void bench(int S, int causal) {
 
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "all";
+  if (argc > 2) g_dim = std::atoi(argv[2]);
+  if (g_dim != 64 && g_dim != 128) {
+    std::fprintf(stderr, "head dim %d: 64 or 128\n", g_dim);
+    return 2;
+  }
   int failures = 0;
   if (what == "check" || what == "all") {
     const Problem cases[] = {{1, 1, 1, 64, 128, 0},   {2, 4, 4, 1000, 1000, 0}, {2, 4, 4, 1000, 1000, 1},
@@ -177,8 +185,8 @@ int main(int argc, char** argv) {
       Problem q = pr;
       q.causal = causal;
       Run r = setup(q);
-      const int64_t nq = int64_t(q.B) * q.Hq * q.Sq * 128;
-      const int64_t nk = int64_t(q.B) * q.Hkv * q.Sk * 128;
+      const int64_t nq = int64_t(q.B) * q.Hq * q.Sq * g_dim;
+      const int64_t nk = int64_t(q.B) * q.Hkv * q.Sk * g_dim;
       int32_t* sem;
       CHECK_CUDA(cudaMalloc(&sem, int64_t(q.B) * q.Hq * ((q.Sq + 63) / 64) * 4));
       std::vector<uint16_t> first(nq + 2 * nk), now(nq + 2 * nk);
