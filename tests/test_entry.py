@@ -454,3 +454,39 @@ def test_sdpa_errors_unchanged(
         with flashsdpa.enable():
             got = outcome(lambda: F.scaled_dot_product_attention(*args, **kwargs))
     assert same(got, expected), (got, expected)
+
+
+def test_refused_call_is_answered_again_without_pytorch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call every backend refuses (query and key head dims differ) raises PyTorch's error every
+    time inside enable(), but reaches PyTorch's SDPA only once per call description: on Hopper
+    the second such call went to cuDNN again and crashed the process (entry._REFUSED)."""
+    q, k, v = torch.randn(1, 2, 5, 16), torch.randn(1, 2, 7, 8), torch.randn(1, 2, 7, 16)
+    with pytest.raises(RuntimeError) as outside:
+        F.scaled_dot_product_attention(q, k, v)
+    reached = [0]
+    real = entry._TORCH_SDPA
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        reached[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(entry, "_TORCH_SDPA", counting)
+    monkeypatch.setattr(entry, "_REFUSED", {})
+    with flashsdpa.enable():
+        for call in (lambda: F.scaled_dot_product_attention(q, k, v),
+                     lambda: F.scaled_dot_product_attention(q, k, v, None, 0.0, False),
+                     lambda: F.scaled_dot_product_attention(query=q, key=k, value=v)):  # fmt: skip
+            with pytest.raises(RuntimeError) as inside:
+                call()
+            assert type(inside.value) is type(outside.value) and str(inside.value) == str(outside.value)
+        assert reached[0] == 1
+        # Another description (a different key length, a scale, causal) asks PyTorch again.
+        for call in (lambda: F.scaled_dot_product_attention(q, k[:, :, :6], v[:, :, :6]),
+                     lambda: F.scaled_dot_product_attention(q, k, v, scale=0.5),
+                     lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)):  # fmt: skip
+            with pytest.raises(RuntimeError):
+                call()
+        assert reached[0] == 4
+        # Calls that run are never remembered.
+        F.scaled_dot_product_attention(q, q, v)
+        assert len(entry._REFUSED) == 4

@@ -508,7 +508,7 @@ def test_launch_fwd_dense_arguments(recorded_build: Any) -> None:
         (8192, 64, 512, 1),
         (128, 16, 1),
     )
-    assert sizes == (2, 8, 2, 16, 24, 64, 64, -1)  # total_q -1: dense
+    assert sizes == (2, 8, 2, 16, 24, 64, 64, -1, -1)  # total_q, total_k -1: dense
     assert mask == (-1, 0, 0) and tuple(rest) == (0.125, 1, -1, 77)  # scale, bf16 = 1, device, stream
 
 
@@ -521,7 +521,7 @@ def test_launch_fwd_varlen_arguments(recorded_build: Any) -> None:
     assert name == "fwd"
     pointers, strides, sizes, mask, *rest = spec
     assert strides == ((0, 64, 256), (0, 64, 128), (0, 32, 64), (0, 32, 128), (0, 30, 1))
-    assert sizes == (3, 4, 2, 12, 20, 64, 32, 30)
+    assert sizes == (3, 4, 2, 12, 20, 64, 32, 30, 40)  # total_q, total_k: the clamp bounds
     assert pointers[5:] == (cu_q.data_ptr(), cu_k.data_ptr(), used.data_ptr())
     assert mask == (-1, 0, 1) and tuple(rest) == (0.5, 0, -1, 77)
 
@@ -542,7 +542,7 @@ def test_launch_bwd_allocates_the_workspace(recorded_build: Any) -> None:
     _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, 0.125, masks.NO_MASK)
     [(name, (spec, grads))] = recorded_build.calls
     assert name == "bwd"
-    assert spec[2] == (1, 2, 2, 16, 16, 48, 48, -1) and spec[3] == (-1, -1, 0)
+    assert spec[2] == (1, 2, 2, 16, 16, 48, 48, -1, -1) and spec[3] == (-1, -1, 0)
     pointers, strides, nbytes = grads
     assert pointers[:4] == (dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
     # dq_accum and delta: two buffers, rows x heads x bucket (64 for head dim 48) and rows x heads floats.
@@ -560,7 +560,7 @@ def test_launch_bwd_varlen_arguments(recorded_build: Any) -> None:
     [(name, (spec, grads))] = recorded_build.calls
     assert name == "bwd"
     assert spec[1][4] == (0, 30, 1)  # the LSE: (H, total)
-    assert spec[2] == (2, 4, 4, 20, 20, 64, 64, 30) and spec[0][5:] == (cu.data_ptr(), cu.data_ptr(), 0)
+    assert spec[2] == (2, 4, 4, 20, 20, 64, 64, 30, 30) and spec[0][5:] == (cu.data_ptr(), cu.data_ptr(), 0)
     assert grads[2] == (4 * 30 * 64 * 4, 4 * 30 * 4)  # rows = total_q per head
 
 
@@ -571,7 +571,7 @@ needs_c = pytest.mark.skipif(_backend._C is None, reason=f"flashsdpa._C not impo
 def _fwd_spec(q_strides: Any, batch: int = 1) -> tuple[Any, ...]:
     """_C.fwd's spec for a (1, 4, 64, 64) problem with these query strides."""
     rows = (16384, 4096, 64, 1)
-    return ((1, 2, 3, 4, 5, 0, 0, 0), (q_strides, rows, rows, rows, (256, 64, 1)), (batch, 4, 4, 64, 64, 64, 64, -1),
+    return ((1, 2, 3, 4, 5, 0, 0, 0), (q_strides, rows, rows, rows, (256, 64, 1)), (batch, 4, 4, 64, 64, 64, 64, -1, -1),
             (-1, -1, 0), 0.125, 1, 0, 0)  # fmt: skip
 
 
@@ -628,3 +628,14 @@ def test_backward_routers_leave_deterministic_runs_to_pytorch(
     assert launches.calls == [] and len(native.calls) == 2
     reasons = flashsdpa.stats()["fallback_reasons"]
     assert all("use_deterministic_algorithms(True)" in reason for reason in reasons) and len(reasons) == 2
+
+
+@needs_c
+def test_c_needs_the_packed_rows_with_varlen() -> None:
+    # The kernels clamp every cu_seqlens offset to the packed rows (cuda/common/seqlen.cuh): a varlen
+    # spec without them has no bound, so _C refuses it before anything runs.
+    pointers, strides, sizes, *rest = _fwd_spec((16384, 4096, 64, 1))
+    pointers = (*pointers[:5], 256, 512, 0)  # cu_seqlens_q, cu_seqlens_k: varlen
+    sizes = (*sizes[:7], 30, -1)
+    with pytest.raises(ValueError, match=r"^total_q=30, total_k=-1: varlen needs the packed rows"):
+        _backend._C.fwd((pointers, strides, sizes, *rest))

@@ -48,6 +48,8 @@ void fill_common(AttnFwdParams& p, const FwdSpec& s) {
   p.cu_seqlens_q = ptr<const int32_t>(s.varlen.cu_seqlens_q);
   p.cu_seqlens_k = ptr<const int32_t>(s.varlen.cu_seqlens_k);
   p.seqused_k = ptr<const int32_t>(s.varlen.seqused_k);
+  p.total_q = s.varlen.total_q;
+  p.total_k = s.varlen.total_k;
   p.scale = s.scale;
   p.scale_log2 = s.scale * kLog2e;
   const int32_t longest = std::max(s.shape.seqlen_q, s.shape.seqlen_k);

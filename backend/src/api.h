@@ -26,6 +26,7 @@ struct ProblemShape {
 struct VarlenArgs {
   uintptr_t cu_seqlens_q, cu_seqlens_k, seqused_k;  // device int32 pointers, 0 = none (dense)
   int64_t total_q;                                  // packed query rows; -1 when dense
+  int64_t total_k;                                  // packed key/value rows; -1 when dense
 };
 
 // One forward call. lse.ptr may be 0 (inference: no LSE written).

@@ -68,6 +68,10 @@ void check_mask(const MaskSpec& m) {
 void check_varlen(const AttnFwdParams& p) {
   if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr))
     fail("cu_seqlens_q and cu_seqlens_k: give both or neither");
+  // The kernels clamp offsets to the packed rows; without them there is no bound to clamp to.
+  if (p.cu_seqlens_q != nullptr && (p.total_q < 0 || p.total_k < 0))
+    fail("total_q=" + str(p.total_q) + ", total_k=" + str(p.total_k) +
+         ": varlen needs the packed rows of query and key (>= 0), the bounds of every cu_seqlens offset");
 }
 
 // The forward may skip the LSE (lse = 0: a caller with no backward to feed); the backward reads it.

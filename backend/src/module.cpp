@@ -70,14 +70,15 @@ Strides strides_item(PyObject* tuple, Py_ssize_t i, const char* name) {
 // fwd spec = (pointers, strides, sizes, mask, scale, dtype, device, stream):
 //   pointers = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k)  ints, 0 = none
 //   strides  = (q, k, v, out, lse)                                          stride tuples
-//   sizes    = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v, total_q)
+//   sizes    = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v, total_q, total_k)
+//              total_q / total_k: the packed rows of q and k (varlen), -1 when dense
 //   mask     = (window_left, window_right, align)                          -1 = unbounded; align 0 / 1
 // Items are converted in this order, so the first bad one is the one reported.
 FwdSpec fwd_spec(py::handle obj) {
   PyObject* spec = tuple_arg(obj, 8, "spec");
   PyObject* ptrs = tuple_arg(PyTuple_GET_ITEM(spec, 0), 8, "spec.pointers");
   PyObject* strides = tuple_arg(PyTuple_GET_ITEM(spec, 1), 5, "spec.strides");
-  PyObject* sizes = tuple_arg(PyTuple_GET_ITEM(spec, 2), 8, "spec.sizes");
+  PyObject* sizes = tuple_arg(PyTuple_GET_ITEM(spec, 2), 9, "spec.sizes");
   PyObject* mask = tuple_arg(PyTuple_GET_ITEM(spec, 3), 3, "spec.mask");
   FwdSpec s{};
   TensorArg* tensors[] = {&s.q, &s.k, &s.v, &s.out, &s.lse};
@@ -94,6 +95,7 @@ FwdSpec fwd_spec(py::handle obj) {
                          int32_item(sizes, 4, "seqlen_k"),    int32_item(sizes, 5, "head_dim_qk"),
                          int32_item(sizes, 6, "head_dim_v")};
   s.varlen.total_q = int_item(sizes, 7, "total_q");
+  s.varlen.total_k = int_item(sizes, 8, "total_k");
   s.mask = MaskSpec{int32_item(mask, 0, "window_left"), int32_item(mask, 1, "window_right"),
                     static_cast<MaskAlign>(int32_item(mask, 2, "mask align"))};
   const double scale = PyFloat_AsDouble(PyTuple_GET_ITEM(spec, 4));

@@ -9,6 +9,12 @@ namespace flashsdpa {
 
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// Offsets and lengths come from device memory the host checks only on request (reading it would
+// synchronise the stream: python/flashsdpa/validation.py), so every value is clamped here, the one
+// place kernels read them: a sequence's rows always lie inside the packed tensors (start and end in
+// [0, total], end >= start), and its lengths never exceed the maxima that sized every kernel's grid
+// (so the forward, the backward's kernels and their workspace rows all see the same sequence). On
+// valid metadata every clamp is the identity; on bad metadata results are wrong but memory is safe.
 struct SeqlenInfo {
   int seqlen_q;
   int seqlen_k;
@@ -17,17 +23,26 @@ struct SeqlenInfo {
 
   __device__ __forceinline__ SeqlenInfo(const AttnFwdParams& p, int batch) {
     if (p.cu_seqlens_q != nullptr) {
-      q_row_offset = p.cu_seqlens_q[batch];
-      k_row_offset = p.cu_seqlens_k[batch];
-      seqlen_q = p.cu_seqlens_q[batch + 1] - p.cu_seqlens_q[batch];
-      seqlen_k = p.cu_seqlens_k[batch + 1] - p.cu_seqlens_k[batch];
+      q_row_offset = clamp_row(p.cu_seqlens_q[batch], 0, p.total_q);
+      k_row_offset = clamp_row(p.cu_seqlens_k[batch], 0, p.total_k);
+      seqlen_q = length(q_row_offset, clamp_row(p.cu_seqlens_q[batch + 1], q_row_offset, p.total_q), p.seqlen_q);
+      seqlen_k = length(k_row_offset, clamp_row(p.cu_seqlens_k[batch + 1], k_row_offset, p.total_k), p.seqlen_k);
     } else {
       q_row_offset = 0;
       k_row_offset = 0;
       seqlen_q = p.seqlen_q;
       seqlen_k = p.seqlen_k;
     }
-    if (p.seqused_k != nullptr) seqlen_k = min(seqlen_k, p.seqused_k[batch]);
+    if (p.seqused_k != nullptr) seqlen_k = min(seqlen_k, max(p.seqused_k[batch], 0));
+  }
+
+ private:
+  __device__ __forceinline__ static int64_t clamp_row(int32_t offset, int64_t lo, int64_t hi) {
+    return min(max(static_cast<int64_t>(offset), lo), hi);
+  }
+  // end - start, at most the grid's maximum (fits in int: both come from int32 values).
+  __device__ __forceinline__ static int length(int64_t start, int64_t end, int32_t longest) {
+    return static_cast<int>(min(end - start, static_cast<int64_t>(longest)));
   }
 };
 

@@ -291,7 +291,7 @@ def _spec(
         pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), 0 if lse is None else lse.data_ptr(),
                     0, 0, 0)  # fmt: skip
         strides = (q.stride(), k.stride(), v.stride(), out.stride(), _NO_LSE_STRIDES if lse is None else lse.stride())
-        sizes = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v, -1)
+        sizes = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v, -1, -1)
     else:
         cu_q, cu_k, used_k, max_q, max_k = varlen
         total_q, heads_q, head_dim_qk = q.shape
@@ -299,7 +299,9 @@ def _spec(
                     cu_q.data_ptr(), cu_k.data_ptr(), 0 if used_k is None else used_k.data_ptr())  # fmt: skip
         strides = (_packed_strides(q), _packed_strides(k), _packed_strides(v), _packed_strides(out),
                    _packed_lse_strides(lse))  # type: ignore[arg-type]  # fmt: skip
-        sizes = (cu_q.shape[0] - 1, heads_q, k.shape[1], max_q, max_k, head_dim_qk, v.shape[2], total_q)
+        # total_q / total_k: the packed rows, the bounds the kernels clamp every offset to.
+        total_k, heads_kv, _ = k.shape
+        sizes = (cu_q.shape[0] - 1, heads_q, heads_kv, max_q, max_k, head_dim_qk, v.shape[2], total_q, total_k)
     return (pointers, strides, sizes, mask, scale, DTYPE_CODES[q.dtype], device, _current_stream(device))
 
 

@@ -217,6 +217,31 @@ def _unserved_reason(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p
     return reasons[0] if reasons else "PyTorch's SDPA chose another backend (its priority order or flash filter)"
 
 
+# Calls every SDPA backend refuses because query and key head dims differ (q @ k^T cannot be
+# formed), by everything that describes the call, with the exception PyTorch raised the first
+# time: (type, args). Such a call must raise PyTorch's error every time, but with SDPA's priority
+# order flash-first (activation.py) it goes to cuDNN on Hopper, and on torch 2.11 a second cuDNN
+# call with a shape whose graph failed to build crashed the process in run_cudnn_SDP_fprop
+# (scripts/dev/repro_headdims.py) instead of raising again. PyTorch's dispatch does not keep it
+# away from cuDNN (its cuDNN filter reads the query's and the value's head dims only), so the
+# entry does: a repeat is answered from here and never reaches cuDNN again. Only calls that raise
+# are recorded, so calls that run pay one truthiness test of an empty dict.
+_REFUSED: dict[tuple[Any, ...], tuple[type[BaseException], tuple[Any, ...]]] = {}
+_REFUSED_LIMIT = 256
+
+
+def _refusal_key(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: float, is_causal: bool,
+                 scale: Any, enable_gqa: bool) -> tuple[Any, ...] | None:  # fmt: skip
+    """The call's description when it is one every backend refuses (plain dense tensors whose
+    query and key head dims differ), else None."""
+    if not _dense(query, key, value) or query.dim() < 2 or key.dim() < 2 or query.shape[-1] == key.shape[-1]:
+        return None
+    tensors = [(t.device, t.dtype, tuple(t.shape), t.stride(), t.requires_grad) for t in (query, key, value)]
+    mask = (attn_mask.device, attn_mask.dtype, tuple(attn_mask.shape), attn_mask.stride()) if isinstance(
+        attn_mask, Tensor) else attn_mask  # fmt: skip
+    return (*tensors, mask, dropout_p, is_causal, scale, enable_gqa, _is_grad_enabled())
+
+
 def _to_pytorch(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -227,8 +252,11 @@ def _to_pytorch(
     dropout_p: float,
     is_causal: bool,
     enable_gqa: bool,
+    scale: Any = None,
+    remember: bool = True,
 ) -> Any:
-    """PyTorch's SDPA on the call as given; a call that reaches no router is counted as a fallback."""
+    """PyTorch's SDPA on the call as given; a call that reaches no router is counted as a fallback.
+    ``remember``: whether the arguments above describe the call exactly (see _REFUSED)."""
     if _is_compiling():
         return _TORCH_SDPA(*args, **kwargs)  # Dynamo handles modes and subclasses itself
     relevant = (query, key, value, attn_mask)
@@ -241,8 +269,21 @@ def _to_pytorch(
             return handle_torch_function(scaled_dot_product_attention, relevant, *args, **kwargs)
         finally:
             _IN_HANDLER[0] -= 1
+    if _REFUSED and remember:
+        refusal = _refusal_key(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        known = None if refusal is None else _REFUSED.get(refusal)
+        if known is not None:
+            raise known[0](*known[1])
     routed = ROUTED[0]
-    out = _TORCH_SDPA(*args, **kwargs)
+    try:
+        out = _TORCH_SDPA(*args, **kwargs)
+    except RuntimeError as exc:
+        refusal = _refusal_key(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) if remember else None
+        if refusal is not None:
+            if len(_REFUSED) >= _REFUSED_LIMIT:
+                _REFUSED.clear()
+            _REFUSED[refusal] = (type(exc), exc.args)
+        raise
     if ROUTED[0] == routed:  # no router saw it: PyTorch chose another backend (or the CPU)
         _SDPA_COUNTS[1] += 1
         reason = _unserved_reason(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
@@ -270,7 +311,7 @@ def scaled_dot_product_attention(*args: Any, **kwargs: Any) -> Any:
         or (type(dropout_p) is not float and type(dropout_p) is not int)
         or (scale is not None and type(scale) is not float and type(scale) is not int)
     ):
-        return _to_pytorch(args, kwargs, query, key, value, attn_mask, 0.0, False, False)
+        return _to_pytorch(args, kwargs, query, key, value, attn_mask, 0.0, False, False, remember=False)
     if attn_mask is None:
         if _eager_skip_reason(query, key, value, dropout_p, enable_gqa) is None:
             return _eager_sdpa(query, key, value, is_causal, scale)
@@ -281,7 +322,7 @@ def scaled_dot_product_attention(*args: Any, **kwargs: Any) -> Any:
         out = _direct_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         if out is not None:
             return out
-    return _to_pytorch(args, kwargs, query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    return _to_pytorch(args, kwargs, query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, scale)
 
 
 scaled_dot_product_attention.__doc__ = _TORCH_SDPA.__doc__

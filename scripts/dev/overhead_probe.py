@@ -80,7 +80,7 @@ def _rows() -> list[Row]:
     stream = torch.cuda.current_stream().cuda_stream
     raw_spec = ((q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), 0, 0, 0),
                 (q.stride(), k.stride(), v.stride(), out.stride(), lse.stride()),
-                (1, 4, 4, 64, 64, 64, 64, -1), masks.NO_MASK, 0.125, 1, 0, stream)  # fmt: skip
+                (1, 4, 4, 64, 64, 64, 64, -1, -1), masks.NO_MASK, 0.125, 1, 0, stream)  # fmt: skip
     return [
         ("F.sdpa, torch flash, no grad", lambda: F.scaled_dot_product_attention(q, k, v), _torch_flash),
         ("F.sdpa in enable(), no grad (eager path)", lambda: F.scaled_dot_product_attention(q, k, v), _enabled),

@@ -363,15 +363,54 @@ def gpu_main(rounds: int, calls: int) -> None:
            - statistics.median(tiny[f"tiny fwd, grad [{s}]"]) for s in ("torch flash", "flashsdpa")}  # fmt: skip
     print(f"overhead backward alone (step - fwd): {bwd['flashsdpa'] - bwd['torch flash']:+.2f} us")
     print()
-    _print(_interleaved(_model_rows(), max(rounds // 3, 5), 10, _sync), "ms", 1e-3)
+    models = _interleaved(_model_rows(), max(rounds // 3, 5), 10, _sync)
+    _print(models, "ms", 1e-3)
     print()
     attention = _attention_rows()
-    _print(_interleaved(attention, rounds, 50, _sync))
+    attention_us = _interleaved(attention, rounds, 50, _sync)
+    _print(attention_us)
+    split = _host_and_kernel_us(attention)
     print(f"\n{'attention step: host to issue / kernel time':64s} {'host us':>9s} {'kernel us':>9s}")
-    for name, (host, kernel) in _host_and_kernel_us(attention).items():
+    for name, (host, kernel) in split.items():
         print(f"{name:64s} {host:9.1f} {kernel:9.1f}")
+    _bars(tiny, bwd, models, attention_us, split)
     print("\nflashsdpa.stats() ops with calls:",
           {op: c for op, c in flashsdpa.stats()["ops"].items() if c["served"] or c["fallback"]})  # fmt: skip
+
+
+def _bars(tiny: dict[str, list[float]], bwd: dict[str, float], models: dict[str, list[float]],
+          attention: dict[str, list[float]], split: dict[str, tuple[float, float]]) -> None:  # fmt: skip
+    """Issue 9's bars, one line each, last: the value measured, the bar and whether it is met."""
+    med = {name: statistics.median(s) for table in (tiny, models, attention) for name, s in table.items()}
+
+    def over(row: str) -> float:
+        return med[f"{row} [flashsdpa]"] - med[f"{row} [torch flash]"]
+
+    att = "attention B8 H16 S256 D64 causal fwd+bwd"
+    rows = [
+        ("tiny fwd, no grad, equal work (LSE written): ours - flash", over("tiny fwd, no grad, aten flash op, LSE written"),
+         "us", 0.0),
+        ("tiny fwd with grad: ours - flash", over("tiny fwd, grad"), "us", 2.0),
+        ("tiny backward: ours - flash", bwd["flashsdpa"] - bwd["torch flash"], "us", 2.0),
+        ("tiny training step (headline): ours - flash", over("tiny fwd + bwd (training step)"), "us", None),
+        ("model step fp32: inside / outside - 1", med["model step float32 [flashsdpa]"]
+         / med["model step float32 [torch default]"] - 1, "", 0.02),
+        ("model step bf16: inside - FA2 only", (med["model step bfloat16 [flashsdpa]"]
+         - med["model step bfloat16 [torch flash]"]) * 1e-3, "ms", 0.0),
+        ("model step bf16: inside - default", (med["model step bfloat16 [flashsdpa]"]
+         - med["model step bfloat16 [torch default]"]) * 1e-3, "ms", 0.0),
+        ("attention step: ours - FA2", med[f"{att} [flashsdpa]"] - med[f"{att} [torch flash]"], "us", 0.0),
+        ("attention step: ours - cuDNN, host part", split[f"{att} [flashsdpa]"][0] - split[f"{att} [torch cudnn]"][0],
+         "us", None),
+        ("attention step: ours - cuDNN, kernel part", split[f"{att} [flashsdpa]"][1] - split[f"{att} [torch cudnn]"][1],
+         "us", None),
+    ]  # fmt: skip
+    print(f"\n{'issue 9 bar':64s} {'value':>10s} {'bar':>8s}  verdict")
+    for name, value, unit, bar in rows:
+        shown = f"{value * 100:+.2f}%" if unit == "" else f"{value:+.2f}{unit}"
+        limit = "" if bar is None else (f"<= {bar * 100:g}%" if unit == "" else f"<= {bar:g}")
+        verdict = "" if bar is None else ("met" if value <= bar else "NOT MET")
+        print(f"{name:64s} {shown:>10s} {limit:>8s}  {verdict}")
 
 
 def main() -> None:

@@ -10,7 +10,7 @@
 // Varlen (packed) mode: when cu_seqlens_q != nullptr, tensors are (total, H, D); the batch strides
 // are ignored and batch b owns rows [cu_seqlens_q[b], cu_seqlens_q[b+1]) of q/o/lse (likewise k/v
 // with cu_seqlens_k, optionally truncated to seqused_k[b] keys). seqlen_q / seqlen_k then hold the
-// maxima over the batch, which size the grid.
+// maxima over the batch, which size the grid; total_q / total_k bound every offset (clamped).
 #pragma once
 
 #include <cstdint>
@@ -80,6 +80,12 @@ struct AttnFwdParams {
   const int32_t* cu_seqlens_q;  // nullptr: dense. Else int32[batch + 1], device memory
   const int32_t* cu_seqlens_k;  // set iff cu_seqlens_q is set
   const int32_t* seqused_k;     // optional int32[batch]: keys actually used per sequence (varlen or dense)
+  // Varlen: the packed rows of q/o/lse/dq (total_q) and of k/v/dk/dv (total_k); -1 when dense. The
+  // offsets above live in device memory the host does not read (that would synchronise), so the
+  // kernels clamp every offset to these bounds (cuda/common/seqlen.cuh): bad metadata gives wrong
+  // rows, never an access outside the tensors.
+  int64_t total_q;
+  int64_t total_k;
 
   float scale;       // softmax scale applied to q.k
   float scale_log2;  // scale * log2(e): scores go through exp2, so the multiply folds into one FFMA

@@ -1,0 +1,169 @@
+# test_process_crashes.py: calls that crashed the process inside enable() where PyTorch raises
+# (issue 10, item 9, and the cuDNN crash found by the bad-input matrix). Each runs in a fresh
+# subprocess (a crash must fail the test, not kill pytest), once without flashsdpa and once inside
+# enable(); inside must end as outside does: the same result, or the same exception type and
+# message, and never a signal.
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import gpu_skip_reason, skip_unless_compiled
+
+GPU_SKIP = gpu_skip_reason()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU_SKIP is not None, reason=f"GPU suite: {GPU_SKIP}")]
+
+PYTHON_DIR = Path(__file__).resolve().parents[2] / "python"
+
+
+def _run(script: str, *args: str, timeout: int = 300, env: dict[str, str] | None = None) -> tuple[int, list[str], str]:
+    """(return code, the JSON lines the script printed, its stderr tail). -11: SIGSEGV."""
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PYTHON_DIR), full_env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", textwrap.dedent(script), *args],
+                          capture_output=True, text=True, timeout=timeout, env=full_env)  # fmt: skip
+    lines = [line[5:] for line in proc.stdout.splitlines() if line.startswith("JSON ")]
+    return proc.returncode, lines, proc.stderr[-3000:]
+
+
+# ---- cuDNN: a call with query/key head dims 128/64, repeated --------------------------------------
+
+_HEAD_DIMS_SCRIPT = """
+    import json, sys
+    import torch, torch.nn.functional as F
+    import flashsdpa
+    q = torch.randn(2, 4, 33, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 4, 47, 64, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(2, 4, 47, 128, device="cuda", dtype=torch.bfloat16)
+    def attempt():
+        try:
+            F.scaled_dot_product_attention(q, k, v)
+            torch.cuda.synchronize()
+            return "ok"
+        except Exception as e:
+            return f"{type(e).__name__}: {e}"
+    if sys.argv[1] == "outside":
+        print("JSON " + json.dumps([attempt()]), flush=True)
+    else:
+        with flashsdpa.enable():
+            print("JSON " + json.dumps([attempt() for _ in range(4)]), flush=True)
+"""
+
+
+def test_repeated_bad_head_dims_inside_enable_raise_as_pytorch() -> None:
+    """query/value head dim 128, key 64: every backend refuses it; on the H200 (cuDNN first in
+    PyTorch's order) the second such call inside enable() segfaulted in run_cudnn_SDP_fprop."""
+    skip_unless_compiled(torch.bfloat16, 128)
+    rc_out, out, err_out = _run(_HEAD_DIMS_SCRIPT, "outside")
+    assert rc_out == 0 and out, f"outside: rc {rc_out}\n{err_out}"
+    [first] = json.loads(out[0])
+    assert first != "ok", "PyTorch ran a call with query and key head dims differing"
+    rc_in, inside, err_in = _run(_HEAD_DIMS_SCRIPT, "inside")
+    assert rc_in == 0 and inside, f"inside enable(): rc {rc_in} (negative: killed by a signal)\n{err_in}"
+    assert json.loads(inside[0]) == [first] * 4
+
+
+# ---- inductor: mode="reduce-overhead" with a static KV cache ----------------------------------------
+
+# A Llama-style decoder (RMSNorm, rotary-free attention with GQA, SwiGLU MLP, 2 layers, hidden
+# 512) with a static KV cache written in place at cache_position, as Hugging Face's StaticCache
+# does, generating greedily through forward = torch.compile(forward, mode="reduce-overhead"). The
+# logits of each step are read after the next step ran, as a generate loop that keeps them does:
+# PyTorch's CUDA-graph trees then raise "accessing tensor output of CUDAGraphs that has been
+# overwritten by a subsequent run", or the run completes; either way inside must match outside.
+_STATIC_CACHE_SCRIPT = """
+    import json, sys
+    import torch, torch.nn as nn, torch.nn.functional as F
+    import flashsdpa
+
+    torch.manual_seed(0)
+    HIDDEN, HEADS, KV_HEADS, LAYERS, VOCAB, MAX_LEN = 512, 8, 2, 2, 1000, 64
+    D = HIDDEN // HEADS
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm1, self.norm2 = nn.RMSNorm(HIDDEN), nn.RMSNorm(HIDDEN)
+            self.q = nn.Linear(HIDDEN, HEADS * D, bias=False)
+            self.kv = nn.Linear(HIDDEN, 2 * KV_HEADS * D, bias=False)
+            self.o = nn.Linear(HEADS * D, HIDDEN, bias=False)
+            self.up = nn.Linear(HIDDEN, 2 * 4 * HIDDEN, bias=False)
+            self.down = nn.Linear(4 * HIDDEN, HIDDEN, bias=False)
+            self.register_buffer("k_cache", torch.zeros(1, KV_HEADS, MAX_LEN, D))
+            self.register_buffer("v_cache", torch.zeros(1, KV_HEADS, MAX_LEN, D))
+
+        def forward(self, x, cache_position, mask):
+            b, s, _ = x.shape
+            h = self.norm1(x)
+            q = self.q(h).view(b, s, HEADS, D).transpose(1, 2)
+            k, v = self.kv(h).view(b, s, 2, KV_HEADS, D).unbind(2)
+            self.k_cache.index_copy_(2, cache_position, k.transpose(1, 2))
+            self.v_cache.index_copy_(2, cache_position, v.transpose(1, 2))
+            a = F.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=mask, enable_gqa=True)
+            x = x + self.o(a.transpose(1, 2).reshape(b, s, HIDDEN))
+            gate, up = self.up(self.norm2(x)).chunk(2, -1)
+            return x + self.down(F.silu(gate) * up)
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(VOCAB, HIDDEN)
+            self.layers = nn.ModuleList(Layer() for _ in range(LAYERS))
+            self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
+
+        def forward(self, ids, cache_position):
+            keys = torch.arange(MAX_LEN, device=ids.device)
+            mask = keys[None, None, None, :] <= cache_position[None, None, :, None]
+            x = self.embed(ids)
+            for layer in self.layers:
+                x = layer(x, cache_position, mask)
+            return self.head(x)
+
+    def generate():
+        model = Model().cuda().to(torch.bfloat16).eval()
+        model.forward = torch.compile(model.forward, mode="reduce-overhead")
+        ids = torch.randint(0, VOCAB, (1, 8), device="cuda")
+        with torch.no_grad():
+            logits = model(ids, torch.arange(8, device="cuda"))
+            kept, tokens = [], []
+            for step in range(12):
+                token = logits[:, -1:].argmax(-1)
+                tokens.append(int(token))
+                kept.append(logits)
+                logits = model(token, torch.tensor([8 + step], device="cuda"))
+            _ = [t.sum().item() for t in kept]  # read every step's logits after later steps ran
+        return tokens
+
+    def attempt():
+        try:
+            return ["ok", generate()]
+        except Exception as e:
+            return [type(e).__name__, str(e).splitlines()[0] if str(e) else ""]
+
+    if sys.argv[1] == "outside":
+        result = attempt()
+    else:
+        with flashsdpa.enable():
+            result = attempt()
+    print("JSON " + json.dumps(result), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_reduce_overhead_static_cache_inside_enable_as_pytorch() -> None:
+    skip_unless_compiled(torch.bfloat16, 64)
+    outcomes = {}
+    for side in ("outside", "inside"):
+        with tempfile.TemporaryDirectory() as cache:  # fresh inductor caches, as in the report
+            rc, lines, err = _run(_STATIC_CACHE_SCRIPT, side, env={"TORCHINDUCTOR_CACHE_DIR": cache})
+        assert rc == 0 and lines, f"{side}: rc {rc} (negative: killed by a signal)\n{err}"
+        outcomes[side] = json.loads(lines[0])
+    assert outcomes["inside"] == outcomes["outside"], outcomes

@@ -1,0 +1,186 @@
+# test_streams.py: several GPUs, streams and threads (issue 10, "what to build"). Launches go to
+# the tensors' device and to that device's current stream (not the current device's, not the
+# default stream); work on non-default streams, and on two streams at once, gives the serial
+# answer; enable() entered and left from several threads at once is safe. Each stream test makes
+# the wrong stream visible: the inputs are written on the right stream behind a long sleep kernel,
+# so a launch on any other stream reads them before they are written.
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+import flashsdpa
+from helpers import gpu_skip_reason, skip_unless_compiled
+
+GPU_SKIP = gpu_skip_reason()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU_SKIP is not None, reason=f"GPU suite: {GPU_SKIP}")]
+
+BF16 = torch.bfloat16
+D = 128
+SLEEP_CYCLES = 200_000_000  # ~0.1 s on an H200: far longer than any launch takes to start
+
+
+def _reference(q: Tensor, k: Tensor, v: Tensor, causal: bool = True) -> Tensor:
+    return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal).to(q.dtype)
+
+
+def _close(ours: Tensor, ref: Tensor) -> None:
+    torch.testing.assert_close(ours.float(), ref.float(), atol=2e-2, rtol=2e-2)
+
+
+def _late_inputs(stream: torch.cuda.Stream, sources: list[Tensor]) -> list[Tensor]:
+    """Copies of ``sources`` written on ``stream`` behind a sleep: valid only on that stream (or
+    after it), garbage (zeros, written now on the default stream) on any other that runs early."""
+    device = sources[0].device
+    targets = [torch.zeros_like(s) for s in sources]
+    torch.cuda.synchronize(device)
+    with torch.cuda.device(device):
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(SLEEP_CYCLES)
+            for t, s in zip(targets, sources):
+                t.copy_(s, non_blocking=True)
+    for t in targets:
+        t.record_stream(stream)
+    return targets
+
+
+def test_non_default_stream_forward_and_backward() -> None:
+    skip_unless_compiled(BF16, D)
+    sources = [torch.randn(2, 4, 256, D, device="cuda", dtype=BF16) for _ in range(4)]
+    ref_out = _reference(*sources[:3])
+    leaves = [s.detach().requires_grad_() for s in sources[:3]]
+    ref_grads = torch.autograd.grad(_reference(*leaves), leaves, sources[3])
+    stream = torch.cuda.Stream()
+    q, k, v, dout = _late_inputs(stream, sources)
+    with torch.cuda.stream(stream):
+        leaves = [t.requires_grad_() for t in (q, k, v)]
+        out = flashsdpa.attention(*leaves, causal=True)
+        grads = torch.autograd.grad(out, leaves, dout)
+    stream.synchronize()
+    _close(out, ref_out)
+    for g, r in zip(grads, ref_grads):
+        _close(g, r)
+
+
+def test_sdpa_inside_enable_on_a_non_default_stream() -> None:
+    skip_unless_compiled(BF16, D)
+    sources = [torch.randn(2, 4, 256, D, device="cuda", dtype=BF16) for _ in range(3)]
+    ref = _reference(*sources)
+    stream = torch.cuda.Stream()
+    q, k, v = _late_inputs(stream, sources)
+    with flashsdpa.enable(), torch.cuda.stream(stream), torch.no_grad():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # the eager path
+    stream.synchronize()
+    _close(out, ref)
+
+
+def test_two_streams_at_once() -> None:
+    """Two streams each run a chain of forwards and backwards concurrently; each result equals the
+    same chain run alone."""
+    skip_unless_compiled(BF16, D)
+    inputs = [[torch.randn(1, 8, 512, D, device="cuda", dtype=BF16) for _ in range(4)] for _ in range(2)]
+
+    def chain(q: Tensor, k: Tensor, v: Tensor, dout: Tensor) -> list[Tensor]:
+        results = []
+        for _ in range(5):
+            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+            out = flashsdpa.attention(*leaves, causal=True)
+            dq, dk, dv = torch.autograd.grad(out, leaves, dout)
+            results += [out, dq, dk, dv]
+            q = (q + 0.1 * dq).detach()  # each step depends on the last: ordering errors show
+        return results
+
+    alone = [chain(*x) for x in inputs]
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    late = [_late_inputs(s, x) for s, x in zip(streams, inputs)]
+    together: list[list[Tensor]] = []
+    for s, x in zip(streams, late):
+        with torch.cuda.stream(s):
+            together.append(chain(*x))
+    torch.cuda.synchronize()
+    for a, b in zip(alone, together):
+        for x, y in zip(a, b):
+            # Same kernels, same inputs: bitwise equal except dq (float atomics reorder).
+            _close(y, x)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs (nvidia-h200-x2)")
+def test_second_gpu_with_its_current_stream() -> None:
+    """Tensors on cuda:1 while cuda:0 is current: the kernels run on cuda:1, on cuda:1's current
+    stream (a non-default one), forward and backward, direct API and SDPA inside enable()."""
+    skip_unless_compiled(BF16, D)
+    assert torch.cuda.current_device() == 0
+    sources = [torch.randn(2, 4, 256, D, device="cuda:1", dtype=BF16) for _ in range(4)]
+    ref_out = _reference(*sources[:3])
+    leaves = [s.detach().requires_grad_() for s in sources[:3]]
+    ref_grads = torch.autograd.grad(_reference(*leaves), leaves, sources[3])
+    stream = torch.cuda.Stream(device="cuda:1")
+    q, k, v, dout = _late_inputs(stream, sources)
+    previous = torch.cuda.current_stream("cuda:1")
+    torch.cuda.set_stream(stream)  # cuda:1's current stream; the current device stays cuda:0
+    try:
+        torch.cuda.set_device(0)
+        leaves = [t.requires_grad_() for t in (q, k, v)]
+        out = flashsdpa.attention(*leaves, causal=True)
+        grads = torch.autograd.grad(out, leaves, dout)
+        with flashsdpa.enable(), torch.no_grad():
+            out_sdpa = F.scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), is_causal=True)
+        assert torch.cuda.current_device() == 0
+    finally:
+        torch.cuda.set_stream(previous)
+        torch.cuda.set_device(0)
+    stream.synchronize()
+    assert out.device == torch.device("cuda:1") and out_sdpa.device == torch.device("cuda:1")
+    _close(out, ref_out)
+    _close(out_sdpa, ref_out)
+    for g, r in zip(grads, ref_grads):
+        assert g.device == torch.device("cuda:1")
+        _close(g, r)
+
+
+def test_enable_from_several_threads() -> None:
+    """Eight threads enter and leave enable() repeatedly, each running SDPA (forward and backward)
+    on its own stream, overlapping in every way: every result is right and, at the end, flashsdpa
+    is inactive and SDPA's priority order is PyTorch's again."""
+    skip_unless_compiled(BF16, D)
+    order = torch._C._get_sdp_priority_order()
+    n_threads, rounds = 8, 10
+    barrier = threading.Barrier(n_threads)
+    errors: list[BaseException] = []
+    inputs = [[torch.randn(1, 4, 128, D, device="cuda", dtype=BF16) for _ in range(3)] for _ in range(n_threads)]
+    refs = [_reference(*x) for x in inputs]
+    torch.cuda.synchronize()
+
+    def work(i: int) -> None:
+        try:
+            stream = torch.cuda.Stream()
+            barrier.wait()
+            for r in range(rounds):
+                with torch.cuda.stream(stream):
+                    if (i + r) % 2:
+                        with flashsdpa.enable():
+                            out = F.scaled_dot_product_attention(*inputs[i], is_causal=True)
+                    else:
+                        leaves = [t.detach().requires_grad_() for t in inputs[i]]
+                        with flashsdpa.enable():
+                            out = F.scaled_dot_product_attention(*leaves, is_causal=True)
+                            out.float().sum().backward()
+                stream.synchronize()
+                _close(out.detach(), refs[i])
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert not errors, errors[0]
+    assert not flashsdpa.is_active()
+    assert torch._C._get_sdp_priority_order() == order
