@@ -3,6 +3,7 @@
 #include "common/dispatch.cuh"
 #include "sm80/fwd_launch_sm80.cuh"
 #include "sm80/bwd_launch_sm80.cuh"
+#include "sm80/decode_launch_sm80.cuh"
 
 namespace flashsdpa {
 
@@ -87,6 +88,49 @@ int run_bwd_sm80(const AttnBwdParams& p, void* stream) {
 #endif
 #if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_256)
     case dispatch_key(DType::kBFloat16, 256): return run_bwd_sm80_<__nv_bfloat16, 256>(p, s);
+#endif
+    default: return cudaErrorNotSupported;
+  }
+}
+
+int run_decode_sm80(const AttnFwdParams& p, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (dispatch_key(p.dtype, p.head_dim_bucket)) {
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_32)
+    case dispatch_key(DType::kFloat16, 32): return run_decode_sm80_<__half, 32>(p, s);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_64)
+    case dispatch_key(DType::kFloat16, 64): return run_decode_sm80_<__half, 64>(p, s);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_96)
+    case dispatch_key(DType::kFloat16, 96): return run_decode_sm80_<__half, 96>(p, s);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_128)
+    case dispatch_key(DType::kFloat16, 128): return run_decode_sm80_<__half, 128>(p, s);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_192)
+    case dispatch_key(DType::kFloat16, 192): return run_decode_sm80_<__half, 192>(p, s);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_256)
+    case dispatch_key(DType::kFloat16, 256): return run_decode_sm80_<__half, 256>(p, s);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_32)
+    case dispatch_key(DType::kBFloat16, 32): return run_decode_sm80_<__nv_bfloat16, 32>(p, s);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_64)
+    case dispatch_key(DType::kBFloat16, 64): return run_decode_sm80_<__nv_bfloat16, 64>(p, s);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_96)
+    case dispatch_key(DType::kBFloat16, 96): return run_decode_sm80_<__nv_bfloat16, 96>(p, s);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_128)
+    case dispatch_key(DType::kBFloat16, 128): return run_decode_sm80_<__nv_bfloat16, 128>(p, s);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_192)
+    case dispatch_key(DType::kBFloat16, 192): return run_decode_sm80_<__nv_bfloat16, 192>(p, s);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_256)
+    case dispatch_key(DType::kBFloat16, 256): return run_decode_sm80_<__nv_bfloat16, 256>(p, s);
 #endif
     default: return cudaErrorNotSupported;
   }
