@@ -333,6 +333,11 @@ def _spec(
     return (pointers, strides, sizes, mask, scale, DTYPE_CODES[q.dtype], device, _current_stream(device))
 
 
+def new_workspace(nbytes: int, device: torch.device) -> Tensor:
+    """The decode path's split workspace (a module function so the GPU tests can poison it)."""
+    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
 def _decode_item(
     spec: tuple[Any, ...], mask: MaskSpec, kv_cache: bool, num_splits: int, device: torch.device,
     block_table: Tensor | None = None, page_size: int = 0,
@@ -353,7 +358,7 @@ def _decode_item(
     o_ptr = lse_ptr = 0
     if splits > 1:
         o_padded = (o_bytes + 255) // 256 * 256
-        workspace = torch.empty(o_padded + lse_bytes, dtype=torch.uint8, device=device)
+        workspace = new_workspace(o_padded + lse_bytes, device)
         o_ptr = workspace.data_ptr()
         lse_ptr = o_ptr + o_padded
     table = 0 if block_table is None else block_table.data_ptr()
