@@ -100,8 +100,11 @@ class FakeCudaBuild:
         family: str | None = "sm80",
         with_cuda: bool = True,
         smem_optin_bytes: int = 232448,
+        decode_max_seqlen_q: int = 16,
     ) -> None:
         self.smem_optin_bytes = smem_optin_bytes
+        self.DECODE_MAX_SEQLEN_Q = decode_max_seqlen_q  # _C's module constants
+        self.MAX_SPLITS = 128
         self.head_dims = head_dims
         self.dtypes = dtypes
         self.capability = capability
@@ -148,7 +151,7 @@ class FakeCudaBuild:
             "head_dims": list(self.head_dims),
             "head_dim_rule": "multiples of 8",
             "masks": ["none", "causal_top_left", "causal_bottom_right", "window"],
-            "layouts": ["dense", "varlen"],
+            "layouts": ["dense", "varlen", "decode"],
             "directions": ["forward", "backward"],
             "smem_per_tile": [],
         }
@@ -164,6 +167,17 @@ class FakeCudaBuild:
         if backward and max(head_dim_qk, head_dim_v) > 128 and self.smem_optin_bytes < 232448:
             return (None, 0, -1, 0, f"family sm80: no tile fits the device's {self.smem_optin_bytes // 1024} KB")
         return ("sm80", bucket, 0, 163840, None)
+
+    def decode_plan(
+        self, device: int, dtype: int, sizes: tuple[int, ...], mask: int, kv_cache: bool, num_splits: int
+    ) -> tuple[Any, ...]:
+        # Like _C's: dense calls only up to DECODE_MAX_SEQLEN_Q query rows; 3 splits unless forced.
+        batch, heads_q, _, seqlen_q, _, _, head_dim_v = sizes
+        if not kv_cache and seqlen_q > self.DECODE_MAX_SEQLEN_Q:
+            return (None, 0, 0, 0, f"seqlen_q={seqlen_q} > {self.DECODE_MAX_SEQLEN_Q}")
+        splits = num_splits or 3
+        rows = batch * heads_q * seqlen_q * splits if splits > 1 else 0
+        return ("sm80", splits, rows * head_dim_v * 4, rows * 4, None)
 
     def fwd(self, *args: Any) -> None:
         self.calls.append(("fwd", args))

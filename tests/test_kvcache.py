@@ -1,8 +1,8 @@
 # test_kvcache.py (CPU): flashsdpa.attention_with_kvcache (issue 11) against a float64 statement
 # of flash_attn_with_kvcache (kvcache_cases.naive): ragged cache_seqlens with 0 and full,
 # contiguous and paged caches (pages 16 and 64), GQA 4, rotary both layouts, a window, Sq 1 and 4;
-# the append writes exactly the new rows; the CUDA impl's 2B-sequence varlen construction, run
-# through the CPU varlen op; argument errors; torch.compile(fullgraph=True) of the mutating op.
+# the append writes exactly the new rows; argument errors; torch.compile(fullgraph=True) of the
+# mutating op. The CUDA impl's Python half (append, then one decode launch): tests/test_decode.py.
 from __future__ import annotations
 
 import re
@@ -11,26 +11,18 @@ import pytest
 import torch
 
 import flashsdpa
-from flashsdpa import kvcache
 from helpers import fresh_compile
 from kvcache_cases import Case, check_append, make_case, naive
 
 ATOL = 2e-6  # float32 inputs, float32 reference against float64
 
 
-def _run(case: Case, impl: str = "api", **kw: object) -> None:
+def _run(case: Case, **kw: object) -> None:
     ref_out, ref_lse, ref_k, ref_v = naive(case, window=kw.get("window"), causal=kw.get("causal", True))  # type: ignore[arg-type]
     before = (case.k_cache.clone(), case.v_cache.clone())
-    if impl == "api":
-        out, lse = flashsdpa.attention_with_kvcache(
-            case.q, case.k_cache, case.v_cache, case.k, case.v, return_lse=True, **case.kwargs(), **kw
-        )
-    else:  # the CUDA impl's construction (varlen over 2B sequences), with the CPU varlen op
-        mask = list(flashsdpa.masks.make(kw.get("causal", True), "bottom_right", kw.get("window")))  # type: ignore[arg-type]
-        out, lse = kvcache._fwd_kvcache_cuda(
-            case.q, case.k_cache, case.v_cache, case.k, case.v, case.cache_seqlens, case.block_table, case.cos,
-            case.sin, case.interleaved, case.q.shape[-1] ** -0.5, mask, 0,
-        )  # fmt: skip
+    out, lse = flashsdpa.attention_with_kvcache(
+        case.q, case.k_cache, case.v_cache, case.k, case.v, return_lse=True, **case.kwargs(), **kw
+    )
     assert out.shape == ref_out.shape and lse.shape == ref_lse.shape
     assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse)), "rows without keys must have LSE +inf"
     assert (out.double() - ref_out).abs().max().item() <= ATOL
@@ -46,12 +38,6 @@ def _run(case: Case, impl: str = "api", **kw: object) -> None:
 def test_against_float64(page_size: int | None, seqlen_q: int, rotary: str | None, window: tuple[int, int] | None) -> None:
     case = make_case(seqlen_q=seqlen_q, page_size=page_size, rotary=rotary, rotary_dim=16, seed=seqlen_q)
     _run(case, window=window)
-
-
-@pytest.mark.parametrize("page_size", [None, 16])
-@pytest.mark.parametrize("rotary", [None, "pairs"])
-def test_cuda_construction_on_cpu(page_size: int | None, rotary: str | None) -> None:
-    _run(make_case(seqlen_q=4, page_size=page_size, rotary=rotary, batch=6), impl="cuda", window=(20, 0))
 
 
 def test_no_new_rows_and_non_causal() -> None:

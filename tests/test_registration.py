@@ -249,12 +249,14 @@ class LaunchRecorder:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.kwargs: list[dict[str, Any]] = []
         for name in ("launch_fwd", "launch_bwd"):
             monkeypatch.setattr(_backend, name, self._recorder(name))
 
     def _recorder(self, name: str) -> Any:
-        def record(*args: Any) -> None:
+        def record(*args: Any, **kwargs: Any) -> None:
             self.calls.append((name, args))
+            self.kwargs.append(kwargs)
 
         return record
 
@@ -366,6 +368,7 @@ def test_flash_forward_router_dense_uses_views(launches: LaunchRecorder, fake_mo
     assert name == "launch_fwd" and args[0].shape == (2, 8, 16, 64) and args[0].stride() == q.transpose(1, 2).stride()
     assert args[3].shape == (2, 8, 16, 64) and args[3].stride() == ours[0].transpose(1, 2).stride()
     assert args[6] == masks.CAUSAL_BOTTOM_RIGHT
+    assert launches.kwargs == [{"num_splits": 4}]  # torch's num_splits: the decode kernel's split count
 
 
 def test_flash_forward_router_varlen(launches: LaunchRecorder, fake_mode: Any) -> None:
@@ -491,7 +494,8 @@ def recorded_build(fake_build: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     return fake_build()
 
 
-def test_launch_fwd_dense_arguments(recorded_build: Any) -> None:
+def test_launch_fwd_dense_arguments(recorded_build: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_backend, "DECODE_MAX_SEQLEN_Q", 0)  # the forward kernel's spec (tests/test_decode.py: the decode one)
     q = torch.empty(2, 16, 8, 64, dtype=torch.bfloat16).transpose(1, 2)  # (B, H, S, D) view of BSHD memory
     k = v = torch.empty(2, 2, 24, 64, dtype=torch.bfloat16)
     out, lse = torch.empty_like(q), torch.empty(2, 8, 16)

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "checks.h"
+#include "decode.h"
 #include "launch.h"
 
 namespace flashsdpa {
@@ -83,9 +84,41 @@ WorkspaceLayout workspace_layout(const ProblemShape& shape, int64_t total_q, int
   return w;
 }
 
+// The decode path's fields (spec.decode.num_splits >= 1), and its workspace checked against the
+// bytes decode_plan reports for that split count.
+static void fill_decode(AttnFwdParams& p, const FwdSpec& s) {
+  const DecodeArgs& d = s.decode;
+  p.num_splits = d.num_splits;
+  p.block_table = ptr<const int32_t>(d.block_table);
+  p.block_table_batch_stride = d.block_table_batch_stride;
+  p.page_size = d.page_size;
+  p.o_accum = ptr<float>(d.o_accum);
+  p.lse_accum = ptr<float>(d.lse_accum);
+  if (d.num_splits <= 1) return;
+  int64_t o_bytes = 0, lse_bytes = 0;
+  decode_workspace(DecodeShape{s.shape.batch, s.shape.heads_q, s.shape.heads_kv, s.shape.seqlen_q, s.shape.seqlen_k,
+                               s.shape.head_dim_qk, s.shape.head_dim_v},
+                   d.num_splits, &o_bytes, &lse_bytes);
+  const auto check_buffer = [](const char* name, uintptr_t address, int64_t bytes, int64_t needed) {
+    if (address == 0 || address % kWorkspaceAlign != 0)
+      throw std::invalid_argument(std::string(name) + ": needs a 256-byte aligned device buffer with num_splits > 1");
+    if (bytes < needed)
+      throw std::invalid_argument(std::string(name) + "_bytes=" + std::to_string(bytes) + ": needs at least " +
+                                  std::to_string(needed) + " (what _C.decode_plan reports for this num_splits)");
+  };
+  check_buffer("o_accum", d.o_accum, d.o_accum_bytes, o_bytes);
+  check_buffer("lse_accum", d.lse_accum, d.lse_accum_bytes, lse_bytes);
+}
+
 void fwd(const FwdSpec& spec) {
   AttnFwdParams p;
   fill_common(p, spec);
+  if (spec.decode.num_splits != 0) {
+    if (spec.decode.num_splits < 0 || spec.decode.num_splits > kMaxSplits)
+      throw std::invalid_argument("num_splits=" + std::to_string(spec.decode.num_splits) + ": needs 1 to " +
+                                  std::to_string(kMaxSplits) + " on the decode path");
+    fill_decode(p, spec);
+  }
   check_fwd_params(p);
   const FamilyCaps& family = plan_fwd(p, spec.device);
   launch_fwd(family, p, spec.device, reinterpret_cast<void*>(spec.stream));

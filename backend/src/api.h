@@ -29,11 +29,26 @@ struct VarlenArgs {
   int64_t total_k;                                  // packed key/value rows; -1 when dense
 };
 
+// The decode path's arguments (num_splits 0: not a decode call). The workspace is two
+// caller-allocated float32 buffers (256-byte aligned) of at least the bytes decode_plan reported
+// for num_splits; unused (0) with one split. block_table 0: a contiguous (batch-strided) cache.
+struct DecodeArgs {
+  int32_t num_splits;
+  uintptr_t o_accum;
+  uintptr_t lse_accum;
+  int64_t o_accum_bytes;
+  int64_t lse_accum_bytes;
+  uintptr_t block_table;  // device int32 [batch, max_pages]
+  int64_t block_table_batch_stride;
+  int32_t page_size;
+};
+
 // One forward call. lse.ptr may be 0 (inference: no LSE written).
 struct FwdSpec {
   TensorArg q, k, v, out, lse;
   ProblemShape shape;
   VarlenArgs varlen;
+  DecodeArgs decode;
   MaskSpec mask;  // normalized by fill (a bound no row reaches becomes -1)
   float scale;
   int32_t dtype;  // DType

@@ -31,7 +31,17 @@ bool contains(const std::vector<T>& v, const T& x) {
 std::string capability_str(int c) { return std::to_string(c / 10) + "." + std::to_string(c % 10); }
 const char* dtype_name(DType d) { return d == DType::kFloat16 ? "float16" : "bfloat16"; }
 const char* direction_name(Direction d) { return d == Direction::kForward ? "forward" : "backward"; }
-const char* layout_name(Layout l) { return l == Layout::kDense ? "dense" : "varlen"; }
+}  // namespace
+
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::kDense: return "dense";
+    case Layout::kVarlen: return "varlen";
+    default: return "decode";
+  }
+}
+
+namespace {
 
 const std::vector<MaskKind> kAllMasks = {MaskKind::kNone, MaskKind::kCausalTopLeft, MaskKind::kCausalBottomRight,
                                          MaskKind::kWindow};
@@ -57,8 +67,8 @@ std::vector<FamilyCaps> make_families() {
     table.push_back(FamilyCaps{
         "sm80", "compute capability " + capability_str(lowest) + " and newer (mma.sync, ldmatrix, cp.async)",
         lowest, 0, archs, build_config().dtypes, ints(FLASHSDPA_SM80_HEAD_DIMS_LIST), kAllMasks,
-        {Layout::kDense, Layout::kVarlen}, {Direction::kForward, Direction::kBackward},
-        &run_fwd_sm80, &run_bwd_sm80, &fwd_plan_sm80, &bwd_plan_sm80, nullptr});
+        {Layout::kDense, Layout::kVarlen, Layout::kDecode}, {Direction::kForward, Direction::kBackward},
+        &run_fwd_sm80, &run_bwd_sm80, &fwd_plan_sm80, &bwd_plan_sm80, nullptr, &run_decode_sm80, &decode_tile_sm80});
   }
 #endif
   return table;
@@ -104,6 +114,10 @@ bool check_layout(const FamilyCaps& f, const Problem& p, std::string* why) {
 }
 
 bool check_direction(const FamilyCaps& f, const Problem& p, std::string* why) {
+  if (p.layout == Layout::kDecode && p.direction != Direction::kForward) {
+    if (why) *why = "the decode path is forward only (its backward is the dense one)";
+    return false;
+  }
   if (contains(f.directions, p.direction)) return true;
   if (why) *why = std::string("the ") + direction_name(p.direction) + " pass: not implemented";
   return false;
@@ -114,6 +128,14 @@ bool check_direction(const FamilyCaps& f, const Problem& p, std::string* why) {
 bool check_tile(const FamilyCaps& f, const Problem& p, std::string* why) {
   if (p.capability == 0) return true;
   const int bucket = f.bucket(p.head_dim_qk, p.head_dim_v);
+  if (p.layout == Layout::kDecode) {
+    const DecodeTile tile = f.decode_tile(bucket);
+    if (tile.block_m > 0 && tile.smem_bytes <= p.smem_optin_bytes) return true;
+    if (why)
+      *why = "head_dim=" + std::to_string(bucket) + " decode: its tile needs " + std::to_string(tile.smem_bytes / 1024) +
+             " KB of shared memory per block, the device has " + std::to_string(p.smem_optin_bytes / 1024);
+    return false;
+  }
   if (f.plan(p.direction, bucket, p.capability / 10, p.smem_optin_bytes).tile >= 0) return true;
   if (why)
     *why = std::string("head_dim=") + std::to_string(bucket) + " " + direction_name(p.direction) +
@@ -127,6 +149,11 @@ constexpr Check kChecks[] = {check_capability, check_dtype,     check_head_dims,
                              check_layout,     check_direction, check_tile};
 
 }  // namespace
+
+Layout layout_of(const AttnFwdParams& p) {
+  if (p.num_splits > 0) return Layout::kDecode;
+  return p.cu_seqlens_q != nullptr ? Layout::kVarlen : Layout::kDense;
+}
 
 MaskKind mask_kind(const MaskSpec& m) {
   if (m.is_none()) return MaskKind::kNone;

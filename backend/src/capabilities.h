@@ -15,16 +15,22 @@ namespace flashsdpa {
 
 // Spelled in Python as "none", "causal_top_left", "causal_bottom_right", "window".
 enum class MaskKind : int { kNone = 0, kCausalTopLeft = 1, kCausalBottomRight = 2, kWindow = 3 };
-enum class Layout : int { kDense = 0, kVarlen = 1 };
+// kDecode: the decode kernel (split-KV, GQA-packed; contiguous or paged K/V; params.num_splits >= 1).
+enum class Layout : int { kDense = 0, kVarlen = 1, kDecode = 2 };
 enum class Direction : int { kForward = 0, kBackward = 1 };
 
 MaskKind mask_kind(const MaskSpec& mask);
+// The layout of a call as the table sees it: decode (num_splits >= 1), varlen (cu_seqlens) or dense.
+Layout layout_of(const AttnFwdParams& params);
 const char* mask_kind_name(MaskKind kind);
+const char* layout_name(Layout layout);  // "dense", "varlen", "decode"
+
 
 using RunFwd = int (*)(const AttnFwdParams&, void*);
 using RunBwd = int (*)(const AttnBwdParams&, void*);
 using PlanFn = TilePlan (*)(int bucket, int major, int smem_optin_bytes);
 using UnsupportedFn = const char* (*)(const AttnFwdParams&);
+using DecodeTileFn = DecodeTile (*)(int bucket);
 
 struct FamilyCaps {
   std::string name;
@@ -44,6 +50,10 @@ struct FamilyCaps {
   // Per-call facts the table cannot express (pointer alignment for TMA, a negative scale): nullptr
   // when the family takes this forward call, else why not (the launcher then tries the next row).
   UnsupportedFn fwd_unsupported;
+  // The decode path (Layout::kDecode): its kernel and its tile per head-dim bucket; nullptr for a
+  // family without one (its layouts then do not list kDecode).
+  RunFwd run_decode = nullptr;
+  DecodeTileFn decode_tile = nullptr;
 
   int bucket(int head_dim_qk, int head_dim_v) const;  // 0: none large enough
   TilePlan plan(Direction d, int bucket, int major, int smem_optin_bytes) const;

@@ -38,8 +38,7 @@ void check_head_dim(const char* name, int d) {
 // Device-independent: some compiled family serves this dtype, head-dim pair and mask at all
 // (the device's own limits are judged when launch.cpp picks the family).
 void check_served(const AttnFwdParams& p, Direction direction) {
-  const Problem problem{0, 0, p.dtype, p.head_dim_qk, p.head_dim_v, mask_kind(p.mask),
-                        p.cu_seqlens_q != nullptr ? Layout::kVarlen : Layout::kDense, direction};
+  const Problem problem{0, 0, p.dtype, p.head_dim_qk, p.head_dim_v, mask_kind(p.mask), layout_of(p), direction};
   if (select_family(problem) == nullptr) fail(refusal(problem));
 }
 
@@ -79,6 +78,17 @@ void check_lse_given(const AttnFwdParams& p) {
   if (p.lse == nullptr) fail("lse: null data pointer (the backward reads the forward's LSE)");
 }
 
+// The decode path: dense rows only (its lengths come from seqused_k), a page size for a block table.
+void check_decode(const AttnFwdParams& p) {
+  if (p.num_splits == 0) return;
+  if (p.cu_seqlens_q != nullptr) fail("num_splits=" + str(p.num_splits) + ": the decode path takes no cu_seqlens");
+  if (p.block_table != nullptr) {
+    if (reinterpret_cast<uintptr_t>(p.block_table) % 4 != 0) fail("block_table: data pointer must be 4-byte aligned");
+    if (p.page_size < 1) fail("page_size=" + str(p.page_size) + ": must be >= 1 with a block table");
+    if (p.block_table_batch_stride < 0) fail("block_table batch stride=" + str(p.block_table_batch_stride) + ": must be >= 0");
+  }
+}
+
 void check_common(const AttnFwdParams& p, Direction direction) {
   check_positive_sizes(p);
   check_gqa(p);
@@ -87,6 +97,7 @@ void check_common(const AttnFwdParams& p, Direction direction) {
   check_dtype(p.dtype);
   check_mask(p.mask);
   check_varlen(p);
+  check_decode(p);
   check_served(p, direction);
   check_aligned("q", p.q, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
   check_aligned("k", p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride);

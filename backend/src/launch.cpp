@@ -127,7 +127,7 @@ const FamilyCaps* first_taker(const Problem& problem, const AttnFwdParams& param
 
 Problem problem_of(const DeviceInfo& info, const AttnFwdParams& params, Direction direction) {
   return problem_on(info, params.dtype, params.head_dim_qk, params.head_dim_v, mask_kind(params.mask),
-                    params.cu_seqlens_q != nullptr ? Layout::kVarlen : Layout::kDense, direction);
+                    layout_of(params), direction);
 }
 
 const FamilyCaps& plan(AttnFwdParams& params, int device, Direction direction) {
@@ -175,6 +175,10 @@ const FamilyCaps& plan_bwd(AttnBwdParams& params, int device) {
 
 void launch_fwd(const FamilyCaps& family, const AttnFwdParams& params, int device, void* stream) {
   DeviceGuard guard(device);
+  if (params.num_splits > 0) {  // the table chose this family for Layout::kDecode: it has run_decode
+    throw_on_error(static_cast<cudaError_t>(family.run_decode(params, stream)), "decode launch");
+    return;
+  }
   auto err = static_cast<cudaError_t>(family.run_fwd(params, stream));
   if (err == cudaErrorNotSupported && family.fwd_unsupported != nullptr) {
     // The driver refused a TMA descriptor before anything was launched: the next family takes it.

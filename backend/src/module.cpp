@@ -13,6 +13,7 @@
 #include "api.h"
 #include "build_config.h"
 #include "capabilities.h"
+#include "decode.h"
 #include "launch.h"
 
 namespace py = pybind11;
@@ -73,6 +74,10 @@ Strides strides_item(PyObject* tuple, Py_ssize_t i, const char* name) {
 //   sizes    = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v, total_q, total_k)
 //              total_q / total_k: the packed rows of q and k (varlen), -1 when dense
 //   mask     = (window_left, window_right, align)                          -1 = unbounded; align 0 / 1
+// and optionally a 9th item, the decode path's arguments (decode_plan reports num_splits and the
+// workspace bytes; pointers 0 = none):
+//   decode   = (num_splits, o_accum, lse_accum, o_accum_bytes, lse_accum_bytes, block_table,
+//               block_table_batch_stride, page_size)
 // Items are converted in this order, so the first bad one is the one reported.
 FwdSpec fwd_spec(py::handle obj) {
   PyObject* spec = tuple_arg(obj, 8, "spec");
@@ -107,6 +112,17 @@ FwdSpec fwd_spec(py::handle obj) {
   s.dtype = int32_item(spec, 5, "dtype");
   s.device = int32_item(spec, 6, "device");
   s.stream = static_cast<uintptr_t>(int_item(spec, 7, "stream"));
+  if (PyTuple_GET_SIZE(spec) > 8) {
+    PyObject* d = tuple_arg(PyTuple_GET_ITEM(spec, 8), 8, "spec.decode");
+    s.decode = DecodeArgs{int32_item(d, 0, "num_splits"),
+                          static_cast<uintptr_t>(int_item(d, 1, "o_accum")),
+                          static_cast<uintptr_t>(int_item(d, 2, "lse_accum")),
+                          int_item(d, 3, "o_accum_bytes"),
+                          int_item(d, 4, "lse_accum_bytes"),
+                          static_cast<uintptr_t>(int_item(d, 5, "block_table")),
+                          int_item(d, 6, "block_table_batch_stride"),
+                          int32_item(d, 7, "page_size")};
+  }
   return s;
 }
 
@@ -155,7 +171,7 @@ py::dict capabilities_dict() {
     d["head_dim_rule"] = "head_dim_qk and head_dim_v multiples of 8; max(head_dim_qk, head_dim_v) runs in the "
                          "smallest bucket >= it";
     d["masks"] = names_of(f.masks, [](MaskKind m) { return std::string(mask_kind_name(m)); });
-    d["layouts"] = names_of(f.layouts, [](Layout l) { return std::string(l == Layout::kDense ? "dense" : "varlen"); });
+    d["layouts"] = names_of(f.layouts, [](Layout l) { return std::string(layout_name(l)); });
     d["directions"] =
         names_of(f.directions, [](Direction x) { return std::string(x == Direction::kForward ? "forward" : "backward"); });
     py::list smem;
@@ -189,14 +205,30 @@ py::dict capabilities_dict() {
 
 // The table's verdict for one problem on one device: (family or None, bucket, tile, smem bytes,
 // reasons). Python caches it per problem key; the launch makes the same choice in C++.
-py::tuple select_tuple(int device, int dtype, int head_dim_qk, int head_dim_v, int mask, bool varlen, bool backward) {
+// layout: 0 dense, 1 varlen (a bool True reads as 1), 2 decode.
+py::tuple select_tuple(int device, int dtype, int head_dim_qk, int head_dim_v, int mask, int layout, bool backward) {
   if (dtype != 0 && dtype != 1) throw std::invalid_argument("dtype=" + std::to_string(dtype) + ": must be 0 or 1");
   if (mask < 0 || mask > 3) throw std::invalid_argument("mask=" + std::to_string(mask) + ": must be 0..3");
+  if (layout < 0 || layout > 2) throw std::invalid_argument("layout=" + std::to_string(layout) + ": must be 0..2");
   const Selection s = select(device, static_cast<DType>(dtype), head_dim_qk, head_dim_v, static_cast<MaskKind>(mask),
-                             varlen ? Layout::kVarlen : Layout::kDense,
-                             backward ? Direction::kBackward : Direction::kForward);
+                             static_cast<Layout>(layout), backward ? Direction::kBackward : Direction::kForward);
   if (s.family == nullptr) return py::make_tuple(py::none(), 0, -1, 0, s.reasons);
   return py::make_tuple(s.family->name, s.bucket, s.tile.tile, s.tile.smem_bytes, py::none());
+}
+
+// The decode path's plan for one call: (family or None, num_splits, o_accum_bytes, lse_accum_bytes,
+// reasons or None). Shapes only: Python caches it per shape and allocates the workspace.
+py::tuple decode_plan_tuple(int device, int dtype, py::tuple sizes, int mask, bool kv_cache, int num_splits) {
+  if (dtype != 0 && dtype != 1) throw std::invalid_argument("dtype=" + std::to_string(dtype) + ": must be 0 or 1");
+  if (mask < 0 || mask > 3) throw std::invalid_argument("mask=" + std::to_string(mask) + ": must be 0..3");
+  PyObject* t = tuple_arg(sizes, 7, "sizes");
+  const DecodeShape shape{int32_item(t, 0, "batch"),    int32_item(t, 1, "heads_q"),     int32_item(t, 2, "heads_kv"),
+                          int32_item(t, 3, "seqlen_q"), int32_item(t, 4, "seqlen_k"),    int32_item(t, 5, "head_dim_qk"),
+                          int32_item(t, 6, "head_dim_v")};
+  const DecodePlan plan =
+      decode_plan(device, static_cast<DType>(dtype), shape, static_cast<MaskKind>(mask), kv_cache, num_splits);
+  if (plan.family == nullptr) return py::make_tuple(py::none(), 0, 0, 0, plan.reasons);
+  return py::make_tuple(plan.family->name, plan.num_splits, plan.o_accum_bytes, plan.lse_accum_bytes, py::none());
 }
 
 py::dict device_info_dict(int device) {
@@ -230,7 +262,15 @@ PYBIND11_MODULE(_C, m) {
   m.def("select", &select_tuple, py::arg("device_index"), py::arg("dtype"), py::arg("head_dim_qk"), py::arg("head_dim_v"),
         py::arg("mask"), py::arg("varlen"), py::arg("backward"),
         "(family or None, head-dim bucket, tile, shared memory bytes, reasons or None) for one problem on a device.\n"
-        "dtype: 0 float16, 1 bfloat16; mask: 0 none, 1 causal_top_left, 2 causal_bottom_right, 3 window.");
+        "dtype: 0 float16, 1 bfloat16; mask: 0 none, 1 causal_top_left, 2 causal_bottom_right, 3 window;\n"
+        "varlen: the layout, 0 (False) dense, 1 (True) varlen, 2 decode.");
+  m.def("decode_plan", &decode_plan_tuple, py::arg("device_index"), py::arg("dtype"), py::arg("sizes"), py::arg("mask"),
+        py::arg("kv_cache"), py::arg("num_splits"),
+        "(family or None, num_splits, o_accum_bytes, lse_accum_bytes, reasons or None) of the decode path.\n"
+        "sizes = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v); kv_cache: a KV-cache call\n"
+        "(always the decode kernel), else dense (seqlen_q <= 16 only); num_splits: 0 = heuristic, 1..128 forced.");
+  m.attr("MAX_SPLITS") = kMaxSplits;
+  m.attr("DECODE_MAX_SEQLEN_Q") = kDecodeMaxSeqlenQ;
   m.def("fwd", [](py::handle spec) { fwd(fwd_spec(spec)); }, py::arg("spec"),
         "Forward attention: writes out and lse. spec: see module.cpp's fwd_spec.");
   m.def("bwd", [](py::handle spec, py::handle grads) { bwd(bwd_spec(spec, grads)); }, py::arg("spec"), py::arg("grads"),

@@ -89,6 +89,41 @@ struct BlockMask {
            col_begin(last_row<kBlockM>(m_block)) > n_block * kBlockN;
   }
 
+  // ---- forward over explicit query rows [first_row, last_row] (GQA-packed tiles, where tile row
+  // r holds query row r / group: the rows are not the tile's index range) -------------------------
+  template <int kBlockN>
+  __device__ __forceinline__ int n_block_min_rows(int first_row) const { return col_begin(first_row) / kBlockN; }
+  template <int kBlockN>
+  __device__ __forceinline__ int n_block_max_rows(int last_row) const {
+    return ceil_div(max(0, col_end(last_row)), kBlockN);
+  }
+  template <int kBlockN>
+  __device__ __forceinline__ int full_begin_rows(int last_row) const { return ceil_div(col_begin(last_row), kBlockN); }
+  template <int kBlockN>
+  __device__ __forceinline__ int full_end_rows(int first_row) const { return max(0, col_end(first_row)) / kBlockN; }
+
+  // apply() for a thread whose fragment rows are given one by one: rows[mt][h] is the query row
+  // of fragment row g + 8h of m-tile mt (the packed tile maps rows to queries by a division).
+  template <int kMT, int kNT>
+  __device__ __forceinline__ void apply_rows(float (&s)[kMT][kNT][4], const int (&rows)[kMT][2], int col0,
+                                             float fill) const {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int begin = col_begin(rows[mt][h]) - col0, end = col_end(rows[mt][h]) - col0;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int c = nt * 8 + e;
+            if (c < begin || c >= end) s[mt][nt][2 * h + e] = fill;
+          }
+        }
+      }
+    }
+  }
+
   // Sets the invisible entries of a score tile to `fill` (-inf before a softmax, 0 after an exp).
   // s[mt][nt][e]: the thread's C fragments of kMT x kNT stacked m16n8 tiles; row0 is the sequence
   // row of its fragment row g in m-tile 0 (lane / 4 included), col0 the sequence column of its

@@ -207,4 +207,18 @@ struct OnlineSoftmax {
   }
 };
 
+// Merging softmax results over disjoint key sets (the decode kernel's warps, the split-KV
+// partials): part i is a normalized output o_i with its natural-log LSE l_i (-inf: it saw no key).
+// The whole is o = sum_i w_i o_i / sum_i w_i with w_i = exp(l_i - max_j l_j), and LSE max + log(sum
+// w_i). Weights use the accurate expf (a part at the max has weight exactly 1): the merged LSE must
+// stay within 1e-4 relative of a float64 one, and this runs once per row, not per score.
+__device__ __forceinline__ float lse_weight(float lse, float max_lse) {
+  return max_lse == -INFINITY ? 0.f : expf(lse - max_lse);
+}
+// The merged LSE; `empty` is what a row that saw no key gets: -inf for a partial that is merged
+// again, +inf for a final LSE (PyTorch's FA2 convention, see OnlineSoftmax::finalize).
+__device__ __forceinline__ float merged_lse(float max_lse, float weight_sum, float empty) {
+  return max_lse == -INFINITY || !(weight_sum > 0.f) ? empty : max_lse + logf(weight_sum);
+}
+
 }  // namespace flashsdpa

@@ -85,4 +85,34 @@ struct SingleTileScheduler {
   __device__ __forceinline__ WorkTile next_tile(const WorkTile&) const { return WorkTile{0, 0, -1, 0}; }
 };
 
+// The decode path's scheduler: one CTA per (packed query block, split, kv head, batch), query
+// blocks fastest, then splits. The query blocks of one (kv head, split) read the same keys, so
+// launching them adjacently makes every block after the first find its K/V in L2 (Sq 16 x GQA 8
+// = 8 blocks of 16 packed rows: one HBM read, seven L2 reads); splits next so that one kv head's
+// cache streams through the resident CTAs in order. WorkTile::head is the kv head here.
+struct SplitKvScheduler {
+  int num_blocks;  // packed query blocks: ceil(seqlen_q * heads_q / heads_kv / block_m)
+  int num_splits;
+  int num_heads;   // kv heads
+  int batch;
+
+  __host__ __device__ int64_t grid_size() const {
+    return static_cast<int64_t>(num_blocks) * num_splits * num_heads * batch;
+  }
+
+  __device__ __forceinline__ WorkTile initial_tile() const {
+    int64_t linear = blockIdx.x;
+    WorkTile t;
+    t.block = static_cast<int>(linear % num_blocks);
+    linear /= num_blocks;
+    t.split = static_cast<int>(linear % num_splits);
+    linear /= num_splits;
+    t.head = static_cast<int>(linear % num_heads);
+    t.batch = static_cast<int>(linear / num_heads);
+    return t;
+  }
+
+  __device__ __forceinline__ WorkTile next_tile(const WorkTile&) const { return WorkTile{0, 0, -1, 0}; }
+};
+
 }  // namespace flashsdpa

@@ -4,7 +4,7 @@
 # <direction>_<F>_<dtype>_hdim<d>.cu in cuda/instantiations/.
 set(FLASHSDPA_ALL_FAMILIES sm80 sm90)
 set(FLASHSDPA_sm80_HEAD_DIMS 32 64 96 128 192 256)
-set(FLASHSDPA_sm80_DIRECTIONS fwd bwd)
+set(FLASHSDPA_sm80_DIRECTIONS fwd bwd decode)
 set(FLASHSDPA_sm80_ARCHS "")
 set(FLASHSDPA_sm80_SOURCES cuda/sm80/tiles_sm80.cu cuda/instantiations/dispatch_sm80.cu)
 set(FLASHSDPA_sm90_HEAD_DIMS 64 128 256)

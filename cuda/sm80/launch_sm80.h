@@ -15,4 +15,8 @@ cudaError_t run_fwd_sm80_(const AttnFwdParams& params, cudaStream_t stream);
 template <typename Elem, int kHeadDim>
 cudaError_t run_bwd_sm80_(const AttnBwdParams& params, cudaStream_t stream);
 
+// The decode path (split-KV, GQA-packed, paged; decode_launch_sm80.cuh).
+template <typename Elem, int kHeadDim>
+cudaError_t run_decode_sm80_(const AttnFwdParams& params, cudaStream_t stream);
+
 }  // namespace flashsdpa

@@ -3,6 +3,7 @@
 // is instantiated here. backend/src/capabilities.cpp reads these through its family table.
 #include "flashsdpa/kernels.h"
 #include "sm80/bwd_launch_sm80.cuh"
+#include "sm80/decode_kernel_sm80.cuh"
 #include "sm80/fwd_launch_sm80.cuh"
 
 #include <cuda_fp16.h>
@@ -51,6 +52,18 @@ TilePlan bwd_plan_sm80(int bucket, int major, int smem_optin_bytes) {
       default: return TilePlan{-1, 0};
     }
   });
+}
+
+DecodeTile decode_tile_sm80(int bucket) {
+  DecodeTile tile{0, 0, 0, 0};
+  by_bucket(bucket, [&](auto hdim) {
+    constexpr int kHeadDim = decltype(hdim)::value;
+    constexpr DecodeTileShapeSm80 kShape = decode_tile_shape_sm80(kHeadDim);
+    using Traits = DecodeTraitsSm80<__half, kHeadDim, kShape.warps, kShape.stages>;
+    tile = DecodeTile{Traits::kBlockM, Traits::kBlockN, Traits::kSmemBytes, Traits::kNThreads};
+    return TilePlan{0, Traits::kSmemBytes};
+  });
+  return tile;
 }
 
 }  // namespace flashsdpa

@@ -56,9 +56,20 @@ _DEVICE_INFO: dict[int, dict[str, Any]] = {}
 _DEVICE_REASON: dict[int, str | None] = {}
 _DEVICE_OK: dict[int, bool] = {}  # device index -> our kernels run there; the hot path reads only this
 _BWD_REASON: dict[tuple[int, int, int], str | None] = {}  # (device, head_dim_qk, head_dim_v) -> why no backward
-# (device, dtype code, head_dim_qk, head_dim_v, mask kind, varlen, backward) -> _C.select's verdict:
-# (family or None, head-dim bucket, tile, shared memory bytes, reasons or None)
-_SELECT: dict[tuple[int, int, int, int, int, bool, bool], tuple[Any, ...]] = {}
+# (device, dtype code, head_dim_qk, head_dim_v, mask kind, layout, backward) -> _C.select's verdict:
+# (family or None, head-dim bucket, tile, shared memory bytes, reasons or None). layout: 0 dense,
+# 1 varlen (callers pass the bool), 2 decode.
+_SELECT: dict[tuple[int, int, int, int, int, int, bool], tuple[Any, ...]] = {}
+# (device, dtype code, sizes, mask kind, kv_cache, forced splits) -> _C.decode_plan's answer:
+# (family or None, num_splits, o_accum_bytes, lse_accum_bytes, reasons or None). Bounded: a dense
+# decode loop grows seqlen_k by one per token, a new key each step.
+_DECODE: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_DECODE_CACHE_SIZE = 4096
+LAYOUT_DECODE = 2
+# Dense calls with at most this many query rows ask for the decode kernel (_C's
+# DECODE_MAX_SEQLEN_Q, the rule's home; a plain int here so the per-call test is one compare).
+DECODE_MAX_SEQLEN_Q = 16
+MAX_SPLITS = 128  # _C's MAX_SPLITS
 
 
 def _configure(module: Any, import_error: str | None = None) -> None:
@@ -91,7 +102,11 @@ def _configure(module: Any, import_error: str | None = None) -> None:
     largest = max((max(f["head_dims"], default=0) for f in CAPABILITIES), default=0)
     dims = range(8, min(largest, MAX_HEAD_DIM) + 1, 8)
     HEAD_DIM_PAIRS = frozenset((dqk, dv) for dqk in dims for dv in dims)
+    global DECODE_MAX_SEQLEN_Q, MAX_SPLITS
+    DECODE_MAX_SEQLEN_Q = int(getattr(module, "DECODE_MAX_SEQLEN_Q", 0)) if CUDA_KERNELS else 0
+    MAX_SPLITS = int(getattr(module, "MAX_SPLITS", 128))
     _SELECT.clear()
+    _DECODE.clear()
     _DEVICE_INFO.clear()
     _DEVICE_REASON.clear()
     _DEVICE_OK.clear()
@@ -185,11 +200,12 @@ def device_ok(index: int) -> bool:
     return ok
 
 
-def select(index: int, dtype_code: int, head_dim_qk: int, head_dim_v: int, mask_kind: int, varlen: bool,
+def select(index: int, dtype_code: int, head_dim_qk: int, head_dim_v: int, mask_kind: int, varlen: int,
            backward: bool) -> tuple[Any, ...]:
     """The capability table's verdict for one problem on CUDA device ``index``: (family or None,
-    head-dim bucket, tile, shared memory bytes, reasons or None); ``_C.select``, cached."""
-    key = (index, dtype_code, head_dim_qk, head_dim_v, mask_kind, varlen, backward)
+    head-dim bucket, tile, shared memory bytes, reasons or None); ``_C.select``, cached.
+    ``varlen``: the layout, False/0 dense, True/1 varlen, 2 decode (``LAYOUT_DECODE``)."""
+    key = (index, dtype_code, head_dim_qk, head_dim_v, mask_kind, int(varlen), backward)
     verdict = _SELECT.get(key)
     if verdict is None:
         verdict = _SELECT[key] = tuple(_C.select(index, dtype_code, head_dim_qk, head_dim_v, mask_kind, varlen, backward))
@@ -212,6 +228,20 @@ def backward_reason(index: int, head_dim_qk: int, head_dim_v: int) -> str | None
         reason = f"head_dim={head_dim_qk} (value {head_dim_v}) backward on {info['name']}: {why}"
     _BWD_REASON[key] = reason
     return reason
+
+
+def decode_plan(index: int, dtype_code: int, sizes: tuple[int, ...], mask_kind: int, kv_cache: bool,
+                num_splits: int) -> tuple[Any, ...]:
+    """The decode path's plan for one call (``_C.decode_plan``, cached per shape): (family or None,
+    num_splits, o_accum_bytes, lse_accum_bytes, reasons or None). ``sizes`` = (batch, heads_q,
+    heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v); shapes only, never a device read."""
+    key = (index, dtype_code, sizes, mask_kind, kv_cache, num_splits)
+    plan = _DECODE.get(key)
+    if plan is None:
+        if len(_DECODE) >= _DECODE_CACHE_SIZE:
+            _DECODE.clear()
+        plan = _DECODE[key] = tuple(_C.decode_plan(index, dtype_code, sizes, mask_kind, kv_cache, num_splits))
+    return plan
 
 
 def prime_devices() -> None:
@@ -305,17 +335,84 @@ def _spec(
     return (pointers, strides, sizes, mask, scale, DTYPE_CODES[q.dtype], device, _current_stream(device))
 
 
+def new_workspace(nbytes: int, device: torch.device) -> Tensor:
+    """The decode path's split workspace (a module function so the GPU tests can poison it)."""
+    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+def _decode_item(
+    spec: tuple[Any, ...], mask: MaskSpec, kv_cache: bool, num_splits: int, device: torch.device,
+    block_table: Tensor | None = None, page_size: int = 0,
+) -> tuple[Any, ...] | None:
+    """The decode item of a spec (module.cpp's fwd_spec, 9th item), or None when no decode kernel
+    serves the call (the plan's reasons then say why). The split partials' workspace is one
+    allocation from the caching allocator (stream-ordered: graph-safe, freed after the launch is
+    queued), float32 outputs first, then the LSEs at a 256-byte boundary."""
+    sizes = spec[2]
+    family, splits, o_bytes, lse_bytes, reasons = decode_plan(
+        spec[6], spec[5], (sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6]), masks.kind(mask),
+        kv_cache, num_splits,
+    )  # fmt: skip
+    if family is None:
+        if kv_cache:
+            raise ValueError(f"flashsdpa.attention_with_kvcache: no decode kernel serves this call: {reasons}")
+        return None
+    o_ptr = lse_ptr = 0
+    if splits > 1:
+        o_padded = (o_bytes + 255) // 256 * 256
+        workspace = new_workspace(o_padded + lse_bytes, device)
+        o_ptr = workspace.data_ptr()
+        lse_ptr = o_ptr + o_padded
+    table = 0 if block_table is None else block_table.data_ptr()
+    table_stride = 0 if block_table is None else block_table.stride(0)
+    return (splits, o_ptr, lse_ptr, o_bytes, lse_bytes, table, table_stride, page_size)
+
+
 def launch_fwd(
     q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor | None, scale: float, mask: MaskSpec,
-    varlen: Varlen | None = None,
+    varlen: Varlen | None = None, num_splits: int = 0,
 ) -> None:
     """Forward: writes ``out`` and ``lse``. Dense: (B, H, S, D) views, ``lse`` (B, Hq, Sq) or None
     (inference: nothing will read it, and its allocation is a tenth of the host time of a small
     call). Varlen: packed (total, H, D) rows, ``lse`` (H, total_q), cu_seqlens int32 (B + 1).
 
-    Callers have checked the problem (``selection``) and that it is non-empty.
+    Dense calls with at most ``DECODE_MAX_SEQLEN_Q`` query rows take the decode kernel (split-KV,
+    GQA-packed) where the capability table has one; ``num_splits`` (0: heuristic) is its split
+    count and changes nothing else. Callers have checked the problem (``selection``) and that it
+    is non-empty.
     """
-    _C.fwd(_spec(q, k, v, out, lse, scale, mask, varlen))
+    spec = _spec(q, k, v, out, lse, scale, mask, varlen)
+    if varlen is None and q.shape[2] <= DECODE_MAX_SEQLEN_Q:
+        decode = _decode_item(spec, mask, False, num_splits, q.device)
+        if decode is not None:
+            spec = (*spec, decode)
+    _C.fwd(spec)
+
+
+def launch_kvcache(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, out: Tensor, lse: Tensor | None, scale: float, mask: MaskSpec,
+    seqused_k: Tensor, block_table: Tensor | None, num_splits: int,
+) -> None:
+    """The decode kernel against a KV cache: ``q``, ``out`` (B, Sq, H, D); a contiguous cache
+    (B, S_cache, Hkv, D) or a paged one (num_pages, page_size, Hkv, D) with ``block_table``
+    (B, max_pages) int32; sequence b attends to its first ``seqused_k[b]`` keys (int32, device);
+    ``lse`` (B, Hq, Sq) float32 or None. No host sync: lengths stay on the device."""
+    batch, seqlen_q, heads_q, head_dim_qk = q.shape
+    heads_kv, head_dim_v = v_cache.shape[2], v_cache.shape[3]
+    capacity = k_cache.shape[1] if block_table is None else block_table.shape[1] * k_cache.shape[1]
+    qs, ks, vs, os = q.stride(), k_cache.stride(), v_cache.stride(), out.stride()
+    device = q.get_device()
+    spec = (
+        (q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), 0 if lse is None else lse.data_ptr(),
+         0, 0, seqused_k.data_ptr()),
+        ((qs[0], qs[2], qs[1]), (ks[0], ks[2], ks[1]), (vs[0], vs[2], vs[1]), (os[0], os[2], os[1]),
+         _NO_LSE_STRIDES if lse is None else lse.stride()),
+        (batch, heads_q, heads_kv, seqlen_q, capacity, head_dim_qk, head_dim_v, -1),
+        mask, scale, DTYPE_CODES[q.dtype], device, _current_stream(device),
+    )  # fmt: skip
+    page_size = 0 if block_table is None else k_cache.shape[1]
+    decode = _decode_item(spec, mask, True, num_splits, q.device, block_table, page_size)
+    _C.fwd((*spec, decode))
 
 
 def _workspace(nbytes: int, like: Tensor) -> Tensor:

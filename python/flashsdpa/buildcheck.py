@@ -41,6 +41,8 @@ def expected_build(request: dict[str, Any]) -> dict[str, Any]:
     with_cuda = cuda == "ON" or (cuda == "AUTO" and bool(request.get("cuda_compiler")))
     archs = sorted({int(a.split("-")[0].rstrip("a")) for a in _items(request["FLASHSDPA_ARCHS"])})
     families = {"sm80"} | ({"sm90"} if 90 in archs else set())
+    if _items(str(request.get("FLASHSDPA_FAMILIES", ""))):  # a narrowed build names its families
+        families &= set(_items(str(request["FLASHSDPA_FAMILIES"])))
     return {
         "with_cuda": with_cuda,
         "archs": archs if with_cuda else [],

@@ -2,12 +2,10 @@
 # appends the new k/v rows into the cache it is given (declared mutable: Tensor(a!), Tensor(b!)),
 # and the direct API flashsdpa.attention_with_kvcache with its argument checks.
 #
-# CPU impl: reference_kvcache.py (float32). CUDA impl, interim until the split-KV / paged kernels
-# of issue 11 land: rotate and append with torch ops in the caller's stream (reference_kvcache's
-# own functions, graph-safe), gather a paged cache into a contiguous buffer, then run the existing
-# varlen forward (flashsdpa::fwd_varlen) over 2B sequences built on the GPU: sequence 2b holds the
-# Sq queries of b and its first cache_seqlens[b] + Snew keys, sequence 2b + 1 no queries and the
-# rest of b's cache rows. So per-sequence key lengths need no copy of the cache and no host sync.
+# CPU impl: reference_kvcache.py (float32). CUDA impl: rotate and append with torch ops in the
+# caller's stream (reference_kvcache's own functions, graph-safe), then the decode kernel
+# (cuda/sm80/decode_kernel_sm80.cuh: split-KV, GQA-packed, reading a paged cache through its block
+# table in place) with per-sequence key counts cache_seqlens + Snew on the device: no host sync.
 """``flashsdpa.attention_with_kvcache``: decode / chunked prefill against a (paged) KV cache."""
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from flashsdpa import _backend, masks, reference_kvcache, reporting, selection, 
 
 __all__ = ["MAX_SPLITS", "attention_with_kvcache"]
 
-MAX_SPLITS = 128  # num_splits' bound (flash_attn's): a hint for the split-KV kernel to come
+MAX_SPLITS = 128  # num_splits' bound (flash_attn's; _C.MAX_SPLITS)
 PAGE_MULTIPLE = 16  # a paged cache's page_size must be a multiple of this many tokens
 _CPU_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -126,8 +124,9 @@ def _fwd_kvcache_cuda(
     block_table: Tensor | None, rotary_cos: Tensor | None, rotary_sin: Tensor | None, rotary_interleaved: bool,
     scale: float, mask: list[int], num_splits: int,
 ) -> tuple[Tensor, Tensor]:  # fmt: skip
-    # Interim path (see the header): torch ops and the varlen kernel, all in the current stream,
-    # nothing read on the host. num_splits is for the split-KV kernel; this path has one split.
+    # Rotary and the append are torch ops in the current stream (reference_kvcache's own functions,
+    # graph-safe); the attention is one decode-kernel launch (plus the split combine) that reads the
+    # caches in place, paged or not. Nothing is read on the host.
     _check_values(k_cache, k, cache_seqlens, q.shape[1], block_table, rotary_cos)  # FLASHSDPA_VALIDATE=1 only
     seqlen_new = 0 if k is None else k.shape[1]
     if k is not None and v is not None:
@@ -136,27 +135,17 @@ def _fwd_kvcache_cuda(
             q = rot(q, rotary_cos, rotary_sin, at(cache_seqlens, q.shape[1]), rotary_interleaved)
             k = rot(k, rotary_cos, rotary_sin, at(cache_seqlens, seqlen_new), rotary_interleaved)
         reference_kvcache.append_(k_cache, v_cache, k, v, cache_seqlens, block_table)
-    keys, values = k_cache, v_cache
-    if block_table is not None:  # interim: the paged kernel will read the pages in place
-        keys = reference_kvcache.gather_pages(k_cache, block_table)
-        values = reference_kvcache.gather_pages(v_cache, block_table)
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    capacity = keys.shape[1]
-    lengths = cache_seqlens.to(torch.int32) + seqlen_new
-    starts = torch.arange(batch, device=q.device, dtype=torch.int32) * capacity
-    zero = torch.zeros(1, device=q.device, dtype=torch.int32)
-    cu_k = torch.cat((zero, torch.stack((starts + lengths, starts + capacity), dim=1).flatten()))
-    ends_q = torch.arange(1, batch + 1, device=q.device, dtype=torch.int32) * seqlen_q
-    cu_q = torch.cat((zero, torch.stack((ends_q, ends_q), dim=1).flatten()))
-    out, lse = torch.ops.flashsdpa.fwd_varlen.default(
-        q.reshape(batch * seqlen_q, heads_q, head_dim),
-        keys.reshape(batch * capacity, *keys.shape[2:]),
-        values.reshape(batch * capacity, *values.shape[2:]),
-        cu_q, cu_k, seqlen_q, capacity, scale, mask,
-    )  # fmt: skip
+    out, lse = _outputs(q, v_cache)
     _COUNTS[0] += 1
-    out = out.view(batch, seqlen_q, heads_q, v_cache.shape[-1])
-    return out, lse.view(heads_q, batch, seqlen_q).transpose(0, 1).contiguous()
+    if q.numel() == 0 or _capacity(k_cache, block_table) == 0:  # nothing to attend: out 0, LSE +inf
+        return out.zero_(), lse.fill_(math.inf)
+    if q.stride(-1) != 1:  # rotary returns a fresh tensor; a caller's q may be any view
+        q = q.contiguous()
+    # The keys sequence b attends to: its cache plus the rows just appended (a device add, no sync).
+    seqused_k = cache_seqlens if seqlen_new == 0 else cache_seqlens + seqlen_new
+    spec = (mask[0], mask[1], mask[2])
+    _backend.launch_kvcache(q, k_cache, v_cache, out, lse, scale, spec, seqused_k, block_table, num_splits)
+    return out, lse
 
 
 def _fwd_kvcache_fake(
@@ -304,7 +293,8 @@ def attention_with_kvcache(
 
     ``causal`` and ``window=(left, right)`` are bottom-right aligned: the last query row sees the
     last key. Hq must be a multiple of Hkv (GQA). ``num_splits`` (None or 0: heuristic; 1..128) is
-    a hint for the split-KV kernel and does not change the result. Returns the output
+    the number of key ranges the split-KV kernel cuts each sequence into; it changes the result
+    only by float32 rounding of the partials' merge. Returns the output
     ``(B, Sq, Hq, Dv)`` and, with ``return_lse=True``, the float32 LSE ``(B, Hq, Sq)``.
 
     A torch op that mutates the caches (``flashsdpa::fwd_kvcache``): works under

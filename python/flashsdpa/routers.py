@@ -210,8 +210,8 @@ _FLASH_FWD_COUNTS = reporting.counter(f"aten::{_FLASH_FWD}")
 _FLASH_FWD_INPLACE_COUNTS = reporting.counter(f"aten::{_FLASH_FWD_INPLACE}")
 _FLASH_BWD_COUNTS = reporting.counter(f"aten::{_FLASH_BWD}")
 
-# Keyword-only arguments the routers read. num_splits only tunes how PyTorch's kernel splits the
-# keys, so it is ignored; any other keyword given (alibi_slopes, block_table, newer ones) means math
+# Keyword-only arguments the routers read. num_splits sets the decode kernel's split count (dense
+# calls of <= 16 query rows; elsewhere it has nothing to split); any other keyword given (alibi_slopes, block_table, newer ones) means math
 # our kernels do not do.
 _FLASH_KEYWORDS = frozenset({"scale", "window_size_left", "window_size_right", "seqused_k", "num_splits"})
 
@@ -283,7 +283,10 @@ def _flash_forward_run(plan: _FlashPlan, out: Tensor, args: tuple[Any, ...], kwa
     else:
         batch, heads, seqlen_q = plan.q.shape[:3]
         lse = out.new_empty(batch, heads, seqlen_q, dtype=torch.float32)
-        _backend.launch_fwd(plan.q, plan.k, plan.v, out.transpose(1, 2), lse, scale, plan.mask)
+        # num_splits (torch >= 2.12): the decode kernel's split count where a call takes it (<= 16
+        # query rows), as PyTorch's kernel honours it; 0 / None: our heuristic.
+        splits = min(max(int(kwargs.get("num_splits") or 0), 0), _backend.MAX_SPLITS)
+        _backend.launch_fwd(plan.q, plan.k, plan.v, out.transpose(1, 2), lse, scale, plan.mask, num_splits=splits)
     return lse
 
 

@@ -1,11 +1,14 @@
-# test_kvcache.py (GPU): flashsdpa.attention_with_kvcache on CUDA (issue 11; interim path: torch
-# ops for rotary / append / page gather, then the varlen kernel over 2B sequences): outputs and LSE
+# test_kvcache.py (GPU): flashsdpa.attention_with_kvcache on CUDA (issue 11: torch ops for rotary /
+# append, then the decode kernel, split-KV and GQA-packed, reading paged caches in place): outputs and LSE
 # against the float64 statement (kvcache_cases.naive) with the project's rule (helpers.check_rule,
 # PyTorch's math SDPA in the input dtype as the yardstick), ragged cache_seqlens with 0 and full,
 # contiguous and paged caches (16, 64), GQA 4, rotary both layouts, a window, Sq 1 and 4; the
 # append writes exactly the new rows (bitwise elsewhere); num_splits changes nothing; no host sync
 # (the call runs under torch.cuda.set_sync_debug_mode("error")); CUDA-graph capture and replay of
-# a decode step, against eager calls on copies.
+# a decode step, against eager calls on copies. The decode grid (below _check's tests): Sq 1, 2,
+# 4, 16; Sk 1 .. 128k; GQA groups 1, 4, 8; D 64, 128, 256; pages 16, 64, 256; splits forced 1, 2, 7
+# and the heuristic's, each within the rule; outputs and split workspaces NaN-poisoned; LSE within
+# 1e-4 relative of float64; dense decode calls (attention()) on the same kernel.
 from __future__ import annotations
 
 import math
@@ -96,12 +99,12 @@ def test_no_new_rows() -> None:
 
 
 def test_num_splits_same_answer() -> None:
+    # Different split counts merge float32 partials in different groupings, so they agree within
+    # the rule (each against the reference), not bitwise.
     skip_unless_compiled(BF16, 128)
-    outs = []
     for splits in (None, 1, 2, 7):
         case = make_case(seqlen_q=1, head_dim=128, capacity=1024, dtype=BF16, device=DEVICE, seed=3)
-        outs.append(_check(case, num_splits=splits))
-    assert all(torch.equal(outs[0], o) for o in outs[1:])
+        _check(case, num_splits=splits)
 
 
 @pytest.mark.parametrize("page_size", [None, 64], ids=["contiguous", "page64"])
@@ -135,3 +138,200 @@ def test_cuda_graph_decode_step(page_size: int | None) -> None:
             new = torch.randn(getattr(static, name).shape, generator=gen, device=DEVICE).to(BF16)
             getattr(static, name).copy_(new)
             getattr(eager, name).copy_(new)
+
+
+# ---- the decode grid: big caches against a vectorized float64 reference ---------------------------
+
+
+@pytest.fixture
+def poisoned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outputs and split workspaces start as NaN: a row or partial the kernels forget to write fails."""
+    from flashsdpa import _backend, kvcache
+
+    real_outputs = kvcache._outputs
+
+    def nan_outputs(q: torch.Tensor, v_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out, lse = real_outputs(q, v_cache)
+        return out.fill_(math.nan), lse.fill_(math.nan)
+
+    monkeypatch.setattr(kvcache, "_outputs", nan_outputs)
+    monkeypatch.setattr(_backend, "new_workspace", lambda n, device: torch.full((n,), 0xFF, dtype=torch.uint8, device=device))
+
+
+def _rows(cache: torch.Tensor, b: int, length: int, block_table: torch.Tensor | None) -> torch.Tensor:
+    """Sequence b's first ``length`` cache rows (length, Hkv, D), paged or not."""
+    if block_table is None:
+        return cache[b, :length]
+    pages = math.ceil(length / cache.shape[1])
+    return cache[block_table[b, :pages].long()].flatten(0, 1)[:length]
+
+
+def _references(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lengths: list[int], block_table: torch.Tensor | None,
+    window_left: int, align: int, causal: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(ref out, ref lse) in float64 and (pt out, pt lse): PyTorch's math SDPA in the input dtype and
+    a float32 LSE of scores rounded to it. q (B, Sq, Hq, D); align 1 bottom-right, 0 top-left."""
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    scale = 1.0 / math.sqrt(head_dim)
+    ref_out = torch.zeros(batch, seqlen_q, heads_q, v_cache.shape[-1], dtype=torch.float64, device=DEVICE)
+    ref_lse = torch.full((batch, heads_q, seqlen_q), math.inf, dtype=torch.float64, device=DEVICE)
+    pt_out = torch.zeros(batch, seqlen_q, heads_q, v_cache.shape[-1], dtype=q.dtype, device=DEVICE)
+    pt_lse = torch.full((batch, heads_q, seqlen_q), math.inf, dtype=torch.float32, device=DEVICE)
+    for b, length in enumerate(lengths):
+        if length == 0:
+            continue
+        keys, values = _rows(k_cache, b, length, block_table), _rows(v_cache, b, length, block_table)
+        group = heads_q // keys.shape[1]
+        rows = torch.arange(seqlen_q, device=DEVICE)[:, None] + (length - seqlen_q if align else 0)
+        cols = torch.arange(length, device=DEVICE)[None, :]
+        seen = cols <= rows if causal else torch.ones_like(cols <= rows)
+        if window_left >= 0:
+            seen &= cols >= rows - window_left
+        kq, vq = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)  # (L, Hq, D)
+        s64 = torch.einsum("ihd,jhd->hij", q[b].double(), kq.double()) * scale
+        s64 = s64.masked_fill(~seen, -math.inf)
+        any_seen = seen.any(-1)  # (Sq,)
+        ref_lse[b] = torch.where(any_seen, torch.logsumexp(s64, -1), math.inf)
+        p = torch.softmax(s64, -1).nan_to_num(0.0)
+        ref_out[b] = torch.einsum("hij,jhd->ihd", p, vq.double())
+        mask = (window_left, 0 if causal else -1, align)
+        pt_out[b] = torch_math_attention(
+            q[b].transpose(0, 1).unsqueeze(0), keys.transpose(0, 1).unsqueeze(0), values.transpose(0, 1).unsqueeze(0),
+            scale=scale, causal_mode=mask,
+        )[0].transpose(0, 1).nan_to_num(0.0)  # fmt: skip
+        s32 = (torch.einsum("ihd,jhd->hij", q[b], kq) * scale).float().masked_fill(~seen, -math.inf)
+        pt_lse[b] = torch.where(any_seen, torch.logsumexp(s32, -1), math.inf)
+    return ref_out, ref_lse, pt_out, pt_lse
+
+
+def _check_lse_relative(lse: torch.Tensor, ref_lse: torch.Tensor) -> None:
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse)), "rows without keys: LSE +inf, the others finite"
+    finite = torch.isfinite(ref_lse)
+    rel = ((lse.double() - ref_lse).abs() / ref_lse.abs().clamp_min(1.0))[finite]
+    assert rel.numel() == 0 or rel.max().item() <= 1e-4, f"LSE off by {rel.max().item():.2e} relative (> 1e-4)"
+
+
+def _decode_case(
+    batch: int, seqlen_q: int, capacity: int, group: int, head_dim: int, page_size: int | None, dtype: torch.dtype,
+    seed: int, heads_kv: int = 2,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    """(q, k_cache, v_cache, cache_seqlens, block_table) with ragged lengths 0, full, 1, 17 and
+    capacity - 17 (clamped); paged caches with shuffled pages and out-of-range table entries past
+    the pages in use."""
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    pattern = [0, capacity, min(1, capacity), min(17, capacity), max(capacity - 17, 0), capacity // 2]
+    lengths = torch.tensor([pattern[b % len(pattern)] for b in range(batch)], dtype=torch.int32, device=DEVICE)
+    heads_q = heads_kv * group
+    q = torch.randn(batch, seqlen_q, heads_q, head_dim, generator=gen, device=DEVICE).to(dtype)
+    if page_size is None:
+        shape = (batch, capacity, heads_kv, head_dim)
+        k_cache = torch.randn(shape, generator=gen, device=DEVICE).to(dtype)
+        v_cache = torch.randn(shape, generator=gen, device=DEVICE).to(dtype)
+        return q, k_cache, v_cache, lengths, None
+    pages_per_seq = math.ceil(capacity / page_size)
+    num_pages = batch * pages_per_seq + 3
+    shape = (num_pages, page_size, heads_kv, head_dim)
+    k_cache = torch.randn(shape, generator=gen, device=DEVICE).to(dtype)
+    v_cache = torch.randn(shape, generator=gen, device=DEVICE).to(dtype)
+    order = torch.randperm(num_pages, generator=gen, device=DEVICE)[: batch * pages_per_seq].view(batch, pages_per_seq)
+    table = order.clone()
+    for b in range(batch):
+        table[b, math.ceil(int(lengths[b]) / page_size) :] = 10**6 + b  # never read
+    return q, k_cache, v_cache, lengths, table.to(torch.int32)
+
+
+def _run_decode(
+    batch: int, seqlen_q: int, capacity: int, group: int, head_dim: int, page_size: int | None,
+    num_splits: int | None = None, dtype: torch.dtype = BF16, window: tuple[int, int] | None = None, seed: int = 0,
+) -> None:  # fmt: skip
+    skip_unless_compiled(dtype, head_dim)
+    q, k_cache, v_cache, lengths, table = _decode_case(batch, seqlen_q, capacity, group, head_dim, page_size, dtype, seed)
+    capacity_tokens = capacity if table is None else table.shape[1] * page_size  # type: ignore[operator]
+    lengths = lengths.clamp(max=capacity_tokens)
+    k_before, v_before = k_cache.clone(), v_cache.clone()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out, lse = flashsdpa.attention_with_kvcache(
+            q, k_cache, v_cache, cache_seqlens=lengths, block_table=table, window=window, num_splits=num_splits,
+            return_lse=True,
+        )  # fmt: skip
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert torch.equal(k_cache, k_before) and torch.equal(v_cache, v_before), "no new rows: the caches stay as they were"
+    left = -1 if window is None else window[0]
+    ref_out, ref_lse, pt_out, pt_lse = _references(q, k_cache, v_cache, lengths.tolist(), table, left, 1)
+    check_rule("out", out, pt_out, ref_out)
+    check_rule("lse", lse, pt_lse, ref_lse, input_dtype=dtype)
+    _check_lse_relative(lse, ref_lse)
+
+
+@pytest.mark.usefixtures("poisoned")
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("group", [1, 4, 8])
+@pytest.mark.parametrize("seqlen_q", [1, 2, 4, 16])
+def test_decode_shapes(seqlen_q: int, group: int, head_dim: int) -> None:
+    _run_decode(6, seqlen_q, 1000, group, head_dim, None, seed=seqlen_q * 31 + group)
+
+
+@pytest.mark.usefixtures("poisoned")
+@pytest.mark.parametrize("page_size", [None, 16, 64, 256], ids=["contiguous", "page16", "page64", "page256"])
+@pytest.mark.parametrize("capacity", [1, 17, 128, 1000, 8192])
+def test_decode_lengths_and_pages(capacity: int, page_size: int | None) -> None:
+    _run_decode(6, 1, capacity, 4, 128, page_size, seed=capacity)
+
+
+@pytest.mark.usefixtures("poisoned")
+@pytest.mark.parametrize("page_size", [None, 256], ids=["contiguous", "page256"])
+def test_decode_128k(page_size: int | None) -> None:
+    _run_decode(1, 1, 131072, 4, 128, page_size)
+
+
+@pytest.mark.usefixtures("poisoned")
+@pytest.mark.parametrize("num_splits", [None, 1, 2, 7])
+@pytest.mark.parametrize("page_size", [None, 64], ids=["contiguous", "page64"])
+@pytest.mark.parametrize("seqlen_q", [1, 4])
+def test_decode_splits_within_the_rule(num_splits: int | None, page_size: int | None, seqlen_q: int) -> None:
+    # Forced counts include more splits than key blocks (7 splits of a 17-key cache: empty splits).
+    _run_decode(6, seqlen_q, 1000, 8, 128, page_size, num_splits=num_splits)
+    _run_decode(3, seqlen_q, 17, 4, 128, page_size, num_splits=num_splits)
+
+
+@pytest.mark.usefixtures("poisoned")
+@pytest.mark.parametrize("dtype", [BF16, F16])
+@pytest.mark.parametrize("window", [(0, 0), (5, 0), (300, 0)])
+def test_decode_windows(dtype: torch.dtype, window: tuple[int, int]) -> None:
+    _run_decode(6, 4, 1000, 4, 64, 16, num_splits=3, dtype=dtype, window=window)
+
+
+@pytest.mark.parametrize("num_splits", [0, 1, 5])
+@pytest.mark.parametrize("seqlen_q, seqlen_k", [(1, 1), (1, 4097), (3, 1000), (16, 300)])
+@pytest.mark.parametrize("align", ["bottom_right", "top_left"])
+def test_dense_decode_through_attention(seqlen_q: int, seqlen_k: int, align: str, num_splits: int) -> None:
+    # flashsdpa.attention() with <= 16 query rows runs the decode kernel (SDPA layout, GQA 4).
+    skip_unless_compiled(BF16, 128)
+    from flashsdpa import _backend, masks
+
+    gen = torch.Generator(device=DEVICE).manual_seed(seqlen_k)
+    q = torch.randn(2, 8, seqlen_q, 128, generator=gen, device=DEVICE).to(BF16)
+    k, v = (torch.randn(2, 2, seqlen_k, 128, generator=gen, device=DEVICE).to(BF16) for _ in range(2))
+    out = torch.full_like(q, math.nan)
+    lse = torch.full((2, 8, seqlen_q), math.nan, device=DEVICE)
+    mask = masks.make(True, align, None)
+    _backend.launch_fwd(q, k, v, out, lse, 128**-0.5, mask, num_splits=num_splits)
+    lengths = [seqlen_k, seqlen_k]
+    ref_out, ref_lse, pt_out, pt_lse = _references(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), lengths, None, -1, 1 if align == "bottom_right" else 0
+    )
+    check_rule("out", out.transpose(1, 2), pt_out, ref_out)
+    check_rule("lse", lse, pt_lse, ref_lse, input_dtype=BF16)
+    _check_lse_relative(lse, ref_lse)
+
+
+@pytest.mark.parametrize("page_size", [None, 16], ids=["contiguous", "page16"])
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_decode_sanitizer_subset(page_size: int | None, num_splits: int) -> None:
+    """Small decode cases for compute-sanitizer (scripts/dev/decode_gpu.sh): every path of the
+    decode kernel and the combine: paged, ragged, empty sequences, splits, Sq * group > 16."""
+    _run_decode(3, 5, 100, 4, 64, page_size, num_splits=num_splits)

@@ -30,6 +30,18 @@ int run_bwd_sm80(const AttnBwdParams& params, void* stream);
 TilePlan fwd_plan_sm80(int bucket, int major, int smem_optin_bytes);
 TilePlan bwd_plan_sm80(int bucket, int major, int smem_optin_bytes);
 
+// The decode path (split-KV, GQA-packed, contiguous or paged K/V; params.num_splits >= 1). Its
+// tile: block_m packed query rows (query rows x the GQA group) and block_n keys per CTA step;
+// the host sizes the split grid and the workspace from it (backend/src/decode.cpp).
+struct DecodeTile {
+  int block_m;
+  int block_n;
+  int smem_bytes;
+  int threads;
+};
+int run_decode_sm80(const AttnFwdParams& params, void* stream);
+DecodeTile decode_tile_sm80(int bucket);
+
 // Hopper family "sm90" (sm_90a: wgmma, TMA, warp specialization; cuda/sm90/), forward only, built
 // when FLASHSDPA_ARCHS has 90. fwd_sm90_unsupported: nullptr when it takes this call (device
 // facts filled), else why not; the host then takes the next family of the table.

@@ -96,6 +96,24 @@ struct AttnFwdParams {
   int32_t num_sms;           // schedulers may size persistent grids from it
   int32_t cc_major;          // compute capability major: sm_90 code takes more shared memory
   int32_t smem_optin_bytes;  // dynamic shared memory a block may opt in to: picks the tiles
+
+  // ---- the decode path (split-KV, GQA-packed, paged; cuda/<family>/decode_*, issue 11) ----------
+  // Set only by a decode call (num_splits >= 1); the other kernels never read these fields.
+  // Paged K/V: k / v point at (num_pages, page_size, Hkv, D) pools, k/v_batch_stride is then the
+  // page stride, and key j of sequence b lives in page block_table[b * block_table_batch_stride +
+  // j / page_size] at row j % page_size. block_table == nullptr: contiguous (batch-strided) K/V.
+  const int32_t* block_table;
+  int64_t block_table_batch_stride;
+  int32_t page_size;
+  // Split-KV: the keys of one (batch, kv head) are cut into num_splits ranges of key blocks, one
+  // CTA each. num_splits == 1 writes o / lse directly; > 1 writes float32 partials to the
+  // caller-allocated workspace (the host reports its size: backend/src/decode.cpp), which the
+  // combine kernel (cuda/common/split_combine.cuh) merges into o / lse:
+  //   o_accum   [num_splits, batch, heads_q, seqlen_q, head_dim_v]  (normalized partial outputs)
+  //   lse_accum [num_splits, batch, heads_q, seqlen_q]              (natural log; -inf: no key)
+  int32_t num_splits;
+  float* o_accum;
+  float* lse_accum;
 };
 
 // Backward: dO, and the forward's O and LSE in; dQ, dK, dV out. The host reports the workspace

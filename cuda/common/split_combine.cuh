@@ -1,0 +1,78 @@
+// split_combine.cuh: the split-KV combine kernel, shared by every family's decode path. A decode
+// kernel run with num_splits > 1 leaves, per (split, batch, query head, query row), a normalized
+// float32 output and its LSE in the workspace (params.h: o_accum / lse_accum); this merges the
+// splits of each row (lse_weight / merged_lse of common/softmax.cuh) into o (Elem) and lse.
+//
+// One warp per row, 4 rows per 128-thread CTA: a row's partials are num_splits x Dv floats (33 x
+// 128 x 4 = 17 KB for B 1, 8k keys on an H200), read once as float4 per lane, so the kernel moves
+// B * Hq * Sq * (splits * (Dv + 1) * 4 + Dv * 2) bytes: 0.55 MB for B 1, Hq 32, 33 splits, i.e.
+// ~1 us at L2 speed plus the launch; its cost is the launch, not the bytes.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "common/ptx.cuh"
+#include "common/softmax.cuh"
+#include "flashsdpa/params.h"
+
+namespace flashsdpa {
+
+constexpr int kCombineRowsPerCta = 4;
+
+template <typename Elem>
+__global__ void __launch_bounds__(32 * kCombineRowsPerCta)
+    flashsdpa_split_combine_kernel(const __grid_constant__ AttnFwdParams p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kCombineRowsPerCta + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  // row = (b * Hq + h) * Sq + i, split s at s * rows + row (the decode kernel's partial_row).
+  const int i = static_cast<int>(row % p.seqlen_q);
+  const int h = static_cast<int>((row / p.seqlen_q) % p.heads_q);
+  const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
+
+  float max_lse = -INFINITY;
+  for (int s = lane; s < p.num_splits; s += 32) max_lse = fmaxf(max_lse, p.lse_accum[s * rows + row]);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
+  float weight_sum = 0.f;
+  for (int s = lane; s < p.num_splits; s += 32) weight_sum += lse_weight(p.lse_accum[s * rows + row], max_lse);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) weight_sum += __shfl_xor_sync(0xffffffffu, weight_sum, offset);
+  const float inv_sum = weight_sum > 0.f ? 1.f / weight_sum : 0.f;
+
+  Elem* out = static_cast<Elem*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + static_cast<int64_t>(i) * p.o_row_stride;
+  // Dv is a multiple of 8: each lane owns 4 columns per 128 (an 8-byte store of 4 Elems).
+  for (int c = lane * 4; c < p.head_dim_v; c += 128) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < p.num_splits; ++s) {
+      const float w = lse_weight(p.lse_accum[s * rows + row], max_lse);
+      if (w == 0.f) continue;  // an empty split's partial is never read (it holds zeros anyway)
+      const float4 x = *reinterpret_cast<const float4*>(p.o_accum + (s * rows + row) * p.head_dim_v + c);
+      acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
+    }
+    uint2 packed;
+    packed.x = ElemTraits<Elem>::pack(acc.x * inv_sum, acc.y * inv_sum);
+    packed.y = ElemTraits<Elem>::pack(acc.z * inv_sum, acc.w * inv_sum);
+    *reinterpret_cast<uint2*>(out + c) = packed;
+  }
+  if (lane == 0 && p.lse != nullptr) {
+    p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + static_cast<int64_t>(i) * p.lse_row_stride] =
+        merged_lse(max_lse, weight_sum, INFINITY);
+  }
+}
+
+template <typename Elem>
+cudaError_t launch_split_combine(const AttnFwdParams& params, cudaStream_t stream) {
+  const int64_t rows = static_cast<int64_t>(params.batch) * params.heads_q * params.seqlen_q;
+  const int64_t grid = (rows + kCombineRowsPerCta - 1) / kCombineRowsPerCta;
+  if (grid == 0) return cudaSuccess;
+  if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  flashsdpa_split_combine_kernel<Elem><<<static_cast<unsigned>(grid), 32 * kCombineRowsPerCta, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace flashsdpa

@@ -1,0 +1,41 @@
+// decode_launch_sm80.cuh: run_decode_sm80_<Elem, kHeadDim>, the host launcher of the decode path
+// (decode_kernel_sm80.cuh): the decode kernel over SplitKvScheduler's grid, then, with more than
+// one split, the combine kernel of common/split_combine.cuh on the same stream. Included by the
+// generated cuda/instantiations/decode_sm80_<dtype>_hdim<d>.cu files.
+//
+// num_splits is a runtime value (params.num_splits), not a template axis: the only code it
+// changes is the epilogue's store (Elem to out, or float32 to the workspace), a branch per CTA.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "common/smem_optin.cuh"
+#include "common/split_combine.cuh"
+#include "sm80/decode_kernel_sm80.cuh"
+#include "sm80/launch_sm80.h"
+
+namespace flashsdpa {
+
+template <typename Elem, int kHeadDim>
+using DecodeTraitsSm80For = DecodeTraitsSm80<Elem, kHeadDim, decode_tile_shape_sm80(kHeadDim).warps,
+                                             decode_tile_shape_sm80(kHeadDim).stages>;
+
+template <typename Elem, int kHeadDim>
+cudaError_t run_decode_sm80_(const AttnFwdParams& params, cudaStream_t stream) {
+  using Traits = DecodeTraitsSm80For<Elem, kHeadDim>;
+  auto* kernel = &flashsdpa_decode_sm80_kernel<Traits>;
+  const int64_t grid = decode_scheduler_sm80<Traits>(params).grid_size();
+  if (grid == 0) return cudaSuccess;
+  if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
+  if (const cudaError_t err = opt_in_dynamic_smem<&flashsdpa_decode_sm80_kernel<Traits>>(Traits::kSmemBytes);
+      err != cudaSuccess)
+    return err;
+  kernel<<<static_cast<unsigned>(grid), Traits::kNThreads, Traits::kSmemBytes, stream>>>(params);
+  if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  return params.num_splits > 1 ? launch_split_combine<Elem>(params, stream) : cudaSuccess;
+}
+
+}  // namespace flashsdpa
