@@ -146,6 +146,7 @@ class FakeCudaBuild:
             "archs": [80, 90],
             "dtypes": list(self.dtypes),
             "head_dims": list(self.head_dims),
+            "head_dims_by_direction": {"forward": list(self.head_dims), "backward": list(self.head_dims)},
             "head_dim_rule": "multiples of 8",
             "masks": ["none", "causal_top_left", "causal_bottom_right", "window"],
             "layouts": ["dense", "varlen"],

@@ -53,6 +53,7 @@ struct BwdSpec {
   FwdSpec fwd;
   TensorArg dout, dq, dk, dv;
   Workspace workspace;
+  bool deterministic;  // torch.are_deterministic_algorithms_enabled(): families that add dQ in arbitrary order refuse it
 };
 
 void fwd(const FwdSpec& spec);

@@ -119,7 +119,8 @@ class Capabilities(list):  # type: ignore[type-arg]
 def capabilities() -> Capabilities:
     """The capability table of this build: one dict per compiled kernel family (``family``,
     ``runs_on`` and ``min_capability`` / ``max_capability``, ``archs``, ``dtypes`` ("float16",
-    "bfloat16"), ``head_dims`` and ``head_dim_rule``, ``masks`` ("none", "causal_top_left",
+    "bfloat16"), ``head_dims`` (the family's buckets), ``head_dims_by_direction`` (the buckets each
+    direction serves, {"forward": [...], "backward": [...]}) and ``head_dim_rule``, ``masks`` ("none", "causal_top_left",
     "causal_bottom_right", "window"), ``layouts`` ("dense", "varlen"), ``directions`` ("forward",
     "backward"), ``smem_per_tile``), in the order the launcher prefers them. One GPU may use two
     families: each call takes the first that serves it. ``.reason`` says why there is none."""
@@ -342,7 +343,9 @@ def launch_bwd(
 
     One _C call: the workspace is sized here from the head-dim bucket the capability table picks
     for the problem (cached per problem), rows x heads x bucket float32 for dq_accum and rows x heads
-    float32 for delta, rows = seqlen_q per batch or total_q (api.cpp's workspace_layout)."""
+    float32 for delta, rows = seqlen_q per batch or total_q (api.cpp's workspace_layout). A family
+    that declines the call itself (the sm90 one under torch.use_deterministic_algorithms, or for
+    TMA alignment) leaves it to one whose bucket is no larger, so the size holds."""
     spec = _spec(q, k, v, out, lse, scale, mask, varlen)
     sizes = spec[2]
     bucket = select(spec[6], spec[5], sizes[5], sizes[6], masks.kind(mask), varlen is not None, True)[1]
@@ -356,5 +359,6 @@ def launch_bwd(
         (dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), dq_accum.data_ptr(), delta.data_ptr()),
         grad_strides,
         (rows * bucket * 4, rows * 4),
+        torch.are_deterministic_algorithms_enabled(),
     ))  # fmt: skip
 

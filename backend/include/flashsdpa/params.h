@@ -108,12 +108,17 @@ struct AttnBwdParams : AttnFwdParams {
 
   // Workspace: two caller-allocated buffers, sized and checked by backend/src/api.cpp
   // (WorkspaceLayout), the sizes reported to Python by _C.bwd_plan:
-  float* dq_accum;  // float32 dQ accumulator, rows x Hq x head_dim_qk_rounded, zeroed by the preprocess kernel
+  float* dq_accum;  // float32 dQ accumulator, rows x Hq x head_dim_bucket, zeroed by the preprocess kernel
   float* delta;     // float32 rowsum(dO * O), rows x Hq
+  // dq_accum holds head_dim_bucket floats per row of delta: its strides are delta's times the
+  // bucket, set by the launcher with the family it picks (launch.cpp).
   int64_t dq_accum_row_stride, dq_accum_head_stride, dq_accum_batch_stride;
   int64_t delta_row_stride, delta_head_stride, delta_batch_stride;
 
-  bool deterministic;  // reserved: the current kernels accumulate dQ with fp32 atomics
+  // The caller asked for deterministic results (torch.use_deterministic_algorithms). No family
+  // is deterministic yet: the sm90 family refuses such calls (its per-call hook), the portable one
+  // runs them as before (dQ by float atomics; Python raises or warns first, as PyTorch does).
+  bool deterministic;
   int32_t bwd_tile;    // the family's backward tile, chosen once by the host (FamilyCaps::bwd_plan)
 };
 
