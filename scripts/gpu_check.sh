@@ -11,6 +11,8 @@
 #
 #   FLASHSDPA_HEAD_DIMS=128 FLASHSDPA_DTYPES=bf16 FLASHSDPA_ARCHS=90 bash scripts/gpu_check.sh   # dev config
 #   TESTS="tests/gpu/test_kernels.py -k bf16" BENCH=none bash scripts/gpu_check.sh
+#   TESTS="tests/gpu/test_kernels.py -k bwd_bucket128" FAMILY_TESTS="tests/gpu/test_kernels.py -k bwd_bucket128" \
+#     BENCH=none FAST=1 bash scripts/gpu_check.sh     # one row group on both families (Hopper)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/flashsdpa_out}"
@@ -39,17 +41,18 @@ else
 fi
 $PY -m flashsdpa info 2>&1
 
-# The Hopper kernels' machine code: wgmma (HGMMA) present and no local-memory traffic (LDL/STL:
-# spills or arrays the compiler could not keep in registers).
+# The Hopper kernels' machine code, forward and backward: wgmma (HGMMA) present and no
+# local-memory traffic (LDL/STL: spills or arrays the compiler could not keep in registers).
 so=$($PY -c "import flashsdpa._C as c; print(c.__file__)" 2>/dev/null)
 if [[ -n "$so" ]] && command -v cuobjdump >/dev/null 2>&1; then
   cuobjdump -sass "$so" > "$OUT/sass.txt" 2>/dev/null
-  sm90_sass=$(awk '/Function : .*fwd_sm90/{f=1} /Function : /{if ($0 !~ /fwd_sm90/) f=0} f' "$OUT/sass.txt")
-  if [[ -n "$sm90_sass" ]]; then
-    n_hgmma=$(grep -c HGMMA <<<"$sm90_sass"); n_local=$(grep -cE '\b(LDL|STL)\b' <<<"$sm90_sass")
-    step "sm90 SASS" "kernels $(grep -c 'Function : .*fwd_sm90' "$OUT/sass.txt"), HGMMA $n_hgmma, LDL/STL $n_local"
-    [[ "$n_hgmma" -gt 0 && "$n_local" == 0 ]] || failed+=("sm90 SASS (HGMMA $n_hgmma, LDL/STL $n_local)")
-  fi
+  for kind in fwd_sm90 bwd_sm90; do
+    sass=$(awk -v k="$kind" '/Function : /{f = ($0 ~ k)} f' "$OUT/sass.txt")
+    [[ -n "$sass" ]] || continue
+    n_hgmma=$(grep -c HGMMA <<<"$sass"); n_local=$(grep -cE '\b(LDL|STL)\b' <<<"$sass")
+    step "$kind SASS" "kernels $(grep -c "Function : .*$kind" "$OUT/sass.txt"), HGMMA $n_hgmma, LDL/STL $n_local"
+    [[ "$n_hgmma" -gt 0 && "$n_local" == 0 ]] || failed+=("$kind SASS (HGMMA $n_hgmma, LDL/STL $n_local)")
+  done
 fi
 
 # Each step has its own time limit (a device call is capped at 10 minutes), so one slow step
@@ -69,10 +72,11 @@ check "gpu tests" "$rc"
 grep -qE '[0-9]+ passed' "$OUT/tests.log" || failed+=("gpu tests (none passed)")
 
 # On a Hopper GPU the default run above takes the sm90 family wherever the capability table lets
-# it; the portable family's forward runs on the same shapes here (FLASHSDPA_FAMILY forces it).
+# it (forward, and the backward's 128 bucket); the portable family's forward and backward run on
+# the same shapes here (FLASHSDPA_FAMILY forces it). FAMILY_TESTS narrows it as TESTS does.
 if [[ "${BOTH_FAMILIES:-1}" == 1 ]] && [[ "$($PY -c 'import torch; print(torch.cuda.get_device_capability() if torch.cuda.is_available() else "")' 2>/dev/null)" == "(9, 0)" ]]; then
   t0=$(date +%s)
-  FLASHSDPA_FAMILY=sm80 timeout "${TESTS_TIMEOUT:-240}" $PY -m pytest tests/gpu/test_kernels.py -q -p no:cacheprovider 2>&1 \
+  FLASHSDPA_FAMILY=sm80 timeout "${TESTS_TIMEOUT:-240}" $PY -m pytest ${FAMILY_TESTS:-tests/gpu/test_kernels.py} -q -p no:cacheprovider 2>&1 \
     | tee "$OUT/tests_sm80.log" | tail -5
   rc=${PIPESTATUS[0]}
   step "gpu kernels (sm80 forced)" "rc=$rc $(grep -E '(passed|failed|error)' "$OUT/tests_sm80.log" | tail -1) ($(( $(date +%s) - t0 )) s)"

@@ -101,7 +101,11 @@ class FakeCudaBuild:
         with_cuda: bool = True,
         smem_optin_bytes: int = 232448,
         decode_max_seqlen_q: int = 16,
+        deterministic_backward: bool = False,
     ) -> None:
+        # deterministic_backward: a family with a bitwise-reproducible backward (the sm90 one on a
+        # Hopper part) serves every backward the table serves; False: the portable family alone.
+        self.deterministic_backward = deterministic_backward
         self.smem_optin_bytes = smem_optin_bytes
         self.DECODE_MAX_SEQLEN_Q = decode_max_seqlen_q  # _C's module constants
         self.MAX_SPLITS = 128
@@ -149,6 +153,7 @@ class FakeCudaBuild:
             "archs": [80, 90],
             "dtypes": list(self.dtypes),
             "head_dims": list(self.head_dims),
+            "head_dims_by_direction": {"forward": list(self.head_dims), "backward": list(self.head_dims)},
             "head_dim_rule": "multiples of 8",
             "masks": ["none", "causal_top_left", "causal_bottom_right", "window"],
             "layouts": ["dense", "varlen", "decode"],
@@ -158,14 +163,20 @@ class FakeCudaBuild:
         return {"families": [family], "reason": None}
 
     def select(
-        self, device: int, dtype: int, head_dim_qk: int, head_dim_v: int, mask: int, varlen: bool, backward: bool
+        self, device: int, dtype: int, head_dim_qk: int, head_dim_v: int, mask: int, varlen: bool, backward: int
     ) -> tuple[Any, ...]:
         # An H100-sized part serves every bucket; smem_optin_bytes below 227 KB drops the largest backward.
+        # backward 2: under torch.use_deterministic_algorithms(True), as _C.select takes it.
         bucket = self.head_dim_bucket(head_dim_qk, head_dim_v)
         if bucket == 0:
             return (None, 0, -1, 0, f"family sm80: head_dim_qk={head_dim_qk}: no bucket")
         if backward and max(head_dim_qk, head_dim_v) > 128 and self.smem_optin_bytes < 232448:
             return (None, 0, -1, 0, f"family sm80: no tile fits the device's {self.smem_optin_bytes // 1024} KB")
+        if backward == 2:
+            if self.deterministic_backward and not varlen:
+                return ("sm90", bucket, 0, 231528, None)
+            return (None, 0, -1, 0, "family sm80: torch.use_deterministic_algorithms(True): the sm80 family's "
+                    "backward adds dQ with float atomics in any order (not bitwise reproducible)")  # fmt: skip
         return ("sm80", bucket, 0, 163840, None)
 
     def decode_plan(

@@ -30,7 +30,7 @@ def test_dense_decode_gets_the_decode_item(recorded: Any) -> None:
     out, lse = torch.empty_like(q), torch.empty(2, 8, 1)
     _backend.launch_fwd(q, k, v, out, lse, 0.125, masks.CAUSAL_BOTTOM_RIGHT)
     [(name, (spec,))] = recorded.calls
-    assert name == "fwd" and len(spec) == 9 and spec[2] == (2, 8, 2, 1, 300, 64, 64, -1)
+    assert name == "fwd" and len(spec) == 9 and spec[2] == (2, 8, 2, 1, 300, 64, 64, -1, -1)
     splits, o_accum, lse_accum, o_bytes, lse_bytes, table, table_stride, page_size = spec[8]
     rows = 2 * 8 * 1 * 3  # the stand-in's heuristic says 3 splits
     assert splits == 3 and (o_bytes, lse_bytes) == (rows * 64 * 4, rows * 4)

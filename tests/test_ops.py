@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -398,5 +399,21 @@ def test_cuda_backward_honours_deterministic_algorithms(
     assert launches.names == ["launch_fwd"]
     deterministic(True)
     with pytest.warns(UserWarning, match=r"flashsdpa::bwd does not have a deterministic implementation"):
+        ops._bwd_cuda(torch.empty_like(out), q, k, v, out, lse, 0.5, list(masks.BY_CAUSAL_MODE[1]))
+    assert launches.names == ["launch_fwd", "launch_bwd"]
+
+
+def test_cuda_backward_runs_where_a_family_is_deterministic(
+    fake_build: Any, fake_mode: Any, monkeypatch: pytest.MonkeyPatch, deterministic: Callable[[bool], None]
+) -> None:
+    # Where the capability table has a deterministic backward (the sm90 family: ordered dQ adds),
+    # use_deterministic_algorithms(True) neither raises nor warns: the backward runs, deterministically.
+    fake_build(deterministic_backward=True)
+    launches = Launches(monkeypatch)
+    q, k, v = cuda_qkv()
+    out, lse = ops._fwd_cuda(q, k, v, 0.5, list(masks.BY_CAUSAL_MODE[1]))
+    deterministic(False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         ops._bwd_cuda(torch.empty_like(out), q, k, v, out, lse, 0.5, list(masks.BY_CAUSAL_MODE[1]))
     assert launches.names == ["launch_fwd", "launch_bwd"]

@@ -547,12 +547,32 @@ def test_launch_bwd_allocates_the_workspace(recorded_build: Any) -> None:
     [(name, (spec, grads))] = recorded_build.calls
     assert name == "bwd"
     assert spec[2] == (1, 2, 2, 16, 16, 48, 48, -1, -1) and spec[3] == (-1, -1, 0)
-    pointers, strides, nbytes = grads
+    pointers, strides, nbytes, deterministic = grads
     assert pointers[:4] == (dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
-    # dq_accum and delta: two buffers, rows x heads x bucket (64 for head dim 48) and rows x heads floats.
+    # dq_accum and delta: two buffers, rows x heads x bucket (64 for head dim 48) and rows x heads
+    # floats, then one int32 per (batch, head, 64-row query block): the deterministic mode's semaphores.
     assert pointers[4] != 0 and pointers[5] != 0 and pointers[4] != pointers[5]
-    assert nbytes == (2 * 16 * 64 * 4, 2 * 16 * 4)
+    assert nbytes == (2 * 16 * 64 * 4, 2 * 16 * 4 + 1 * 2 * 1 * 4)
     assert strides == (dout.stride(), dq.stride(), dk.stride(), dv.stride())
+    assert deterministic is False
+
+
+@pytest.mark.parametrize("has_deterministic_family", [False, True])
+def test_launch_bwd_passes_the_deterministic_request(recorded_build: Any, has_deterministic_family: bool) -> None:
+    # Under torch.use_deterministic_algorithms(True) _C is asked for a deterministic backward only
+    # where the table has a family that runs it (the sm90 one: ordered dQ adds); elsewhere the
+    # caller has raised, or warned under warn_only, and the call runs as before.
+    recorded_build.deterministic_backward = has_deterministic_family
+    q = k = v = out = dout = torch.empty(1, 2, 16, 64, dtype=F16)
+    lse = torch.empty(1, 2, 16)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        _backend.launch_bwd(dout, q, k, v, out, lse, *(torch.empty_like(q) for _ in range(3)), 0.125, masks.NO_MASK)
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    [(name, (_, grads))] = recorded_build.calls
+    assert name == "bwd" and grads[3] is has_deterministic_family
 
 
 def test_launch_bwd_varlen_arguments(recorded_build: Any) -> None:
@@ -599,7 +619,7 @@ def test_c_names_the_first_bad_stride_argument() -> None:
         _backend._C.fwd((pointers, strides, *rest))
     grad_strides = ((4096, 64, 1), (1, 2), (4096, 64, 1), ())  # dq_strides and dv_strides
     with pytest.raises(ValueError, match=r"^dq_strides=\(1, 2\): "):
-        _backend._C.bwd(_fwd_spec((16384, 4096, 64, 1)), ((1, 2, 3, 4, 256, 512), grad_strides, (4096, 512)))
+        _backend._C.bwd(_fwd_spec((16384, 4096, 64, 1)), ((1, 2, 3, 4, 256, 512), grad_strides, (4096, 512), False))
 
 
 @needs_c

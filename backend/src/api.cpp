@@ -68,6 +68,9 @@ void set_tensor(const TensorArg& t, void*& p, int64_t& sb, int64_t& sh, int64_t&
   sb = t.strides[0], sh = t.strides[1], sr = t.strides[2];
 }
 
+// Workspace rows of one head: its queries (dense), or every packed query row (varlen).
+int64_t rows_per_head(const ProblemShape& shape, int64_t total_q) { return total_q >= 0 ? total_q : shape.seqlen_q; }
+
 }  // namespace
 
 // Two buffers rather than one carved buffer so that a caching allocator accounts them as PyTorch's
@@ -77,10 +80,13 @@ WorkspaceLayout workspace_layout(const ProblemShape& shape, int64_t total_q, int
   WorkspaceLayout w{};
   const bool varlen = total_q >= 0;
   const int64_t batches = varlen ? 1 : shape.batch;
-  w.rows_per_head = varlen ? total_q : shape.seqlen_q;
+  w.rows_per_head = rows_per_head(shape, total_q);
   const int64_t rows = batches * shape.heads_q * w.rows_per_head;
   w.dq_accum_bytes = rows * bucket * int64_t(sizeof(float));
-  w.delta_bytes = rows * int64_t(sizeof(float));
+  // Deterministic dQ (params.h's dq_semaphore): one int32 per (batch, head, 64-row query block),
+  // dense layouts only (the family that orders its adds serves no varlen), after delta's floats.
+  w.semaphore_bytes = varlen ? 0 : shape.batch * shape.heads_q * ((shape.seqlen_q + 63) / 64) * int64_t(sizeof(int32_t));
+  w.delta_bytes = rows * int64_t(sizeof(float)) + w.semaphore_bytes;
   return w;
 }
 
@@ -138,6 +144,14 @@ void bwd(const BwdSpec& spec) {
   if (varlen_mode != (total_q >= 0))
     throw std::invalid_argument("total_q=" + std::to_string(total_q) +
                                 ": must be >= 0 exactly when cu_seqlens_q is given (packed rows), else -1");
+  // delta's rows are indexed as (batch, head, q_row_offset + row), like every other tensor: in
+  // varlen mode the batch stride is 0 and the packed row offset selects the sequence. The launcher
+  // derives dq_accum's strides from these and the bucket of the family it picks.
+  const int64_t rows = rows_per_head(spec.fwd.shape, total_q);
+  p.delta_row_stride = 1;
+  p.delta_head_stride = rows;
+  p.delta_batch_stride = varlen_mode ? 0 : int64_t(spec.fwd.shape.heads_q) * rows;
+  p.deterministic = spec.deterministic;  // before the family is picked: the sm90 family refuses it
   const FamilyCaps& family = plan_bwd(p, spec.fwd.device);
   const WorkspaceLayout w = workspace_layout(spec.fwd.shape, total_q, p.head_dim_bucket);
   const auto check_buffer = [](const char* name, uintptr_t address, int64_t bytes, int64_t needed) {
@@ -153,16 +167,10 @@ void bwd(const BwdSpec& spec) {
   check_buffer("delta", ws.delta, ws.delta_bytes, w.delta_bytes);
   p.dq_accum = ptr<float>(ws.dq_accum);
   p.delta = ptr<float>(ws.delta);
-  // Rows are indexed as (batch, head, q_row_offset + row), like every other tensor: in varlen
-  // mode the batch stride is 0 and the packed row offset selects the sequence.
-  p.dq_accum_row_stride = p.head_dim_bucket;
-  p.dq_accum_head_stride = w.rows_per_head * p.head_dim_bucket;
-  p.dq_accum_batch_stride = varlen_mode ? 0 : int64_t(spec.fwd.shape.heads_q) * p.dq_accum_head_stride;
-  p.delta_row_stride = 1;
-  p.delta_head_stride = w.rows_per_head;
-  p.delta_batch_stride = varlen_mode ? 0 : int64_t(spec.fwd.shape.heads_q) * w.rows_per_head;
-  p.deterministic = false;
-  p.dq_semaphore = nullptr;  // deterministic mode: wired with the sm90 backward's host side
+  // Deterministic mode on a family that has it: the dQ semaphores live after delta's floats.
+  p.dq_semaphore = p.deterministic && family.deterministic_backward && w.semaphore_bytes > 0
+                       ? reinterpret_cast<int32_t*>(ws.delta + w.delta_bytes - w.semaphore_bytes)
+                       : nullptr;
   launch_bwd(family, p, spec.fwd.device, reinterpret_cast<void*>(spec.fwd.stream));
 }
 

@@ -69,6 +69,7 @@ struct BwdSpec {
   FwdSpec fwd;
   TensorArg dout, dq, dk, dv;
   Workspace workspace;
+  bool deterministic;  // torch.are_deterministic_algorithms_enabled(): families that add dQ in arbitrary order refuse it
 };
 
 void fwd(const FwdSpec& spec);
@@ -80,7 +81,8 @@ void bwd(const BwdSpec& spec);
 struct WorkspaceLayout {
   int64_t rows_per_head;
   int64_t dq_accum_bytes;
-  int64_t delta_bytes;
+  int64_t delta_bytes;      // delta's floats, then semaphore_bytes
+  int64_t semaphore_bytes;  // deterministic dQ: int32 per (batch, head, 64-row query block); 0 for varlen
 };
 WorkspaceLayout workspace_layout(const ProblemShape& shape, int64_t total_q, int bucket);
 

@@ -50,13 +50,15 @@ std::vector<FamilyCaps> make_families() {
   std::vector<FamilyCaps> table;
   // Arch-specific families go first: select_family takes the first that serves a problem.
 #ifdef FLASHSDPA_FAMILY_SM90
-  // wgmma / TMA / setmaxnreg SASS for sm_90a runs on compute capability 9.0 only. Forward, dense:
-  // the rest of an H100's calls take the portable family below.
+  // wgmma / TMA / setmaxnreg SASS for sm_90a runs on compute capability 9.0 only. Dense, every
+  // mask kind, the backward in fewer buckets than the forward (d <= 128), deterministic backward
+  // (ordered dQ adds): the rest of an H100's calls take the portable family below.
   table.push_back(FamilyCaps{
       "sm90", "compute capability 9.0 only (sm_90a: wgmma, TMA, warp specialization)", 90, 90,
-      ints(FLASHSDPA_SM90_ARCHS_LIST), build_config().dtypes, ints(FLASHSDPA_SM90_HEAD_DIMS_LIST), kAllMasks,
-      {Layout::kDense},
-      {Direction::kForward}, &run_fwd_sm90, nullptr, &fwd_plan_sm90, nullptr, &fwd_sm90_unsupported});
+      ints(FLASHSDPA_SM90_ARCHS_LIST), build_config().dtypes, ints(FLASHSDPA_SM90_FWD_HEAD_DIMS_LIST),
+      ints(FLASHSDPA_SM90_BWD_HEAD_DIMS_LIST), kAllMasks, {Layout::kDense},
+      {Direction::kForward, Direction::kBackward}, &run_fwd_sm90, &run_bwd_sm90, &fwd_plan_sm90, &bwd_plan_sm90,
+      &fwd_sm90_unsupported, &bwd_sm90_unsupported, nullptr, nullptr, /*deterministic_backward=*/true});
 #endif
 #ifdef FLASHSDPA_FAMILY_SM80
   {
@@ -66,9 +68,10 @@ std::vector<FamilyCaps> make_families() {
     // above the compiled archs the driver JIT-compiles the embedded PTX (first launches slower).
     table.push_back(FamilyCaps{
         "sm80", "compute capability " + capability_str(lowest) + " and newer (mma.sync, ldmatrix, cp.async)",
-        lowest, 0, archs, build_config().dtypes, ints(FLASHSDPA_SM80_HEAD_DIMS_LIST), kAllMasks,
-        {Layout::kDense, Layout::kVarlen, Layout::kDecode}, {Direction::kForward, Direction::kBackward},
-        &run_fwd_sm80, &run_bwd_sm80, &fwd_plan_sm80, &bwd_plan_sm80, nullptr, &run_decode_sm80, &decode_tile_sm80});
+        lowest, 0, archs, build_config().dtypes, ints(FLASHSDPA_SM80_FWD_HEAD_DIMS_LIST),
+        ints(FLASHSDPA_SM80_BWD_HEAD_DIMS_LIST), kAllMasks, {Layout::kDense, Layout::kVarlen, Layout::kDecode},
+        {Direction::kForward, Direction::kBackward}, &run_fwd_sm80, &run_bwd_sm80, &fwd_plan_sm80, &bwd_plan_sm80,
+        nullptr, nullptr, &run_decode_sm80, &decode_tile_sm80});
   }
 #endif
   return table;
@@ -90,14 +93,23 @@ bool check_dtype(const FamilyCaps& f, const Problem& p, std::string* why) {
   return false;
 }
 
+std::string int_list(const std::vector<int>& v) {
+  std::string out;
+  for (int d : v) out += (out.empty() ? "" : ", ") + std::to_string(d);
+  return "{" + out + "}";
+}
+
+// The family's bucket for the problem, then whether this direction has it (after check_direction).
 bool check_head_dims(const FamilyCaps& f, const Problem& p, std::string* why) {
-  if (f.bucket(p.head_dim_qk, p.head_dim_v) != 0) return true;
-  if (why) {
-    std::string dims;
-    for (int d : f.head_dims) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+  const int bucket = f.bucket(p.head_dim_qk, p.head_dim_v);
+  const std::vector<int>& served = f.head_dims(p.direction);
+  if (bucket != 0 && std::binary_search(served.begin(), served.end(), bucket)) return true;
+  if (why && bucket == 0)
     *why = "head_dim_qk=" + std::to_string(p.head_dim_qk) + ", head_dim_v=" + std::to_string(p.head_dim_v) +
-           ": compiled head-dim buckets are {" + dims + "} (rebuild with FLASHSDPA_HEAD_DIMS)";
-  }
+           ": compiled head-dim buckets are " + int_list(f.all_head_dims()) + " (rebuild with FLASHSDPA_HEAD_DIMS)";
+  else if (why)
+    *why = "head_dim=" + std::to_string(bucket) + " " + direction_name(p.direction) + ": the " + f.name +
+           " family's " + direction_name(p.direction) + " has buckets " + int_list(served);
   return false;
 }
 
@@ -123,6 +135,14 @@ bool check_direction(const FamilyCaps& f, const Problem& p, std::string* why) {
   return false;
 }
 
+bool check_deterministic(const FamilyCaps& f, const Problem& p, std::string* why) {
+  if (!p.deterministic || p.direction != Direction::kBackward || f.deterministic_backward) return true;
+  if (why)
+    *why = "torch.use_deterministic_algorithms(True): the " + f.name +
+           " family's backward adds dQ with float atomics in any order (not bitwise reproducible)";
+  return false;
+}
+
 // Shared memory: whether some tile of this direction fits the device's per-block limit (parts
 // with less than an H100's 227 KB get smaller tiles; the largest head dims fit none on some).
 bool check_tile(const FamilyCaps& f, const Problem& p, std::string* why) {
@@ -144,9 +164,10 @@ bool check_tile(const FamilyCaps& f, const Problem& p, std::string* why) {
   return false;
 }
 
-// In order: later checks may assume earlier ones passed (check_tile needs a bucket and a direction).
-constexpr Check kChecks[] = {check_capability, check_dtype,     check_head_dims, check_mask,
-                             check_layout,     check_direction, check_tile};
+// In order: later checks may assume earlier ones passed (check_head_dims needs a direction the
+// family has, check_tile a bucket of that direction).
+constexpr Check kChecks[] = {check_capability, check_dtype,  check_direction,     check_head_dims,
+                             check_mask,       check_layout, check_deterministic, check_tile};
 
 }  // namespace
 
@@ -170,12 +191,28 @@ const char* mask_kind_name(MaskKind kind) {
   }
 }
 
+std::vector<int> FamilyCaps::all_head_dims() const {
+  std::vector<int> all = fwd_head_dims;
+  for (int d : bwd_head_dims) {
+    if (!contains(all, d)) all.push_back(d);
+  }
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+// The family's granularity, the same for both directions (no allocation: it runs per launch).
 int FamilyCaps::bucket(int head_dim_qk, int head_dim_v) const {
   const int need = std::max(head_dim_qk, head_dim_v);
-  for (int b : head_dims) {
-    if (b >= need) return b;
+  int best = 0;
+  for (const std::vector<int>* list : {&fwd_head_dims, &bwd_head_dims}) {
+    for (int b : *list) {
+      if (b >= need) {
+        if (best == 0 || b < best) best = b;
+        break;
+      }
+    }
   }
-  return 0;
+  return best;
 }
 
 TilePlan FamilyCaps::plan(Direction d, int bucket, int major, int smem_optin_bytes) const {

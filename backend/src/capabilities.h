@@ -29,7 +29,8 @@ const char* layout_name(Layout layout);  // "dense", "varlen", "decode"
 using RunFwd = int (*)(const AttnFwdParams&, void*);
 using RunBwd = int (*)(const AttnBwdParams&, void*);
 using PlanFn = TilePlan (*)(int bucket, int major, int smem_optin_bytes);
-using UnsupportedFn = const char* (*)(const AttnFwdParams&);
+using FwdUnsupportedFn = const char* (*)(const AttnFwdParams&);
+using BwdUnsupportedFn = const char* (*)(const AttnBwdParams&);
 using DecodeTileFn = DecodeTile (*)(int bucket);
 
 struct FamilyCaps {
@@ -39,7 +40,11 @@ struct FamilyCaps {
   int max_capability;                   // inclusive; 0 = no upper bound
   std::vector<int> archs;               // SASS targets compiled for it
   std::vector<std::string> dtypes;      // "float16", "bfloat16"
-  std::vector<int> head_dims;           // compiled buckets, ascending; max(dqk, dv) takes the smallest >= it
+  // Compiled head-dim buckets per direction, ascending. A problem's bucket is the smallest bucket of
+  // the family (either list) >= max(dqk, dv); a direction serves it only where its own list has it
+  // (the sm90 backward, {128}, refuses head dim 64 rather than running it in 128).
+  std::vector<int> fwd_head_dims;
+  std::vector<int> bwd_head_dims;
   std::vector<MaskKind> masks;
   std::vector<Layout> layouts;
   std::vector<Direction> directions;
@@ -47,14 +52,22 @@ struct FamilyCaps {
   RunBwd run_bwd;    // nullptr without a backward
   PlanFn fwd_plan;
   PlanFn bwd_plan;   // nullptr without a backward
-  // Per-call facts the table cannot express (pointer alignment for TMA, a negative scale): nullptr
-  // when the family takes this forward call, else why not (the launcher then tries the next row).
-  UnsupportedFn fwd_unsupported;
+  // Per-call facts the table cannot express (pointer alignment for TMA, a negative scale, the
+  // deterministic mode): nullptr when the family takes this call (or has no such facts), else why
+  // not (the launcher then tries the next row).
+  FwdUnsupportedFn fwd_unsupported;
+  BwdUnsupportedFn bwd_unsupported;
   // The decode path (Layout::kDecode): its kernel and its tile per head-dim bucket; nullptr for a
   // family without one (its layouts then do not list kDecode).
   RunFwd run_decode = nullptr;
   DecodeTileFn decode_tile = nullptr;
+  // Whether its backward is bitwise reproducible run to run (torch.use_deterministic_algorithms):
+  // the sm90 family adds dQ tiles in a fixed order (params.dq_semaphore); the portable family's
+  // float atomics land in any order.
+  bool deterministic_backward = false;
 
+  const std::vector<int>& head_dims(Direction d) const { return d == Direction::kForward ? fwd_head_dims : bwd_head_dims; }
+  std::vector<int> all_head_dims() const;             // both directions' buckets, ascending
   int bucket(int head_dim_qk, int head_dim_v) const;  // 0: none large enough
   TilePlan plan(Direction d, int bucket, int major, int smem_optin_bytes) const;
 };
@@ -68,6 +81,7 @@ struct Problem {
   MaskKind mask;
   Layout layout;
   Direction direction;
+  bool deterministic = false;  // backward under torch.use_deterministic_algorithms(True)
 };
 
 // The compiled families, preferred first (an arch-specific family before the portable one).

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
+#include <type_traits>
 
 #include "build_config.h"
 #include "capabilities.h"
@@ -100,9 +101,9 @@ void set_device_facts(AttnFwdParams& params, const DeviceInfo& info) {
 }
 
 Problem problem_on(const DeviceInfo& info, DType dtype, int head_dim_qk, int head_dim_v, MaskKind mask, Layout layout,
-                   Direction direction) {
+                   Direction direction, bool deterministic = false) {
   return Problem{info.major * 10 + info.minor, static_cast<int>(info.smem_optin_bytes), dtype, head_dim_qk, head_dim_v,
-                 mask, layout, direction};
+                 mask, layout, direction, deterministic};
 }
 
 // FLASHSDPA_FAMILY=<name> restricts every launch to that family (tests run each shape against
@@ -112,13 +113,26 @@ const char* forced_family() {
   return family;
 }
 
+// A family's per-call hook for this direction's params: nullptr when it takes the call.
+const char* unsupported(const FamilyCaps& f, const AttnFwdParams& params) {
+  return f.fwd_unsupported != nullptr ? f.fwd_unsupported(params) : nullptr;
+}
+const char* unsupported(const FamilyCaps& f, const AttnBwdParams& params) {
+  return f.bwd_unsupported != nullptr ? f.bwd_unsupported(params) : nullptr;
+}
+
+template <typename Params>
+constexpr Direction direction_of() {
+  return std::is_same<Params, AttnBwdParams>::value ? Direction::kBackward : Direction::kForward;
+}
+
 // The first family of the table that takes this call: its predicates (a handful of integer
-// compares over a table of one or two rows) and, for a forward, its per-call hook.
-const FamilyCaps* first_taker(const Problem& problem, const AttnFwdParams& params, Direction direction,
-                              const FamilyCaps* after, std::string* why) {
+// compares over a table of one or two rows) and its per-call hook for the direction.
+template <typename Params>
+const FamilyCaps* first_taker(const Problem& problem, const Params& params, const FamilyCaps* after, std::string* why) {
   for (const FamilyCaps* f = select_family(problem, after); f != nullptr; f = select_family(problem, f)) {
     if (forced_family() != nullptr && f->name != forced_family()) continue;
-    const char* no = direction == Direction::kForward && f->fwd_unsupported ? f->fwd_unsupported(params) : nullptr;
+    const char* no = unsupported(*f, params);
     if (no == nullptr) return f;
     if (why) *why += "; family " + f->name + ": " + no;
   }
@@ -129,20 +143,39 @@ Problem problem_of(const DeviceInfo& info, const AttnFwdParams& params, Directio
   return problem_on(info, params.dtype, params.head_dim_qk, params.head_dim_v, mask_kind(params.mask),
                     layout_of(params), direction);
 }
+Problem problem_of(const DeviceInfo& info, const AttnBwdParams& params, Direction direction) {
+  return problem_on(info, params.dtype, params.head_dim_qk, params.head_dim_v, mask_kind(params.mask),
+                    layout_of(params), direction, params.deterministic);
+}
 
-const FamilyCaps& plan(AttnFwdParams& params, int device, Direction direction) {
+// What the params take from the family: its head-dim bucket and, for a backward, its tile and the
+// dq_accum strides, which are delta's times the bucket (params.h).
+void use_family(AttnFwdParams& params, const FamilyCaps& family) {
+  params.head_dim_bucket = family.bucket(params.head_dim_qk, params.head_dim_v);
+}
+void use_family(AttnBwdParams& params, const FamilyCaps& family) {
+  use_family(static_cast<AttnFwdParams&>(params), family);
+  const int bucket = params.head_dim_bucket;
+  params.bwd_tile = family.plan(Direction::kBackward, bucket, params.cc_major, params.smem_optin_bytes).tile;
+  params.dq_accum_row_stride = params.delta_row_stride * bucket;
+  params.dq_accum_head_stride = params.delta_head_stride * bucket;
+  params.dq_accum_batch_stride = params.delta_batch_stride * bucket;
+}
+
+template <typename Params>
+const FamilyCaps& plan(Params& params, int device) {
   const DeviceInfo& info = cached_device_info(device);
   set_device_facts(params, info);
-  const Problem problem = problem_of(info, params, direction);
+  const Problem problem = problem_of(info, params, direction_of<Params>());
   std::string why;
-  const FamilyCaps* family = first_taker(problem, params, direction, nullptr, &why);
+  const FamilyCaps* family = first_taker(problem, params, nullptr, &why);
   if (family == nullptr) {
     const char* forced = forced_family();
     throw std::invalid_argument("device " + std::to_string(device) + " (" + info.name + "): no kernel family " +
                                 (forced ? std::string("(FLASHSDPA_FAMILY=") + forced + ") " : std::string()) +
                                 "serves this call: " + refusal(problem) + why);
   }
-  params.head_dim_bucket = family->bucket(params.head_dim_qk, params.head_dim_v);
+  use_family(params, *family);
   return *family;
 }
 
@@ -151,9 +184,9 @@ const FamilyCaps& plan(AttnFwdParams& params, int device, Direction direction) {
 DeviceInfo device_info(int device) { return cached_device_info(device); }
 
 Selection select(int device, DType dtype, int head_dim_qk, int head_dim_v, MaskKind mask, Layout layout,
-                 Direction direction) {
+                 Direction direction, bool deterministic) {
   const DeviceInfo& info = cached_device_info(device);
-  const Problem problem = problem_on(info, dtype, head_dim_qk, head_dim_v, mask, layout, direction);
+  const Problem problem = problem_on(info, dtype, head_dim_qk, head_dim_v, mask, layout, direction, deterministic);
   Selection s;
   s.family = select_family(problem);
   if (s.family == nullptr) {
@@ -165,13 +198,8 @@ Selection select(int device, DType dtype, int head_dim_qk, int head_dim_v, MaskK
   return s;
 }
 
-const FamilyCaps& plan_fwd(AttnFwdParams& params, int device) { return plan(params, device, Direction::kForward); }
-
-const FamilyCaps& plan_bwd(AttnBwdParams& params, int device) {
-  const FamilyCaps& family = plan(params, device, Direction::kBackward);
-  params.bwd_tile = family.plan(Direction::kBackward, params.head_dim_bucket, params.cc_major, params.smem_optin_bytes).tile;
-  return family;
-}
+const FamilyCaps& plan_fwd(AttnFwdParams& params, int device) { return plan(params, device); }
+const FamilyCaps& plan_bwd(AttnBwdParams& params, int device) { return plan(params, device); }
 
 void launch_fwd(const FamilyCaps& family, const AttnFwdParams& params, int device, void* stream) {
   DeviceGuard guard(device);
@@ -182,10 +210,10 @@ void launch_fwd(const FamilyCaps& family, const AttnFwdParams& params, int devic
   auto err = static_cast<cudaError_t>(family.run_fwd(params, stream));
   if (err == cudaErrorNotSupported && family.fwd_unsupported != nullptr) {
     // The driver refused a TMA descriptor before anything was launched: the next family takes it.
-    AttnFwdParams next_params = params;
     const Problem problem = problem_of(cached_device_info(device), params, Direction::kForward);
-    if (const FamilyCaps* next = first_taker(problem, params, Direction::kForward, &family, nullptr)) {
-      next_params.head_dim_bucket = next->bucket(params.head_dim_qk, params.head_dim_v);
+    if (const FamilyCaps* next = first_taker(problem, params, &family, nullptr)) {
+      AttnFwdParams next_params = params;
+      use_family(next_params, *next);
       err = static_cast<cudaError_t>(next->run_fwd(next_params, stream));
     }
   }
@@ -194,7 +222,19 @@ void launch_fwd(const FamilyCaps& family, const AttnFwdParams& params, int devic
 
 void launch_bwd(const FamilyCaps& family, const AttnBwdParams& params, int device, void* stream) {
   DeviceGuard guard(device);
-  throw_on_error(static_cast<cudaError_t>(family.run_bwd(params, stream)), "backward launch");
+  auto err = static_cast<cudaError_t>(family.run_bwd(params, stream));
+  if (err == cudaErrorNotSupported && family.bwd_unsupported != nullptr) {
+    // As in the forward: the driver refused a TMA descriptor before anything was launched. The workspace was sized for this family's bucket: the next family takes the call only if its
+    // bucket is no larger (the portable family's buckets are finer than sm90's).
+    const Problem problem = problem_of(cached_device_info(device), params, Direction::kBackward);
+    const FamilyCaps* next = first_taker(problem, params, &family, nullptr);
+    if (next != nullptr && next->bucket(params.head_dim_qk, params.head_dim_v) <= params.head_dim_bucket) {
+      AttnBwdParams next_params = params;
+      use_family(next_params, *next);
+      err = static_cast<cudaError_t>(next->run_bwd(next_params, stream));
+    }
+  }
+  throw_on_error(err, "backward launch");
 }
 
 #else  // CPU-only build: the package imports and always falls back.
@@ -206,7 +246,7 @@ namespace {
 }  // namespace
 
 DeviceInfo device_info(int) { no_cuda(); }
-Selection select(int, DType, int, int, MaskKind, Layout, Direction) { no_cuda(); }
+Selection select(int, DType, int, int, MaskKind, Layout, Direction, bool) { no_cuda(); }
 const FamilyCaps& plan_fwd(AttnFwdParams&, int) { no_cuda(); }
 const FamilyCaps& plan_bwd(AttnBwdParams&, int) { no_cuda(); }
 void launch_fwd(const FamilyCaps&, const AttnFwdParams&, int, void*) { no_cuda(); }

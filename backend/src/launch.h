@@ -27,11 +27,14 @@ struct Selection {
   TilePlan tile{-1, 0};
   std::string reasons;
 };
+// deterministic: a backward under torch.use_deterministic_algorithms(True) (families whose
+// backward is not bitwise reproducible refuse it).
 Selection select(int device, DType dtype, int head_dim_qk, int head_dim_v, MaskKind mask, Layout layout,
-                 Direction direction);
+                 Direction direction, bool deterministic = false);
 
-// Pick the family and fill the params' device facts, head_dim_bucket (and bwd_tile); throws
-// std::invalid_argument naming each family's reason when none serves the call.
+// Pick the family and fill the params' device facts, head_dim_bucket (and for a backward bwd_tile
+// and the dq_accum strides, from delta's: set those and every field the families' per-call hooks
+// read first); throws std::invalid_argument naming each family's reason when none serves the call.
 const FamilyCaps& plan_fwd(AttnFwdParams& params, int device);
 const FamilyCaps& plan_bwd(AttnBwdParams& params, int device);
 void launch_fwd(const FamilyCaps& family, const AttnFwdParams& params, int device, void* stream);

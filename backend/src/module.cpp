@@ -126,13 +126,13 @@ FwdSpec fwd_spec(py::handle obj) {
   return s;
 }
 
-// bwd grads = (pointers, strides, workspace_bytes):
+// bwd grads = (pointers, strides, workspace_bytes, deterministic):
 //   pointers = (dout, dq, dk, dv, dq_accum, delta); strides = (dout, dq, dk, dv);
-//   workspace_bytes = (dq_accum, delta)
+//   workspace_bytes = (dq_accum, delta); deterministic = torch.are_deterministic_algorithms_enabled()
 BwdSpec bwd_spec(py::handle fwd, py::handle grads) {
   BwdSpec s{};
   s.fwd = fwd_spec(fwd);
-  PyObject* g = tuple_arg(grads, 3, "grads");
+  PyObject* g = tuple_arg(grads, 4, "grads");
   PyObject* ptrs = tuple_arg(PyTuple_GET_ITEM(g, 0), 6, "grads.pointers");
   PyObject* strides = tuple_arg(PyTuple_GET_ITEM(g, 1), 4, "grads.strides");
   PyObject* bytes = tuple_arg(PyTuple_GET_ITEM(g, 2), 2, "grads.workspace_bytes");
@@ -144,8 +144,16 @@ BwdSpec bwd_spec(py::handle fwd, py::handle grads) {
   }
   s.workspace = Workspace{static_cast<uintptr_t>(int_item(ptrs, 4, "dq_accum")), int_item(bytes, 0, "dq_accum_bytes"),
                           static_cast<uintptr_t>(int_item(ptrs, 5, "delta")), int_item(bytes, 1, "delta_bytes")};
+  const int deterministic = PyObject_IsTrue(PyTuple_GET_ITEM(g, 3));
+  if (deterministic < 0) {
+    PyErr_Clear();
+    bad_spec("deterministic", PyTuple_GET_ITEM(g, 3), "a bool");
+  }
+  s.deterministic = deterministic == 1;
   return s;
 }
+
+std::string direction_str(Direction d) { return d == Direction::kForward ? "forward" : "backward"; }
 
 template <typename T, typename Name>
 py::list names_of(const std::vector<T>& items, Name name) {
@@ -167,22 +175,24 @@ py::dict capabilities_dict() {
                                                 : py::object(py::make_tuple(f.max_capability / 10, f.max_capability % 10));
     d["archs"] = f.archs;
     d["dtypes"] = f.dtypes;
-    d["head_dims"] = f.head_dims;
+    d["head_dims"] = f.all_head_dims();
+    py::dict per_direction;
+    for (Direction dir : f.directions) per_direction[py::str(direction_str(dir))] = f.head_dims(dir);
+    d["head_dims_by_direction"] = per_direction;
     d["head_dim_rule"] = "head_dim_qk and head_dim_v multiples of 8; max(head_dim_qk, head_dim_v) runs in the "
-                         "smallest bucket >= it";
+                         "family's smallest bucket >= it, where that direction has the bucket";
     d["masks"] = names_of(f.masks, [](MaskKind m) { return std::string(mask_kind_name(m)); });
     d["layouts"] = names_of(f.layouts, [](Layout l) { return std::string(layout_name(l)); });
-    d["directions"] =
-        names_of(f.directions, [](Direction x) { return std::string(x == Direction::kForward ? "forward" : "backward"); });
+    d["directions"] = names_of(f.directions, direction_str);
     py::list smem;
     for (Direction dir : f.directions) {
-      for (int bucket : f.head_dims) {
+      for (int bucket : f.head_dims(dir)) {
         for (int major : {8, 9}) {
           if (major * 10 + 9 < f.min_capability || (f.max_capability != 0 && major * 10 > f.max_capability)) continue;
           int limit = INT_MAX;
           for (TilePlan t = f.plan(dir, bucket, major, limit); t.tile >= 0; t = f.plan(dir, bucket, major, limit)) {
             py::dict row;
-            row["direction"] = dir == Direction::kForward ? "forward" : "backward";
+            row["direction"] = direction_str(dir);
             row["head_dim"] = bucket;
             row["cc_major"] = major;
             row["tile"] = t.tile;
@@ -205,13 +215,15 @@ py::dict capabilities_dict() {
 
 // The table's verdict for one problem on one device: (family or None, bucket, tile, smem bytes,
 // reasons). Python caches it per problem key; the launch makes the same choice in C++.
-// layout: 0 dense, 1 varlen (a bool True reads as 1), 2 decode.
-py::tuple select_tuple(int device, int dtype, int head_dim_qk, int head_dim_v, int mask, int layout, bool backward) {
+// layout: 0 dense, 1 varlen (a bool True reads as 1), 2 decode. backward: 0 forward, 1 backward
+// (a bool reads as 0 / 1), 2 backward under torch.use_deterministic_algorithms(True).
+py::tuple select_tuple(int device, int dtype, int head_dim_qk, int head_dim_v, int mask, int layout, int backward) {
   if (dtype != 0 && dtype != 1) throw std::invalid_argument("dtype=" + std::to_string(dtype) + ": must be 0 or 1");
   if (mask < 0 || mask > 3) throw std::invalid_argument("mask=" + std::to_string(mask) + ": must be 0..3");
   if (layout < 0 || layout > 2) throw std::invalid_argument("layout=" + std::to_string(layout) + ": must be 0..2");
   const Selection s = select(device, static_cast<DType>(dtype), head_dim_qk, head_dim_v, static_cast<MaskKind>(mask),
-                             static_cast<Layout>(layout), backward ? Direction::kBackward : Direction::kForward);
+                             static_cast<Layout>(layout), backward ? Direction::kBackward : Direction::kForward,
+                             backward == 2);
   if (s.family == nullptr) return py::make_tuple(py::none(), 0, -1, 0, s.reasons);
   return py::make_tuple(s.family->name, s.bucket, s.tile.tile, s.tile.smem_bytes, py::none());
 }

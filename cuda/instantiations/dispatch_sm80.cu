@@ -5,6 +5,116 @@
 
 namespace flashsdpa {
 
+// Compiled in their own TUs (cuda/instantiations/<direction>_<family>_<dtype>_hdim<d>.cu).
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_32)
+extern template cudaError_t run_fwd_sm80_<__half, 32>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_64)
+extern template cudaError_t run_fwd_sm80_<__half, 64>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_96)
+extern template cudaError_t run_fwd_sm80_<__half, 96>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_128)
+extern template cudaError_t run_fwd_sm80_<__half, 128>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_192)
+extern template cudaError_t run_fwd_sm80_<__half, 192>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_256)
+extern template cudaError_t run_fwd_sm80_<__half, 256>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_32)
+extern template cudaError_t run_fwd_sm80_<__nv_bfloat16, 32>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_64)
+extern template cudaError_t run_fwd_sm80_<__nv_bfloat16, 64>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_96)
+extern template cudaError_t run_fwd_sm80_<__nv_bfloat16, 96>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_128)
+extern template cudaError_t run_fwd_sm80_<__nv_bfloat16, 128>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_192)
+extern template cudaError_t run_fwd_sm80_<__nv_bfloat16, 192>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_256)
+extern template cudaError_t run_fwd_sm80_<__nv_bfloat16, 256>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_32)
+extern template cudaError_t run_bwd_sm80_<__half, 32>(const AttnBwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_64)
+extern template cudaError_t run_bwd_sm80_<__half, 64>(const AttnBwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_96)
+extern template cudaError_t run_bwd_sm80_<__half, 96>(const AttnBwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_128)
+extern template cudaError_t run_bwd_sm80_<__half, 128>(const AttnBwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_192)
+extern template cudaError_t run_bwd_sm80_<__half, 192>(const AttnBwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_256)
+extern template cudaError_t run_bwd_sm80_<__half, 256>(const AttnBwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_32)
+extern template cudaError_t run_bwd_sm80_<__nv_bfloat16, 32>(const AttnBwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_64)
+extern template cudaError_t run_bwd_sm80_<__nv_bfloat16, 64>(const AttnBwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_96)
+extern template cudaError_t run_bwd_sm80_<__nv_bfloat16, 96>(const AttnBwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_128)
+extern template cudaError_t run_bwd_sm80_<__nv_bfloat16, 128>(const AttnBwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_192)
+extern template cudaError_t run_bwd_sm80_<__nv_bfloat16, 192>(const AttnBwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_256)
+extern template cudaError_t run_bwd_sm80_<__nv_bfloat16, 256>(const AttnBwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_32)
+extern template cudaError_t run_decode_sm80_<__half, 32>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_64)
+extern template cudaError_t run_decode_sm80_<__half, 64>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_96)
+extern template cudaError_t run_decode_sm80_<__half, 96>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_128)
+extern template cudaError_t run_decode_sm80_<__half, 128>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_192)
+extern template cudaError_t run_decode_sm80_<__half, 192>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_256)
+extern template cudaError_t run_decode_sm80_<__half, 256>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_32)
+extern template cudaError_t run_decode_sm80_<__nv_bfloat16, 32>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_64)
+extern template cudaError_t run_decode_sm80_<__nv_bfloat16, 64>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_96)
+extern template cudaError_t run_decode_sm80_<__nv_bfloat16, 96>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_128)
+extern template cudaError_t run_decode_sm80_<__nv_bfloat16, 128>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_192)
+extern template cudaError_t run_decode_sm80_<__nv_bfloat16, 192>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_256)
+extern template cudaError_t run_decode_sm80_<__nv_bfloat16, 256>(const AttnFwdParams&, cudaStream_t);
+#endif
+
 int run_fwd_sm80(const AttnFwdParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   switch (dispatch_key(p.dtype, p.head_dim_bucket)) {

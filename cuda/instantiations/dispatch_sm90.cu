@@ -2,8 +2,41 @@
 // One case per (dtype, head-dim bucket) instantiation, compiled in where CMake compiled its TU.
 #include "common/dispatch.cuh"
 #include "sm90/fwd_launch_sm90.cuh"
+#include "sm90/bwd_launch_sm90.cuh"
 
 namespace flashsdpa {
+
+// Compiled in their own TUs (cuda/instantiations/<direction>_<family>_<dtype>_hdim<d>.cu).
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_64)
+extern template cudaError_t run_fwd_sm90_<__half, 64>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_128)
+extern template cudaError_t run_fwd_sm90_<__half, 128>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_256)
+extern template cudaError_t run_fwd_sm90_<__half, 256>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_64)
+extern template cudaError_t run_fwd_sm90_<__nv_bfloat16, 64>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_128)
+extern template cudaError_t run_fwd_sm90_<__nv_bfloat16, 128>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_256)
+extern template cudaError_t run_fwd_sm90_<__nv_bfloat16, 256>(const AttnFwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_64)
+extern template cudaError_t run_bwd_sm90_<__half, 64>(const AttnBwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_128)
+extern template cudaError_t run_bwd_sm90_<__half, 128>(const AttnBwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_64)
+extern template cudaError_t run_bwd_sm90_<__nv_bfloat16, 64>(const AttnBwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_128)
+extern template cudaError_t run_bwd_sm90_<__nv_bfloat16, 128>(const AttnBwdParams&, cudaStream_t);
+#endif
 
 int run_fwd_sm90(const AttnFwdParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
@@ -25,6 +58,25 @@ int run_fwd_sm90(const AttnFwdParams& p, void* stream) {
 #endif
 #if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_256)
     case dispatch_key(DType::kBFloat16, 256): return run_fwd_sm90_<__nv_bfloat16, 256>(p, s);
+#endif
+    default: return cudaErrorNotSupported;
+  }
+}
+
+int run_bwd_sm90(const AttnBwdParams& p, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (dispatch_key(p.dtype, p.head_dim_bucket)) {
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_64)
+    case dispatch_key(DType::kFloat16, 64): return run_bwd_sm90_<__half, 64>(p, s);
+#endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_128)
+    case dispatch_key(DType::kFloat16, 128): return run_bwd_sm90_<__half, 128>(p, s);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_64)
+    case dispatch_key(DType::kBFloat16, 64): return run_bwd_sm90_<__nv_bfloat16, 64>(p, s);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_128)
+    case dispatch_key(DType::kBFloat16, 128): return run_bwd_sm90_<__nv_bfloat16, 128>(p, s);
 #endif
     default: return cudaErrorNotSupported;
   }

@@ -134,7 +134,8 @@ class Capabilities(list):  # type: ignore[type-arg]
 def capabilities() -> Capabilities:
     """The capability table of this build: one dict per compiled kernel family (``family``,
     ``runs_on`` and ``min_capability`` / ``max_capability``, ``archs``, ``dtypes`` ("float16",
-    "bfloat16"), ``head_dims`` and ``head_dim_rule``, ``masks`` ("none", "causal_top_left",
+    "bfloat16"), ``head_dims`` (the family's buckets), ``head_dims_by_direction`` (the buckets each
+    direction serves, {"forward": [...], "backward": [...]}) and ``head_dim_rule``, ``masks`` ("none", "causal_top_left",
     "causal_bottom_right", "window"), ``layouts`` ("dense", "varlen"), ``directions`` ("forward",
     "backward"), ``smem_per_tile``), in the order the launcher prefers them. One GPU may use two
     families: each call takes the first that serves it. ``.reason`` says why there is none."""
@@ -201,11 +202,12 @@ def device_ok(index: int) -> bool:
 
 
 def select(index: int, dtype_code: int, head_dim_qk: int, head_dim_v: int, mask_kind: int, varlen: int,
-           backward: bool) -> tuple[Any, ...]:
+           backward: int) -> tuple[Any, ...]:
     """The capability table's verdict for one problem on CUDA device ``index``: (family or None,
     head-dim bucket, tile, shared memory bytes, reasons or None); ``_C.select``, cached.
-    ``varlen``: the layout, False/0 dense, True/1 varlen, 2 decode (``LAYOUT_DECODE``)."""
-    key = (index, dtype_code, head_dim_qk, head_dim_v, mask_kind, int(varlen), backward)
+    ``varlen``: the layout, False/0 dense, True/1 varlen, 2 decode (``LAYOUT_DECODE``).
+    ``backward``: False/0 forward, True/1 backward, 2 deterministic backward (``BACKWARD_DETERMINISTIC``)."""
+    key = (index, dtype_code, head_dim_qk, head_dim_v, mask_kind, int(varlen), int(backward))
     verdict = _SELECT.get(key)
     if verdict is None:
         verdict = _SELECT[key] = tuple(_C.select(index, dtype_code, head_dim_qk, head_dim_v, mask_kind, varlen, backward))
@@ -228,6 +230,25 @@ def backward_reason(index: int, head_dim_qk: int, head_dim_v: int) -> str | None
         reason = f"head_dim={head_dim_qk} (value {head_dim_v}) backward on {info['name']}: {why}"
     _BWD_REASON[key] = reason
     return reason
+
+
+# _C.select's `backward` for a backward under torch.use_deterministic_algorithms(True): the table
+# then offers only a family whose backward is bitwise reproducible (sm90: ordered dQ adds).
+BACKWARD_DETERMINISTIC = 2
+
+
+def deterministic_reason(q: Tensor, v: Tensor, mask: MaskSpec, varlen: bool) -> str | None:
+    """Under torch.use_deterministic_algorithms(True): why no family of ours runs this backward
+    deterministically on q's device (the table's reasons), or None when one does (cached per problem
+    through select). None as well when the flag is off."""
+    if not torch.are_deterministic_algorithms_enabled():
+        return None
+    index = q.get_device()
+    family, *_, why = select(index, DTYPE_CODES[q.dtype], q.shape[-1], v.shape[-1], masks.kind(mask), varlen,
+                             BACKWARD_DETERMINISTIC)  # fmt: skip
+    if family is not None:
+        return None
+    return f"torch.use_deterministic_algorithms(True): no deterministic backward of ours serves this call ({why})"
 
 
 def decode_plan(index: int, dtype_code: int, sizes: tuple[int, ...], mask_kind: int, kv_cache: bool,
@@ -441,12 +462,23 @@ def launch_bwd(
 
     One _C call: the workspace is sized here from the head-dim bucket the capability table picks
     for the problem (cached per problem), rows x heads x bucket float32 for dq_accum and rows x heads
-    float32 for delta, rows = seqlen_q per batch or total_q (api.cpp's workspace_layout)."""
+    float32 for delta, rows = seqlen_q per batch or total_q (api.cpp's workspace_layout). A family
+    that declines the call itself (TMA alignment) leaves it to one whose bucket is no larger, so the
+    size holds."""
     spec = _spec(q, k, v, out, lse, scale, mask, varlen)
     sizes = spec[2]
-    bucket = select(spec[6], spec[5], sizes[5], sizes[6], masks.kind(mask), varlen is not None, True)[1]
+    # Deterministic when the user asked and a family of ours can (else the caller has already
+    # raised, or warned under warn_only, as PyTorch does for an op without a deterministic kernel).
+    problem = (spec[6], spec[5], sizes[5], sizes[6], masks.kind(mask), varlen is not None)
+    verdict = select(*problem, BACKWARD_DETERMINISTIC) if torch.are_deterministic_algorithms_enabled() else (None,)
+    deterministic = verdict[0] is not None
+    bucket = (verdict if deterministic else select(*problem, 1))[1]
     rows = sizes[1] * (sizes[7] if varlen is not None else sizes[0] * sizes[3])
-    dq_accum, delta = _workspace(rows * bucket * 4, q), _workspace(rows * 4, q)
+    # delta's floats, then (dense) one int32 per (batch, head, 64-row query block): the dQ
+    # semaphores of the deterministic mode (api.cpp's workspace_layout).
+    semaphores = 0 if varlen is not None else sizes[0] * sizes[1] * ((sizes[3] + 63) // 64) * 4
+    delta_bytes = rows * 4 + semaphores
+    dq_accum, delta = _workspace(rows * bucket * 4, q), _workspace(delta_bytes, q)
     if varlen is None:
         grad_strides = (dout.stride(), dq.stride(), dk.stride(), dv.stride())
     else:
@@ -454,6 +486,7 @@ def launch_bwd(
     _C.bwd(spec, (
         (dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), dq_accum.data_ptr(), delta.data_ptr()),
         grad_strides,
-        (rows * bucket * 4, rows * 4),
+        (rows * bucket * 4, delta_bytes),
+        deterministic,
     ))  # fmt: skip
 

@@ -41,6 +41,8 @@ def _print_capabilities(families: list[dict[str, Any]], reason: str | None) -> N
         print(f"{'kernel family ' + f['family']:<24} runs on {f['runs_on']}")
         print(f"{'  dtypes':<24} {', '.join(f['dtypes'])}")
         print(f"{'  head dims':<24} {', '.join(map(str, f['head_dims']))} ({f['head_dim_rule']})")
+        for direction, dims in f["head_dims_by_direction"].items():
+            print(f"{f'  head dims {direction}':<24} {', '.join(map(str, dims)) or 'none compiled'}")
         print(f"{'  masks':<24} {', '.join(f['masks'])}")
         print(f"{'  layouts, directions':<24} {', '.join(f['layouts'])}; {', '.join(f['directions'])}")
         tiles: dict[tuple[str, int], list[str]] = {}

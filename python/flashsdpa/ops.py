@@ -159,14 +159,16 @@ def _fwd_fake(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: list[int]) ->
     return _fwd_outputs(q, v)
 
 
-def _alert_nondeterministic(op: str) -> None:
-    """PyTorch's contract for ops without a deterministic implementation, for our CUDA backward
-    (dQ is accumulated with float atomics): under torch.use_deterministic_algorithms(True) an
-    error, with warn_only=True a warning. The SDPA routers fall back to PyTorch instead."""
-    if not torch.are_deterministic_algorithms_enabled():
+def _alert_nondeterministic(op: str, q: Tensor, v: Tensor, spec: masks.MaskSpec, varlen: bool) -> None:
+    """PyTorch's contract for ops without a deterministic implementation, where no family of ours
+    runs this backward deterministically (the sm90 family does: ordered dQ adds; the portable one
+    adds dQ with float atomics): under torch.use_deterministic_algorithms(True) an error, with
+    warn_only=True a warning. The SDPA routers fall back to PyTorch instead."""
+    why = _backend.deterministic_reason(q, v, spec, varlen)
+    if why is None:
         return
     message = (
-        f"{op} does not have a deterministic implementation (dQ is accumulated with float atomics), but you "
+        f"{op} does not have a deterministic implementation for this call ({why}), but you "
         "set 'torch.use_deterministic_algorithms(True)'. Use SDPA outside flashsdpa, or "
         "torch.use_deterministic_algorithms(True, warn_only=True) to allow it."
     )
@@ -187,7 +189,7 @@ def _bwd_cuda(
     _require_kernels(
         selection.dense_reason(q, k, v) or selection.mask_reason(q, v, spec, varlen=False) or _backward_reason(q, v)
     )
-    _alert_nondeterministic("flashsdpa::bwd")
+    _alert_nondeterministic("flashsdpa::bwd", q, v, spec, False)
     _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, scale, spec)
     _BWD_COUNTS[0] += 1
     return dq, dk, dv
@@ -282,7 +284,7 @@ def _bwd_varlen_cuda(
         or selection.mask_reason(q, v, spec, varlen=True)
         or _backward_reason(q, v)
     )
-    _alert_nondeterministic("flashsdpa::bwd_varlen")
+    _alert_nondeterministic("flashsdpa::bwd_varlen", q, v, spec, True)
     _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, scale, spec, (cu_q, cu_k, None, max_q, max_k))
     _BWD_VARLEN_COUNTS[0] += 1
     return dq, dk, dv

@@ -98,11 +98,6 @@ def _dropout_reason(dropout_p: float) -> str:
 _DEBUG_MASK_REASON = "return_debug_mask=True: the debug attention mask is not supported"
 
 # Our backward adds dQ contributions with float32 atomics, so its dQ is not bitwise reproducible.
-# A user who asked for deterministic algorithms gets PyTorch's kernel (which honours the flag).
-_DETERMINISTIC_REASON = (
-    "torch.use_deterministic_algorithms(True): flashsdpa's backward accumulates dQ with float atomics "
-    "(not bitwise reproducible)"
-)
 
 
 def _bwd_tensors_reason(
@@ -179,13 +174,15 @@ def _sdpa_flash_backward(keyset: Any, *args: Any, scale: float | None = None) ->
     grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, _, _, dropout_p, is_causal, _, _ = args
     if dropout_p != 0.0:
         reason: str | None = _dropout_reason(dropout_p)
-    elif torch.are_deterministic_algorithms_enabled():
-        reason = _DETERMINISTIC_REASON
     elif cum_seq_q is not None or cum_seq_k is not None:
         reason = "cum_seq_q / cum_seq_k given: the dense SDPA backward takes none"
     else:
-        reason = selection.dense_reason(query, key, value) or _bwd_tensors_reason(
-            grad_out, out, logsumexp, query, value, tuple(query.shape[:3])
+        # A user who asked for deterministic algorithms gets a family of ours whose backward is
+        # bitwise reproducible (sm90), else PyTorch's kernel (which honours the flag).
+        reason = (
+            selection.dense_reason(query, key, value)
+            or _bwd_tensors_reason(grad_out, out, logsumexp, query, value, tuple(query.shape[:3]))
+            or _backend.deterministic_reason(query, value, _SDPA_MASKS[is_causal], False)
         )
     if reason is not None:
         return _fall_back(_SDPA_BWD, _SDPA_BWD_COUNTS, reason, keyset, args, {"scale": scale})
@@ -330,8 +327,9 @@ def _flash_backward(keyset: Any, *args: Any, **kwargs: Any) -> Any:
     reason, plan = _flash_plan(
         query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, kwargs, backward=True
     )
-    if plan is not None and torch.are_deterministic_algorithms_enabled():
-        reason, plan = _DETERMINISTIC_REASON, None
+    if plan is not None:  # deterministic mode: a family of ours that has it, else PyTorch's kernel
+        reason = _backend.deterministic_reason(plan.q, plan.v, plan.mask, plan.varlen)
+        plan = None if reason else plan
     if plan is not None:
         lse_shape = (query.shape[1], query.shape[0]) if plan.varlen else tuple(plan.q.shape[:3])
         reason = _bwd_tensors_reason(grad_out, out, logsumexp, query, value, lse_shape)

@@ -1,11 +1,14 @@
 # test_kernels.py: flashsdpa's CUDA kernels through the direct API (flashsdpa.attention), forward
 # and backward, over the named shape table x dtypes x head dims x causal alignments x GQA ratios x
 # strided views x Dv != Dqk, against a float64 reference with the project's rule, outputs poisoned
-# with NaN before every launch. test_sanitizer_subset is what scripts/gpu_check.sh runs under
-# compute-sanitizer.
+# with NaN before every launch. Each call takes the family the capability table picks (on an
+# H100/H200 the sm90 one where it serves); scripts/gpu_check.sh runs the file again with
+# FLASHSDPA_FAMILY=sm80, so every shape runs on both families. test_sanitizer_subset is what
+# scripts/gpu_check.sh runs under compute-sanitizer.
 from __future__ import annotations
 
 import math
+import os
 import zlib
 
 import pytest
@@ -31,7 +34,6 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU_SKIP is not None, reason=f
 DEVICE = "cuda"
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 HEAD_DIMS = (32, 64, 72, 96, 128, 136, 192, 256)  # every bucket, and two that need padding (72, 136)
-_ALIGNMENT = {1: "top_left", 2: "bottom_right"}
 
 
 def _generator(request: pytest.FixtureRequest) -> torch.Generator:
@@ -43,7 +45,7 @@ def run_and_check(
     request: pytest.FixtureRequest,
     shape: Shape,
     dtype: torch.dtype,
-    causal_mode: int,
+    causal_mode: int | masks.MaskSpec,
     *,
     layout: str = "bhsd",
     scale: float | None = None,
@@ -51,6 +53,7 @@ def run_and_check(
 ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
     """Forward and backward through flashsdpa.attention; out, lse, dq, dk, dv against the float64
     textbook with PyTorch's math SDPA in the input dtype as the yardstick (helpers.check_attention).
+    ``causal_mode``: 0 / 1 / 2 (none, top-left, bottom-right causal) or a MaskSpec (windows).
     Returns ours."""
     skip_unless_compiled(dtype, shape.head_dim, shape.dv)
     gen = _generator(request)
@@ -62,9 +65,13 @@ def run_and_check(
         t.requires_grad_()
     dout = torch.randn(shape.batch, shape.heads_q, shape.seqlen_q, shape.dv, generator=gen, device=DEVICE).to(dtype)
     scale = default_scale(shape.head_dim) if scale is None else scale
-    kwargs: dict[str, object] = {"causal": causal_mode != 0, "scale": scale, "return_lse": True}
-    if causal_mode:
-        kwargs["causal_alignment"] = _ALIGNMENT[causal_mode]
+    mask = masks.BY_CAUSAL_MODE[causal_mode] if isinstance(causal_mode, int) else causal_mode
+    left, right, align = mask
+    kwargs: dict[str, object] = {"causal": right == 0, "scale": scale, "return_lse": True}
+    if (left, right) != (-1, -1):  # the alignment places causal masks and windows alike
+        kwargs["causal_alignment"] = "bottom_right" if align == masks.BOTTOM_RIGHT else "top_left"
+    if left >= 0 or right > 0:
+        kwargs["window"] = (left, right)
 
     out, lse = flashsdpa.attention(q, k, v, **kwargs)
     grads = torch.autograd.grad(out, (q, k, v), dout)
@@ -78,11 +85,9 @@ def run_and_check(
         qd, kd, vd = q.detach(), k.detach(), v.detach()
         out_p = torch.full_like(out, math.nan)
         lse_p = torch.full_like(lse, math.nan)
-        _backend.launch_fwd(qd, kd, vd, out_p, lse_p, scale, masks.BY_CAUSAL_MODE[causal_mode])
+        _backend.launch_fwd(qd, kd, vd, out_p, lse_p, scale, mask)
         dq_p, dk_p, dv_p = (torch.full_like(t, math.nan) for t in (qd, kd, vd))
-        _backend.launch_bwd(
-            dout, qd, kd, vd, out.detach(), lse.detach(), dq_p, dk_p, dv_p, scale, masks.BY_CAUSAL_MODE[causal_mode]
-        )
+        _backend.launch_bwd(dout, qd, kd, vd, out.detach(), lse.detach(), dq_p, dk_p, dv_p, scale, mask)
         torch.cuda.synchronize()
         assert torch.equal(out_p, out), "forward into NaN-poisoned buffers differs: unwritten output elements"
         assert torch.equal(lse_p, lse), "forward into NaN-poisoned buffers differs: unwritten LSE elements"
@@ -159,15 +164,131 @@ def test_large_logits(request: pytest.FixtureRequest, dtype: str) -> None:
     run_and_check(request, Shape("hot", 1, 4, 4, 239, 1023, 128), DTYPES[dtype], CAUSAL_MODES["none"], input_scale=4.0)
 
 
+# ---- the Hopper backward's bucket (128) -----------------------------------------------------------
+# On an H100/H200 the capability table gives these backwards to the sm90 family (bucket 128: any
+# max(head_dim_qk, head_dim_v) in (64, 128]); with FLASHSDPA_FAMILY=sm80 the portable family runs
+# the same shapes. Awkward lengths around its 64-query x 128-key tile, Sq != Sk both ways (bottom-right
+# then leaves rows without keys), GQA and MQA (its CTA loops the group's query heads), and head
+# dims below the bucket (TMA zero-fills the columns past them).
+_BWD128_SHAPES = [
+    Shape("b128_one", 1, 2, 2, 1, 1, 128),
+    Shape("b128_tiny", 2, 2, 2, 7, 7, 128),
+    Shape("b128_113", 2, 4, 4, 113, 113, 128),
+    Shape("b128_1023", 1, 2, 2, 1023, 1023, 128),
+    Shape("b128_q_longer", 2, 2, 2, 1023, 113, 128),
+    Shape("b128_k_longer", 2, 2, 2, 113, 1023, 128),
+    Shape("b128_decode", 2, 4, 4, 1, 1023, 128),
+    Shape("b128_single_key", 2, 2, 2, 113, 1, 128),
+    Shape("b128_gqa4", 2, 8, 2, 239, 1023, 128),
+    Shape("b128_mqa", 1, 8, 1, 1023, 239, 128),
+    Shape("b128_dv_wider", 2, 4, 2, 239, 113, 96, 128),
+    Shape("b128_dv_narrower", 2, 4, 2, 113, 239, 128, 96),
+    Shape("b128_d72", 2, 4, 2, 239, 239, 72),
+]
+
+
+def _backward_family(q: torch.Tensor, v: torch.Tensor, mask: masks.MaskSpec) -> str | None:
+    """The family the capability table gives this backward (aligned tensors, no deterministic
+    mode: the per-call hooks then agree with it)."""
+    code = _backend.DTYPE_CODES[q.dtype]
+    return _backend.select(q.get_device(), code, q.shape[-1], v.shape[-1], masks.kind(mask), False, True)[0]
+
+
+def _sm90_serves(mask: masks.MaskSpec) -> bool:
+    """Whether this GPU and build should give a bucket-128 backward with ``mask`` to sm90."""
+    rows = [f for f in _backend.capabilities() if f["family"] == "sm90"]
+    return (
+        torch.cuda.get_device_capability() == (9, 0)
+        and bool(rows)
+        and 128 in rows[0]["head_dims_by_direction"].get("backward", [])
+        and masks.KIND_NAMES[masks.kind(mask)] in rows[0]["masks"]
+    )
+
+
+_BWD128_CASES = [(shape, causal, dtype) for shape in _BWD128_SHAPES for causal in CAUSAL_MODES for dtype in DTYPES]
+
+
+@pytest.mark.parametrize(
+    "shape,causal,dtype", _BWD128_CASES, ids=[f"{s.name}-{c}-{d}" for s, c, d in _BWD128_CASES]
+)
+def test_bwd_bucket128(request: pytest.FixtureRequest, shape: Shape, causal: str, dtype: str) -> None:
+    mask = masks.BY_CAUSAL_MODE[CAUSAL_MODES[causal]]
+    skip_unless_compiled(DTYPES[dtype], shape.head_dim, shape.dv)
+    if "FLASHSDPA_FAMILY" not in os.environ and _sm90_serves(mask):
+        # Without this the rows could pass on the portable family alone after a table regression.
+        probe = torch.empty(1, 1, 1, shape.head_dim, device=DEVICE, dtype=DTYPES[dtype])
+        family = _backward_family(probe, probe.new_empty(1, 1, 1, shape.dv), mask)
+        assert family == "sm90", f"the capability table gives this backward to {family}, not sm90"
+    run_and_check(request, shape, DTYPES[dtype], CAUSAL_MODES[causal])
+
+
+# Windows at the same bucket: left 0, 1, 127, 128, 129 around the 64 / 128 tiles, causal and not,
+# both alignments, Sq != Sk both ways (lengths above every left, so no side is normalized away).
+# On an H100/H200 the sm90 backward serves them (its row lists every mask kind: BlockMask's ranges
+# and partial tiles); FLASHSDPA_FAMILY=sm80 runs the same rows on the portable family.
+_WINDOW_LENGTHS = ((300, 517), (517, 300))
+
+
+@pytest.mark.parametrize("right", [0, -1], ids=lambda r: f"right{r}")
+@pytest.mark.parametrize("left", [0, 1, 127, 128, 129], ids=lambda w: f"left{w}")
+@pytest.mark.parametrize("lengths", _WINDOW_LENGTHS, ids=lambda s: f"q{s[0]}k{s[1]}")
+@pytest.mark.parametrize("align", [masks.TOP_LEFT, masks.BOTTOM_RIGHT], ids=["top_left", "bottom_right"])
+def test_bwd_bucket128_windows(
+    request: pytest.FixtureRequest, align: int, lengths: tuple[int, int], left: int, right: int
+) -> None:
+    run_and_check(request, Shape("b128_window", 1, 4, 2, *lengths, 128, 96), torch.bfloat16, (left, right, align))
+
+
+# Deterministic mode (torch.use_deterministic_algorithms(True)): where a family of ours runs it
+# (the sm90 backward: key blocks add dQ in a fixed order), 20 backwards of one shape with many key
+# and query blocks and GQA give bitwise-identical dq, dk, dv, equal to the default mode's but for
+# the order of the adds (the usual rule is checked on the same kernel by the rows above).
+@pytest.mark.parametrize("causal", ["none", "top_left"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_bwd_deterministic_bitwise(request: pytest.FixtureRequest, causal: str, head_dim: int) -> None:
+    skip_unless_compiled(torch.bfloat16, head_dim, head_dim)
+    mask = masks.BY_CAUSAL_MODE[CAUSAL_MODES[causal]]
+    code = _backend.DTYPE_CODES[torch.bfloat16]
+    if _backend.select(0, code, head_dim, head_dim, masks.kind(mask), False, _backend.BACKWARD_DETERMINISTIC)[0] is None:
+        pytest.skip("no deterministic backward of ours on this GPU / build (the sm90 family's)")
+    torch.manual_seed(zlib.crc32(request.node.name.encode()))
+    q = torch.randn(2, 8, 1023, head_dim, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(2, 2, 1500, head_dim, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(2, 2, 1500, head_dim, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    dout = torch.randn(2, 8, 1023, head_dim, device=DEVICE, dtype=torch.bfloat16)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(True)  # not warn_only: a nondeterministic path would raise
+    try:
+        grads = []
+        for _ in range(20):
+            out = flashsdpa.attention(q, k, v, causal=causal != "none")
+            grads.append(torch.autograd.grad(out, (q, k, v), dout))
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    for run in grads[1:]:
+        for name, first, now in zip(("dq", "dk", "dv"), grads[0], run):
+            assert torch.equal(first, now), f"{name} differs between deterministic runs"
+    # The same kernel without the ordering: equal up to the order of the fp32 dQ adds (a bf16 ulp
+    # of the largest gradient at most); a skipped or doubled dQ tile would be O(1) off.
+    out = flashsdpa.attention(q, k, v, causal=causal != "none")
+    default = torch.autograd.grad(out, (q, k, v), dout)
+    for name, ours, other in zip(("dq", "dk", "dv"), grads[0], default):
+        diff = (ours.float() - other.float()).abs().max().item()
+        assert diff <= 2**-7 * other.float().abs().max().item(), f"{name}: deterministic vs default differ by {diff}"
+
+
 _SANITIZER_CASES = [
     (Shape("san_tiny", 1, 2, 2, 7, 7, 64), "none", torch.bfloat16),
     (Shape("san_gqa", 1, 4, 2, 113, 239, 128), "bottom_right", torch.float16),
     (Shape("san_decode", 1, 2, 1, 1, 65, 32), "top_left", torch.bfloat16),
     (Shape("san_dv", 1, 2, 2, 33, 17, 64, 128), "bottom_right", torch.bfloat16),
+    # Two key blocks and three query blocks of the sm90 backward's tile, GQA 4 (its group loop).
+    (Shape("san_bwd128", 1, 4, 1, 130, 257, 128), "top_left", torch.bfloat16),
 ]
 
 
 @pytest.mark.parametrize("shape,causal,dtype", _SANITIZER_CASES, ids=[str(c[0]) for c in _SANITIZER_CASES])
 def test_sanitizer_subset(request: pytest.FixtureRequest, shape: Shape, causal: str, dtype: torch.dtype) -> None:
-    """A few small cases covering every kernel path, fast enough under compute-sanitizer."""
+    """A few small cases covering every kernel path, fast enough under compute-sanitizer (on an
+    H100/H200 the bucket-128 backwards take the sm90 family, the others the portable one)."""
     run_and_check(request, shape, dtype, CAUSAL_MODES[causal])

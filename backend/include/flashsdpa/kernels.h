@@ -42,11 +42,15 @@ struct DecodeTile {
 int run_decode_sm80(const AttnFwdParams& params, void* stream);
 DecodeTile decode_tile_sm80(int bucket);
 
-// Hopper family "sm90" (sm_90a: wgmma, TMA, warp specialization; cuda/sm90/), forward only, built
-// when FLASHSDPA_ARCHS has 90. fwd_sm90_unsupported: nullptr when it takes this call (device
-// facts filled), else why not; the host then takes the next family of the table.
+// Hopper family "sm90" (sm_90a: wgmma, TMA, warp specialization; cuda/sm90/), built when
+// FLASHSDPA_ARCHS has 90; its backward has fewer buckets than its forward. <dir>_sm90_unsupported:
+// nullptr when it takes this call (device facts filled), else why not; the host then takes the
+// next family of the table (cuda/sm90/tiles_sm90.cu).
 int run_fwd_sm90(const AttnFwdParams& params, void* stream);
+int run_bwd_sm90(const AttnBwdParams& params, void* stream);
 TilePlan fwd_plan_sm90(int bucket, int major, int smem_optin_bytes);
+TilePlan bwd_plan_sm90(int bucket, int major, int smem_optin_bytes);
 const char* fwd_sm90_unsupported(const AttnFwdParams& params);
+const char* bwd_sm90_unsupported(const AttnBwdParams& params);
 
 }  // namespace flashsdpa

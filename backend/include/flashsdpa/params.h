@@ -132,8 +132,10 @@ struct AttnBwdParams : AttnFwdParams {
 
   // Workspace: two caller-allocated buffers, sized and checked by backend/src/api.cpp
   // (WorkspaceLayout), the sizes reported to Python by _C.bwd_plan:
-  float* dq_accum;  // float32 dQ accumulator, rows x Hq x head_dim_qk_rounded, zeroed by the preprocess kernel
+  float* dq_accum;  // float32 dQ accumulator, rows x Hq x head_dim_bucket, zeroed by the preprocess kernel
   float* delta;     // float32 rowsum(dO * O), rows x Hq
+  // dq_accum holds head_dim_bucket floats per row of delta: its strides are delta's times the
+  // bucket, set by the launcher with the family it picks (launch.cpp).
   int64_t dq_accum_row_stride, dq_accum_head_stride, dq_accum_batch_stride;
   int64_t delta_row_stride, delta_head_stride, delta_batch_stride;
 
