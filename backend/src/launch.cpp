@@ -189,6 +189,9 @@ Selection select(int device, DType dtype, int head_dim_qk, int head_dim_v, MaskK
   const Problem problem = problem_on(info, dtype, head_dim_qk, head_dim_v, mask, layout, direction, deterministic);
   Selection s;
   s.family = select_family(problem);
+  // FLASHSDPA_FAMILY: the verdict names the family the launch will use (first_taker skips the others).
+  while (s.family != nullptr && forced_family() != nullptr && s.family->name != forced_family())
+    s.family = select_family(problem, s.family);
   if (s.family == nullptr) {
     s.reasons = refusal(problem);
     return s;

@@ -428,7 +428,7 @@ def launch_kvcache(
          0, 0, seqused_k.data_ptr()),
         ((qs[0], qs[2], qs[1]), (ks[0], ks[2], ks[1]), (vs[0], vs[2], vs[1]), (os[0], os[2], os[1]),
          _NO_LSE_STRIDES if lse is None else lse.stride()),
-        (batch, heads_q, heads_kv, seqlen_q, capacity, head_dim_qk, head_dim_v, -1),
+        (batch, heads_q, heads_kv, seqlen_q, capacity, head_dim_qk, head_dim_v, -1, -1),
         mask, scale, DTYPE_CODES[q.dtype], device, _current_stream(device),
     )  # fmt: skip
     page_size = 0 if block_table is None else k_cache.shape[1]

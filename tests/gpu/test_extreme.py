@@ -4,7 +4,8 @@
 #
 # The spec is PyTorch's flash kernel on the same inputs where it serves them (no mask, top-left
 # causal): every output and gradient must be NaN exactly where PyTorch's flash gives NaN, +-inf
-# exactly where it gives +-inf (NaN in, NaN out in the affected rows only), and elsewhere as close
+# exactly where it gives +-inf (NaN in, NaN out in the affected rows only), or, where PyTorch's
+# flash departs from the float64 reference, exactly where the reference has them; elsewhere as close
 # to a float64 reference as the project's rule demands (at most 2x PyTorch flash's error + 1e-5).
 # Where PyTorch's flash does not serve the mask (windows, bottom-right causal with Sq > Sk), PyTorch's
 # math kernel in the input dtype (P rounded before P @ V) is the yardstick and rows that see no key must give 0 out, +inf LSE
@@ -239,7 +240,13 @@ def _check(case: Case, api: str) -> None:
     elif lse is not None:  # no PyTorch LSE to measure against: where it is +-inf / NaN, as the reference
         _same_non_finite("lse", lse, ref_lse)
     for name, ours, theirs, ref in pairs:
-        _same_non_finite(name, ours, theirs)
+        try:
+            _same_non_finite(name, ours, theirs)
+        except AssertionError:
+            # Where PyTorch's flash departs from the float64 reference (its scale=0 gives NaN
+            # everywhere), ours must match the reference's pattern in the output dtype instead:
+            # NaN from finite inputs is never the spec.
+            _same_non_finite(name, ours, ref.to(ours.dtype))
         _rule(name, ours, theirs, ref)
 
     # Rows that see no key: 0 out, +inf LSE, zero dq (not only "as close as PyTorch").

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device call: build (sm90 + portable, all dtypes and head dims), re-run the given GPU test
+# subsets, then the benchmark parts asked for (each with its own time limit). Short table last.
+#   TESTS="tests/gpu/test_kvcache.py ..." BENCH_ARGS="--sweep --direction both ..." bash scripts/dev/session_gpu.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-/tmp/flashsdpa_out}"; mkdir -p "$OUT"
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+t0=$(date +%s)
+FLASHSDPA_ARCHS=90 FLASHSDPA_BUILD_JOBS=$(nproc) FLASHSDPA_SKIP_INSTALL=0 bash scripts/bootstrap.sh > "$OUT/build.log" 2>&1 \
+  || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+echo "build ok in $(( $(date +%s) - t0 )) s"
+rc=0
+if [[ -n "${TESTS:-}" ]]; then
+  timeout "${TESTS_TIMEOUT:-150}" python3 -m pytest $TESTS -q -p no:cacheprovider -x -n 10 > "$OUT/tests.log" 2>&1; r=$?
+  echo "tests rc=$r: $(grep -E '[0-9]+ (passed|failed)' "$OUT/tests.log" | tail -1)"; grep -E "^E  " "$OUT/tests.log" | head -8
+  [[ $r == 0 ]] || rc=1
+fi
+if [[ -n "${FAMILY_TESTS:-}" ]]; then
+  FLASHSDPA_FAMILY=sm80 timeout 120 python3 -m pytest $FAMILY_TESTS -q -p no:cacheprovider -n 10 > "$OUT/tests_sm80.log" 2>&1; r=$?
+  echo "sm80-forced rc=$r: $(grep -E '[0-9]+ (passed|failed)' "$OUT/tests_sm80.log" | tail -1)"
+  [[ $r == 0 ]] || rc=1
+fi
+for part in ${BENCH_PARTS:-}; do
+  case $part in
+    sweep) args="--sweep --direction both --head-dims 64 128 --seqlens 2k 8k --rounds 2 --no-plot --no-memory" ;;
+    models) args="--models" ;;
+    decode) args="--decode" ;;
+  esac
+  timeout "${BENCH_TIMEOUT:-150}" python3 -m flashsdpa bench $args --out "$OUT/bench_$part" > "$OUT/bench_$part.log" 2>&1
+  echo "bench $part rc=$?"
+done
+for part in ${BENCH_PARTS:-}; do echo "==== bench $part"; tail -"${BENCH_TAIL:-45}" "$OUT/bench_$part.log"; done
+exit $rc
