@@ -46,7 +46,7 @@ std::vector<FamilyCaps> make_families() {
       "sm90", "compute capability 9.0 only (sm_90a: wgmma, TMA, warp specialization)", 90, 90,
       ints(FLASHSDPA_SM90_ARCHS_LIST), build_config().dtypes, ints(FLASHSDPA_SM90_HEAD_DIMS_LIST),
       {MaskKind::kNone, MaskKind::kCausalTopLeft, MaskKind::kCausalBottomRight}, {Layout::kDense},
-      {Direction::kForward}, &run_fwd_sm90, nullptr, &fwd_plan_sm90, nullptr, &fwd_sm90_unsupported});
+      {Direction::kForward}, {}, &run_fwd_sm90, nullptr, &fwd_plan_sm90, nullptr, &fwd_sm90_unsupported});
 #endif
 #ifdef FLASHSDPA_FAMILY_SM80
   {
@@ -58,7 +58,7 @@ std::vector<FamilyCaps> make_families() {
         "sm80", "compute capability " + capability_str(lowest) + " and newer (mma.sync, ldmatrix, cp.async)",
         lowest, 0, archs, build_config().dtypes, ints(FLASHSDPA_SM80_HEAD_DIMS_LIST), kAllMasks,
         {Layout::kDense, Layout::kVarlen}, {Direction::kForward, Direction::kBackward},
-        &run_fwd_sm80, &run_bwd_sm80, &fwd_plan_sm80, &bwd_plan_sm80, nullptr});
+        {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks}, &run_fwd_sm80, &run_bwd_sm80, &fwd_plan_sm80, &bwd_plan_sm80, nullptr});
   }
 #endif
   return table;
@@ -109,6 +109,17 @@ bool check_direction(const FamilyCaps& f, const Problem& p, std::string* why) {
   return false;
 }
 
+bool check_features(const FamilyCaps& f, const Problem& p, std::string* why) {
+  std::string missing;
+  for (Feature x : {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks}) {
+    if ((p.features & static_cast<unsigned>(x)) != 0 && !contains(f.features, x))
+      missing += (missing.empty() ? "" : ", ") + std::string(feature_name(x));
+  }
+  if (missing.empty()) return true;
+  if (why) *why = missing + ": not served by this family";
+  return false;
+}
+
 // Shared memory: whether some tile of this direction fits the device's per-block limit (parts
 // with less than an H100's 227 KB get smaller tiles; the largest head dims fit none on some).
 bool check_tile(const FamilyCaps& f, const Problem& p, std::string* why) {
@@ -124,7 +135,7 @@ bool check_tile(const FamilyCaps& f, const Problem& p, std::string* why) {
 
 // In order: later checks may assume earlier ones passed (check_tile needs a bucket and a direction).
 constexpr Check kChecks[] = {check_capability, check_dtype,     check_head_dims, check_mask,
-                             check_layout,     check_direction, check_tile};
+                             check_layout,     check_direction, check_features,  check_tile};
 
 }  // namespace
 
@@ -141,6 +152,20 @@ const char* mask_kind_name(MaskKind kind) {
     case MaskKind::kCausalBottomRight: return "causal_bottom_right";
     default: return "window";
   }
+}
+
+const char* feature_name(Feature f) {
+  switch (f) {
+    case Feature::kSoftcap: return "softcap";
+    case Feature::kAlibi: return "alibi";
+    default: return "sinks";
+  }
+}
+
+unsigned feature_bits(const ScoreMods& m) {
+  return (m.softcap > 0.f ? static_cast<unsigned>(Feature::kSoftcap) : 0u) |
+         (m.alibi_slopes != nullptr ? static_cast<unsigned>(Feature::kAlibi) : 0u) |
+         (m.sinks != nullptr ? static_cast<unsigned>(Feature::kSinks) : 0u);
 }
 
 int FamilyCaps::bucket(int head_dim_qk, int head_dim_v) const {

@@ -21,6 +21,13 @@ enum class Direction : int { kForward = 0, kBackward = 1 };
 MaskKind mask_kind(const MaskSpec& mask);
 const char* mask_kind_name(MaskKind kind);
 
+// Issue 14's score modifiers, spelled "softcap", "alibi", "sinks"; a problem asks for a bit set of
+// them (Python's selection passes the same bits to _C.select).
+enum class Feature : unsigned { kSoftcap = 1, kAlibi = 2, kSinks = 4 };
+constexpr int kAllFeatureBits = 7;
+const char* feature_name(Feature f);
+unsigned feature_bits(const ScoreMods& mods);
+
 using RunFwd = int (*)(const AttnFwdParams&, void*);
 using RunBwd = int (*)(const AttnBwdParams&, void*);
 using PlanFn = TilePlan (*)(int bucket, int major, int smem_optin_bytes);
@@ -37,6 +44,7 @@ struct FamilyCaps {
   std::vector<MaskKind> masks;
   std::vector<Layout> layouts;
   std::vector<Direction> directions;
+  std::vector<Feature> features;        // score modifiers it serves, in both of its directions
   RunFwd run_fwd;
   RunBwd run_bwd;    // nullptr without a backward
   PlanFn fwd_plan;
@@ -58,6 +66,7 @@ struct Problem {
   MaskKind mask;
   Layout layout;
   Direction direction;
+  unsigned features = 0;  // Feature bits
 };
 
 // The compiled families, preferred first (an arch-specific family before the portable one).

@@ -100,9 +100,9 @@ void set_device_facts(AttnFwdParams& params, const DeviceInfo& info) {
 }
 
 Problem problem_on(const DeviceInfo& info, DType dtype, int head_dim_qk, int head_dim_v, MaskKind mask, Layout layout,
-                   Direction direction) {
+                   Direction direction, unsigned features) {
   return Problem{info.major * 10 + info.minor, static_cast<int>(info.smem_optin_bytes), dtype, head_dim_qk, head_dim_v,
-                 mask, layout, direction};
+                 mask, layout, direction, features};
 }
 
 // FLASHSDPA_FAMILY=<name> restricts every launch to that family (tests run each shape against
@@ -126,8 +126,11 @@ const FamilyCaps* first_taker(const Problem& problem, const AttnFwdParams& param
 }
 
 Problem problem_of(const DeviceInfo& info, const AttnFwdParams& params, Direction direction) {
+  // The score modifiers are part of the problem: a family that does not list one (sm90 today)
+  // fails check_features, so first_taker hands the call to the next row (sm80).
   return problem_on(info, params.dtype, params.head_dim_qk, params.head_dim_v, mask_kind(params.mask),
-                    params.cu_seqlens_q != nullptr ? Layout::kVarlen : Layout::kDense, direction);
+                    params.cu_seqlens_q != nullptr ? Layout::kVarlen : Layout::kDense, direction,
+                    feature_bits(params.mods));
 }
 
 const FamilyCaps& plan(AttnFwdParams& params, int device, Direction direction) {
@@ -151,9 +154,9 @@ const FamilyCaps& plan(AttnFwdParams& params, int device, Direction direction) {
 DeviceInfo device_info(int device) { return cached_device_info(device); }
 
 Selection select(int device, DType dtype, int head_dim_qk, int head_dim_v, MaskKind mask, Layout layout,
-                 Direction direction) {
+                 Direction direction, unsigned features) {
   const DeviceInfo& info = cached_device_info(device);
-  const Problem problem = problem_on(info, dtype, head_dim_qk, head_dim_v, mask, layout, direction);
+  const Problem problem = problem_on(info, dtype, head_dim_qk, head_dim_v, mask, layout, direction, features);
   Selection s;
   s.family = select_family(problem);
   if (s.family == nullptr) {
@@ -202,7 +205,7 @@ namespace {
 }  // namespace
 
 DeviceInfo device_info(int) { no_cuda(); }
-Selection select(int, DType, int, int, MaskKind, Layout, Direction) { no_cuda(); }
+Selection select(int, DType, int, int, MaskKind, Layout, Direction, unsigned) { no_cuda(); }
 const FamilyCaps& plan_fwd(AttnFwdParams&, int) { no_cuda(); }
 const FamilyCaps& plan_bwd(AttnBwdParams&, int) { no_cuda(); }
 void launch_fwd(const FamilyCaps&, const AttnFwdParams&, int, void*) { no_cuda(); }

@@ -28,7 +28,7 @@ struct Selection {
   std::string reasons;
 };
 Selection select(int device, DType dtype, int head_dim_qk, int head_dim_v, MaskKind mask, Layout layout,
-                 Direction direction);
+                 Direction direction, unsigned features = 0);
 
 // Pick the family and fill the params' device facts, head_dim_bucket (and bwd_tile); throws
 // std::invalid_argument naming each family's reason when none serves the call.

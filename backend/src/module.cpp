@@ -67,11 +67,14 @@ Strides strides_item(PyObject* tuple, Py_ssize_t i, const char* name) {
   return Strides{int_item(t, 0, name), int_item(t, 1, name), int_item(t, 2, name)};
 }
 
-// fwd spec = (pointers, strides, sizes, mask, scale, dtype, device, stream):
+// fwd spec = (pointers, strides, sizes, mask, scale, dtype, device, stream[, mods]):
 //   pointers = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k)  ints, 0 = none
 //   strides  = (q, k, v, out, lse)                                          stride tuples
 //   sizes    = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v, total_q)
 //   mask     = (window_left, window_right, align)                          -1 = unbounded; align 0 / 1
+//   mods     = (softcap, alibi_slopes, alibi_batch_stride, sinks)          optional (issue 14's score
+//              modifiers; float32 device pointers, 0 = none): absent on the plain path, which
+//              builds no tuple for them
 // Items are converted in this order, so the first bad one is the one reported.
 FwdSpec fwd_spec(py::handle obj) {
   PyObject* spec = tuple_arg(obj, 8, "spec");
@@ -105,12 +108,22 @@ FwdSpec fwd_spec(py::handle obj) {
   s.dtype = int32_item(spec, 5, "dtype");
   s.device = int32_item(spec, 6, "device");
   s.stream = static_cast<uintptr_t>(int_item(spec, 7, "stream"));
+  if (PyTuple_GET_SIZE(spec) > 8) {
+    PyObject* mods = tuple_arg(PyTuple_GET_ITEM(spec, 8), 4, "spec.mods");
+    const double softcap = PyFloat_AsDouble(PyTuple_GET_ITEM(mods, 0));
+    if (softcap == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      bad_spec("softcap", PyTuple_GET_ITEM(mods, 0), "a float");
+    }
+    s.mods = ModsArg{static_cast<float>(softcap), static_cast<uintptr_t>(int_item(mods, 1, "alibi_slopes")),
+                     int_item(mods, 2, "alibi_batch_stride"), static_cast<uintptr_t>(int_item(mods, 3, "sinks"))};
+  }
   return s;
 }
 
-// bwd grads = (pointers, strides, workspace_bytes):
+// bwd grads = (pointers, strides, workspace_bytes[, mod_grads]):
 //   pointers = (dout, dq, dk, dv, dq_accum, delta); strides = (dout, dq, dk, dv);
-//   workspace_bytes = (dq_accum, delta)
+//   workspace_bytes = (dq_accum, delta); mod_grads = (d_alibi_slopes, d_sinks), 0 = not wanted
 BwdSpec bwd_spec(py::handle fwd, py::handle grads) {
   BwdSpec s{};
   s.fwd = fwd_spec(fwd);
@@ -126,6 +139,11 @@ BwdSpec bwd_spec(py::handle fwd, py::handle grads) {
   }
   s.workspace = Workspace{static_cast<uintptr_t>(int_item(ptrs, 4, "dq_accum")), int_item(bytes, 0, "dq_accum_bytes"),
                           static_cast<uintptr_t>(int_item(ptrs, 5, "delta")), int_item(bytes, 1, "delta_bytes")};
+  if (PyTuple_GET_SIZE(g) > 3) {
+    PyObject* mod_grads = tuple_arg(PyTuple_GET_ITEM(g, 3), 2, "grads.mod_grads");
+    s.d_alibi_slopes = static_cast<uintptr_t>(int_item(mod_grads, 0, "d_alibi_slopes"));
+    s.d_sinks = static_cast<uintptr_t>(int_item(mod_grads, 1, "d_sinks"));
+  }
   return s;
 }
 
@@ -156,6 +174,7 @@ py::dict capabilities_dict() {
     d["layouts"] = names_of(f.layouts, [](Layout l) { return std::string(l == Layout::kDense ? "dense" : "varlen"); });
     d["directions"] =
         names_of(f.directions, [](Direction x) { return std::string(x == Direction::kForward ? "forward" : "backward"); });
+    d["features"] = names_of(f.features, [](Feature x) { return std::string(feature_name(x)); });
     py::list smem;
     for (Direction dir : f.directions) {
       for (int bucket : f.head_dims) {
@@ -187,12 +206,16 @@ py::dict capabilities_dict() {
 
 // The table's verdict for one problem on one device: (family or None, bucket, tile, smem bytes,
 // reasons). Python caches it per problem key; the launch makes the same choice in C++.
-py::tuple select_tuple(int device, int dtype, int head_dim_qk, int head_dim_v, int mask, bool varlen, bool backward) {
+py::tuple select_tuple(int device, int dtype, int head_dim_qk, int head_dim_v, int mask, bool varlen, bool backward,
+                       int features) {
   if (dtype != 0 && dtype != 1) throw std::invalid_argument("dtype=" + std::to_string(dtype) + ": must be 0 or 1");
   if (mask < 0 || mask > 3) throw std::invalid_argument("mask=" + std::to_string(mask) + ": must be 0..3");
+  if (features < 0 || features > kAllFeatureBits)
+    throw std::invalid_argument("features=" + std::to_string(features) + ": must be a bit set of 0.." +
+                                std::to_string(kAllFeatureBits));
   const Selection s = select(device, static_cast<DType>(dtype), head_dim_qk, head_dim_v, static_cast<MaskKind>(mask),
                              varlen ? Layout::kVarlen : Layout::kDense,
-                             backward ? Direction::kBackward : Direction::kForward);
+                             backward ? Direction::kBackward : Direction::kForward, static_cast<unsigned>(features));
   if (s.family == nullptr) return py::make_tuple(py::none(), 0, -1, 0, s.reasons);
   return py::make_tuple(s.family->name, s.bucket, s.tile.tile, s.tile.smem_bytes, py::none());
 }
@@ -226,9 +249,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("capabilities", &capabilities_dict,
         "{'families': one dict per compiled kernel family, 'reason': why there is none (or None)}.");
   m.def("select", &select_tuple, py::arg("device_index"), py::arg("dtype"), py::arg("head_dim_qk"), py::arg("head_dim_v"),
-        py::arg("mask"), py::arg("varlen"), py::arg("backward"),
+        py::arg("mask"), py::arg("varlen"), py::arg("backward"), py::arg("features") = 0,
         "(family or None, head-dim bucket, tile, shared memory bytes, reasons or None) for one problem on a device.\n"
-        "dtype: 0 float16, 1 bfloat16; mask: 0 none, 1 causal_top_left, 2 causal_bottom_right, 3 window.");
+        "dtype: 0 float16, 1 bfloat16; mask: 0 none, 1 causal_top_left, 2 causal_bottom_right, 3 window;\n"
+        "features: bits 1 softcap, 2 alibi, 4 sinks.");
   m.def("fwd", [](py::handle spec) { fwd(fwd_spec(spec)); }, py::arg("spec"),
         "Forward attention: writes out and lse. spec: see module.cpp's fwd_spec.");
   m.def("bwd", [](py::handle spec, py::handle grads) { bwd(bwd_spec(spec, grads)); }, py::arg("spec"), py::arg("grads"),
