@@ -150,12 +150,21 @@ class FakeCudaBuild:
             "masks": ["none", "causal_top_left", "causal_bottom_right", "window"],
             "layouts": ["dense", "varlen"],
             "directions": ["forward", "backward"],
+            "features": ["softcap", "alibi", "sinks"],
             "smem_per_tile": [],
         }
         return {"families": [family], "reason": None}
 
     def select(
-        self, device: int, dtype: int, head_dim_qk: int, head_dim_v: int, mask: int, varlen: bool, backward: bool
+        self,
+        device: int,
+        dtype: int,
+        head_dim_qk: int,
+        head_dim_v: int,
+        mask: int,
+        varlen: bool,
+        backward: bool,
+        features: int = 0,
     ) -> tuple[Any, ...]:
         # An H100-sized part serves every bucket; smem_optin_bytes below 227 KB drops the largest backward.
         bucket = self.head_dim_bucket(head_dim_qk, head_dim_v)

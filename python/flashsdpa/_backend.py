@@ -56,9 +56,13 @@ _DEVICE_INFO: dict[int, dict[str, Any]] = {}
 _DEVICE_REASON: dict[int, str | None] = {}
 _DEVICE_OK: dict[int, bool] = {}  # device index -> our kernels run there; the hot path reads only this
 _BWD_REASON: dict[tuple[int, int, int], str | None] = {}  # (device, head_dim_qk, head_dim_v) -> why no backward
-# (device, dtype code, head_dim_qk, head_dim_v, mask kind, varlen, backward) -> _C.select's verdict:
-# (family or None, head-dim bucket, tile, shared memory bytes, reasons or None)
-_SELECT: dict[tuple[int, int, int, int, int, bool, bool], tuple[Any, ...]] = {}
+# (device, dtype code, head_dim_qk, head_dim_v, mask kind, varlen, backward, feature bits) -> _C.select's
+# verdict: (family or None, head-dim bucket, tile, shared memory bytes, reasons or None)
+_SELECT: dict[tuple[int, int, int, int, int, bool, bool, int], tuple[Any, ...]] = {}
+
+# Issue 14's score modifiers as _C's feature bits (capabilities.h's Feature) and the names the
+# capability table lists them by.
+FEATURE_BITS = {"softcap": 1, "alibi": 2, "sinks": 4}
 
 
 def _configure(module: Any, import_error: str | None = None) -> None:
@@ -186,13 +190,15 @@ def device_ok(index: int) -> bool:
 
 
 def select(index: int, dtype_code: int, head_dim_qk: int, head_dim_v: int, mask_kind: int, varlen: bool,
-           backward: bool) -> tuple[Any, ...]:
+           backward: bool, features: int = 0) -> tuple[Any, ...]:
     """The capability table's verdict for one problem on CUDA device ``index``: (family or None,
-    head-dim bucket, tile, shared memory bytes, reasons or None); ``_C.select``, cached."""
-    key = (index, dtype_code, head_dim_qk, head_dim_v, mask_kind, varlen, backward)
+    head-dim bucket, tile, shared memory bytes, reasons or None); ``_C.select``, cached.
+    ``features``: FEATURE_BITS of the score modifiers the call uses."""
+    key = (index, dtype_code, head_dim_qk, head_dim_v, mask_kind, varlen, backward, features)
     verdict = _SELECT.get(key)
     if verdict is None:
-        verdict = _SELECT[key] = tuple(_C.select(index, dtype_code, head_dim_qk, head_dim_v, mask_kind, varlen, backward))
+        args = (index, dtype_code, head_dim_qk, head_dim_v, mask_kind, varlen, backward)
+        verdict = _SELECT[key] = tuple(_C.select(*args, features) if features else _C.select(*args))
     return verdict
 
 
@@ -264,6 +270,26 @@ _NO_LSE_STRIDES = (0, 0, 0)
 # Varlen arguments of a launch: (cu_seqlens_q, cu_seqlens_k, seqused_k or None, max_seqlen_q, max_seqlen_k).
 Varlen = tuple[Tensor, Tensor, "Tensor | None", int, int]
 
+# Score modifiers of a launch: (softcap, alibi_slopes, sinks); the tensors float32 and contiguous,
+# slopes (Hq,) or (B, Hq), sinks (Hq,), on the query's device (ops.py converts them).
+Mods = tuple[float, "Tensor | None", "Tensor | None"]
+
+
+def feature_bits(mods: Mods | None) -> int:
+    """FEATURE_BITS of a launch's modifiers (0: none)."""
+    if mods is None:
+        return 0
+    softcap, slopes, sinks = mods
+    return (1 if softcap > 0 else 0) | (2 if slopes is not None else 0) | (4 if sinks is not None else 0)
+
+
+def _mods_item(mods: Mods) -> tuple[float, int, int, int]:
+    """module.cpp's spec.mods: (softcap, alibi_slopes, alibi_batch_stride, sinks)."""
+    softcap, slopes, sinks = mods
+    slopes_ptr = 0 if slopes is None else slopes.data_ptr()
+    batch_stride = 0 if slopes is None or slopes.dim() == 1 else slopes.stride(0)
+    return (float(softcap), slopes_ptr, batch_stride, 0 if sinks is None else sinks.data_ptr())
+
 
 def _packed_strides(t: Tensor) -> tuple[int, int, int]:
     # (total, H, D) rows: no batch stride (cu_seqlens selects the rows), head then row stride.
@@ -305,15 +331,17 @@ def _spec(
 
 def launch_fwd(
     q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor | None, scale: float, mask: MaskSpec,
-    varlen: Varlen | None = None,
+    varlen: Varlen | None = None, mods: Mods | None = None,
 ) -> None:
     """Forward: writes ``out`` and ``lse``. Dense: (B, H, S, D) views, ``lse`` (B, Hq, Sq) or None
     (inference: nothing will read it, and its allocation is a tenth of the host time of a small
     call). Varlen: packed (total, H, D) rows, ``lse`` (H, total_q), cu_seqlens int32 (B + 1).
 
-    Callers have checked the problem (``selection``) and that it is non-empty.
+    Callers have checked the problem (``selection``) and that it is non-empty. ``mods``: the score
+    modifiers (softcap, ALiBi, sinks), appended to the spec only when given.
     """
-    _C.fwd(_spec(q, k, v, out, lse, scale, mask, varlen))
+    spec = _spec(q, k, v, out, lse, scale, mask, varlen)
+    _C.fwd(spec if mods is None else (*spec, _mods_item(mods)))
 
 
 def _workspace(nbytes: int, like: Tensor) -> Tensor:
@@ -337,24 +365,35 @@ def launch_bwd(
     scale: float,
     mask: MaskSpec,
     varlen: Varlen | None = None,
+    mods: Mods | None = None,
+    mod_grads: tuple[Tensor | None, Tensor | None] | None = None,
 ) -> None:
-    """Backward: writes ``dq``, ``dk``, ``dv`` (dense views or packed rows, as in launch_fwd).
+    """Backward: writes ``dq``, ``dk``, ``dv`` (dense views or packed rows, as in launch_fwd); with
+    ``mods``, adds into ``mod_grads`` = (d_alibi_slopes, d_sinks): zeroed float32 tensors of the
+    slopes' and the sinks' shapes, or None where not wanted.
 
     One _C call: the workspace is sized here from the head-dim bucket the capability table picks
     for the problem (cached per problem), rows x heads x bucket float32 for dq_accum and rows x heads
     float32 for delta, rows = seqlen_q per batch or total_q (api.cpp's workspace_layout)."""
     spec = _spec(q, k, v, out, lse, scale, mask, varlen)
     sizes = spec[2]
-    bucket = select(spec[6], spec[5], sizes[5], sizes[6], masks.kind(mask), varlen is not None, True)[1]
+    bits = feature_bits(mods)
+    bucket = select(spec[6], spec[5], sizes[5], sizes[6], masks.kind(mask), varlen is not None, True, bits)[1]
     rows = sizes[1] * (sizes[7] if varlen is not None else sizes[0] * sizes[3])
     dq_accum, delta = _workspace(rows * bucket * 4, q), _workspace(rows * 4, q)
     if varlen is None:
         grad_strides = (dout.stride(), dq.stride(), dk.stride(), dv.stride())
     else:
         grad_strides = (_packed_strides(dout), _packed_strides(dq), _packed_strides(dk), _packed_strides(dv))
-    _C.bwd(spec, (
+    grads: tuple[Any, ...] = (
         (dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), dq_accum.data_ptr(), delta.data_ptr()),
         grad_strides,
         (rows * bucket * 4, rows * 4),
-    ))  # fmt: skip
+    )  # fmt: skip
+    if mods is None:
+        _C.bwd(spec, grads)
+        return
+    d_slopes, d_sinks = mod_grads if mod_grads is not None else (None, None)
+    ptrs = tuple(0 if t is None else t.data_ptr() for t in (d_slopes, d_sinks))
+    _C.bwd((*spec, _mods_item(mods)), (*grads, ptrs))
 
