@@ -168,15 +168,28 @@ def _names(mods: Mods) -> list[str]:
     )
 
 
-def _poisoned_forward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: float, mask: MaskSpec,
-                      mods: Mods) -> None:  # fmt: skip
-    """The same forward into NaN-filled outputs: deterministic, so bitwise equal or an element was missed."""
+def _launch_mods(mods: Mods) -> _backend.Mods:
+    return (mods.softcap, *(None if t is None else t.float().contiguous() for t in (mods.slopes, mods.sinks)))  # type: ignore[return-value]
+
+
+def _poisoned(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, ours: list[Tensor], scale: float, mask: MaskSpec,
+              mods: Mods) -> list[Tensor]:  # fmt: skip
+    """The same launches into NaN-filled outputs. The forward is deterministic, so bitwise equal or
+    an element was missed; the backward's dQ and the modifiers' gradients are float atomics, so its
+    results are returned for the rule (the modifiers' gradient buffers are zeroed by contract)."""
+    out, lse = ours[0], ours[1]
+    q, k, v = q.detach(), k.detach(), v.detach()
     out_p, lse_p = torch.full_like(out, math.nan), torch.full_like(lse, math.nan)
-    f32 = (mods.softcap, *(None if t is None else t.float().contiguous() for t in (mods.slopes, mods.sinks)))
-    _backend.launch_fwd(q.detach(), k.detach(), v.detach(), out_p, lse_p, scale, mask, None, f32)  # type: ignore[arg-type]
+    _backend.launch_fwd(q, k, v, out_p, lse_p, scale, mask, None, _launch_mods(mods))
     torch.cuda.synchronize()
     assert torch.equal(out_p, out), "forward left output elements unwritten (NaN) or is not deterministic"
     assert torch.equal(lse_p, lse), "forward left LSE rows unwritten (NaN)"
+    dq, dk, dv = (torch.full_like(t, math.nan) for t in (q, k, v))
+    d_slopes = None if mods.slopes is None else torch.zeros_like(mods.slopes, dtype=torch.float32)
+    d_sinks = None if mods.sinks is None else torch.zeros_like(mods.sinks, dtype=torch.float32)
+    _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, scale, mask, None, _launch_mods(mods), (d_slopes, d_sinks))
+    torch.cuda.synchronize()
+    return [out_p, lse_p, dq, dk, dv, *(t for t in (d_slopes, d_sinks) if t is not None)]
 
 
 def _mask_kwargs(mask: MaskSpec) -> dict[str, object]:
@@ -203,7 +216,7 @@ def run_dense(
     ref = _results(textbook, [q, k, v], mods, dout, torch.float64, **tk)
     pt = _results(textbook, [q, k, v], mods, dout, dtype, **tk)
     _judge(_names(mods), ours, pt, ref, dtype)
-    _poisoned_forward(q, k, v, ours[0], ours[1], scale, mask, mods)
+    _judge(_names(mods), _poisoned(q, k, v, dout, ours, scale, mask, mods), pt, ref, dtype)
 
 
 # (modifiers, mask, GQA group): each alone, then combined with causal masks, windows and GQA.
