@@ -53,8 +53,9 @@ void fill_common(AttnFwdParams& p, const FwdSpec& s) {
   const int32_t longest = std::max(s.shape.seqlen_q, s.shape.seqlen_k);
   p.mask = MaskSpec{normalized_side(s.mask.window_left, longest), normalized_side(s.mask.window_right, longest),
                     s.mask.align};
-  p.mods = ScoreMods{s.mods.softcap, ptr<const float>(s.mods.alibi_slopes), s.mods.alibi_batch_stride,
-                     ptr<const float>(s.mods.sinks)};
+  const bool softcap = s.mods.softcap > 0.f;
+  p.mods = ScoreMods{s.mods.softcap, softcap ? s.scale / s.mods.softcap : 0.f, s.mods.softcap * kLog2e,
+                     ptr<const float>(s.mods.alibi_slopes), s.mods.alibi_batch_stride, ptr<const float>(s.mods.sinks)};
   p.dtype = static_cast<DType>(s.dtype);
 }
 

@@ -277,9 +277,9 @@ __host__ __device__ __forceinline__ SingleTileScheduler bwd_scheduler_sm80(const
                              triangular ? TileOrder::kBlockMajor : TileOrder::kHeadMajor};
 }
 
-template <typename T, bool kSoftcap>
+template <typename T, bool kMods>
 __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile& tile, unsigned char* smem) {
-  using Mod = ScoreModBwd<kSoftcap>;  // softcap, ALiBi (common/score_mod.cuh)
+  using Mod = ScoreModBwd<kMods>;  // softcap, ALiBi (common/score_mod.cuh)
   using Elem = typename T::Elem;
   using TileQ = typename T::TileQ;
   using TileK = typename T::TileK;
@@ -482,11 +482,10 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
     // the iteration they cost 20 bytes of spills at d = 128 on sm_90).
     auto mod_row0 = [&] { return m * kBlockM + static_cast<int>(s_row0 + lane / 4); };
     auto mod_col0 = [&] { return n_block * kBlockN + static_cast<int>(s_col0 + 2 * (lane % 4)); };
-    float dtanh[kMTS][kNTS][4];  // kSoftcap only: 1 - tanh^2 of the scores, for dS
     auto compute_p = [&](float (&s)[kMTS][kNTS][4]) {
       zero(s);
       warp_mma<Elem, TileQ, TileK, kMTS, kNTS, kHeadDim, false, false>(s, sQ, s_row0, sK, s_col0, lane);
-      Mod::apply(p, seq, batch, hq, s, dtanh, mod_row0, mod_col0);
+      Mod::apply(p, seq, batch, hq, s, mod_row0, mod_col0);
       if (mask.partial<kBlockM, kBlockN>(m, n_block)) {
         probs(s, std::true_type{});
       } else {
@@ -580,7 +579,7 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
       for (int nt = 0; nt < kNTS; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) dp[mt][nt][e] = s[mt][nt][e] * (dp[mt][nt][e] - dlt[mt][e / 2]);
-    Mod::grads(p, seq, batch, hq, dp, dtanh, mod_row0, mod_col0);  // ALiBi's slope gradient, softcap's factor
+    Mod::grads(p, seq, batch, hq, dp, s, lse2, mod_row0, mod_col0);  // ALiBi's slope gradient, softcap's factor
     store_frag<Elem, TileP>(smem + T::kOffP, s, s_row0, s_col0, lane, 1.f);
     store_frag<Elem, TileP>(smem + T::kOffdS, dp, s_row0, s_col0, lane, 1.f);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -640,14 +639,14 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
 
 // One CTA per (key block, kv head, batch): K_n, V_n stay in shared memory while every query head
 // of the GQA group and every query block that sees them streams through.
-// kSoftcap: a tanh per score and its derivative held for dS (score_mod.cuh), in its own
-// instantiation so that calls without it carry none of it.
-template <typename T, bool kSoftcap = false>
+// kMods: softcap (a tanh per score, its derivative recovered for dS) and ALiBi (score_mod.cuh), in
+// their own instantiation so that calls without them carry none of their code.
+template <typename T, bool kMods = false>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flashsdpa_bwd_sm80_dkdv_kernel(const __grid_constant__ AttnBwdParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const SingleTileScheduler sched = bwd_scheduler_sm80<T>(p);
-  for (WorkTile tile = sched.initial_tile(); tile.valid(); tile = sched.next_tile(tile)) dkdv_tile<T, kSoftcap>(p, tile, smem);
+  for (WorkTile tile = sched.initial_tile(); tile.valid(); tile = sched.next_tile(tile)) dkdv_tile<T, kMods>(p, tile, smem);
 }
 
 }  // namespace bwd_sm80

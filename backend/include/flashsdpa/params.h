@@ -61,6 +61,12 @@ struct MaskSpec {
 // is off; the host fills them (api.cpp) and the capability table says which families serve them.
 struct ScoreMods {
   float softcap;                // > 0: logit softcapping (a compile-time switch of the kernels); 0 = off
+  // Filled by the host from softcap and scale, so that the kernels read them from the constant
+  // bank as FMUL / FFMA operands instead of holding them in registers (the d128 kernels sit at
+  // the 255-register cap): scale / softcap (the tanh's argument per unit of q.k; the forward
+  // takes its absolute value, its q being negated for a negative scale) and softcap * log2(e).
+  float softcap_tanh_scale;
+  float softcap_log2;
   const float* alibi_slopes;    // float32, slope of (batch b, query head h) at b * alibi_batch_stride + h
   int64_t alibi_batch_stride;   // 0: one slope per head (shape (Hq,)); Hq: per batch (shape (B, Hq))
   const float* sinks;           // float32 (Hq,), natural-log logits; nullptr = no sinks
