@@ -50,7 +50,7 @@ check "features tests" "$rc"
 grep -qE '[0-9]+ passed' "$OUT/tests.log" || failed+=("features tests (none passed)")
 
 t0=$(date +%s)
-timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 --target-processes all \
+timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 --target-processes all \
   $PY -m pytest tests/gpu/test_features_gpu.py -q -x -p no:cacheprovider -k sanitizer_subset \
   > "$OUT/sanitize_memcheck.log" 2>&1
 rc=$?
