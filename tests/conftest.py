@@ -158,12 +158,21 @@ class FakeCudaBuild:
             "masks": ["none", "causal_top_left", "causal_bottom_right", "window"],
             "layouts": ["dense", "varlen", "decode"],
             "directions": ["forward", "backward"],
+            "features": ["softcap", "alibi", "sinks"],
             "smem_per_tile": [],
         }
         return {"families": [family], "reason": None}
 
     def select(
-        self, device: int, dtype: int, head_dim_qk: int, head_dim_v: int, mask: int, varlen: bool, backward: int
+        self,
+        device: int,
+        dtype: int,
+        head_dim_qk: int,
+        head_dim_v: int,
+        mask: int,
+        varlen: bool,
+        backward: int,
+        features: int = 0,
     ) -> tuple[Any, ...]:
         # An H100-sized part serves every bucket; smem_optin_bytes below 227 KB drops the largest backward.
         # backward 2: under torch.use_deterministic_algorithms(True), as _C.select takes it.

@@ -72,7 +72,7 @@ def test_kvcache_cuda_impl_appends_then_launches_once(recorded: Any, page_size: 
     assert name == "fwd" and out.shape == (3, 2, 8, 64) and lse.shape == (3, 8, 2)
     pointers, strides, sizes, mask, scale, dtype, _, stream = spec[:8]
     capacity = 128  # make_case's
-    assert sizes == (3, 8, 2, 2, capacity, 64, 64, -1) and mask == masks.CAUSAL_BOTTOM_RIGHT and scale == 0.125
+    assert sizes == (3, 8, 2, 2, capacity, 64, 64, -1, -1) and mask == masks.CAUSAL_BOTTOM_RIGHT and scale == 0.125
     assert pointers[1:5] == (case.k_cache.data_ptr(), case.v_cache.data_ptr(), out.data_ptr(), lse.data_ptr())
     assert pointers[5:7] == (0, 0) and pointers[7] != case.cache_seqlens.data_ptr()  # seqused_k = lengths + Snew
     qs, ks = out.stride(), case.k_cache.stride()

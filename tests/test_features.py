@@ -390,10 +390,11 @@ def test_bad_feature_arguments(kwargs: dict[str, Any], match: str) -> None:
 
 
 def test_cuda_refuses_features_by_name() -> None:
-    error = features.not_served("attention", Extras(attn_mask=torch.zeros(1), softcap=2.0))
+    # The score modifiers are served by the kernels (ops.fwd_mods); the refusal names what is not.
+    error = features.not_served("attention", Extras(attn_mask=torch.zeros(1), softcap=2.0, dropout_p=0.1))
     assert isinstance(error, NotImplementedError)
-    assert "attn_mask, softcap not served" in str(error) and "flashsdpa.explain" in str(error)
-    assert "scaled_dot_product_attention" in str(error)
+    assert "attn_mask, dropout_p not served" in str(error) and "flashsdpa.explain" in str(error)
+    assert "softcap" not in str(error) and "scaled_dot_product_attention" in str(error)
 
 
 def test_explain_names_each_feature() -> None:
@@ -402,8 +403,13 @@ def test_explain_names_each_feature() -> None:
         flashsdpa.explain(q, q, q, attn_mask=torch.ones(8, 8), dropout_p=0.1, softcap=3.0,
                           alibi_slopes=torch.ones(2), sinks=torch.ones(2))
     )
-    for name in ("attn_mask", "dropout_p", "softcap", "alibi_slopes", "sinks"):
+    for name in ("attn_mask", "dropout_p"):
         assert name in reasons
+    # The score modifiers are named exactly where no compiled family serves them (a CPU-only build);
+    # a CUDA build's sm80 family does, and a CPU tensor's own reason is the device.
+    served = any(f.get("features") for f in flashsdpa.capabilities())
+    for name in ("softcap", "alibi_slopes", "sinks"):
+        assert (name in reasons) == (not served), (name, reasons)
 
 
 def test_no_feature_arguments_take_the_old_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -454,3 +460,32 @@ def test_varlen_dropout_and_bool_mask() -> None:
     torch.testing.assert_close(out.detach().double(), ref_out, rtol=1e-5, atol=1e-5)
     for a, r in zip(grads, torch.autograd.grad(ref_out, ref_leaves, dout.double())):
         torch.testing.assert_close(a.double(), r, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_mods_ops_opcheck(varlen: bool) -> None:
+    """flashsdpa::fwd_mods / bwd_mods (the score modifiers' ops, our kernels on CUDA): schema,
+    fake impl, autograd registration, as torch.library.opcheck judges them on CPU."""
+    gen = torch.Generator().manual_seed(14)
+    hq, hkv, d = 4, 2, 16
+    slopes = torch.rand(hq, generator=gen) * 0.3
+    sinks = torch.randn(hq, generator=gen)
+    if varlen:
+        q, k, v = (torch.randn(n, h, d, generator=gen) for n, h in ((12, hq), (9, hkv), (9, hkv)))
+        cu_q, cu_k = torch.tensor([0, 5, 12], dtype=torch.int32), torch.tensor([0, 7, 9], dtype=torch.int32)
+        layout: tuple[Any, ...] = (cu_q, cu_k, 7, 7)
+    else:
+        q, k, v = torch.randn(2, hq, 6, d, generator=gen), torch.randn(2, hkv, 5, d, generator=gen), torch.randn(2, hkv, 5, d, generator=gen)
+        layout = (None, None, 0, 0)
+    leaves = [t.requires_grad_() for t in (q, k, v, slopes, sinks)]
+    args = (*leaves[:3], *layout, 0.25, [-1, 0, 1], 3.0, leaves[3], leaves[4])
+    torch.library.opcheck(torch.ops.flashsdpa.fwd_mods.default, args)
+    out, lse = torch.ops.flashsdpa.fwd_mods.default(*args)
+    dout = torch.randn(out.shape, generator=gen)
+    bwd_args = (dout, *(t.detach() for t in leaves[:3]), out.detach(), lse, *layout, 0.25, [-1, 0, 1], 3.0,
+                slopes.detach(), sinks.detach(), [True, True])  # fmt: skip
+    torch.library.opcheck(torch.ops.flashsdpa.bwd_mods.default, bwd_args)
+    grads = torch.autograd.grad(out, leaves, dout)
+    _, _, _, d_slopes, d_sinks = torch.ops.flashsdpa.bwd_mods.default(*bwd_args)
+    torch.testing.assert_close(grads[3], d_slopes)
+    torch.testing.assert_close(grads[4], d_sinks)

@@ -433,7 +433,8 @@ def test_router_fallback_forwards_the_call_untouched(fake_build: Any, native: Na
     [
         (dict(dropout_p=0.1), "dropout_p=0.1: dropout is not supported (needs 0.0)"),
         (dict(return_debug_mask=True), "return_debug_mask=True: the debug attention mask is not supported"),
-        (dict(alibi_slopes="slopes"), "alibi_slopes given: not supported by flashsdpa"),
+        # ALiBi is served forward-only (routers._ALIBI_GRAD_REASON); a bad slopes argument is PyTorch's.
+        (dict(alibi_slopes="slopes"), "alibi_slopes: needs a float32 tensor on cuda:0"),
         (dict(block_table="table"), "block_table given: not supported by flashsdpa"),
         (dict(seqused_k="used"), "seqused_k given with dense inputs: PyTorch's dense kernel ignores it; left to it"),
         (dict(dtype=torch.float32), "query.dtype=torch.float32: needs float16 or bfloat16"),
@@ -452,6 +453,28 @@ def test_flash_forward_router_fallbacks(
     assert routers._flash_forward("keys", *positional, **kwargs) == "native result"
     [(keys, args, forwarded)] = native.calls
     assert keys == "keys" and args == positional and forwarded == kwargs
+    assert flashsdpa.stats()["fallback_reasons"] == {f"aten::_flash_attention_forward: {reason}": 1}
+
+
+@pytest.mark.parametrize(
+    "shape, requires_grad, reason",
+    [
+        ((3,), False, "alibi_slopes (3,): needs (4,) or (2, 4)"),
+        ((4,), True, routers._ALIBI_GRAD_REASON),
+    ],
+)
+def test_flash_forward_router_alibi_fallbacks(
+    shape: tuple[int, ...], requires_grad: bool, reason: str, fake_build: Any, native: NativeRecorder, fake_mode: Any
+) -> None:
+    """ALiBi through aten::_flash_attention_forward: slopes of the wrong shape are PyTorch's to
+    refuse, and a forward whose inputs require grad is left to PyTorch (its backward op takes no
+    slopes, so the road is forward-only)."""
+    flashsdpa.reset_stats()
+    q, k, v = (torch.empty(2, 16, 4, 64, dtype=F16, device="cuda") for _ in range(3))
+    q.requires_grad_(requires_grad)
+    slopes = torch.empty(shape, dtype=torch.float32, device="cuda")
+    positional = (q, k, v, None, None, 16, 16, 0.0, False, False)
+    assert routers._flash_forward("keys", *positional, alibi_slopes=slopes) == "native result"
     assert flashsdpa.stats()["fallback_reasons"] == {f"aten::_flash_attention_forward: {reason}": 1}
 
 
@@ -663,3 +686,20 @@ def test_c_needs_the_packed_rows_with_varlen() -> None:
     sizes = (*sizes[:7], 30, -1)
     with pytest.raises(ValueError, match=r"^total_q=30, total_k=-1: varlen needs the packed rows"):
         _backend._C.fwd((pointers, strides, sizes, *rest))
+
+
+def test_flash_forward_router_serves_alibi_forward(
+    fake_build: Any, native: NativeRecorder, fake_mode: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without grad, ALiBi through aten::_flash_attention_forward runs our forward with the slopes
+    in the spec's modifiers (module.cpp's spec.mods: softcap 0, slopes, batch stride, no sinks)."""
+    build = fake_build()
+    monkeypatch.setattr(_backend, "_current_stream", lambda device: 77)
+    q, k, v = (torch.empty(2, 16, 4, 64, dtype=F16, device="cuda") for _ in range(3))
+    slopes = torch.empty(2, 4, dtype=torch.float32, device="cuda")
+    routers._flash_forward("keys", q, k, v, None, None, 16, 16, 0.0, True, False, alibi_slopes=slopes)
+    assert not native.calls
+    [(name, (spec,))] = build.calls
+    assert name == "fwd" and len(spec) == 10 and spec[8] is None  # no decode item: the forward kernel
+    softcap, slopes_ptr, batch_stride, sinks_ptr = spec[9]
+    assert (softcap, slopes_ptr, batch_stride, sinks_ptr) == (0.0, slopes.data_ptr(), 4, 0)

@@ -56,6 +56,9 @@ void fill_common(AttnFwdParams& p, const FwdSpec& s) {
   const int32_t longest = std::max(s.shape.seqlen_q, s.shape.seqlen_k);
   p.mask = MaskSpec{normalized_side(s.mask.window_left, longest), normalized_side(s.mask.window_right, longest),
                     s.mask.align};
+  const bool softcap = s.mods.softcap > 0.f;
+  p.mods = ScoreMods{s.mods.softcap, softcap ? s.scale / s.mods.softcap : 0.f, s.mods.softcap * kLog2e,
+                     ptr<const float>(s.mods.alibi_slopes), s.mods.alibi_batch_stride, ptr<const float>(s.mods.sinks)};
   p.dtype = static_cast<DType>(s.dtype);
 }
 
@@ -137,6 +140,8 @@ void bwd(const BwdSpec& spec) {
   set_tensor(spec.dq, p.dq, p.dq_batch_stride, p.dq_head_stride, p.dq_row_stride);
   set_tensor(spec.dk, p.dk, p.dk_batch_stride, p.dk_head_stride, p.dk_row_stride);
   set_tensor(spec.dv, p.dv, p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride);
+  p.d_alibi_slopes = ptr<float>(spec.d_alibi_slopes);
+  p.d_sinks = ptr<float>(spec.d_sinks);
   check_bwd_params(p);
 
   const int64_t total_q = spec.fwd.varlen.total_q;

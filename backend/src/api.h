@@ -43,6 +43,14 @@ struct DecodeArgs {
   int32_t page_size;
 };
 
+// The score modifiers of one call (params.h's ScoreMods): device float32 pointers, 0 = none.
+struct ModsArg {
+  float softcap;                // 0 = off
+  uintptr_t alibi_slopes;       // (Hq,) or (B, Hq)
+  int64_t alibi_batch_stride;   // 0 for (Hq,), else the row stride of (B, Hq)
+  uintptr_t sinks;              // (Hq,)
+};
+
 // One forward call. lse.ptr may be 0 (inference: no LSE written).
 struct FwdSpec {
   TensorArg q, k, v, out, lse;
@@ -51,6 +59,7 @@ struct FwdSpec {
   DecodeArgs decode;
   MaskSpec mask;  // normalized by fill (a bound no row reaches becomes -1)
   float scale;
+  ModsArg mods;  // all zero without score modifiers
   int32_t dtype;  // DType
   int32_t device;
   uintptr_t stream;
@@ -70,6 +79,7 @@ struct BwdSpec {
   TensorArg dout, dq, dk, dv;
   Workspace workspace;
   bool deterministic;  // torch.are_deterministic_algorithms_enabled(): families that add dQ in arbitrary order refuse it
+  uintptr_t d_alibi_slopes, d_sinks;  // caller-zeroed float32 gradients of the modifiers, 0 = not wanted
 };
 
 void fwd(const FwdSpec& spec);

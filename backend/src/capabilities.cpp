@@ -57,7 +57,7 @@ std::vector<FamilyCaps> make_families() {
       "sm90", "compute capability 9.0 only (sm_90a: wgmma, TMA, warp specialization)", 90, 90,
       ints(FLASHSDPA_SM90_ARCHS_LIST), build_config().dtypes, ints(FLASHSDPA_SM90_FWD_HEAD_DIMS_LIST),
       ints(FLASHSDPA_SM90_BWD_HEAD_DIMS_LIST), kAllMasks, {Layout::kDense},
-      {Direction::kForward, Direction::kBackward}, &run_fwd_sm90, &run_bwd_sm90, &fwd_plan_sm90, &bwd_plan_sm90,
+      {Direction::kForward, Direction::kBackward}, {}, &run_fwd_sm90, &run_bwd_sm90, &fwd_plan_sm90, &bwd_plan_sm90,
       &fwd_sm90_unsupported, &bwd_sm90_unsupported, nullptr, nullptr, /*deterministic_backward=*/true});
 #endif
 #ifdef FLASHSDPA_FAMILY_SM80
@@ -70,8 +70,9 @@ std::vector<FamilyCaps> make_families() {
         "sm80", "compute capability " + capability_str(lowest) + " and newer (mma.sync, ldmatrix, cp.async)",
         lowest, 0, archs, build_config().dtypes, ints(FLASHSDPA_SM80_FWD_HEAD_DIMS_LIST),
         ints(FLASHSDPA_SM80_BWD_HEAD_DIMS_LIST), kAllMasks, {Layout::kDense, Layout::kVarlen, Layout::kDecode},
-        {Direction::kForward, Direction::kBackward}, &run_fwd_sm80, &run_bwd_sm80, &fwd_plan_sm80, &bwd_plan_sm80,
-        nullptr, nullptr, &run_decode_sm80, &decode_tile_sm80});
+        {Direction::kForward, Direction::kBackward}, {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks},
+        &run_fwd_sm80, &run_bwd_sm80, &fwd_plan_sm80, &bwd_plan_sm80, nullptr, nullptr, &run_decode_sm80,
+        &decode_tile_sm80});
   }
 #endif
   return table;
@@ -143,6 +144,17 @@ bool check_deterministic(const FamilyCaps& f, const Problem& p, std::string* why
   return false;
 }
 
+bool check_features(const FamilyCaps& f, const Problem& p, std::string* why) {
+  std::string missing;
+  for (Feature x : {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks}) {
+    if ((p.features & static_cast<unsigned>(x)) != 0 && !contains(f.features, x))
+      missing += (missing.empty() ? "" : ", ") + std::string(feature_name(x));
+  }
+  if (missing.empty()) return true;
+  if (why) *why = missing + ": not served by this family";
+  return false;
+}
+
 // Shared memory: whether some tile of this direction fits the device's per-block limit (parts
 // with less than an H100's 227 KB get smaller tiles; the largest head dims fit none on some).
 bool check_tile(const FamilyCaps& f, const Problem& p, std::string* why) {
@@ -166,8 +178,8 @@ bool check_tile(const FamilyCaps& f, const Problem& p, std::string* why) {
 
 // In order: later checks may assume earlier ones passed (check_head_dims needs a direction the
 // family has, check_tile a bucket of that direction).
-constexpr Check kChecks[] = {check_capability, check_dtype,  check_direction,     check_head_dims,
-                             check_mask,       check_layout, check_deterministic, check_tile};
+constexpr Check kChecks[] = {check_capability, check_dtype,    check_direction,     check_head_dims, check_mask,
+                             check_layout,     check_features, check_deterministic, check_tile};
 
 }  // namespace
 
@@ -189,6 +201,20 @@ const char* mask_kind_name(MaskKind kind) {
     case MaskKind::kCausalBottomRight: return "causal_bottom_right";
     default: return "window";
   }
+}
+
+const char* feature_name(Feature f) {
+  switch (f) {
+    case Feature::kSoftcap: return "softcap";
+    case Feature::kAlibi: return "alibi";
+    default: return "sinks";
+  }
+}
+
+unsigned feature_bits(const ScoreMods& m) {
+  return (m.softcap > 0.f ? static_cast<unsigned>(Feature::kSoftcap) : 0u) |
+         (m.alibi_slopes != nullptr ? static_cast<unsigned>(Feature::kAlibi) : 0u) |
+         (m.sinks != nullptr ? static_cast<unsigned>(Feature::kSinks) : 0u);
 }
 
 std::vector<int> FamilyCaps::all_head_dims() const {

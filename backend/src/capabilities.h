@@ -26,6 +26,13 @@ const char* mask_kind_name(MaskKind kind);
 const char* layout_name(Layout layout);  // "dense", "varlen", "decode"
 
 
+// Issue 14's score modifiers, spelled "softcap", "alibi", "sinks"; a problem asks for a bit set of
+// them (Python's selection passes the same bits to _C.select).
+enum class Feature : unsigned { kSoftcap = 1, kAlibi = 2, kSinks = 4 };
+constexpr int kAllFeatureBits = 7;
+const char* feature_name(Feature f);
+unsigned feature_bits(const ScoreMods& mods);
+
 using RunFwd = int (*)(const AttnFwdParams&, void*);
 using RunBwd = int (*)(const AttnBwdParams&, void*);
 using PlanFn = TilePlan (*)(int bucket, int major, int smem_optin_bytes);
@@ -42,19 +49,20 @@ struct FamilyCaps {
   std::vector<std::string> dtypes;      // "float16", "bfloat16"
   // Compiled head-dim buckets per direction, ascending. A problem's bucket is the smallest bucket of
   // the family (either list) >= max(dqk, dv); a direction serves it only where its own list has it
-  // (the sm90 backward, {128}, refuses head dim 64 rather than running it in 128).
+  // (the sm90 backward, {64, 128}, refuses head dim 192 rather than running it in 256).
   std::vector<int> fwd_head_dims;
   std::vector<int> bwd_head_dims;
   std::vector<MaskKind> masks;
   std::vector<Layout> layouts;
   std::vector<Direction> directions;
+  std::vector<Feature> features;        // score modifiers it serves, in both of its directions
   RunFwd run_fwd;
   RunBwd run_bwd;    // nullptr without a backward
   PlanFn fwd_plan;
   PlanFn bwd_plan;   // nullptr without a backward
-  // Per-call facts the table cannot express (pointer alignment for TMA, a negative scale, the
-  // deterministic mode): nullptr when the family takes this call (or has no such facts), else why
-  // not (the launcher then tries the next row).
+  // Per-call facts the table cannot express (pointer alignment for TMA, a negative scale):
+  // nullptr when the family takes this call (or has no such facts), else why not (the launcher
+  // then tries the next row).
   FwdUnsupportedFn fwd_unsupported;
   BwdUnsupportedFn bwd_unsupported;
   // The decode path (Layout::kDecode): its kernel and its tile per head-dim bucket; nullptr for a
@@ -82,6 +90,7 @@ struct Problem {
   Layout layout;
   Direction direction;
   bool deterministic = false;  // backward under torch.use_deterministic_algorithms(True)
+  unsigned features = 0;  // Feature bits
 };
 
 // The compiled families, preferred first (an arch-specific family before the portable one).

@@ -1,7 +1,9 @@
 // checks.cpp: see checks.h. One predicate per rule; the message says which argument broke which limit.
 #include "checks.h"
 
+#include <cmath>
 #include <stdexcept>
+#include <utility>
 
 #include "build_config.h"
 #include "capabilities.h"
@@ -38,7 +40,8 @@ void check_head_dim(const char* name, int d) {
 // Device-independent: some compiled family serves this dtype, head-dim pair and mask at all
 // (the device's own limits are judged when launch.cpp picks the family).
 void check_served(const AttnFwdParams& p, Direction direction) {
-  const Problem problem{0, 0, p.dtype, p.head_dim_qk, p.head_dim_v, mask_kind(p.mask), layout_of(p), direction};
+  const Problem problem{0, 0, p.dtype, p.head_dim_qk, p.head_dim_v, mask_kind(p.mask), layout_of(p), direction,
+                        false, feature_bits(p.mods)};
   if (select_family(problem) == nullptr) fail(refusal(problem));
 }
 
@@ -89,6 +92,24 @@ void check_decode(const AttnFwdParams& p) {
   }
 }
 
+// The score modifiers (params.h's ScoreMods). A zero scale without softcap has no raw-score unit
+// to carry ALiBi in the backward (common/score_mod.cuh), so that degenerate pair is refused in
+// both directions, the same way, rather than served forward only.
+void check_mods(const AttnFwdParams& p) {
+  const ScoreMods& m = p.mods;
+  if (!(m.softcap >= 0.f) || m.softcap == INFINITY)
+    fail("softcap=" + std::to_string(m.softcap) + ": must be finite and >= 0 (0 = off)");
+  for (const auto& [name, ptr] : {std::pair<const char*, const float*>{"alibi_slopes", m.alibi_slopes},
+                                  std::pair<const char*, const float*>{"sinks", m.sinks}}) {
+    if (reinterpret_cast<uintptr_t>(ptr) % 4 != 0) fail(std::string(name) + ": data pointer must be 4-byte aligned");
+  }
+  if (m.alibi_slopes != nullptr && m.alibi_batch_stride != 0 && m.alibi_batch_stride < p.heads_q)
+    fail("alibi_batch_stride=" + str(m.alibi_batch_stride) + ": must be 0 (slopes (Hq,)) or >= heads_q=" +
+         str(p.heads_q) + " (slopes (B, Hq))");
+  if (m.alibi_slopes != nullptr && p.scale == 0.f && !(m.softcap > 0.f))
+    fail("scale=0 with alibi_slopes: not served (ALiBi is applied in units of the scale)");
+}
+
 void check_common(const AttnFwdParams& p, Direction direction) {
   check_positive_sizes(p);
   check_gqa(p);
@@ -98,6 +119,7 @@ void check_common(const AttnFwdParams& p, Direction direction) {
   check_mask(p.mask);
   check_varlen(p);
   check_decode(p);
+  check_mods(p);
   check_served(p, direction);
   check_aligned("q", p.q, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
   check_aligned("k", p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
@@ -116,6 +138,9 @@ void check_bwd_params(const AttnBwdParams& p) {
   check_aligned("grad_query", p.dq, p.dq_batch_stride, p.dq_head_stride, p.dq_row_stride);
   check_aligned("grad_key", p.dk, p.dk_batch_stride, p.dk_head_stride, p.dk_row_stride);
   check_aligned("grad_value", p.dv, p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride);
+  if (p.d_alibi_slopes != nullptr && p.mods.alibi_slopes == nullptr)
+    fail("d_alibi_slopes: given without alibi_slopes");
+  if (p.d_sinks != nullptr && p.mods.sinks == nullptr) fail("d_sinks: given without sinks");
 }
 
 }  // namespace flashsdpa

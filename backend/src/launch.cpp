@@ -101,9 +101,9 @@ void set_device_facts(AttnFwdParams& params, const DeviceInfo& info) {
 }
 
 Problem problem_on(const DeviceInfo& info, DType dtype, int head_dim_qk, int head_dim_v, MaskKind mask, Layout layout,
-                   Direction direction, bool deterministic = false) {
+                   Direction direction, bool deterministic = false, unsigned features = 0) {
   return Problem{info.major * 10 + info.minor, static_cast<int>(info.smem_optin_bytes), dtype, head_dim_qk, head_dim_v,
-                 mask, layout, direction, deterministic};
+                 mask, layout, direction, deterministic, features};
 }
 
 // FLASHSDPA_FAMILY=<name> restricts every launch to that family (tests run each shape against
@@ -140,12 +140,14 @@ const FamilyCaps* first_taker(const Problem& problem, const Params& params, cons
 }
 
 Problem problem_of(const DeviceInfo& info, const AttnFwdParams& params, Direction direction) {
+  // The score modifiers are part of the problem: a family that does not list one (sm90 today)
+  // fails check_features, so first_taker hands the call to the next row (sm80).
   return problem_on(info, params.dtype, params.head_dim_qk, params.head_dim_v, mask_kind(params.mask),
-                    layout_of(params), direction);
+                    layout_of(params), direction, false, feature_bits(params.mods));
 }
 Problem problem_of(const DeviceInfo& info, const AttnBwdParams& params, Direction direction) {
   return problem_on(info, params.dtype, params.head_dim_qk, params.head_dim_v, mask_kind(params.mask),
-                    layout_of(params), direction, params.deterministic);
+                    layout_of(params), direction, params.deterministic, feature_bits(params.mods));
 }
 
 // What the params take from the family: its head-dim bucket and, for a backward, its tile and the
@@ -184,9 +186,10 @@ const FamilyCaps& plan(Params& params, int device) {
 DeviceInfo device_info(int device) { return cached_device_info(device); }
 
 Selection select(int device, DType dtype, int head_dim_qk, int head_dim_v, MaskKind mask, Layout layout,
-                 Direction direction, bool deterministic) {
+                 Direction direction, bool deterministic, unsigned features) {
   const DeviceInfo& info = cached_device_info(device);
-  const Problem problem = problem_on(info, dtype, head_dim_qk, head_dim_v, mask, layout, direction, deterministic);
+  const Problem problem =
+      problem_on(info, dtype, head_dim_qk, head_dim_v, mask, layout, direction, deterministic, features);
   Selection s;
   s.family = select_family(problem);
   // FLASHSDPA_FAMILY: the verdict names the family the launch will use (first_taker skips the others).
@@ -249,7 +252,7 @@ namespace {
 }  // namespace
 
 DeviceInfo device_info(int) { no_cuda(); }
-Selection select(int, DType, int, int, MaskKind, Layout, Direction, bool) { no_cuda(); }
+Selection select(int, DType, int, int, MaskKind, Layout, Direction, bool, unsigned) { no_cuda(); }
 const FamilyCaps& plan_fwd(AttnFwdParams&, int) { no_cuda(); }
 const FamilyCaps& plan_bwd(AttnBwdParams&, int) { no_cuda(); }
 void launch_fwd(const FamilyCaps&, const AttnFwdParams&, int, void*) { no_cuda(); }

@@ -30,7 +30,7 @@ struct Selection {
 // deterministic: a backward under torch.use_deterministic_algorithms(True) (families whose
 // backward is not bitwise reproducible refuse it).
 Selection select(int device, DType dtype, int head_dim_qk, int head_dim_v, MaskKind mask, Layout layout,
-                 Direction direction, bool deterministic = false);
+                 Direction direction, bool deterministic = false, unsigned features = 0);
 
 // Pick the family and fill the params' device facts, head_dim_bucket (and for a backward bwd_tile
 // and the dq_accum strides, from delta's: set those and every field the families' per-call hooks

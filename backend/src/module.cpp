@@ -68,16 +68,19 @@ Strides strides_item(PyObject* tuple, Py_ssize_t i, const char* name) {
   return Strides{int_item(t, 0, name), int_item(t, 1, name), int_item(t, 2, name)};
 }
 
-// fwd spec = (pointers, strides, sizes, mask, scale, dtype, device, stream):
+// fwd spec = (pointers, strides, sizes, mask, scale, dtype, device, stream[, mods]):
 //   pointers = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k)  ints, 0 = none
 //   strides  = (q, k, v, out, lse)                                          stride tuples
 //   sizes    = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v, total_q, total_k)
 //              total_q / total_k: the packed rows of q and k (varlen), -1 when dense
 //   mask     = (window_left, window_right, align)                          -1 = unbounded; align 0 / 1
-// and optionally a 9th item, the decode path's arguments (decode_plan reports num_splits and the
-// workspace bytes; pointers 0 = none):
+// and optionally, in this order (a later one needs the earlier ones; None = absent):
 //   decode   = (num_splits, o_accum, lse_accum, o_accum_bytes, lse_accum_bytes, block_table,
-//               block_table_batch_stride, page_size)
+//               block_table_batch_stride, page_size)   the decode path's arguments (decode_plan
+//               reports num_splits and the workspace bytes; pointers 0 = none)
+//   mods     = (softcap, alibi_slopes, alibi_batch_stride, sinks)   issue 14's score modifiers
+//              (float32 device pointers, 0 = none): absent on the plain path, which builds no
+//              tuple for them
 // Items are converted in this order, so the first bad one is the one reported.
 FwdSpec fwd_spec(py::handle obj) {
   PyObject* spec = tuple_arg(obj, 8, "spec");
@@ -113,22 +116,37 @@ FwdSpec fwd_spec(py::handle obj) {
   s.device = int32_item(spec, 6, "device");
   s.stream = static_cast<uintptr_t>(int_item(spec, 7, "stream"));
   if (PyTuple_GET_SIZE(spec) > 8) {
-    PyObject* d = tuple_arg(PyTuple_GET_ITEM(spec, 8), 8, "spec.decode");
-    s.decode = DecodeArgs{int32_item(d, 0, "num_splits"),
-                          static_cast<uintptr_t>(int_item(d, 1, "o_accum")),
-                          static_cast<uintptr_t>(int_item(d, 2, "lse_accum")),
-                          int_item(d, 3, "o_accum_bytes"),
-                          int_item(d, 4, "lse_accum_bytes"),
-                          static_cast<uintptr_t>(int_item(d, 5, "block_table")),
-                          int_item(d, 6, "block_table_batch_stride"),
-                          int32_item(d, 7, "page_size")};
+    PyObject* item = PyTuple_GET_ITEM(spec, 8);
+    if (item != Py_None) {
+      PyObject* d = tuple_arg(item, 8, "spec.decode");
+      s.decode = DecodeArgs{int32_item(d, 0, "num_splits"),
+                            static_cast<uintptr_t>(int_item(d, 1, "o_accum")),
+                            static_cast<uintptr_t>(int_item(d, 2, "lse_accum")),
+                            int_item(d, 3, "o_accum_bytes"),
+                            int_item(d, 4, "lse_accum_bytes"),
+                            static_cast<uintptr_t>(int_item(d, 5, "block_table")),
+                            int_item(d, 6, "block_table_batch_stride"),
+                            int32_item(d, 7, "page_size")};
+    }
+  }
+  if (PyTuple_GET_SIZE(spec) > 9 && PyTuple_GET_ITEM(spec, 9) != Py_None) {
+    PyObject* mods = tuple_arg(PyTuple_GET_ITEM(spec, 9), 4, "spec.mods");
+    const double softcap = PyFloat_AsDouble(PyTuple_GET_ITEM(mods, 0));
+    if (softcap == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      bad_spec("softcap", PyTuple_GET_ITEM(mods, 0), "a float");
+    }
+    s.mods = ModsArg{static_cast<float>(softcap), static_cast<uintptr_t>(int_item(mods, 1, "alibi_slopes")),
+                     int_item(mods, 2, "alibi_batch_stride"), static_cast<uintptr_t>(int_item(mods, 3, "sinks"))};
   }
   return s;
 }
 
-// bwd grads = (pointers, strides, workspace_bytes, deterministic):
+// bwd grads = (pointers, strides, workspace_bytes, deterministic[, mod_grads]):
 //   pointers = (dout, dq, dk, dv, dq_accum, delta); strides = (dout, dq, dk, dv);
-//   workspace_bytes = (dq_accum, delta); deterministic = torch.are_deterministic_algorithms_enabled()
+//   workspace_bytes = (dq_accum, delta); deterministic: run the backward deterministically (Python
+//   asks only where the capability table has a family that can); mod_grads = (d_alibi_slopes,
+//   d_sinks), 0 = not wanted
 BwdSpec bwd_spec(py::handle fwd, py::handle grads) {
   BwdSpec s{};
   s.fwd = fwd_spec(fwd);
@@ -150,6 +168,11 @@ BwdSpec bwd_spec(py::handle fwd, py::handle grads) {
     bad_spec("deterministic", PyTuple_GET_ITEM(g, 3), "a bool");
   }
   s.deterministic = deterministic == 1;
+  if (PyTuple_GET_SIZE(g) > 4) {
+    PyObject* mod_grads = tuple_arg(PyTuple_GET_ITEM(g, 4), 2, "grads.mod_grads");
+    s.d_alibi_slopes = static_cast<uintptr_t>(int_item(mod_grads, 0, "d_alibi_slopes"));
+    s.d_sinks = static_cast<uintptr_t>(int_item(mod_grads, 1, "d_sinks"));
+  }
   return s;
 }
 
@@ -184,6 +207,7 @@ py::dict capabilities_dict() {
     d["masks"] = names_of(f.masks, [](MaskKind m) { return std::string(mask_kind_name(m)); });
     d["layouts"] = names_of(f.layouts, [](Layout l) { return std::string(layout_name(l)); });
     d["directions"] = names_of(f.directions, direction_str);
+    d["features"] = names_of(f.features, [](Feature x) { return std::string(feature_name(x)); });
     py::list smem;
     for (Direction dir : f.directions) {
       for (int bucket : f.head_dims(dir)) {
@@ -216,14 +240,19 @@ py::dict capabilities_dict() {
 // The table's verdict for one problem on one device: (family or None, bucket, tile, smem bytes,
 // reasons). Python caches it per problem key; the launch makes the same choice in C++.
 // layout: 0 dense, 1 varlen (a bool True reads as 1), 2 decode. backward: 0 forward, 1 backward
-// (a bool reads as 0 / 1), 2 backward under torch.use_deterministic_algorithms(True).
-py::tuple select_tuple(int device, int dtype, int head_dim_qk, int head_dim_v, int mask, int layout, int backward) {
+// (a bool reads as 0 / 1), 2 backward under torch.use_deterministic_algorithms(True). features:
+// the score modifiers' bits (capabilities.h's Feature).
+py::tuple select_tuple(int device, int dtype, int head_dim_qk, int head_dim_v, int mask, int layout, int backward,
+                       int features) {
   if (dtype != 0 && dtype != 1) throw std::invalid_argument("dtype=" + std::to_string(dtype) + ": must be 0 or 1");
   if (mask < 0 || mask > 3) throw std::invalid_argument("mask=" + std::to_string(mask) + ": must be 0..3");
   if (layout < 0 || layout > 2) throw std::invalid_argument("layout=" + std::to_string(layout) + ": must be 0..2");
+  if (features < 0 || features > kAllFeatureBits)
+    throw std::invalid_argument("features=" + std::to_string(features) + ": must be a bit set of 0.." +
+                                std::to_string(kAllFeatureBits));
   const Selection s = select(device, static_cast<DType>(dtype), head_dim_qk, head_dim_v, static_cast<MaskKind>(mask),
                              static_cast<Layout>(layout), backward ? Direction::kBackward : Direction::kForward,
-                             backward == 2);
+                             backward == 2, static_cast<unsigned>(features));
   if (s.family == nullptr) return py::make_tuple(py::none(), 0, -1, 0, s.reasons);
   return py::make_tuple(s.family->name, s.bucket, s.tile.tile, s.tile.smem_bytes, py::none());
 }
@@ -272,10 +301,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("capabilities", &capabilities_dict,
         "{'families': one dict per compiled kernel family, 'reason': why there is none (or None)}.");
   m.def("select", &select_tuple, py::arg("device_index"), py::arg("dtype"), py::arg("head_dim_qk"), py::arg("head_dim_v"),
-        py::arg("mask"), py::arg("varlen"), py::arg("backward"),
+        py::arg("mask"), py::arg("varlen"), py::arg("backward"), py::arg("features") = 0,
         "(family or None, head-dim bucket, tile, shared memory bytes, reasons or None) for one problem on a device.\n"
         "dtype: 0 float16, 1 bfloat16; mask: 0 none, 1 causal_top_left, 2 causal_bottom_right, 3 window;\n"
-        "varlen: the layout, 0 (False) dense, 1 (True) varlen, 2 decode.");
+        "varlen: the layout, 0 (False) dense, 1 (True) varlen, 2 decode; backward: 0 / 1, 2 deterministic;\n"
+        "features: bits 1 softcap, 2 alibi, 4 sinks.");
   m.def("decode_plan", &decode_plan_tuple, py::arg("device_index"), py::arg("dtype"), py::arg("sizes"), py::arg("mask"),
         py::arg("kv_cache"), py::arg("num_splits"),
         "(family or None, num_splits, o_accum_bytes, lse_accum_bytes, reasons or None) of the decode path.\n"

@@ -34,6 +34,9 @@ struct DqAccumLayout {
 };
 
 // ---- preprocess: delta = rowsum(dO * O) in fp32, and zero dq_accum ------------------------------
+// With attention sinks it also adds the sinks' gradient, d_sink[h] = -sum over rows of
+// exp(sink[h] - lse) * delta (the sink's dS = P_sink (0 - delta): it has no value row), one float
+// atomic per warp; rows that saw no key have lse = +inf and add 0.
 // One CTA per 64 query rows of one (batch, head); 8 lanes share a row (16-byte loads, 3 shuffles).
 constexpr int kPrePostRows = 64;
 constexpr int kPrePostThreads = 256;
@@ -66,6 +69,11 @@ __global__ void __launch_bounds__(kPrePostThreads)
 
   constexpr int kLanesPerRow = 8;
   const int sub = tid % kLanesPerRow;
+  const bool sink_grad = p.d_sinks != nullptr;  // uniform
+  const float sink = sink_grad ? p.mods.sinks[tile.head] : 0.f;
+  const float* lse = p.lse + batch_offset(p, tile.batch, p.lse_batch_stride) + tile.head * p.lse_head_stride +
+                     q_row0 * p.lse_row_stride;
+  float d_sink = 0.f;  // this lane's rows
 #pragma unroll
   for (int r = tid / kLanesPerRow; r < kPrePostRows; r += kPrePostThreads / kLanesPerRow) {
     float acc = 0.f;
@@ -87,7 +95,15 @@ __global__ void __launch_bounds__(kPrePostThreads)
     acc += __shfl_xor_sync(0xffffffffu, acc, 1);
     acc += __shfl_xor_sync(0xffffffffu, acc, 2);
     acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-    if (sub == 0 && r < rows) delta[r * p.delta_row_stride] = acc;
+    if (sub == 0 && r < rows) {
+      delta[r * p.delta_row_stride] = acc;
+      if (sink_grad) d_sink = fmaf(expf(sink - lse[r * p.lse_row_stride]), acc, d_sink);
+    }
+  }
+  if (sink_grad) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) d_sink += __shfl_xor_sync(0xffffffffu, d_sink, offset);
+    if (tid % 32 == 0) atomicAdd(p.d_sinks + tile.head, -d_sink);
   }
 
   if (p.dq_semaphore != nullptr && tid == 0) {

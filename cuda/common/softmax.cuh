@@ -205,6 +205,36 @@ struct OnlineSoftmax {
       }
     }
   }
+
+  // finalize() with an attention sink (gpt-oss): exp(sink) (natural log) joins every row's
+  // denominator and has no value row, so o shrinks by the keys' share exp(lse_keys - lse) and
+  // lse = logaddexp(lse_keys, sink), taken as the larger plus log1p(exp(-|difference|)) so that
+  // neither a large sink nor large keys overflow. A row that sees no key stays empty (o = 0, LSE
+  // +inf; the sink alone does not make a row visible: reference_features.py's convention), which
+  // keeps the backward's P = 0 and the sink's gradient 0 there.
+  template <int kDTiles>
+  __device__ __forceinline__ void finalize_with_sink(float (&o)[kMTiles][kDTiles][4], float scale,
+                                                     float (&lse)[kRows], float sink) {
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 2 * i + h;
+        const float sum = quad_sum(row_sum[r]);
+        const bool empty = !(sum > 0.f);
+        const float lse_keys = fmaf(row_max[r], scale, logf(sum));
+        const float hi = fmaxf(lse_keys, sink), lo = fminf(lse_keys, sink);
+        const float total = hi + log1pf(expf(lo - hi));
+        lse[r] = empty ? INFINITY : total;
+        const float mult = empty ? 1.f : expf(lse_keys - total) / sum;
+#pragma unroll
+        for (int d = 0; d < kDTiles; ++d) {
+          o[i][d][2 * h] *= mult;
+          o[i][d][2 * h + 1] *= mult;
+        }
+      }
+    }
+  }
 };
 
 // Merging softmax results over disjoint key sets (the decode kernel's warps, the split-KV

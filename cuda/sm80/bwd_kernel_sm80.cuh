@@ -16,6 +16,7 @@
 #include "common/ptx.cuh"
 #include "common/bwd_prepost.cuh"
 #include "common/mask.cuh"
+#include "common/score_mod.cuh"
 #include "common/seqlen.cuh"
 #include "common/tile_scheduler.cuh"
 #include "flashsdpa/params.h"
@@ -276,8 +277,9 @@ __host__ __device__ __forceinline__ SingleTileScheduler bwd_scheduler_sm80(const
                              triangular ? TileOrder::kBlockMajor : TileOrder::kHeadMajor};
 }
 
-template <typename T>
+template <typename T, bool kMods>
 __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile& tile, unsigned char* smem) {
+  using Mod = ScoreModBwd<kMods>;  // softcap, ALiBi (common/score_mod.cuh)
   using Elem = typename T::Elem;
   using TileQ = typename T::TileQ;
   using TileK = typename T::TileK;
@@ -459,7 +461,7 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
         for (int nt = 0; nt < kNTS; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const float x = fmaf(s[mt][nt][e], p.scale_log2, -lse2[mt][e / 2]);
+            const float x = fmaf(s[mt][nt][e], Mod::scale_log2(p), -lse2[mt][e / 2]);
             if constexpr (decltype(masked)::value) {
               s[mt][nt][e] = fast_exp2(x);  // masked entries are overwritten below
             } else {
@@ -474,10 +476,16 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
                    n_block * kBlockN + static_cast<int>(s_col0 + 2 * (lane % 4)), 0.f);
       }
     };
-    // S = Q K^T, then P in place.
+    // S = Q K^T, the score modifiers (common/score_mod.cuh), then P in place.
+    // The sequence row and column of the thread's first S element, as mask.apply takes them; a
+    // lambda each, so the hooks compute them only inside their feature branches (held across
+    // the iteration they cost 20 bytes of spills at d = 128 on sm_90).
+    auto mod_row0 = [&] { return m * kBlockM + static_cast<int>(s_row0 + lane / 4); };
+    auto mod_col0 = [&] { return n_block * kBlockN + static_cast<int>(s_col0 + 2 * (lane % 4)); };
     auto compute_p = [&](float (&s)[kMTS][kNTS][4]) {
       zero(s);
       warp_mma<Elem, TileQ, TileK, kMTS, kNTS, kHeadDim, false, false>(s, sQ, s_row0, sK, s_col0, lane);
+      Mod::apply(p, seq, batch, hq, s, mod_row0, mod_col0);
       if (mask.partial<kBlockM, kBlockN>(m, n_block)) {
         probs(s, std::true_type{});
       } else {
@@ -571,6 +579,7 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
       for (int nt = 0; nt < kNTS; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) dp[mt][nt][e] = s[mt][nt][e] * (dp[mt][nt][e] - dlt[mt][e / 2]);
+    Mod::grads(p, seq, batch, hq, dp, s, lse2, mod_row0, mod_col0);  // ALiBi's slope gradient, softcap's factor
     store_frag<Elem, TileP>(smem + T::kOffP, s, s_row0, s_col0, lane, 1.f);
     store_frag<Elem, TileP>(smem + T::kOffdS, dp, s_row0, s_col0, lane, 1.f);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -630,12 +639,14 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
 
 // One CTA per (key block, kv head, batch): K_n, V_n stay in shared memory while every query head
 // of the GQA group and every query block that sees them streams through.
-template <typename T>
+// kMods: softcap (a tanh per score, its derivative recovered for dS) and ALiBi (score_mod.cuh), in
+// their own instantiation so that calls without them carry none of their code.
+template <typename T, bool kMods = false>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flashsdpa_bwd_sm80_dkdv_kernel(const __grid_constant__ AttnBwdParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const SingleTileScheduler sched = bwd_scheduler_sm80<T>(p);
-  for (WorkTile tile = sched.initial_tile(); tile.valid(); tile = sched.next_tile(tile)) dkdv_tile<T>(p, tile, smem);
+  for (WorkTile tile = sched.initial_tile(); tile.valid(); tile = sched.next_tile(tile)) dkdv_tile<T, kMods>(p, tile, smem);
 }
 
 }  // namespace bwd_sm80

@@ -58,13 +58,16 @@ constexpr int bwd_tile_choice(int major, int optin_bytes) {
   return -1;
 }
 
-template <typename T>
+template <typename T, bool kMods = false>
 cudaError_t launch_bwd_main(const AttnBwdParams& params, cudaStream_t stream, int major) {
+  if constexpr (!kMods) {
+    if (params.mods.softcap > 0.f || params.mods.alibi_slopes != nullptr) return launch_bwd_main<T, true>(params, stream, major);
+  }
   const int64_t grid = bwd_scheduler_sm80<T>(params).grid_size();
   if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;
   // Runs even when no query row sees a key block: it must still write dK = dV = 0 there.
   if (grid == 0) return cudaSuccess;
-  auto kernel = flashsdpa_bwd_sm80_dkdv_kernel<T>;
+  auto kernel = flashsdpa_bwd_sm80_dkdv_kernel<T, kMods>;
   const int smem_bytes = smem_bytes_on<T>(major);
   // Set on every call (about a microsecond): the attribute is per device, and a static
   // "done once" flag would be wrong on the second GPU of a multi-GPU process.

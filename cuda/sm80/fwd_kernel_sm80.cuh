@@ -16,6 +16,7 @@
 
 #include "common/ptx.cuh"
 #include "common/mask.cuh"
+#include "common/score_mod.cuh"
 #include "common/seqlen.cuh"
 #include "common/softmax.cuh"
 #include "common/tile_scheduler.cuh"
@@ -204,7 +205,7 @@ __device__ __forceinline__ void gemm_pv(float (&o)[Traits::kMTiles][Traits::kDTi
   }
 }
 
-template <typename Traits>
+template <typename Traits, bool kMods>
 __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkTile& tile,
                                              uint32_t smem) {
   using Elem = typename Traits::Elem;
@@ -268,8 +269,10 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
   OnlineSoftmax<kMTiles> softmax;
 
   // A zero scale makes every score 0 whatever q holds: q is loaded as zeros and any positive
-  // scale_log2 keeps exp2(-inf * scale_log2) = 0 for masked keys (0 * -inf would be NaN).
-  const float scale_log2 = p.scale == 0.f ? 1.f : fabsf(p.scale_log2);
+  // scale_log2 keeps exp2(-inf * scale_log2) = 0 for masked keys (0 * -inf would be NaN). The
+  // score modifiers (softcap, ALiBi, sinks) own the softmax's units: common/score_mod.cuh.
+  using Mod = ScoreModFwd<kMods>;
+  const float scale_log2 = Mod::scale_log2(p);
 
   if (n_block_max > n_block_min) {
     const int q_chunks = p.scale == 0.f ? 0 : p.head_dim_qk / 8;
@@ -326,6 +329,7 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
       cp_async_commit();
 
       gemm_qk<Traits>(s, q_lane, k_lane);
+      Mod::apply(p, seq, tile.batch, tile.head, s, row_begin + warp_row0 + (lane >> 2), n_block * kBlockN + 2 * (lane & 3));
       if constexpr (kMasked) {
         mask.apply(s, row_begin + warp_row0 + (lane >> 2), n_block * kBlockN + 2 * (lane & 3), -INFINITY);
       }
@@ -358,8 +362,12 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
   // ---- epilogue: normalize, stage O through shared memory (the Q tile's space), store -------------
   float lse[2 * kMTiles];
   // The scores are of q (negated for a negative scale: see negate_own_chunks), so the LSE is in
-  // units of |scale|.
-  softmax.finalize(o, fabsf(p.scale), lse);
+  // units of |scale| (or of the softcap: Mod::scale).
+  if (kMods && p.mods.sinks != nullptr) {
+    softmax.finalize_with_sink(o, Mod::scale(p), lse, Mod::sink(p, tile.head));
+  } else {
+    softmax.finalize(o, Mod::scale(p), lse);
+  }
 
   __syncthreads();  // every warp has finished reading Q and V
   const uint32_t o_lane =
@@ -421,14 +429,16 @@ __host__ __device__ __forceinline__ SingleTileScheduler fwd_scheduler_sm80(const
                              triangular ? TileOrder::kBlockMajor : TileOrder::kHeadMajor};
 }
 
-template <typename Traits>
+// kMods: the score modifiers, softcap, ALiBi and sinks (score_mod.cuh), in their own
+// instantiation so that calls without them carry none of their code (docs/kernel_notes_features.md).
+template <typename Traits, bool kMods = false>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     flashsdpa_fwd_sm80_kernel(const __grid_constant__ AttnFwdParams params) {
   // 128-byte alignment is what the XOR swizzle of swizzled() needs (the runtime gives more).
   extern __shared__ __align__(128) char fwd_smem[];
   const SingleTileScheduler sched = fwd_scheduler_sm80<Traits>(params);
   for (WorkTile tile = sched.initial_tile(); tile.valid(); tile = sched.next_tile(tile)) {
-    fwd_sm80::compute_tile<Traits>(params, tile, smem_u32(fwd_smem));
+    fwd_sm80::compute_tile<Traits, kMods>(params, tile, smem_u32(fwd_smem));
   }
 }
 

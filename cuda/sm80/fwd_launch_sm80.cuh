@@ -15,18 +15,22 @@
 
 namespace flashsdpa {
 
-// Launches the forward kernel of one traits configuration.
-template <typename Traits>
+// Launches the forward kernel of one traits configuration (with score modifiers: its kMods
+// instantiation).
+template <typename Traits, bool kMods = false>
 cudaError_t launch_fwd_sm80(const AttnFwdParams& params, cudaStream_t stream) {
+  if constexpr (!kMods) {
+    if (needs_mods_kernel(params.mods)) return launch_fwd_sm80<Traits, true>(params, stream);
+  }
   constexpr int kSmemBytes = Traits::kSmemBytes;
-  auto* kernel = &flashsdpa_fwd_sm80_kernel<Traits>;
+  auto* kernel = &flashsdpa_fwd_sm80_kernel<Traits, kMods>;
 
   // One CTA per (query block, head, batch), in the order of the kernel's scheduler.
   const int64_t grid = fwd_scheduler_sm80<Traits>(params).grid_size();
   if (grid == 0) return cudaSuccess;  // no query rows: nothing to write
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
 
-  if (const cudaError_t err = opt_in_dynamic_smem<&flashsdpa_fwd_sm80_kernel<Traits>>(kSmemBytes); err != cudaSuccess)
+  if (const cudaError_t err = opt_in_dynamic_smem<&flashsdpa_fwd_sm80_kernel<Traits, kMods>>(kSmemBytes); err != cudaSuccess)
     return err;
 
   kernel<<<static_cast<unsigned>(grid), Traits::kNThreads, kSmemBytes, stream>>>(params);

@@ -56,10 +56,10 @@ _DEVICE_INFO: dict[int, dict[str, Any]] = {}
 _DEVICE_REASON: dict[int, str | None] = {}
 _DEVICE_OK: dict[int, bool] = {}  # device index -> our kernels run there; the hot path reads only this
 _BWD_REASON: dict[tuple[int, int, int], str | None] = {}  # (device, head_dim_qk, head_dim_v) -> why no backward
-# (device, dtype code, head_dim_qk, head_dim_v, mask kind, layout, backward) -> _C.select's verdict:
-# (family or None, head-dim bucket, tile, shared memory bytes, reasons or None). layout: 0 dense,
-# 1 varlen (callers pass the bool), 2 decode.
-_SELECT: dict[tuple[int, int, int, int, int, int, bool], tuple[Any, ...]] = {}
+# (device, dtype code, head_dim_qk, head_dim_v, mask kind, layout, backward, feature bits) -> _C.select's
+# verdict: (family or None, head-dim bucket, tile, shared memory bytes, reasons or None). layout: 0
+# dense, 1 varlen (callers pass the bool), 2 decode; backward: 0, 1, 2 deterministic.
+_SELECT: dict[tuple[int, int, int, int, int, int, int, int], tuple[Any, ...]] = {}
 # (device, dtype code, sizes, mask kind, kv_cache, forced splits) -> _C.decode_plan's answer:
 # (family or None, num_splits, o_accum_bytes, lse_accum_bytes, reasons or None). Bounded: a dense
 # decode loop grows seqlen_k by one per token, a new key each step.
@@ -70,6 +70,10 @@ LAYOUT_DECODE = 2
 # DECODE_MAX_SEQLEN_Q, the rule's home; a plain int here so the per-call test is one compare).
 DECODE_MAX_SEQLEN_Q = 16
 MAX_SPLITS = 128  # _C's MAX_SPLITS
+
+# Issue 14's score modifiers as _C's feature bits (capabilities.h's Feature) and the names the
+# capability table lists them by.
+FEATURE_BITS = {"softcap": 1, "alibi": 2, "sinks": 4}
 
 
 def _configure(module: Any, import_error: str | None = None) -> None:
@@ -202,15 +206,17 @@ def device_ok(index: int) -> bool:
 
 
 def select(index: int, dtype_code: int, head_dim_qk: int, head_dim_v: int, mask_kind: int, varlen: int,
-           backward: int) -> tuple[Any, ...]:
+           backward: int, features: int = 0) -> tuple[Any, ...]:
     """The capability table's verdict for one problem on CUDA device ``index``: (family or None,
     head-dim bucket, tile, shared memory bytes, reasons or None); ``_C.select``, cached.
     ``varlen``: the layout, False/0 dense, True/1 varlen, 2 decode (``LAYOUT_DECODE``).
-    ``backward``: False/0 forward, True/1 backward, 2 deterministic backward (``BACKWARD_DETERMINISTIC``)."""
-    key = (index, dtype_code, head_dim_qk, head_dim_v, mask_kind, int(varlen), int(backward))
+    ``backward``: False/0 forward, True/1 backward, 2 deterministic backward (``BACKWARD_DETERMINISTIC``).
+    ``features``: FEATURE_BITS of the score modifiers the call uses."""
+    key = (index, dtype_code, head_dim_qk, head_dim_v, mask_kind, int(varlen), int(backward), features)
     verdict = _SELECT.get(key)
     if verdict is None:
-        verdict = _SELECT[key] = tuple(_C.select(index, dtype_code, head_dim_qk, head_dim_v, mask_kind, varlen, backward))
+        args = (index, dtype_code, head_dim_qk, head_dim_v, mask_kind, varlen, backward)
+        verdict = _SELECT[key] = tuple(_C.select(*args, features) if features else _C.select(*args))
     return verdict
 
 
@@ -237,7 +243,7 @@ def backward_reason(index: int, head_dim_qk: int, head_dim_v: int) -> str | None
 BACKWARD_DETERMINISTIC = 2
 
 
-def deterministic_reason(q: Tensor, v: Tensor, mask: MaskSpec, varlen: bool) -> str | None:
+def deterministic_reason(q: Tensor, v: Tensor, mask: MaskSpec, varlen: bool, features: int = 0) -> str | None:
     """Under torch.use_deterministic_algorithms(True): why no family of ours runs this backward
     deterministically on q's device (the table's reasons), or None when one does (cached per problem
     through select). None as well when the flag is off."""
@@ -245,7 +251,7 @@ def deterministic_reason(q: Tensor, v: Tensor, mask: MaskSpec, varlen: bool) -> 
         return None
     index = q.get_device()
     family, *_, why = select(index, DTYPE_CODES[q.dtype], q.shape[-1], v.shape[-1], masks.kind(mask), varlen,
-                             BACKWARD_DETERMINISTIC)  # fmt: skip
+                             BACKWARD_DETERMINISTIC, features)  # fmt: skip
     if family is not None:
         return None
     return f"torch.use_deterministic_algorithms(True): no deterministic backward of ours serves this call ({why})"
@@ -314,6 +320,26 @@ _NO_LSE_STRIDES = (0, 0, 0)
 
 # Varlen arguments of a launch: (cu_seqlens_q, cu_seqlens_k, seqused_k or None, max_seqlen_q, max_seqlen_k).
 Varlen = tuple[Tensor, Tensor, "Tensor | None", int, int]
+
+# Score modifiers of a launch: (softcap, alibi_slopes, sinks); the tensors float32 and contiguous,
+# slopes (Hq,) or (B, Hq), sinks (Hq,), on the query's device (ops.py converts them).
+Mods = tuple[float, "Tensor | None", "Tensor | None"]
+
+
+def feature_bits(mods: Mods | None) -> int:
+    """FEATURE_BITS of a launch's modifiers (0: none)."""
+    if mods is None:
+        return 0
+    softcap, slopes, sinks = mods
+    return (1 if softcap > 0 else 0) | (2 if slopes is not None else 0) | (4 if sinks is not None else 0)
+
+
+def _mods_item(mods: Mods) -> tuple[float, int, int, int]:
+    """module.cpp's spec.mods: (softcap, alibi_slopes, alibi_batch_stride, sinks)."""
+    softcap, slopes, sinks = mods
+    slopes_ptr = 0 if slopes is None else slopes.data_ptr()
+    batch_stride = 0 if slopes is None or slopes.dim() == 1 else slopes.stride(0)
+    return (float(softcap), slopes_ptr, batch_stride, 0 if sinks is None else sinks.data_ptr())
 
 
 def _packed_strides(t: Tensor) -> tuple[int, int, int]:
@@ -391,7 +417,7 @@ def _decode_item(
 
 def launch_fwd(
     q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor | None, scale: float, mask: MaskSpec,
-    varlen: Varlen | None = None, num_splits: int = 0,
+    varlen: Varlen | None = None, num_splits: int = 0, mods: Mods | None = None,
 ) -> None:
     """Forward: writes ``out`` and ``lse``. Dense: (B, H, S, D) views, ``lse`` (B, Hq, Sq) or None
     (inference: nothing will read it, and its allocation is a tenth of the host time of a small
@@ -399,10 +425,14 @@ def launch_fwd(
 
     Dense calls with at most ``DECODE_MAX_SEQLEN_Q`` query rows take the decode kernel (split-KV,
     GQA-packed) where the capability table has one; ``num_splits`` (0: heuristic) is its split
-    count and changes nothing else. Callers have checked the problem (``selection``) and that it
-    is non-empty.
+    count and changes nothing else. ``mods``: the score modifiers (softcap, ALiBi, sinks), appended
+    to the spec only when given (the decode kernel takes none: such calls run the forward kernel).
+    Callers have checked the problem (``selection``) and that it is non-empty.
     """
     spec = _spec(q, k, v, out, lse, scale, mask, varlen)
+    if mods is not None:
+        _C.fwd((*spec, None, _mods_item(mods)))
+        return
     if varlen is None and q.shape[2] <= DECODE_MAX_SEQLEN_Q:
         decode = _decode_item(spec, mask, False, num_splits, q.device)
         if decode is not None:
@@ -457,8 +487,12 @@ def launch_bwd(
     scale: float,
     mask: MaskSpec,
     varlen: Varlen | None = None,
+    mods: Mods | None = None,
+    mod_grads: tuple[Tensor | None, Tensor | None] | None = None,
 ) -> None:
-    """Backward: writes ``dq``, ``dk``, ``dv`` (dense views or packed rows, as in launch_fwd).
+    """Backward: writes ``dq``, ``dk``, ``dv`` (dense views or packed rows, as in launch_fwd); with
+    ``mods``, adds into ``mod_grads`` = (d_alibi_slopes, d_sinks): zeroed float32 tensors of the
+    slopes' and the sinks' shapes, or None where not wanted.
 
     One _C call: the workspace is sized here from the head-dim bucket the capability table picks
     for the problem (cached per problem), rows x heads x bucket float32 for dq_accum and rows x heads
@@ -469,10 +503,11 @@ def launch_bwd(
     sizes = spec[2]
     # Deterministic when the user asked and a family of ours can (else the caller has already
     # raised, or warned under warn_only, as PyTorch does for an op without a deterministic kernel).
+    bits = feature_bits(mods)
     problem = (spec[6], spec[5], sizes[5], sizes[6], masks.kind(mask), varlen is not None)
-    verdict = select(*problem, BACKWARD_DETERMINISTIC) if torch.are_deterministic_algorithms_enabled() else (None,)
+    verdict = select(*problem, BACKWARD_DETERMINISTIC, bits) if torch.are_deterministic_algorithms_enabled() else (None,)
     deterministic = verdict[0] is not None
-    bucket = (verdict if deterministic else select(*problem, 1))[1]
+    bucket = (verdict if deterministic else select(*problem, 1, bits))[1]
     rows = sizes[1] * (sizes[7] if varlen is not None else sizes[0] * sizes[3])
     # delta's floats, then (dense) one int32 per (batch, head, 64-row query block): the dQ
     # semaphores of the deterministic mode (api.cpp's workspace_layout).
@@ -483,10 +518,16 @@ def launch_bwd(
         grad_strides = (dout.stride(), dq.stride(), dk.stride(), dv.stride())
     else:
         grad_strides = (_packed_strides(dout), _packed_strides(dq), _packed_strides(dk), _packed_strides(dv))
-    _C.bwd(spec, (
+    grads: tuple[Any, ...] = (
         (dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), dq_accum.data_ptr(), delta.data_ptr()),
         grad_strides,
         (rows * bucket * 4, delta_bytes),
         deterministic,
-    ))  # fmt: skip
+    )  # fmt: skip
+    if mods is None:
+        _C.bwd(spec, grads)
+        return
+    d_slopes, d_sinks = mod_grads if mod_grads is not None else (None, None)
+    ptrs = tuple(0 if t is None else t.data_ptr() for t in (d_slopes, d_sinks))
+    _C.bwd((*spec, None, _mods_item(mods)), (*grads, ptrs))
 

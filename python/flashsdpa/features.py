@@ -1,10 +1,11 @@
 # features.py: the direct API's training features (issue 14): attn_mask, dropout_p, softcap,
 # alibi_slopes and sinks of flashsdpa.attention / attention_varlen. Owns their argument checks,
 # the functional reference over them (dense and varlen, forward and backward, on top of
-# reference.py and reference_features.py) and the CPU autograd path. Our CUDA kernels do not serve
-# these features yet: a CUDA call with one of them raises NotImplementedError (never a silent
-# fallback). ops.py calls in here only when one of the arguments is given, so the existing path
-# pays nothing for it.
+# reference.py and reference_features.py) and the CPU autograd path for masks and dropout. The
+# score modifiers alone (softcap, ALiBi, sinks) go through ops.py's fwd_mods / bwd_mods (our sm80
+# kernels on CUDA, forward() / backward() here on CPU); a CUDA call with attn_mask or dropout_p
+# raises NotImplementedError (never a silent fallback). ops.py calls in here only when one of the
+# arguments is given, so the existing path pays nothing for it.
 """Masks, dropout, softcap, ALiBi and sinks in the direct API, through the float32 reference."""
 
 from __future__ import annotations
@@ -261,8 +262,15 @@ def _given(extras: Extras) -> list[str]:
     return [n for n, x in zip(FEATURE_NAMES, values) if x is not None and (not isinstance(x, float) or x != 0.0)]
 
 
+def kernel_served(extras: Extras) -> bool:
+    """Whether only the score modifiers (softcap, ALiBi, sinks) are given: ops.py's fwd_mods /
+    bwd_mods ops serve those (our kernels on CUDA, this module's reference on CPU); attn_mask and
+    dropout still take :func:`attention` (CPU only)."""
+    return extras.attn_mask is None and extras.dropout_p == 0.0
+
+
 def not_served(api: str, extras: Extras) -> NotImplementedError:
-    names = ", ".join(_given(extras))
+    names = ", ".join(n for n in _given(extras) if n in ("attn_mask", "dropout_p"))
     return NotImplementedError(
         f"flashsdpa.{api} on CUDA: {names} not served by flashsdpa's kernels yet (issue 14; the CPU reference "
         f"implements them). See flashsdpa.explain(...) for what the kernels serve, or call "

@@ -159,12 +159,12 @@ def _fwd_fake(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: list[int]) ->
     return _fwd_outputs(q, v)
 
 
-def _alert_nondeterministic(op: str, q: Tensor, v: Tensor, spec: masks.MaskSpec, varlen: bool) -> None:
+def _alert_nondeterministic(op: str, q: Tensor, v: Tensor, spec: masks.MaskSpec, varlen: bool, features: int = 0) -> None:
     """PyTorch's contract for ops without a deterministic implementation, where no family of ours
     runs this backward deterministically (the sm90 family does: ordered dQ adds; the portable one
     adds dQ with float atomics): under torch.use_deterministic_algorithms(True) an error, with
     warn_only=True a warning. The SDPA routers fall back to PyTorch instead."""
-    why = _backend.deterministic_reason(q, v, spec, varlen)
+    why = _backend.deterministic_reason(q, v, spec, varlen, features)
     if why is None:
         return
     message = (
@@ -495,12 +495,15 @@ def attention(
     Differentiable and ``torch.compile(fullgraph=True)``-friendly. Bad arguments raise TypeError or
     ValueError naming the argument and the limit.
 
-    Training features (flashsdpa.features; on CPU only, through the reference, differentiable; on
-    CUDA they raise NotImplementedError until our kernels serve them): ``attn_mask`` bool (True =
-    attend) or additive, broadcastable to (B, Hq, Sq, Sk), with a gradient when additive;
-    ``dropout_p``; ``softcap`` (scores ``softcap * tanh(s / softcap)`` before mask and bias);
-    ``alibi_slopes`` float32 (Hq,) or (B, Hq) (scores gain ``-slope * |i + Sk - Sq - j|``);
-    ``sinks`` (Hq,), a learnable logit per head in each row's softmax denominator.
+    Score modifiers (our kernels, the sm80 family, forward and backward; on CPU the reference;
+    differentiable, with the slopes' and sinks' gradients): ``softcap`` (scores ``softcap *
+    tanh(s / softcap)`` before mask and bias); ``alibi_slopes`` float32 (Hq,) or (B, Hq) (scores
+    gain ``-slope * |i + Sk - Sq - j|``); ``sinks`` float32 or query.dtype (Hq,), a learnable logit
+    per head in each row's softmax denominator with no value row. They combine with causal masks,
+    windows and GQA. Training features still on CPU only (flashsdpa.features, through the
+    reference; on CUDA they raise NotImplementedError until our kernels serve them): ``attn_mask``
+    bool (True = attend) or additive, broadcastable to (B, Hq, Sq, Sk), with a gradient when
+    additive; ``dropout_p``.
     """
     _check_tensors(query, key, value, 4, "(batch, heads, seq_len, head_dim)")
     batch, heads_q, _, head_dim = query.shape
@@ -518,7 +521,15 @@ def attention(
     if attn_mask is not None or dropout_p or softcap or alibi_slopes is not None or sinks is not None:
         target = (batch, heads_q, query.shape[2], key.shape[2])
         extras = features.check(query, target, batch, attn_mask, dropout_p, softcap, alibi_slopes, sinks)
-        out, lse = features.attention(query, key, value, mask, _scale(scale, head_dim), extras)
+        if features.kernel_served(extras):  # softcap, ALiBi, sinks: flashsdpa::fwd_mods (ops_mods.py)
+            if query.is_cuda:
+                _check_cuda(query, head_dim, value.shape[3])
+            out, lse = torch.ops.flashsdpa.fwd_mods.default(
+                query, key, value, None, None, 0, 0, _scale(scale, head_dim), mask, extras.softcap,
+                extras.alibi_slopes, extras.sinks,
+            )  # fmt: skip
+        else:
+            out, lse = features.attention(query, key, value, mask, _scale(scale, head_dim), extras)
         return (out, lse) if return_lse else out
     if query.is_cuda:
         _check_cuda(query, head_dim, value.shape[3])
@@ -586,9 +597,17 @@ def attention_varlen(
         target = (query.shape[1], query.shape[0], key.shape[0])
         batch = cu_seqlens_q.shape[0] - 1
         extras = features.check(query, target, batch, attn_mask, dropout_p, softcap, alibi_slopes, sinks)
-        out, lse = features.attention_varlen(
-            query, key, value, cu_seqlens_q, cu_seqlens_k, mask, _scale(scale, head_dim), extras
-        )
+        if features.kernel_served(extras):
+            if query.is_cuda:
+                _check_cuda(query, head_dim, value.shape[2])
+            out, lse = torch.ops.flashsdpa.fwd_mods.default(
+                query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, _scale(scale, head_dim),
+                mask, extras.softcap, extras.alibi_slopes, extras.sinks,
+            )  # fmt: skip
+        else:
+            out, lse = features.attention_varlen(
+                query, key, value, cu_seqlens_q, cu_seqlens_k, mask, _scale(scale, head_dim), extras
+            )
         return (out, lse) if return_lse else out
     if query.is_cuda:
         _check_cuda(query, head_dim, value.shape[2])

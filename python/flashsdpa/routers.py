@@ -208,9 +208,27 @@ _FLASH_FWD_INPLACE_COUNTS = reporting.counter(f"aten::{_FLASH_FWD_INPLACE}")
 _FLASH_BWD_COUNTS = reporting.counter(f"aten::{_FLASH_BWD}")
 
 # Keyword-only arguments the routers read. num_splits sets the decode kernel's split count (dense
-# calls of <= 16 query rows; elsewhere it has nothing to split); any other keyword given (alibi_slopes, block_table, newer ones) means math
-# our kernels do not do.
-_FLASH_KEYWORDS = frozenset({"scale", "window_size_left", "window_size_right", "seqused_k", "num_splits"})
+# calls of <= 16 query rows; elsewhere it has nothing to split); alibi_slopes is served by the
+# forward (below); any other keyword given (block_table, newer ones) means math our kernels do not do.
+_FLASH_KEYWORDS = frozenset(
+    {"scale", "window_size_left", "window_size_right", "seqused_k", "num_splits", "alibi_slopes"}
+)
+# ALiBi on this road is forward-only: _flash_attention_backward takes no slopes, so the gradient of
+# a forward with ALiBi could not include it (PyTorch's own backward ignores them too). A forward
+# whose inputs require grad is therefore left to PyTorch, with this reason; flashsdpa.attention(
+# alibi_slopes=...) trains ALiBi (gradients of q, k, v and the slopes).
+_ALIBI_GRAD_REASON = (
+    "alibi_slopes with inputs that require grad: aten::_flash_attention_backward takes no slopes "
+    "(ALiBi is forward-only on this op; flashsdpa.attention(alibi_slopes=...) trains it)"
+)
+
+
+def _alibi_reason(slopes: Tensor, query: Tensor, batch: int, heads: int) -> str | None:
+    if not isinstance(slopes, Tensor) or slopes.dtype != torch.float32 or slopes.device != query.device:
+        return f"alibi_slopes: needs a float32 tensor on {query.device}"
+    if tuple(slopes.shape) not in ((heads,), (batch, heads)):
+        return f"alibi_slopes {tuple(slopes.shape)}: needs ({heads},) or ({batch}, {heads})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -222,6 +240,7 @@ class _FlashPlan:
     q: Tensor  # dense: (B, H, S, D) views of the (B, S, H, D) arguments; varlen: the (total, H, D) rows
     k: Tensor
     v: Tensor
+    mods: _backend.Mods | None = None  # ALiBi (forward only)
 
 
 def _flash_plan(
@@ -255,16 +274,29 @@ def _flash_plan(
     if value.shape[-1] != query.shape[-1]:
         return f"value head_dim={value.shape[-1]}: this op needs query's head_dim={query.shape[-1]}", None
     seqused_k = kwargs.get("seqused_k")
+    slopes = kwargs.get("alibi_slopes")
+    mods: _backend.Mods | None = None
+    if slopes is not None:  # only a forward has the keyword
+        if query.requires_grad or key.requires_grad or value.requires_grad:
+            return _ALIBI_GRAD_REASON, None
+        heads, batch = query.shape[-2], (cum_seq_q.shape[0] - 1 if varlen else query.shape[0])  # type: ignore[union-attr]
+        reason = _alibi_reason(slopes, query, batch, heads)
+        if reason is not None:
+            return reason, None
+        mods = (0.0, slopes.contiguous(), None)
+    bits = _backend.feature_bits(mods)
     if varlen:
         reason = selection.varlen_reason(
             query, key, value, cum_seq_q, cum_seq_k, seqused_k, max_q, max_k  # type: ignore[arg-type]
-        ) or selection.mask_reason(query, value, mask, varlen=True, backward=backward)
-        return reason, (None if reason else _FlashPlan(mask, True, query, key, value))
+        ) or selection.features_reason(query, value, mask, bits, varlen=True, backward=backward)
+        return reason, (None if reason else _FlashPlan(mask, True, query, key, value, mods))
     if seqused_k is not None:
         return "seqused_k given with dense inputs: PyTorch's dense kernel ignores it; left to it", None
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
-    reason = selection.dense_reason(q, k, v) or selection.mask_reason(q, v, mask, varlen=False, backward=backward)
-    return reason, (None if reason else _FlashPlan(mask, False, q, k, v))
+    reason = selection.dense_reason(q, k, v) or selection.features_reason(
+        q, v, mask, bits, varlen=False, backward=backward
+    )
+    return reason, (None if reason else _FlashPlan(mask, False, q, k, v, mods))
 
 
 def _flash_forward_run(plan: _FlashPlan, out: Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor:
@@ -276,14 +308,15 @@ def _flash_forward_run(plan: _FlashPlan, out: Tensor, args: tuple[Any, ...], kwa
         lse = out.new_empty(plan.q.shape[1], plan.q.shape[0], dtype=torch.float32)
         seqused_k = kwargs.get("seqused_k")
         varlen = (cum_seq_q, cum_seq_k, seqused_k, max_q, max_k)
-        _backend.launch_fwd(plan.q, plan.k, plan.v, out, lse, scale, plan.mask, varlen)
+        _backend.launch_fwd(plan.q, plan.k, plan.v, out, lse, scale, plan.mask, varlen, mods=plan.mods)
     else:
         batch, heads, seqlen_q = plan.q.shape[:3]
         lse = out.new_empty(batch, heads, seqlen_q, dtype=torch.float32)
         # num_splits (torch >= 2.12): the decode kernel's split count where a call takes it (<= 16
         # query rows), as PyTorch's kernel honours it; 0 / None: our heuristic.
         splits = min(max(int(kwargs.get("num_splits") or 0), 0), _backend.MAX_SPLITS)
-        _backend.launch_fwd(plan.q, plan.k, plan.v, out.transpose(1, 2), lse, scale, plan.mask, num_splits=splits)
+        _backend.launch_fwd(plan.q, plan.k, plan.v, out.transpose(1, 2), lse, scale, plan.mask, None, splits,
+                            plan.mods)  # fmt: skip
     return lse
 
 

@@ -295,6 +295,35 @@ def mask_reason(
     return None if family is not None else f"window=({mask[0]}, {mask[1]}): {why}"
 
 
+# ---- the score-modifier predicate (softcap, ALiBi, sinks) -----------------------------------------
+
+
+def features_reason(
+    query: Tensor, value: Tensor, mask: masks.MaskSpec, bits: int, *, varlen: bool, backward: bool = False
+) -> str | None:
+    """Why no kernel family serves the score modifiers ``bits`` (_backend.FEATURE_BITS) together
+    with ``mask`` for these tensors on their GPU, or None. The capability table lists them per
+    family (today sm80 serves all three and sm90 none, so such calls take sm80 on a Hopper GPU);
+    asked once per problem and cached. The caller has checked the tensors."""
+    if not bits:
+        return mask_reason(query, value, mask, varlen=varlen, backward=backward)
+    family, *_, why = _backend.select(
+        query.get_device(), _backend.DTYPE_CODES[query.dtype], query.shape[-1], value.shape[-1], masks.kind(mask),
+        varlen, backward, bits,
+    )  # fmt: skip
+    if family is not None:
+        return None
+    names = ", ".join(n for n, b in _backend.FEATURE_BITS.items() if bits & b)
+    return f"{names}: {why}"
+
+
+def feature_families() -> list[str]:
+    """The compiled kernel families that serve score modifiers, with the ones they serve."""
+    return [
+        f"{f['family']} ({', '.join(f.get('features', []))})" for f in _backend.capabilities() if f.get("features")
+    ]
+
+
 # ---- the varlen predicate (aten::_flash_attention_forward with cum_seq_q) -------------------------
 
 
@@ -436,6 +465,28 @@ def _window_reasons(query: Tensor, value: Tensor, is_causal: bool, window: tuple
     return [f"{why}; families serving windows: {', '.join(served)}"] if why else []
 
 
+def _features_reasons(
+    query: Tensor, key: Tensor, value: Tensor, is_causal: bool, window: tuple[int, int] | None, bits: int
+) -> list[str]:
+    """explain()'s score-modifier part: whether a family serves them at all, and with this problem."""
+    if not bits:
+        return []
+    names = ", ".join(arg for arg, b in zip(("softcap", "alibi_slopes", "sinks"), (1, 2, 4)) if bits & b)
+    if not _backend.CUDA_KERNELS or not any(f.get("features") for f in _backend.capabilities()):
+        return [f"{names} given: no compiled kernel family serves score modifiers (the direct API runs them on CPU)"]
+    if not query.is_cuda or query.dim() != 4 or value.dim() != 4 or query.dtype not in _backend.DTYPE_CODES:
+        return []  # the tensor checks say why; the modifiers themselves are served (see info)
+    if dense_reason(query, key, value) is not None:
+        return []
+    try:
+        spec = masks.make(is_causal, "top_left", window)
+    except ValueError:
+        return []  # the window's own reason is reported
+    backward = query.requires_grad or value.requires_grad
+    why = features_reason(query, value, spec, bits, varlen=False, backward=backward)
+    return [f"{why}; families serving score modifiers: {', '.join(feature_families())}"] if why else []
+
+
 def explain(
     query: Tensor,
     key: Tensor,
@@ -459,8 +510,12 @@ def explain(
     ``window=(left, right)`` asks about a sliding window as ``aten::_flash_attention_forward`` and the
     direct API take it (SDPA itself has none): which kernel families serve windows, and whether one
     serves this problem. ``softcap``, ``alibi_slopes`` and ``sinks`` ask about the direct API's
-    features (flashsdpa.attention), which our kernels do not serve yet; neither do they serve
-    ``attn_mask`` nor ``dropout_p`` (the direct API runs all five on CPU only, through the reference).
+    features (flashsdpa.attention, forward and backward; SDPA has none of them): whether a kernel
+    family serves them with this problem (the sm80 family does; sm90 does not yet, so such calls
+    take sm80 on a Hopper GPU). ``alibi_slopes`` through ``aten::_flash_attention_forward`` (its
+    keyword) is forward-only: that op's backward takes no slopes, so a call whose inputs require grad
+    is left to PyTorch there (logged with that reason). Our kernels do not serve ``attn_mask`` nor
+    ``dropout_p`` yet (the direct API runs them on CPU only, through the reference).
     """
     del scale  # any scale is served; the parameter mirrors SDPA's signature
     window_reasons = _window_reasons(query, value, is_causal, window) if window is not None else []
@@ -481,13 +536,12 @@ def explain(
         )
     if dropout_p != 0.0:
         reasons.append(f"dropout_p={dropout_p}: dropout is not supported (needs 0.0)")
-    for name, given, off in (
-        ("softcap", bool(softcap), "0.0"),
-        ("alibi_slopes", alibi_slopes is not None, "None"),
-        ("sinks", sinks is not None, "None"),
-    ):
-        if given:
-            reasons.append(f"{name} given: not served by flashsdpa's kernels yet (needs {off}; the direct API runs it on CPU)")
+    bits = (
+        (_backend.FEATURE_BITS["softcap"] if softcap else 0)
+        | (_backend.FEATURE_BITS["alibi"] if alibi_slopes is not None else 0)
+        | (_backend.FEATURE_BITS["sinks"] if sinks is not None else 0)
+    )
+    reasons += _features_reasons(query, key, value, is_causal, window, bits)
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         return reasons + kernel_reasons(query, key, value)
 

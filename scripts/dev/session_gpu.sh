@@ -24,6 +24,19 @@ if [[ -n "${FAMILY_TESTS:-}" ]]; then
   echo "sm80-forced rc=$r: $(grep -E '[0-9]+ (passed|failed)' "$OUT/tests_sm80.log" | tail -1)"
   [[ $r == 0 ]] || rc=1
 fi
+if [[ "${SANITIZE:-0}" == 1 ]]; then  # our kernels' small subsets, the caching allocator off (gpu_check.sh)
+  for tool in memcheck racecheck; do
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 --target-processes all \
+      python3 -m pytest tests/gpu/test_kernels.py tests/gpu/test_features_gpu.py -q -x -p no:cacheprovider \
+      -k sanitizer_subset > "$OUT/sanitize_$tool.log" 2>&1; r=$?
+    echo "sanitizer $tool rc=$r: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
+    [[ $r == 0 ]] || rc=1
+  done
+fi
+if [[ "${TIMING:-0}" == 1 ]]; then
+  timeout 60 python3 scripts/dev/features_timing.py > "$OUT/timing.log" 2>&1; echo "features timing rc=$?"
+  tail -12 "$OUT/timing.log"
+fi
 for part in ${BENCH_PARTS:-}; do
   case $part in
     sweep) args="--sweep --direction both --head-dims 64 128 --seqlens 2k 8k --rounds 2 --no-plot --no-memory" ;;

@@ -55,6 +55,25 @@ struct MaskSpec {
   }
 };
 
+// Score modifiers (issue 14), applied by cuda/common/score_mod.cuh in the order
+//   s = scale * q.k;  s = softcap * tanh(s / softcap);  s -= slope[b, h] * |i + Sk - Sq - j|;  mask
+// and a sink logit per query head in every row's softmax denominator (no value row). Zero / null
+// is off; the host fills them (api.cpp) and the capability table says which families serve them.
+struct ScoreMods {
+  float softcap;                // > 0: logit softcapping (a compile-time switch of the kernels); 0 = off
+  // Filled by the host from softcap and scale, so that the kernels read them from the constant
+  // bank as FMUL / FFMA operands instead of holding them in registers (the d128 kernels sit at
+  // the 255-register cap): scale / softcap (the tanh's argument per unit of q.k; the forward
+  // takes its absolute value, its q being negated for a negative scale) and softcap * log2(e).
+  float softcap_tanh_scale;
+  float softcap_log2;
+  const float* alibi_slopes;    // float32, slope of (batch b, query head h) at b * alibi_batch_stride + h
+  int64_t alibi_batch_stride;   // 0: one slope per head (shape (Hq,)); Hq: per batch (shape (B, Hq))
+  const float* sinks;           // float32 (Hq,), natural-log logits; nullptr = no sinks
+
+  FLASHSDPA_HOST_DEVICE bool any() const { return softcap > 0.f || alibi_slopes != nullptr || sinks != nullptr; }
+};
+
 struct AttnFwdParams {
   const void* q;
   const void* k;
@@ -91,6 +110,7 @@ struct AttnFwdParams {
   float scale_log2;  // scale * log2(e): scores go through exp2, so the multiply folds into one FFMA
 
   MaskSpec mask;
+  ScoreMods mods;
   DType dtype;
   // Facts of the launch device, filled by the host launcher (backend/src/launch.cpp):
   int32_t num_sms;           // schedulers may size persistent grids from it
@@ -138,6 +158,11 @@ struct AttnBwdParams : AttnFwdParams {
   // bucket, set by the launcher with the family it picks (launch.cpp).
   int64_t dq_accum_row_stride, dq_accum_head_stride, dq_accum_batch_stride;
   int64_t delta_row_stride, delta_head_stride, delta_batch_stride;
+
+  // Gradients of the score modifiers (float32, caller-zeroed: the kernels add into them), nullptr
+  // when not wanted: d_alibi_slopes has alibi_slopes' layout, d_sinks (Hq,).
+  float* d_alibi_slopes;
+  float* d_sinks;
 
   bool deterministic;  // the caller asked for bitwise-reproducible gradients (families that can: dq_semaphore)
   // Deterministic dQ (sm90 family): int32 per (batch, head_q, 64-row query block), dense index

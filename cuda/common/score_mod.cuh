@@ -1,0 +1,224 @@
+// score_mod.cuh: the score modifiers of issue 14 (params.h's ScoreMods) as one policy per
+// direction, so that the kernels call hooks and never test a feature themselves:
+//   softcap   s = softcap * tanh(scale * q.k / softcap)        a tanh per score
+//   ALiBi     s -= slope[b, h] * |i + Sk - Sq - j|             a pass per key block
+//   sinks     exp(sink[h]) joins each row's denominator        the forward's epilogue, the backward's preprocess
+// The kernels' kMods instantiation serves any of them (each a uniform runtime branch inside it);
+// the plain instantiation has none of their code.
+// in that order, before the mask (mask.cuh sets -inf / 0 after). The online softmax stays in
+// softmax.cuh: the forward hands it raw scores and a scale_log2, as before, only both now come
+// from here. docs/kernel_notes_features.md has the derivation and the costs.
+//
+// Units. The forward's softmax takes "raw" scores x and exponentiates exp2(x * scale_log2 - ..):
+// without softcap x = q.k (q negated for a negative scale) and scale_log2 = |scale| log2(e); with
+// softcap x = tanh(|scale| q.k / softcap) and scale_log2 = softcap * log2(e) (FlashAttention-2's
+// folding, so the softmax code is the same). ALiBi is added in those raw units (slope / scale per
+// key), once per tile. The backward computes P = exp2(x * scale_log2 - lse * log2(e)) with its own
+// (signed-scale) raw units, so it has its own policy below.
+#pragma once
+
+#include <cmath>
+
+#include "common/seqlen.cuh"
+#include "flashsdpa/params.h"
+
+namespace flashsdpa {
+
+struct ScoreModConst {
+  static constexpr float kLog2e = 1.4426950408889634f;
+  static constexpr float kLn2 = 0.6931471805599453f;
+};
+
+// MUFU.TANH (sm_75+): one instruction, relative error <= 2^-10.99 (PTX ISA), below the fp16
+// rounding of the score it feeds; tanhf is ~20 instructions per score (FlashAttention-2 uses the
+// same approximation).
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// s += per_key * |i + diag - j| over a score tile of kMT x kNT stacked m16n8 C fragments (the
+// layout of BlockMask::apply: row0 / col0 are the sequence row and column of the thread's element
+// 0). Distances are exact in float below 2^24 keys. Rows >= row_end get nothing: the backward's
+// zero-filled rows past seqlen_q must keep P = exp2(0) = 1 (a negative slope could otherwise
+// overflow P to inf there, and inf * 0 = NaN in dS).
+template <int kMT, int kNT>
+__device__ __forceinline__ void add_alibi(float (&s)[kMT][kNT][4], int row0, int col0, float diag, float per_key,
+                                          int row_end) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + mt * 16 + h * 8;
+      const float slope = row < row_end ? per_key : 0.f;
+      const float d0 = static_cast<float>(row - col0) + diag;  // distance to the thread's column col0
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          s[mt][nt][2 * h + e] = fmaf(slope, fabsf(d0 - static_cast<float>(nt * 8 + e)), s[mt][nt][2 * h + e]);
+        }
+      }
+    }
+  }
+}
+
+// ---- forward ------------------------------------------------------------------------------------
+// kMods: the kernel instantiation for calls with any modifier (each a runtime branch inside it).
+// The plain instantiation (kMods = false) has none of their code: as runtime branches in one
+// kernel they cost the plain d32 / d64 / d96 forwards new spills (ptxas -v, sm_90: d64 from 0 to
+// 80 bytes), because a branch keeps its operands live through the mainloop.
+// Stateless otherwise: every value is read from the params (constant bank) where it is used.
+template <bool kMods>
+struct ScoreModFwd {
+  // The natural-log value of one raw score unit (the LSE is max * scale + ln(sum)) and that times
+  // log2(e) (> 0: OnlineSoftmax's multiplier). Without softcap the kernel negates q for a negative
+  // scale and loads zeros for a zero one; then any positive scale_log2 keeps exp2(-inf) = 0 for
+  // masked keys, and 1 makes a raw unit ln 2 (which matters only with ALiBi: without it a
+  // zero-scale row max is exactly 0).
+  __device__ __forceinline__ static float scale(const AttnFwdParams& p) {
+    if (kMods && p.mods.softcap > 0.f) return p.mods.softcap;
+    return p.scale == 0.f ? ScoreModConst::kLn2 : fabsf(p.scale);
+  }
+  __device__ __forceinline__ static float scale_log2(const AttnFwdParams& p) {
+    if (kMods && p.mods.softcap > 0.f) return p.mods.softcap_log2;
+    return p.scale == 0.f ? 1.f : fabsf(p.scale_log2);
+  }
+
+  // The raw q.k scores of one key block -> the softmax's raw scores, before the mask. row0 / col0:
+  // as BlockMask::apply's. The branches are uniform (params), one compare each per key block.
+  template <int kMT, int kNT>
+  __device__ __forceinline__ static void apply(const AttnFwdParams& p, const SeqlenInfo& seq, int batch, int head,
+                                               float (&s)[kMT][kNT][4], int row0, int col0) {
+    if constexpr (kMods) {
+      if (p.mods.softcap > 0.f) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][nt][e] = tanh_approx(s[mt][nt][e] * fabsf(p.mods.softcap_tanh_scale));
+      }
+      if (p.mods.alibi_slopes != nullptr) {
+        const float slope = p.mods.alibi_slopes[static_cast<int64_t>(batch) * p.mods.alibi_batch_stride + head];
+        add_alibi(s, row0, col0, static_cast<float>(seq.seqlen_k - seq.seqlen_q), -slope / scale(p), seq.seqlen_q);
+      }
+    }
+  }
+
+  // This head's sink logit (natural log), -inf without sinks.
+  __device__ __forceinline__ static float sink(const AttnFwdParams& p, int head) {
+    return p.mods.sinks == nullptr ? -INFINITY : p.mods.sinks[head];
+  }
+};
+
+// Whether a call needs the kMods instantiation (both directions; the backward's sinks live in its
+// preprocess, so its main kernel needs it for softcap and ALiBi only).
+FLASHSDPA_HOST_DEVICE bool needs_mods_kernel(const ScoreMods& m) { return m.any(); }
+
+// ---- backward -----------------------------------------------------------------------------------
+// P = exp2(x * scale_log2 - lse * log2(e)) with x = q.k (scale signed: the backward does not negate
+// q), or x = tanh(scale q.k / softcap) and scale_log2 = softcap log2(e); ALiBi is added to x per
+// iteration (its slope belongs to the iteration's query head). dS = P (dP - delta) is the gradient
+// of the final score: ALiBi's slope gradient sums -dS * distance, and the softcap multiplies dS by
+// 1 - tanh^2 before dS leaves registers (the scale is applied to dK and dQ at the end, as before).
+// tanh is recovered from P rather than held from the recomputation: t = (log2 P + lse log2 e) /
+// scale_log2 - ALiBi (one MUFU.LG2 per score). Holding 1 - tanh^2 took kMTS * kNTS * 4 registers
+// (64 at d = 64) in kernels at the 255 cap: 312 / 408 bytes of spill stores at d64 (sm_80 /
+// sm_90). exp2 and log2 are accurate to ~2^-17 relative (exp2_fma) or better, so t is off by
+// < 1e-5 / softcap; t is clamped to [-1, 1], which also maps P = 0 (masked, or a row with LSE +inf,
+// where dS is 0 anyway) to 1 - t^2 = 0 instead of NaN.
+// kMods as the forward's. A zero scale without softcap (scale_log2 = 0) cannot carry ALiBi in
+// these units: the host refuses that combination (checks.cpp).
+template <bool kMods>
+struct ScoreModBwd {
+  __device__ __forceinline__ static float scale_log2(const AttnBwdParams& p) {
+    if (kMods && p.mods.softcap > 0.f) return p.mods.softcap_log2;
+    return p.scale_log2;  // the plain kernel: a constant-bank operand of the probabilities' FFMA, as before
+  }
+
+  // ALiBi per key of distance in x's units for query head `head` (0 without ALiBi).
+  __device__ __forceinline__ static float alibi_per_key(const AttnBwdParams& p, int batch, int head) {
+    if (p.mods.alibi_slopes == nullptr) return 0.f;
+    const float slope = p.mods.alibi_slopes[static_cast<int64_t>(batch) * p.mods.alibi_batch_stride + head];
+    return -slope * ScoreModConst::kLog2e / scale_log2(p);
+  }
+
+  // S = q.k of one (query head, query block) -> x, before the probabilities. row0() / col0(): the
+  // thread's first element's sequence row and column (BlockMask::apply's), evaluated only inside
+  // the ALiBi branch.
+  template <int kMT, int kNT, typename Row0, typename Col0>
+  __device__ __forceinline__ static void apply(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, int head,
+                                               float (&s)[kMT][kNT][4], Row0&& row0, Col0&& col0) {
+    if constexpr (kMods) {
+      if (p.mods.softcap > 0.f) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][nt][e] = tanh_approx(s[mt][nt][e] * p.mods.softcap_tanh_scale);
+      }
+      if (p.mods.alibi_slopes != nullptr) {
+        add_alibi(s, row0(), col0(), static_cast<float>(seq.seqlen_k - seq.seqlen_q), alibi_per_key(p, batch, head),
+                  seq.seqlen_q);
+      }
+    }
+  }
+
+  // dS (gradient of the final score, 0 where masked or past seqlen_q), P and the rows' LSE in log2
+  // units -> the slope's gradient (one float atomic per warp and iteration: 8 per 64 x 128 tile)
+  // and, with softcap, dS times 1 - tanh^2 (the gradient of the tanh's input).
+  template <int kMT, int kNT, typename Row0, typename Col0>
+  __device__ __forceinline__ static void grads(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, int head,
+                                               float (&ds)[kMT][kNT][4], const float (&prob)[kMT][kNT][4],
+                                               const float (&lse2)[kMT][2], Row0&& row0, Col0&& col0) {
+    if constexpr (kMods) {
+      const float diag = static_cast<float>(seq.seqlen_k - seq.seqlen_q);
+      if (p.d_alibi_slopes != nullptr) {
+        const int r0 = row0(), c0 = col0();
+        float acc = 0.f;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float d0 = static_cast<float>(r0 + mt * 16 + h * 8 - c0) + diag;
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+              for (int e = 0; e < 2; ++e)
+                acc = fmaf(ds[mt][nt][2 * h + e], fabsf(d0 - static_cast<float>(nt * 8 + e)), acc);
+          }
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+        if ((threadIdx.x & 31) == 0)
+          atomicAdd(p.d_alibi_slopes + static_cast<int64_t>(batch) * p.mods.alibi_batch_stride + head, -acc);
+      }
+      if (p.mods.softcap > 0.f) {
+        const float inv_scale_log2 = 1.f / p.mods.softcap_log2;
+        const float per_key = alibi_per_key(p, batch, head);
+        const int r0 = row0(), c0 = col0();
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = r0 + mt * 16 + h * 8;
+            const float key = row < seq.seqlen_q ? per_key : 0.f;  // as add_alibi
+            const float d0 = static_cast<float>(row - c0) + diag;
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const float x = __log2f(prob[mt][nt][2 * h + e]) + lse2[mt][h];
+                const float alibi = key * fabsf(d0 - static_cast<float>(nt * 8 + e));
+                const float t = fminf(fmaxf(fmaf(x, inv_scale_log2, -alibi), -1.f), 1.f);
+                ds[mt][nt][2 * h + e] *= fmaf(-t, t, 1.f);
+              }
+          }
+      }
+    }
+  }
+};
+
+}  // namespace flashsdpa
