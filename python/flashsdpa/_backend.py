@@ -390,11 +390,14 @@ def new_workspace(nbytes: int, device: torch.device) -> Tensor:
 def _decode_item(
     spec: tuple[Any, ...], mask: MaskSpec, kv_cache: bool, num_splits: int, device: torch.device,
     block_table: Tensor | None = None, page_size: int = 0,
-) -> tuple[Any, ...] | None:
-    """The decode item of a spec (module.cpp's fwd_spec, 9th item), or None when no decode kernel
-    serves the call (the plan's reasons then say why). The split partials' workspace is one
-    allocation from the caching allocator (stream-ordered: graph-safe, freed after the launch is
-    queued), float32 outputs first, then the LSEs at a 256-byte boundary."""
+) -> tuple[tuple[Any, ...], Tensor | None] | None:
+    """The decode item of a spec (module.cpp's fwd_spec, 9th item) and the split workspace behind
+    its pointers, or None when no decode kernel serves the call (the plan's reasons then say why).
+    The split partials' workspace is one allocation from the caching allocator, float32 outputs
+    first, then the LSEs at a 256-byte boundary. The caller holds the returned tensor until the
+    launch is queued (stream-ordered reuse after that is safe, and graph-safe); dropped before,
+    the memory is free while the kernel writes it (compute-sanitizer memcheck with the caching
+    allocator off caught exactly that)."""
     sizes = spec[2]
     family, splits, o_bytes, lse_bytes, reasons = decode_plan(
         spec[6], spec[5], (sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6]), masks.kind(mask),
@@ -405,6 +408,7 @@ def _decode_item(
             raise ValueError(f"flashsdpa.attention_with_kvcache: no decode kernel serves this call: {reasons}")
         return None
     o_ptr = lse_ptr = 0
+    workspace = None
     if splits > 1:
         o_padded = (o_bytes + 255) // 256 * 256
         workspace = new_workspace(o_padded + lse_bytes, device)
@@ -412,7 +416,7 @@ def _decode_item(
         lse_ptr = o_ptr + o_padded
     table = 0 if block_table is None else block_table.data_ptr()
     table_stride = 0 if block_table is None else block_table.stride(0)
-    return (splits, o_ptr, lse_ptr, o_bytes, lse_bytes, table, table_stride, page_size)
+    return (splits, o_ptr, lse_ptr, o_bytes, lse_bytes, table, table_stride, page_size), workspace
 
 
 def launch_fwd(
@@ -436,7 +440,10 @@ def launch_fwd(
     if varlen is None and q.shape[2] <= DECODE_MAX_SEQLEN_Q:
         decode = _decode_item(spec, mask, False, num_splits, q.device)
         if decode is not None:
-            spec = (*spec, decode)
+            item, workspace = decode
+            _C.fwd((*spec, item))
+            del workspace  # only now: the launch is queued
+            return
     _C.fwd(spec)
 
 
@@ -463,7 +470,9 @@ def launch_kvcache(
     )  # fmt: skip
     page_size = 0 if block_table is None else k_cache.shape[1]
     decode = _decode_item(spec, mask, True, num_splits, q.device, block_table, page_size)
-    _C.fwd((*spec, decode))
+    item, workspace = decode  # type: ignore[misc]  # kv_cache: raises rather than returning None
+    _C.fwd((*spec, item))
+    del workspace  # only now: the launch is queued
 
 
 def _workspace(nbytes: int, like: Tensor) -> Tensor:

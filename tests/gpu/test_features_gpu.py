@@ -202,7 +202,7 @@ def _poisoned(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, ours: list[Tensor],
     out, lse = ours[0], ours[1]
     q, k, v = q.detach(), k.detach(), v.detach()
     out_p, lse_p = torch.full_like(out, math.nan), torch.full_like(lse, math.nan)
-    _backend.launch_fwd(q, k, v, out_p, lse_p, scale, mask, None, _launch_mods(mods))
+    _backend.launch_fwd(q, k, v, out_p, lse_p, scale, mask, None, mods=_launch_mods(mods))
     torch.cuda.synchronize()
     assert torch.equal(out_p, out), "forward left output elements unwritten (NaN) or is not deterministic"
     assert torch.equal(lse_p, lse), "forward left LSE rows unwritten (NaN)"
