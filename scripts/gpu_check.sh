@@ -15,22 +15,7 @@
 #     BENCH=none FAST=1 bash scripts/gpu_check.sh     # one row group on both families (Hopper)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${OUT:-/tmp/flashsdpa_out}"
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-PY=python3
-
-# Wheels carried in .whl (pure-Python test deps the image lacks, e.g. expecttest).
-if compgen -G ".whl/*.whl" >/dev/null; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-
-summary=()
-failed=()
-step() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
-# check NAME RC: record a failed step (the summary table says which; the exit code says that one did).
-check() { [[ "$2" == 0 ]] || failed+=("$1 (rc=$2)"); }
+source scripts/device_env.sh
 
 t0=$(date +%s)
 export FLASHSDPA_BUILD_JOBS="${FLASHSDPA_BUILD_JOBS:-$(nproc)}"

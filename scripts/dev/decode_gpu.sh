@@ -10,19 +10,8 @@
 #   TESTS_K="decode_128k" BENCH=0 bash scripts/dev/decode_gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT="${OUT:-/tmp/flashsdpa_out}"
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-PY=python3
-if compgen -G ".whl/*.whl" >/dev/null; then  # pure-Python test deps the image lacks (expecttest)
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH="$PYTHONPATH:/tmp/site"
-fi
-
-summary=()
-failed=()
-step() { summary+=("$(printf '%-22s %s' "$1" "$2")"); }
-check() { [[ "$2" == 0 ]] || failed+=("$1 (rc=$2)"); }
+source scripts/device_env.sh
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 
 arch=$($PY -c 'import torch; c = torch.cuda.get_device_capability(); print(f"{c[0]}{c[1]}")' 2>/dev/null || echo 90)
 t0=$(date +%s)

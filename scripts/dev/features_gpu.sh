@@ -10,24 +10,8 @@
 #   bash scripts/dev/features_gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT="${OUT:-/tmp/features_out}"; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-PY=python3
-if compgen -G ".whl/*.whl" >/dev/null; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
+source scripts/device_env.sh
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-
-summary=(); failed=()
-step() { summary+=("$(printf '%-24s %s' "$1" "$2")"); }
-check() { [[ "$2" == 0 ]] || failed+=("$1 (rc=$2)"); }
-finish() {
-  echo "================ summary ================"
-  printf '%s\n' "${summary[@]}"
-  if ((${#failed[@]})); then echo "FAILED: ${failed[*]}"; exit 1; fi
-  echo "all steps passed"; exit 0
-}
 
 t0=$(date +%s)
 FLASHSDPA_BUILD_DIR=/tmp/features_build FLASHSDPA_DTYPES="bf16;fp16" FLASHSDPA_HEAD_DIMS="64;128;256" \

@@ -11,28 +11,8 @@
 #   bash scripts/dev/reliab_gpu.sh            # on the H200 (nvidia-h200-x2 runs the cuda:1 test too)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT="${OUT:-/tmp/flashsdpa_out}"
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-PY=python3
-
-# Pure-Python test deps carried in .whl (expecttest): no network on the device.
-if compgen -G ".whl/*.whl" >/dev/null; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
+source scripts/device_env.sh
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-
-summary=()
-failed=()
-step() { summary+=("$(printf '%-34s %s' "$1" "$2")"); }
-check() { [[ "$2" == 0 ]] || failed+=("$1 (rc=$2)"); }
-finish() {
-  echo "================ reliab10 summary ================"
-  printf '%s\n' "${summary[@]}"
-  if ((${#failed[@]})); then echo "FAILED: ${failed[*]}"; exit 1; fi
-  echo "all steps passed"
-}
 
 t0=$(date +%s)
 if FLASHSDPA_BUILD_DIR="$PWD/build/reliab" FLASHSDPA_HEAD_DIMS="64;128" FLASHSDPA_DTYPES="fp16;bf16" \

@@ -4,11 +4,7 @@
 #   TESTS="tests/gpu/test_kvcache.py ..." BENCH_ARGS="--sweep --direction both ..." bash scripts/dev/session_gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT="${OUT:-/tmp/flashsdpa_out}"; mkdir -p "$OUT"
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
+source scripts/device_env.sh
 t0=$(date +%s)
 FLASHSDPA_ARCHS=90 FLASHSDPA_BUILD_JOBS=$(nproc) FLASHSDPA_SKIP_INSTALL=0 bash scripts/bootstrap.sh > "$OUT/build.log" 2>&1 \
   || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
