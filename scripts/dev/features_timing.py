@@ -14,19 +14,12 @@ from collections.abc import Callable
 import torch
 
 import flashsdpa  # noqa: F401  (registers the flashsdpa:: ops)
+from flashsdpa.bench.timing import time_cuda_ms
 
 
 def time_ms(fn: Callable[[], object], reps: int) -> float:
-    for _ in range(3):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
+    """Median ms per call (CUDA events around each call), the benchmark's own timer."""
+    return time_cuda_ms([fn], warmup=3, reps=reps)
 
 
 def main() -> None:
