@@ -101,3 +101,16 @@ def test_plan_cache_is_bounded(recorded: Any, monkeypatch: pytest.MonkeyPatch) -
     for seqlen_k in range(1, 10):  # a dense decode loop: one new shape per token
         _backend.decode_plan(0, 1, (1, 8, 2, 1, seqlen_k, 64, 64), 2, False, 0)
     assert 1 <= len(_backend._DECODE) <= 4
+
+
+def test_attention_with_kvcache_calls_the_cuda_code_directly(recorded: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Nothing records or traces an eager call: attention_with_kvcache runs the op's CUDA code
+    # itself (no dispatcher: tens of microseconds a token on the H200). CPU tensors that answer
+    # is_cuda=True would reach the op's CPU implementation (the reference, no launch) through the
+    # dispatcher, so the one recorded launch proves the direct call.
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    case = make_case(seqlen_q=1, page_size=None, rotary=None, batch=2, head_dim=64, dtype=BF16)
+    out = kvcache.attention_with_kvcache(case.q, case.k_cache, case.v_cache, case.k, case.v,
+                                         cache_seqlens=case.cache_seqlens)  # fmt: skip
+    [(name, _)] = recorded.calls
+    assert name == "fwd" and out.shape == case.q.shape[:3] + (case.v_cache.shape[3],)

@@ -490,3 +490,38 @@ def test_refused_call_is_answered_again_without_pytorch(monkeypatch: pytest.Monk
         # Calls that run are never remembered.
         F.scaled_dot_product_attention(q, q, v)
         assert len(entry._REFUSED) == 4
+
+
+# ---- the direct API's eager call: flashsdpa.attention without the dispatcher ---------------------
+
+
+def test_direct_api_runs_the_cuda_code_directly_when_nothing_records(launches: Launches) -> None:
+    # No gradient, no transform or mode: flashsdpa.attention calls the op's CUDA implementation
+    # itself (the op's dispatch costs tens of microseconds a call). These CPU lookalikes would reach
+    # the op's CPU implementation (the reference, no launch) through the dispatcher, so a launch
+    # proves the direct call; the output and LSE have the op's shapes.
+    q, k, v = plain(hq=8, hkv=2, sq=1, sk=40)
+    out, lse = flashsdpa.attention(q, k, v, causal=True, causal_alignment="bottom_right", return_lse=True)
+    assert len(launches.calls) == 1 and launches.calls[0][6] == masks.CAUSAL_BOTTOM_RIGHT
+    assert out.shape == (2, 8, 1, 64) and lse.shape == (2, 8, 1) and lse.dtype == torch.float32
+    assert flashsdpa.stats()["ops"]["flashsdpa::fwd"]["served"] == 1
+
+
+@pytest.mark.parametrize(
+    "label, make, context",
+    [
+        ("requires grad", lambda: [t.requires_grad_() for t in plain()], contextlib.nullcontext),
+        ("forward AD level", plain, forward_ad.dual_level),
+        ("a dispatch mode", plain, OtherDispatchMode),
+    ],
+    ids=lambda x: x if isinstance(x, str) else "",
+)
+def test_direct_api_keeps_the_op_when_something_records(
+    label: str, make: Callable[[], list[Tensor]], context: Callable[[], Any], launches: Launches
+) -> None:
+    # Autograd, forward AD and modes must see flashsdpa::fwd: the call goes through the dispatcher
+    # (here to the op's CPU implementation, the reference: no launch).
+    q, k, v = make()
+    with context():
+        out = flashsdpa.attention(q, k, v)
+    assert launches.calls == [] and out.shape == q.shape

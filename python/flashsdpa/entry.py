@@ -30,10 +30,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.autograd import forward_ad
 from torch.overrides import handle_torch_function
 
-from flashsdpa import _backend, masks, ops, reporting, selection
+from flashsdpa import _backend, eager, masks, ops, reporting, selection
 from flashsdpa.routers import ROUTED, softmax_scale
 
 __all__ = ["EAGER_SDPA", "FLASH", "SDPA", "Patch", "patch_torch", "scaled_dot_product_attention", "unpatch_torch"]
@@ -51,18 +50,13 @@ SDPA = "F.scaled_dot_product_attention"
 _EAGER_COUNTS = reporting.counter(EAGER_SDPA)
 _SDPA_COUNTS = reporting.counter(SDPA)
 
-# What the entry asks on every call, bound to module names: one global lookup instead of an
-# attribute chain saves 20-40 ns a call on CPU (torch.is_grad_enabled(): 57 -> 37 ns), and the C
-# function behind torch.backends.cuda.flash_sdp_enabled() costs 40 ns against the wrapper's 155.
-# The torch._C internals fall back to answers that keep every call on the usual roads, should a
-# torch lack one (torch 2.11 and 2.13 have them all).
-_is_grad_enabled = torch.is_grad_enabled
-_is_compiling = torch.compiler.is_compiling
-_is_autocast_enabled = torch.is_autocast_enabled
+# What the entry asks on every call beyond eager.wrapped_reason, bound to module names (one global
+# lookup instead of an attribute chain saves 20-40 ns a call on CPU); the C function behind
+# torch.backends.cuda.flash_sdp_enabled() costs 40 ns against the wrapper's 155. The torch._C
+# internals fall back to answers that keep every call on the usual roads, should a torch lack one.
+_is_grad_enabled = eager._is_grad_enabled
+_is_compiling = eager._is_compiling
 _has_torch_function: Callable[[Any], bool] = torch._C._has_torch_function
-_functorch_active: Callable[[], bool] = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
-_function_modes: Callable[[], int] = getattr(torch._C, "_len_torch_function_stack", lambda: 1)
-_dispatch_modes: Callable[[], int] = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 1)
 _flash_sdp_enabled: Callable[[], bool] = getattr(
     torch._C, "_get_flash_sdp_enabled", torch.backends.cuda.flash_sdp_enabled
 )
@@ -157,22 +151,13 @@ def _eager_skip_reason(query: Any, key: Any, value: Any, dropout_p: float, enabl
     (nothing is formatted: on the training path every call ends here), tested in order of cost and
     of how often it decides.
     """
-    if type(query) is not Tensor or type(key) is not Tensor or type(value) is not Tensor:
-        return "not three plain tensors: subclasses (FakeTensor, DTensor, jagged nested, ...) take SDPA's road"
-    if _is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
-        return "gradients needed: the flash op's autograd node records the backward"
-    if _is_compiling():
-        return "torch.compile is tracing: the graph records SDPA's own choice"
+    reason = eager.wrapped_reason(query, key, value)
+    if reason is not None:
+        return reason
     if dropout_p != 0.0:
         return "dropout: the routers send it to PyTorch's kernel"
-    if not query.is_cuda or query.is_nested or key.is_nested or value.is_nested:
-        return "not a dense CUDA tensor (query on the CPU, or a strided nested query, key or value)"
-    if _is_autocast_enabled("cuda"):
-        return "CUDA autocast: SDPA casts the inputs first"
-    if getattr(forward_ad, "_current_level", 0) >= 0 or _functorch_active():  # no attribute: as if a level were on
-        return "forward AD or a functorch transform (vmap, grad, ...) is active: it wraps SDPA's ops"
-    if _function_modes() or _dispatch_modes() or _IN_HANDLER[0]:
-        return "another torch-function or dispatch mode is active: it would not see SDPA's ops"
+    if _IN_HANDLER[0]:
+        return eager.MODES
     if not _flash_sdp_enabled() or (_sdp_priority_order is not None and _sdp_priority_order()[0] != FLASH):
         return "PyTorch's flash backend is disabled or not first: SDPA may pick another backend"
     if not selection.dense_ok(query, key, value):

@@ -15,7 +15,7 @@ import math
 import torch
 from torch import Tensor
 
-from flashsdpa import _backend, masks, reference_kvcache, reporting, selection, validation
+from flashsdpa import _backend, eager, masks, reference_kvcache, reporting, selection, validation
 
 __all__ = ["MAX_SPLITS", "attention_with_kvcache"]
 
@@ -329,8 +329,11 @@ def attention_with_kvcache(
         reason = selection.head_dims_reason(head_dim, v_cache.shape[3])
         if reason is not None:
             raise ValueError(reason)
-    out, lse = torch.ops.flashsdpa.fwd_kvcache.default(
-        q, k_cache, v_cache, k, v, cache_seqlens, block_table, rotary_cos, rotary_sin, rotary_interleaved,
-        float(scale), list(mask), splits,
-    )  # fmt: skip
+    args = (q, k_cache, v_cache, k, v, cache_seqlens, block_table, rotary_cos, rotary_sin, rotary_interleaved,
+            float(scale), list(mask), splits)  # fmt: skip
+    extra = (k, v, cache_seqlens, block_table, rotary_cos, rotary_sin)
+    if q.is_cuda and eager.wrapped_reason(q, k_cache, v_cache) is None and all(t is None or type(t) is Tensor for t in extra):
+        out, lse = _fwd_kvcache_cuda(*args)  # nothing records or traces the call: the op's CUDA code, directly
+    else:
+        out, lse = torch.ops.flashsdpa.fwd_kvcache.default(*args)
     return (out, lse) if return_lse else out

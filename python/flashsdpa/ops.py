@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from flashsdpa import _backend, features, masks, reference, reporting, selection, validation
+from flashsdpa import _backend, eager, features, masks, reference, reporting, selection, validation
 
 __all__ = ["attention", "attention_varlen"]
 
@@ -533,6 +533,9 @@ def attention(
         return (out, lse) if return_lse else out
     if query.is_cuda:
         _check_cuda(query, head_dim, value.shape[3])
+        if eager.wrapped_reason(query, key, value) is None:  # nothing to record: the op's CUDA code, directly
+            out, lse = _fwd_cuda(query, key, value, _scale(scale, head_dim), list(mask))
+            return (out, lse) if return_lse else out
     out, lse = torch.ops.flashsdpa.fwd.default(query, key, value, _scale(scale, head_dim), mask)
     return (out, lse) if return_lse else out
 
