@@ -517,7 +517,8 @@ def launch_bwd(
     # raised, or warned under warn_only, as PyTorch does for an op without a deterministic kernel).
     bits = feature_bits(mods)
     problem = (spec[6], spec[5], sizes[5], sizes[6], masks.kind(mask), varlen is not None)
-    verdict = select(*problem, BACKWARD_DETERMINISTIC, bits) if torch.are_deterministic_algorithms_enabled() else (None,)
+    asked = torch.are_deterministic_algorithms_enabled()
+    verdict = select(*problem, BACKWARD_DETERMINISTIC, bits) if asked else (None,)
     deterministic = verdict[0] is not None
     bucket = (verdict if deterministic else select(*problem, 1, bits))[1]
     rows = sizes[1] * (sizes[7] if varlen is not None else sizes[0] * sizes[3])

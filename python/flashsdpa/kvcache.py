@@ -332,7 +332,8 @@ def attention_with_kvcache(
     args = (q, k_cache, v_cache, k, v, cache_seqlens, block_table, rotary_cos, rotary_sin, rotary_interleaved,
             float(scale), list(mask), splits)  # fmt: skip
     extra = (k, v, cache_seqlens, block_table, rotary_cos, rotary_sin)
-    if q.is_cuda and eager.wrapped_reason(q, k_cache, v_cache) is None and all(t is None or type(t) is Tensor for t in extra):
+    plain = all(t is None or type(t) is Tensor for t in extra)
+    if q.is_cuda and plain and eager.wrapped_reason(q, k_cache, v_cache) is None:
         out, lse = _fwd_kvcache_cuda(*args)  # nothing records or traces the call: the op's CUDA code, directly
     else:
         out, lse = torch.ops.flashsdpa.fwd_kvcache.default(*args)

@@ -159,7 +159,9 @@ def _fwd_fake(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: list[int]) ->
     return _fwd_outputs(q, v)
 
 
-def _alert_nondeterministic(op: str, q: Tensor, v: Tensor, spec: masks.MaskSpec, varlen: bool, features: int = 0) -> None:
+def _alert_nondeterministic(
+    op: str, q: Tensor, v: Tensor, spec: masks.MaskSpec, varlen: bool, features: int = 0
+) -> None:
     """PyTorch's contract for ops without a deterministic implementation, where no family of ours
     runs this backward deterministically (the sm90 family does: ordered dQ adds; the portable one
     adds dQ with float atomics): under torch.use_deterministic_algorithms(True) an error, with

@@ -249,7 +249,8 @@ def test_bwd_deterministic_bitwise(request: pytest.FixtureRequest, causal: str, 
     skip_unless_compiled(torch.bfloat16, head_dim, head_dim)
     mask = masks.BY_CAUSAL_MODE[CAUSAL_MODES[causal]]
     code = _backend.DTYPE_CODES[torch.bfloat16]
-    if _backend.select(0, code, head_dim, head_dim, masks.kind(mask), False, _backend.BACKWARD_DETERMINISTIC)[0] is None:
+    verdict = _backend.select(0, code, head_dim, head_dim, masks.kind(mask), False, _backend.BACKWARD_DETERMINISTIC)
+    if verdict[0] is None:
         pytest.skip("no deterministic backward of ours on this GPU / build (the sm90 family's)")
     torch.manual_seed(zlib.crc32(request.node.name.encode()))
     q = torch.randn(2, 8, 1023, head_dim, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
