@@ -396,7 +396,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     }
     sm90::wgmma_wait<1>();  // dP^T done (dV may still run)
     sm90::fence_regs(dpt_acc);
-    // dS^T = P^T (dP^T - delta) (unscaled: dK is scaled in the epilogue, dQ in the postprocess).
+    // dS^T = P^T (dP^T - delta) (unscaled: dK is scaled in the epilogue, dQ before its staging).
 #pragma unroll
     for (int j = 0; j < kMTiles; ++j) {
 #pragma unroll
