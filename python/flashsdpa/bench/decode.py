@@ -3,8 +3,11 @@
 # One query token against a KV cache, GQA 32 query / 8 KV heads, D 128: B 1 x 8k, B 1 x 128k and
 # B 32 x 4k keys, as the decode issue's bars. Per backend: GPU µs per call (CUDA events around each
 # call, median over rotated input sets so a cache that fits in L2 is not measured warm: the
-# anchors were measured that way), effective TB/s (K and V bytes read / time), and the host µs per
-# call (wall time of the call from an idle GPU, no sync inside) beside it. Interleaved rounds as
+# anchors were measured that way), effective TB/s (K and V bytes read / time), the host µs per
+# call (wall time of the call from an idle GPU, no sync inside) beside it, and the graph µs per call
+# (the calls captured in one CUDA graph and replayed: the GPU's own time, with the host out of the
+# way, as a serving loop that replays its decode step sees it; where the host is slower than the
+# kernels, the events-around-the-call time is the host's). Interleaved rounds as
 # the sweep's; round 0 checks every backend's output against a float32 reference on the last batch
 # row (the project's rule). Budget on an H200: about 10 s for three rounds.
 """Decode rows: µs per call and TB/s of one-token attention against a KV cache."""
@@ -88,10 +91,42 @@ def _host_us(call: Callable[[], object], reps: int) -> float:
     return statistics.median(samples)
 
 
+def _graph_us(calls: list[Callable[[], object]], per_graph: int = 20, replays: int = 5) -> float | None:
+    """GPU µs per call with the host out of the way: ``per_graph`` calls (cycling through the input
+    sets) captured in one CUDA graph, replayed between CUDA events; median over ``replays``. None
+    where the backend cannot be captured (the row's status stays that of the event timing)."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up outside the capture (workspaces, plans, autotuning)
+            for i in range(3):
+                calls[i % len(calls)]()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(per_graph):
+                calls[i % len(calls)]()
+        graph.replay()
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(replays):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            samples.append(start.elapsed_time(end) * 1e3 / per_graph)
+        return statistics.median(samples)
+    except Exception:  # noqa: BLE001 - a backend that cannot be captured has no graph time
+        torch.cuda.synchronize()
+        return None
+
+
 def _measure(
     backend: str, sets: list[tuple[Tensor, Tensor, Tensor]], reference: tuple[Tensor, float] | None
 ) -> dict[str, Any]:
-    row: dict[str, Any] = {"us": None, "host_us": None, "status": "ok", "max_err": None, "err_ratio": None}
+    row: dict[str, Any] = {"us": None, "host_us": None, "graph_us": None, "status": "ok", "max_err": None,
+                           "err_ratio": None}  # fmt: skip
     served_before = served_total()
     try:
         with backend_context(backend), torch.no_grad():
@@ -99,6 +134,7 @@ def _measure(
             out = calls[0]()
             row["us"] = time_cuda_ms(calls, warmup=DECODE_WARMUP, reps=DECODE_REPS) * 1e3
             row["host_us"] = _host_us(calls[0], 21)
+            row["graph_us"] = _graph_us(calls)
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
         row["status"] = "OOM"
@@ -158,6 +194,7 @@ def run_decode(args: argparse.Namespace, backends: list[str] | None = None) -> d
                 "us": us,
                 "tbps": tbps(nbytes, us),
                 "host_us": median([r["host_us"] for r in rounds]),
+                "graph_us": median([r["graph_us"] for r in rounds]),
                 "status": next((s for s in statuses if s != "ok"), "ok"),
                 "max_err": checked["max_err"],
                 "err_ratio": checked["err_ratio"],
@@ -208,15 +245,18 @@ def print_decode(result: dict[str, Any] | None, out: Any = None) -> None:
         return
     print(
         f"\nDecode: one query token, GQA {HEADS_Q}/{HEADS_KV}, D {HEAD_DIM}; GPU µs per call (CUDA events, rotated "
-        f"inputs, median over rounds), TB/s = K+V bytes / time, host µs per call ({result['seconds']:.0f} s)",
+        f"inputs, median over rounds), TB/s = K+V bytes / time, host µs per call, graph µs per call (replayed "
+        f"in a CUDA graph: the GPU's own time) ({result['seconds']:.0f} s)",
         file=out,
     )
-    print(f"  {'B':>3} {'keys':>7} {'backend':<16} {'µs':>9} {'TB/s':>6} {'host µs':>8}  status", file=out)
+    print(f"  {'B':>3} {'keys':>7} {'backend':<16} {'µs':>9} {'TB/s':>6} {'host µs':>8} {'graph µs':>9}  status",
+          file=out)  # fmt: skip
     for r in result["rows"]:
         us = f"{r['us']:9.1f}" if r["us"] else f"{'-':>9}"
         tb = f"{r['tbps']:6.2f}" if r["tbps"] else f"{'-':>6}"
         host = f"{r['host_us']:8.1f}" if r["host_us"] else f"{'-':>8}"
-        print(f"  {r['batch']:>3} {r['keys']:>7} {r['backend']:<16} {us} {tb} {host}  {r['status']}", file=out)
+        graph = f"{r['graph_us']:9.1f}" if r.get("graph_us") else f"{'-':>9}"
+        print(f"  {r['batch']:>3} {r['keys']:>7} {r['backend']:<16} {us} {tb} {host} {graph}  {r['status']}", file=out)
     for s in result["summary"]:
         ratio = f"{s['ours_over_fastest']:.2f}x" if s["ours_over_fastest"] else "-"
         print(f"  B {s['batch']} x {s['keys']} keys: ours / fastest PyTorch ({s['fastest']}) = {ratio} time", file=out)
