@@ -89,7 +89,7 @@ if [[ "${SANITIZE:-0}" == 1 ]]; then
     t0=$(date +%s)
     exitcode=(--error-exitcode 9)
     [[ "$tool" == initcheck ]] && exitcode=()
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${SANITIZE_TIMEOUT:-90}" compute-sanitizer --tool "$tool" \
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" \
       "${exitcode[@]}" --target-processes all \
       $PY -m pytest tests/gpu/test_kernels.py tests/gpu/test_kvcache.py tests/gpu/test_features_gpu.py -q -x -p no:cacheprovider -k "sanitizer_subset" \
       > "$OUT/sanitize_$tool.log" 2>&1
