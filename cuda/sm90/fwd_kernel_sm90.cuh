@@ -28,6 +28,7 @@
 
 #include "common/ptx.cuh"
 #include "common/mask.cuh"
+#include "common/score_mod.cuh"
 #include "common/seqlen.cuh"
 #include "common/softmax.cuh"
 #include "common/tile_scheduler.cuh"
@@ -68,9 +69,12 @@ constexpr FwdTileShapeSm90 fwd_tile_shape_sm90(int head_dim) {
 }
 
 template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
-          int kMaxQStages_ = 2>
+          int kMaxQStages_ = 2, bool kMods_ = false>
 struct FwdTraitsSm90 {
   using Elem = Elem_;
+  // The score modifiers (softcap, ALiBi, sinks: common/score_mod.cuh's ScoreModFwd), in their own
+  // instantiation as in the portable family, so the plain kernel's code is unchanged.
+  static constexpr bool kMods = kMods_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -279,7 +283,17 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   for (int i = 0; i < Traits::kHeadDim / 2; ++i) o_acc[i] = 0.f;
   uint32_t p16[Traits::kKStepsPV][4];
   OnlineSoftmax<1> softmax;
-  const float scale_log2 = p.scale_log2;  // > 0: the host sends other scales to the portable family
+  using Mod = ScoreModFwd<Traits::kMods>;
+  // > 0: the host sends other scales to the portable family. With softcap the raw unit is the
+  // softcap's (score_mod.cuh).
+  const float scale_log2 = Traits::kMods ? Mod::scale_log2(p) : p.scale_log2;
+  // The modifiers act on the raw scores of a key block before the mask (kMods only).
+  auto modify = [&](int n) {
+    if constexpr (Traits::kMods) {
+      const SeqlenInfo seq(p, tile.batch);
+      Mod::apply(p, seq, tile.batch, tile.head, s, first_row, n * kBlockN + 2 * (lane % 4));
+    }
+  };
 
   // Descriptors of column block 0: this warpgroup's Q rows, and K / V slot 0 (slots are kKVBytes apart).
   const int q_slot = ring.q % Traits::kQStages;
@@ -323,6 +337,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       sm90::fence_regs(s_acc);
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
+      modify(n);
       if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
       softmax.template online_step<kNTiles>(s, scale_log2, correction);  // o is zero: no rescale needed
@@ -342,6 +357,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       sm90::fence_regs(s_acc);
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
+      modify(n);
       if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
       const bool rescale = softmax.template online_step<kNTiles>(s, scale_log2, correction);
@@ -363,7 +379,15 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
 
   // ---- epilogue: normalize, stage O, TMA store; LSE straight from registers ----------------------
   float lse[2];
-  softmax.finalize(o, p.scale, lse);
+  if constexpr (Traits::kMods) {
+    if (p.mods.sinks != nullptr) {
+      softmax.finalize_with_sink(o, Mod::scale(p), lse, Mod::sink(p, tile.head));
+    } else {
+      softmax.finalize(o, Mod::scale(p), lse);
+    }
+  } else {
+    softmax.finalize(o, p.scale, lse);
+  }
   // The staging rows of this warpgroup are free once its previous store has read them (thread 0
   // waited for that before this barrier) and, when O takes Q's slot, once Q K^T is done (it is).
   if (tid == 0) sm90::tma_store_wait_read();

@@ -584,6 +584,98 @@ void run_bench_sm90(const std::string& mode) {
 }
 #endif
 
+#ifdef FWD_CHECK_SM90
+// ---- "mods": the sm90 forward's score-modifier instantiation against the portable one ------------
+// Same inputs through both families' kMods kernels (softcap, ALiBi, sinks, alone and together;
+// causal both alignments, Sq != Sk, GQA): outputs within a few bf16 ulps of the largest, LSE
+// within 1e-3 relative. The portable kernels are the ones the GPU suite checks against the
+// float32 reference (tests/gpu/test_features_gpu.py); this is the sm90 row's gate before the
+// capability table lists the modifiers for it.
+__global__ void max_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, int64_t n, unsigned* bits) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = __bfloat162float(a[i]), y = __bfloat162float(b[i]);
+    atomicMax(bits, __float_as_uint(x == x ? fabsf(x - y) : INFINITY));
+    atomicMax(bits + 1, __float_as_uint(fabsf(y)));
+  }
+}
+__global__ void max_diff_f(const float* a, const float* b, int64_t n, unsigned* bits) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = a[i], y = b[i];
+    const bool same_inf = x == y;  // +inf rows (no key) on both sides
+    atomicMax(bits, __float_as_uint(same_inf ? 0.f : (x == x ? fabsf(x - y) / fmaxf(1.f, fabsf(y)) : INFINITY)));
+  }
+}
+
+int run_mods() {
+  struct ModsCase { int d, B, Hq, Hkv, Sq, Sk, causal; float softcap; bool alibi, sinks; };
+  const ModsCase cases[] = {
+      {128, 2, 4, 4, 1000, 1000, 0, 30.f, false, false}, {128, 2, 4, 4, 1000, 1000, 1, 0.f, true, false},
+      {128, 2, 4, 2, 300, 1000, 2, 0.f, false, true},   {128, 1, 8, 2, 777, 777, 1, 50.f, true, true},
+      {64, 2, 6, 3, 1000, 300, 1, 20.f, true, true},     {64, 1, 4, 4, 113, 1023, 0, 0.f, true, false},
+      {256, 1, 4, 4, 600, 600, 2, 50.f, true, true},     {128, 3, 2, 2, 1, 113, 0, 10.f, false, true},
+  };
+  int failures = 0;
+  for (const ModsCase& c : cases) {
+    const int64_t nq = int64_t(c.B) * c.Hq * c.Sq * c.d, nk = int64_t(c.B) * c.Hkv * c.Sk * c.d;
+    const int64_t rows = int64_t(c.B) * c.Hq * c.Sq;
+    __nv_bfloat16 *q, *k, *v, *o80, *o90;
+    float *l80, *l90, *slopes, *sinks;
+    unsigned* bits;
+    CHECK_CUDA(cudaMalloc(&q, nq * 2)); CHECK_CUDA(cudaMalloc(&k, nk * 2)); CHECK_CUDA(cudaMalloc(&v, nk * 2));
+    CHECK_CUDA(cudaMalloc(&o80, nq * 2)); CHECK_CUDA(cudaMalloc(&o90, nq * 2));
+    CHECK_CUDA(cudaMalloc(&l80, rows * 4)); CHECK_CUDA(cudaMalloc(&l90, rows * 4));
+    CHECK_CUDA(cudaMalloc(&slopes, c.Hq * 4)); CHECK_CUDA(cudaMalloc(&sinks, c.Hq * 4));
+    CHECK_CUDA(cudaMalloc(&bits, 16)); CHECK_CUDA(cudaMemset(bits, 0, 16));
+    fill_random<<<1024, 256>>>(q, nq, 21); fill_random<<<1024, 256>>>(k, nk, 22); fill_random<<<1024, 256>>>(v, nk, 23);
+    std::vector<float> h_slopes(c.Hq), h_sinks(c.Hq);
+    for (int h = 0; h < c.Hq; ++h) h_slopes[h] = std::pow(2.f, -8.f * (h + 1) / c.Hq), h_sinks[h] = 0.5f * h - 1.f;
+    CHECK_CUDA(cudaMemcpy(slopes, h_slopes.data(), c.Hq * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(sinks, h_sinks.data(), c.Hq * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemset(o90, 0xFF, nq * 2)); CHECK_CUDA(cudaMemset(l90, 0xFF, rows * 4));  // NaN-poisoned
+    AttnFwdParams p{};
+    p.q = q; p.k = k; p.v = v;
+    p.q_batch_stride = p.o_batch_stride = int64_t(c.Hq) * c.Sq * c.d; p.q_head_stride = p.o_head_stride = int64_t(c.Sq) * c.d;
+    p.k_batch_stride = p.v_batch_stride = int64_t(c.Hkv) * c.Sk * c.d; p.k_head_stride = p.v_head_stride = int64_t(c.Sk) * c.d;
+    p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = c.d;
+    p.lse_batch_stride = int64_t(c.Hq) * c.Sq; p.lse_head_stride = c.Sq; p.lse_row_stride = 1;
+    p.batch = c.B; p.heads_q = c.Hq; p.heads_kv = c.Hkv; p.seqlen_q = c.Sq; p.seqlen_k = c.Sk;
+    p.head_dim_qk = p.head_dim_v = c.d; p.head_dim_bucket = c.d;
+    p.scale = 1.f / std::sqrt(float(c.d)); p.scale_log2 = p.scale * 1.4426950408889634f;
+    p.mask = MaskSpec{-1, c.causal ? 0 : -1, c.causal == 2 ? MaskAlign::kBottomRight : MaskAlign::kTopLeft};
+    p.dtype = DType::kBFloat16; p.num_sms = 132; p.cc_major = 9; p.smem_optin_bytes = 227 * 1024;
+    p.mods.softcap = c.softcap;
+    p.mods.softcap_tanh_scale = c.softcap > 0.f ? p.scale / c.softcap : 0.f;
+    p.mods.softcap_log2 = c.softcap * 1.4426950408889634f;
+    p.mods.alibi_slopes = c.alibi ? slopes : nullptr;
+    p.mods.sinks = c.sinks ? sinks : nullptr;
+    AttnFwdParams p80 = p, p90 = p;
+    p80.o = o80; p80.lse = l80; p90.o = o90; p90.lse = l90;
+    const auto run80 = c.d == 64 ? &run_fwd_sm80_<__nv_bfloat16, 64> : c.d == 128 ? &run_fwd_sm80_<__nv_bfloat16, 128>
+                                                                               : &run_fwd_sm80_<__nv_bfloat16, 256>;
+    const auto run90 = c.d == 64 ? &run_fwd_sm90_<__nv_bfloat16, 64> : c.d == 128 ? &run_fwd_sm90_<__nv_bfloat16, 128>
+                                                                               : &run_fwd_sm90_<__nv_bfloat16, 256>;
+    CHECK_CUDA(run80(p80, 0));
+    CHECK_CUDA(run90(p90, 0));
+    max_diff<<<1024, 256>>>(o90, o80, nq, bits);
+    max_diff_f<<<1024, 256>>>(l90, l80, rows, bits + 2);
+    unsigned h[3];
+    CHECK_CUDA(cudaMemcpy(h, bits, 12, cudaMemcpyDeviceToHost));
+    float f[3];
+    for (int i = 0; i < 3; ++i) std::memcpy(&f[i], &h[i], 4);
+    const bool ok = f[0] <= 2e-2f * std::max(f[1], 1e-3f) && f[2] <= 1e-3f;
+    failures += !ok;
+    std::printf("%-4s mods d%d B%d H%d/%d %dx%d causal %d softcap %.0f alibi %d sinks %d  |dO| %.2e of %.2e  lse rel %.2e\n",
+                ok ? "ok" : "FAIL", c.d, c.B, c.Hq, c.Hkv, c.Sq, c.Sk, c.causal, c.softcap, c.alibi, c.sinks, f[0], f[1],
+                f[2]);
+    for (void* t : {(void*)q, (void*)k, (void*)v, (void*)o80, (void*)o90, (void*)l80, (void*)l90, (void*)slopes,
+                    (void*)sinks, (void*)bits})
+      CHECK_CUDA(cudaFree(t));
+  }
+  std::printf("mods: %d failed\n", failures);
+  return failures;
+}
+#endif
+
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "all";
   int failures = 0;
@@ -603,6 +695,7 @@ int main(int argc, char** argv) {
     std::printf("encode_tma_4d: %.3f us per descriptor\n", us / 100000);
     return 0;
   }
+  if (what == "mods") return run_mods() ? 1 : 0;
   if (what.rfind("bench_sm90", 0) == 0) {
     run_bench_sm90(what);
     return failures ? 1 : 0;
