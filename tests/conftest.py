@@ -159,6 +159,7 @@ class FakeCudaBuild:
             "layouts": ["dense", "varlen", "decode"],
             "directions": ["forward", "backward"],
             "features": ["softcap", "alibi", "sinks"],
+            "features_by_direction": {d: ["softcap", "alibi", "sinks"] for d in ("forward", "backward")},
             "smem_per_tile": [],
         }
         return {"families": [family], "reason": None}

@@ -57,7 +57,7 @@ std::vector<FamilyCaps> make_families() {
       "sm90", "compute capability 9.0 only (sm_90a: wgmma, TMA, warp specialization)", 90, 90,
       ints(FLASHSDPA_SM90_ARCHS_LIST), build_config().dtypes, ints(FLASHSDPA_SM90_FWD_HEAD_DIMS_LIST),
       ints(FLASHSDPA_SM90_BWD_HEAD_DIMS_LIST), kAllMasks, {Layout::kDense},
-      {Direction::kForward, Direction::kBackward}, {}, &run_fwd_sm90, &run_bwd_sm90, &fwd_plan_sm90, &bwd_plan_sm90,
+      {Direction::kForward, Direction::kBackward}, {}, {}, &run_fwd_sm90, &run_bwd_sm90, &fwd_plan_sm90, &bwd_plan_sm90,
       &fwd_sm90_unsupported, &bwd_sm90_unsupported, nullptr, nullptr, /*deterministic_backward=*/true});
 #endif
 #ifdef FLASHSDPA_FAMILY_SM80
@@ -71,6 +71,7 @@ std::vector<FamilyCaps> make_families() {
         lowest, 0, archs, build_config().dtypes, ints(FLASHSDPA_SM80_FWD_HEAD_DIMS_LIST),
         ints(FLASHSDPA_SM80_BWD_HEAD_DIMS_LIST), kAllMasks, {Layout::kDense, Layout::kVarlen, Layout::kDecode},
         {Direction::kForward, Direction::kBackward}, {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks},
+        {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks},
         &run_fwd_sm80, &run_bwd_sm80, &fwd_plan_sm80, &bwd_plan_sm80, nullptr, nullptr, &run_decode_sm80,
         &decode_tile_sm80});
   }
@@ -147,11 +148,11 @@ bool check_deterministic(const FamilyCaps& f, const Problem& p, std::string* why
 bool check_features(const FamilyCaps& f, const Problem& p, std::string* why) {
   std::string missing;
   for (Feature x : {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks}) {
-    if ((p.features & static_cast<unsigned>(x)) != 0 && !contains(f.features, x))
+    if ((p.features & static_cast<unsigned>(x)) != 0 && !contains(f.features(p.direction), x))
       missing += (missing.empty() ? "" : ", ") + std::string(feature_name(x));
   }
   if (missing.empty()) return true;
-  if (why) *why = missing + ": not served by this family";
+  if (why) *why = missing + ": not served by the " + f.name + " family's " + direction_name(p.direction);
   return false;
 }
 

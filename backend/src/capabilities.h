@@ -55,7 +55,9 @@ struct FamilyCaps {
   std::vector<MaskKind> masks;
   std::vector<Layout> layouts;
   std::vector<Direction> directions;
-  std::vector<Feature> features;        // score modifiers it serves, in both of its directions
+  // Score modifiers it serves, per direction (a family's forward may serve one before its backward).
+  std::vector<Feature> fwd_features;
+  std::vector<Feature> bwd_features;
   RunFwd run_fwd;
   RunBwd run_bwd;    // nullptr without a backward
   PlanFn fwd_plan;
@@ -75,6 +77,9 @@ struct FamilyCaps {
   bool deterministic_backward = false;
 
   const std::vector<int>& head_dims(Direction d) const { return d == Direction::kForward ? fwd_head_dims : bwd_head_dims; }
+  const std::vector<Feature>& features(Direction d) const {
+    return d == Direction::kForward ? fwd_features : bwd_features;
+  }
   std::vector<int> all_head_dims() const;             // both directions' buckets, ascending
   int bucket(int head_dim_qk, int head_dim_v) const;  // 0: none large enough
   TilePlan plan(Direction d, int bucket, int major, int smem_optin_bytes) const;

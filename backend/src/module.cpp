@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <climits>
 #include <stdexcept>
 #include <string>
@@ -207,7 +208,18 @@ py::dict capabilities_dict() {
     d["masks"] = names_of(f.masks, [](MaskKind m) { return std::string(mask_kind_name(m)); });
     d["layouts"] = names_of(f.layouts, [](Layout l) { return std::string(layout_name(l)); });
     d["directions"] = names_of(f.directions, direction_str);
-    d["features"] = names_of(f.features, [](Feature x) { return std::string(feature_name(x)); });
+    // "features": what either direction serves; "features_by_direction": each direction's.
+    const auto feature_names = [](const std::vector<Feature>& v) {
+      return names_of(v, [](Feature x) { return std::string(feature_name(x)); });
+    };
+    std::vector<Feature> either = f.fwd_features;
+    for (Feature x : f.bwd_features) {
+      if (std::find(either.begin(), either.end(), x) == either.end()) either.push_back(x);
+    }
+    d["features"] = feature_names(either);
+    py::dict features_by_direction;
+    for (Direction dir : f.directions) features_by_direction[py::str(direction_str(dir))] = feature_names(f.features(dir));
+    d["features_by_direction"] = features_by_direction;
     py::list smem;
     for (Direction dir : f.directions) {
       for (int bucket : f.head_dims(dir)) {

@@ -143,8 +143,10 @@ def capabilities() -> Capabilities:
     ``runs_on`` and ``min_capability`` / ``max_capability``, ``archs``, ``dtypes`` ("float16",
     "bfloat16"), ``head_dims`` (the family's buckets), ``head_dims_by_direction`` (the buckets each
     direction serves, {"forward": [...], "backward": [...]}) and ``head_dim_rule``, ``masks`` ("none", "causal_top_left",
-    "causal_bottom_right", "window"), ``layouts`` ("dense", "varlen"), ``directions`` ("forward",
-    "backward"), ``smem_per_tile``), in the order the launcher prefers them. One GPU may use two
+    "causal_bottom_right", "window"), ``layouts`` ("dense", "varlen", "decode"), ``directions``
+    ("forward", "backward"), ``features`` (the score modifiers either direction serves: "softcap",
+    "alibi", "sinks") and ``features_by_direction``, ``smem_per_tile``), in the order the launcher
+    prefers them. One GPU may use two
     families: each call takes the first that serves it. ``.reason`` says why there is none."""
     table = Capabilities(dict(f) for f in CAPABILITIES)
     table.reason = CAPABILITIES_REASON

@@ -45,6 +45,8 @@ def _print_capabilities(families: list[dict[str, Any]], reason: str | None) -> N
             print(f"{f'  head dims {direction}':<24} {', '.join(map(str, dims)) or 'none compiled'}")
         print(f"{'  masks':<24} {', '.join(f['masks'])}")
         print(f"{'  layouts, directions':<24} {', '.join(f['layouts'])}; {', '.join(f['directions'])}")
+        for direction, names in f.get("features_by_direction", {}).items():
+            print(f"{f'  modifiers {direction}':<24} {', '.join(names) or 'none'}")
         tiles: dict[tuple[str, int], list[str]] = {}
         for t in f["smem_per_tile"]:
             tiles.setdefault((t["direction"], t["cc_major"]), []).append(f"{t['head_dim']}:{t['bytes'] // 1024}K")

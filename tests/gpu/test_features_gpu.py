@@ -335,6 +335,7 @@ def test_features_route(request: pytest.FixtureRequest) -> None:
     skip_unless_compiled(torch.bfloat16, 128)
     table = {f["family"]: f for f in flashsdpa.capabilities()}
     assert set(table["sm80"]["features"]) == {"softcap", "alibi", "sinks"}
+    assert all(set(v) == {"softcap", "alibi", "sinks"} for v in table["sm80"]["features_by_direction"].values())
     if "sm90" in table:
         assert table["sm90"]["features"] == []
     code = _backend.DTYPE_CODES[torch.bfloat16]
