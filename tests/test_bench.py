@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from flashsdpa import cli
-from flashsdpa.bench import bars, decode, gpu, models, problems, rounds
+from flashsdpa.bench import bars, decode, gpu, models, problems, rounds, window
 from flashsdpa.bench.problems import Problem, Result
 
 
@@ -130,8 +130,10 @@ def test_model_and_decode_bars() -> None:
 
 def test_parts_selection() -> None:
     ns = types.SimpleNamespace
-    assert gpu.selected_parts(ns(quick=False, sweep=False, models=False, decode=False)) == ["sweep", "models", "decode"]
-    assert gpu.selected_parts(ns(quick=True, sweep=False, models=False, decode=False)) == ["sweep"]
+    none = {"sweep": False, "models": False, "decode": False, "window": False}
+    assert gpu.selected_parts(ns(quick=False, **none)) == ["sweep", "models", "decode", "window"]
+    assert gpu.selected_parts(ns(quick=True, **none)) == ["sweep"]
+    assert gpu.selected_parts(ns(quick=False, **{**none, "window": True})) == ["window"]
     assert gpu.selected_parts(ns(quick=True, sweep=False, models=True, decode=True)) == ["models", "decode"]
 
 
@@ -171,6 +173,9 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gpu, "MEMORY_SEQLEN", 64)
     monkeypatch.setattr(decode, "DECODE_SHAPES", ((1, 64), (2, 32)))
     monkeypatch.setattr(decode, "DECODE_REPS", 3)
+    monkeypatch.setattr(window, "WINDOW_SHAPE", (1, 2, 64, 16))
+    monkeypatch.setattr(window, "WINDOW_KEYS", 16)
+    monkeypatch.setattr(window, "MASKS", (("causal", None), ("window", (15, 0))))
     tiny = models.DecoderShape(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=48, vocab=64)
     monkeypatch.setattr(models, "MODELS", {k: (tiny, dt) for k, (_, dt) in models.MODELS.items()})
     monkeypatch.setattr(models, "CASES", tuple(
@@ -186,7 +191,7 @@ def test_whole_gpu_path_on_fake_cuda(fake_cuda: None, tmp_path: Path, capsys: py
     assert rc in (0, 1), captured.err[-3000:]
     assert "FAILED parts" not in captured.out, captured.out[-3000:]
     payload = json.loads((tmp_path / "results.json").read_text())
-    assert payload["failed_parts"] == {} and payload["parts"] == ["sweep", "models", "decode"]
+    assert payload["failed_parts"] == {} and payload["parts"] == ["sweep", "models", "decode", "window"]
     flash = [r for r in payload["results"] if r["backend"] == "torch-flash"]
     assert flash and all(len(r["round_ms"]) == 2 for r in flash)
     assert all(len(r["ours_over_flash_rounds"]) == 2 for r in payload["ratios"])
@@ -198,6 +203,7 @@ def test_whole_gpu_path_on_fake_cuda(fake_cuda: None, tmp_path: Path, capsys: py
         assert (tmp_path / name).stat().st_size > 0
     assert captured.out.rstrip().splitlines()[-1].lstrip().endswith("(stretch bars and n/a not counted)")
     assert "Models (torch-llama" in captured.out and "Decode: one query token" in captured.out
+    assert "Sliding window:" in captured.out and payload["window"]["summary"]["fwd"]["window_over_causal"]
 
 
 def test_quick_runs_the_sweep_alone(fake_cuda: None, tmp_path: Path) -> None:

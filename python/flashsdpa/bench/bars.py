@@ -50,11 +50,12 @@ MODEL_RATIO_BARS: dict[str, list[tuple[str, float, bool]]] = {
 }
 MODEL_MS_STRETCH = {"train B1x8k": 70.0, "train B4x2k": 61.0}
 OVERHEAD_BARS_US = {"no grad": 0.0, "grad": 2.0}  # the shim-cost issue's per-call bars
+WINDOW_MIN_RATIO = 0.9  # the window's rate on visible pairs over dense causal's (issue 8)
 
 
 @dataclass
 class Bar:
-    part: str  # sweep | models | decode | overhead
+    part: str  # sweep | models | decode | window | overhead
     name: str
     value: float | None
     target: float
@@ -180,6 +181,15 @@ def decode_bars(rows: Sequence[dict[str, Any]]) -> list[Bar]:
             )
         )
     return bars
+
+
+def window_bars(summary: dict[str, Any]) -> list[Bar]:
+    """From window.py's summary: the window's rate over dense causal's, forward and forward + backward."""
+    return [
+        Bar("window", f"4k window / 32k tokens, {direction}: rate / causal rate", d.get("window_over_causal"),
+            WINDOW_MIN_RATIO, "x")
+        for direction, d in summary.items()
+    ]  # fmt: skip
 
 
 def overhead_bars(o: dict[str, Any] | None) -> list[Bar]:

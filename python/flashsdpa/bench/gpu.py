@@ -22,8 +22,9 @@ import torch
 
 from flashsdpa.bench import problems
 from flashsdpa.bench.anchors import ANCHOR_SOURCE, load_anchors
-from flashsdpa.bench.bars import decode_bars, model_bars, overhead_bars, print_bars, sweep_bars
+from flashsdpa.bench.bars import decode_bars, model_bars, overhead_bars, print_bars, sweep_bars, window_bars
 from flashsdpa.bench.decode import print_decode, run_decode
+from flashsdpa.bench.window import print_window, run_window
 from flashsdpa.bench.memory import peak_extra_mib
 from flashsdpa.bench.models import print_models, run_models
 from flashsdpa.bench.overhead import overhead_us
@@ -45,12 +46,12 @@ from flashsdpa.bench.report import environment, plot, print_memory, print_overhe
 from flashsdpa.bench.sweep import sweep
 from flashsdpa.bench.timing import fa4_unavailable
 
-PARTS = ("sweep", "models", "decode")
+PARTS = ("sweep", "models", "decode", "window")
 T = TypeVar("T")
 
 
 def selected_parts(args: argparse.Namespace) -> list[str]:
-    """The parts named by --sweep / --models / --decode; none named: all of them (the full run)
+    """The parts named by --sweep / --models / --decode / --window; none named: all of them (the full run)
     or the sweep alone (--quick)."""
     named = [p for p in PARTS if getattr(args, p, False)]
     if named:
@@ -176,6 +177,7 @@ def run_gpu(args: argparse.Namespace) -> int:
             memory = guard.run("memory", lambda: _memory(args, backends, dtype)) or []
     models = guard.run("models", lambda: run_models(args)) if "models" in parts else None
     decode = guard.run("decode", lambda: run_decode(args, backends)) if "decode" in parts else None
+    window = guard.run("window", lambda: run_window(args)) if "window" in parts and kernels_ok else None
     raised = [r for r in (models or {}).get("rows", []) if r["status"].startswith("error")]
     if raised:  # a case that raised inside the models part: the part ran, but not all of it
         guard.failed["models"] = "; ".join(f"{r['case']} {r['variant']}: {r['status']}" for r in raised)[:400]
@@ -185,10 +187,12 @@ def run_gpu(args: argparse.Namespace) -> int:
     print_overhead(overhead)
     print_models(models)
     print_decode(decode)
+    print_window(window)
     bars = [
         *sweep_bars(results, anchors, fa4_note),
         *model_bars((models or {}).get("ratios", [])),
         *decode_bars((decode or {}).get("summary", [])),
+        *window_bars((window or {}).get("summary", {})),
         *overhead_bars(overhead),
     ]
     payload = {
@@ -204,6 +208,7 @@ def run_gpu(args: argparse.Namespace) -> int:
         "overhead": overhead,
         "models": models,
         "decode": decode,
+        "window": window,
         "bars": [b.as_dict() for b in bars],
     }
     out_dir = Path(args.out)
