@@ -31,11 +31,11 @@ def test_dense_decode_gets_the_decode_item(recorded: Any) -> None:
     _backend.launch_fwd(q, k, v, out, lse, 0.125, masks.CAUSAL_BOTTOM_RIGHT)
     [(name, (spec,))] = recorded.calls
     assert name == "fwd" and len(spec) == 9 and spec[2] == (2, 8, 2, 1, 300, 64, 64, -1, -1)
-    splits, o_accum, lse_accum, o_bytes, lse_bytes, table, table_stride, page_size = spec[8]
+    splits, o_accum, lse_accum, o_bytes, lse_bytes, table, table_stride, page_size, num_pages = spec[8]
     rows = 2 * 8 * 1 * 3  # the stand-in's heuristic says 3 splits
     assert splits == 3 and (o_bytes, lse_bytes) == (rows * 64 * 4, rows * 4)
     assert o_accum != 0 and lse_accum - o_accum == (o_bytes + 255) // 256 * 256  # one buffer, LSEs 256-aligned
-    assert (table, table_stride, page_size) == (0, 0, 0)
+    assert (table, table_stride, page_size, num_pages) == (0, 0, 0, 0)
 
 
 def test_forced_single_split_needs_no_workspace(recorded: Any) -> None:
@@ -43,7 +43,7 @@ def test_forced_single_split_needs_no_workspace(recorded: Any) -> None:
     k = v = torch.empty(1, 4, 40, 64, dtype=BF16)
     _backend.launch_fwd(q, k, v, out, None, 0.125, masks.NO_MASK, num_splits=1)
     [(_, (spec,))] = recorded.calls
-    assert spec[8] == (1, 0, 0, 0, 0, 0, 0, 0)
+    assert spec[8] == (1, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
 def test_longer_queries_keep_the_forward(recorded: Any) -> None:
@@ -77,13 +77,14 @@ def test_kvcache_cuda_impl_appends_then_launches_once(recorded: Any, page_size: 
     assert pointers[5:7] == (0, 0) and pointers[7] != case.cache_seqlens.data_ptr()  # seqused_k = lengths + Snew
     qs, ks = out.stride(), case.k_cache.stride()
     assert strides[1] == (ks[0], ks[2], ks[1]) and strides[3] == (qs[0], qs[2], qs[1]) and strides[4] == lse.stride()
-    splits, *_, table, table_stride, page = spec[8]
+    splits, *_, table, table_stride, page, num_pages = spec[8]
     assert splits == 7
     if page_size is None:
-        assert (table, table_stride, page) == (0, 0, 0)
+        assert (table, table_stride, page, num_pages) == (0, 0, 0, 0)
     else:
         assert case.block_table is not None
         assert (table, table_stride, page) == (case.block_table.data_ptr(), case.block_table.stride(0), page_size)
+        assert num_pages == case.k_cache.shape[0]  # the bound the kernel clamps block-table entries to
 
 
 def test_kvcache_without_new_rows_passes_the_lengths(recorded: Any) -> None:

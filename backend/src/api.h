@@ -41,6 +41,7 @@ struct DecodeArgs {
   uintptr_t block_table;  // device int32 [batch, max_pages]
   int64_t block_table_batch_stride;
   int32_t page_size;
+  int32_t num_pages;  // the pool's pages (k_cache.size(0)) with a block table, else 0
 };
 
 // The score modifiers of one call (params.h's ScoreMods): device float32 pointers, 0 = none.

@@ -89,6 +89,7 @@ void check_decode(const AttnFwdParams& p) {
     if (reinterpret_cast<uintptr_t>(p.block_table) % 4 != 0) fail("block_table: data pointer must be 4-byte aligned");
     if (p.page_size < 1) fail("page_size=" + str(p.page_size) + ": must be >= 1 with a block table");
     if (p.block_table_batch_stride < 0) fail("block_table batch stride=" + str(p.block_table_batch_stride) + ": must be >= 0");
+    if (p.num_pages < 1) fail("num_pages=" + str(p.num_pages) + ": a block table needs a pool of at least one page");
   }
 }
 

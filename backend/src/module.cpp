@@ -119,7 +119,7 @@ FwdSpec fwd_spec(py::handle obj) {
   if (PyTuple_GET_SIZE(spec) > 8) {
     PyObject* item = PyTuple_GET_ITEM(spec, 8);
     if (item != Py_None) {
-      PyObject* d = tuple_arg(item, 8, "spec.decode");
+      PyObject* d = tuple_arg(item, 9, "spec.decode");
       s.decode = DecodeArgs{int32_item(d, 0, "num_splits"),
                             static_cast<uintptr_t>(int_item(d, 1, "o_accum")),
                             static_cast<uintptr_t>(int_item(d, 2, "lse_accum")),
@@ -127,7 +127,8 @@ FwdSpec fwd_spec(py::handle obj) {
                             int_item(d, 4, "lse_accum_bytes"),
                             static_cast<uintptr_t>(int_item(d, 5, "block_table")),
                             int_item(d, 6, "block_table_batch_stride"),
-                            int32_item(d, 7, "page_size")};
+                            int32_item(d, 7, "page_size"),
+                            int32_item(d, 8, "num_pages")};
     }
   }
   if (PyTuple_GET_SIZE(spec) > 9 && PyTuple_GET_ITEM(spec, 9) != Py_None) {

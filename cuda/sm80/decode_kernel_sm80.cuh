@@ -196,7 +196,9 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
         if (ok) {
           if (paged) {
             const int page_index = key / p.page_size;
-            const int64_t page = pages[page_index];
+            // A block-table entry outside the pool (bad metadata the host did not read: that is a
+            // sync) is clamped into it: wrong values for that sequence, never memory outside.
+            const int64_t page = min(max(pages[page_index], 0), p.num_pages - 1);
             const int in_page = key - page_index * p.page_size;
             k_off = page * p.k_batch_stride + in_page * p.k_row_stride;
             v_off = page * p.v_batch_stride + in_page * p.v_row_stride;

@@ -394,7 +394,7 @@ def new_workspace(nbytes: int, device: torch.device) -> Tensor:
 
 def _decode_item(
     spec: tuple[Any, ...], mask: MaskSpec, kv_cache: bool, num_splits: int, device: torch.device,
-    block_table: Tensor | None = None, page_size: int = 0,
+    block_table: Tensor | None = None, page_size: int = 0, num_pages: int = 0,
 ) -> tuple[tuple[Any, ...], Tensor | None] | None:
     """The decode item of a spec (module.cpp's fwd_spec, 9th item) and the split workspace behind
     its pointers, or None when no decode kernel serves the call (the plan's reasons then say why).
@@ -421,7 +421,7 @@ def _decode_item(
         lse_ptr = o_ptr + o_padded
     table = 0 if block_table is None else block_table.data_ptr()
     table_stride = 0 if block_table is None else block_table.stride(0)
-    return (splits, o_ptr, lse_ptr, o_bytes, lse_bytes, table, table_stride, page_size), workspace
+    return (splits, o_ptr, lse_ptr, o_bytes, lse_bytes, table, table_stride, page_size, num_pages), workspace
 
 
 def launch_fwd(
@@ -474,7 +474,8 @@ def launch_kvcache(
         mask, scale, DTYPE_CODES[q.dtype], device, _current_stream(device),
     )  # fmt: skip
     page_size = 0 if block_table is None else k_cache.shape[1]
-    decode = _decode_item(spec, mask, True, num_splits, q.device, block_table, page_size)
+    num_pages = 0 if block_table is None else k_cache.shape[0]  # the kernel clamps block-table entries to it
+    decode = _decode_item(spec, mask, True, num_splits, q.device, block_table, page_size, num_pages)
     item, workspace = decode  # type: ignore[misc]  # kv_cache: raises rather than returning None
     _C.fwd((*spec, item))
     del workspace  # only now: the launch is queued

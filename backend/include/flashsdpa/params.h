@@ -125,6 +125,7 @@ struct AttnFwdParams {
   const int32_t* block_table;
   int64_t block_table_batch_stride;
   int32_t page_size;
+  int32_t num_pages;  // pages in the pool: the kernel clamps every block-table entry to [0, num_pages)
   // Split-KV: the keys of one (batch, kv head) are cut into num_splits ranges of key blocks, one
   // CTA each. num_splits == 1 writes o / lse directly; > 1 writes float32 partials to the
   // caller-allocated workspace (the host reports its size: backend/src/decode.cpp), which the
