@@ -132,8 +132,9 @@ def _fwd_kvcache_cuda(
     if k is not None and v is not None:
         if rotary_cos is not None and rotary_sin is not None:
             rot, at = reference_kvcache.apply_rotary, reference_kvcache.new_positions
-            q = rot(q, rotary_cos, rotary_sin, at(cache_seqlens, q.shape[1]), rotary_interleaved)
-            k = rot(k, rotary_cos, rotary_sin, at(cache_seqlens, seqlen_new), rotary_interleaved)
+            rows = rotary_cos.shape[0]  # positions clamped into the table (see new_positions)
+            q = rot(q, rotary_cos, rotary_sin, at(cache_seqlens, q.shape[1], rows), rotary_interleaved)
+            k = rot(k, rotary_cos, rotary_sin, at(cache_seqlens, seqlen_new, rows), rotary_interleaved)
         reference_kvcache.append_(k_cache, v_cache, k, v, cache_seqlens, block_table)
     out, lse = _outputs(q, v_cache)
     _COUNTS[0] += 1

@@ -30,10 +30,14 @@ from flashsdpa.masks import MaskSpec
 __all__ = ["append_", "apply_rotary", "attention_with_kvcache", "gather_pages", "new_positions"]
 
 
-def new_positions(cache_seqlens: Tensor, seqlen: int) -> Tensor:
-    """(B, seqlen) int64: positions ``cache_seqlens[b] + i`` of the new rows, on the device."""
+def new_positions(cache_seqlens: Tensor, seqlen: int, limit: int | None = None) -> Tensor:
+    """(B, seqlen) int64: positions ``cache_seqlens[b] + i`` of the new rows, on the device; with
+    ``limit``, clamped into [0, limit): on CUDA the values of cache_seqlens are not read on the host
+    (a sync), and an index past a table would be a device-side assert that ends the CUDA context.
+    Valid calls (the CPU path checks them first) never reach the bounds."""
     steps = torch.arange(seqlen, device=cache_seqlens.device, dtype=torch.int64)
-    return cache_seqlens.to(torch.int64).unsqueeze(1) + steps
+    positions = cache_seqlens.to(torch.int64).unsqueeze(1) + steps
+    return positions if limit is None else positions.clamp_(0, max(limit - 1, 0))
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor, interleaved: bool) -> Tensor:
@@ -57,13 +61,15 @@ def _cache_index(
     cache: Tensor, cache_seqlens: Tensor, seqlen: int, block_table: Tensor | None
 ) -> tuple[Tensor, Tensor]:
     """The (first, second) index pair of the cache rows the new rows go to, each (B, seqlen)."""
-    positions = new_positions(cache_seqlens, seqlen)
     if block_table is None:
+        positions = new_positions(cache_seqlens, seqlen, cache.shape[1])
         batch = torch.arange(positions.shape[0], device=positions.device).unsqueeze(1).expand_as(positions)
         return batch, positions
     page_size = cache.shape[1]
+    positions = new_positions(cache_seqlens, seqlen, block_table.shape[1] * page_size)
     pages = block_table.to(torch.int64).gather(1, torch.div(positions, page_size, rounding_mode="floor"))
-    return pages, positions.remainder(page_size)
+    # Entries outside the pool (unread bad metadata on CUDA) stay inside it, as in the kernel.
+    return pages.clamp_(0, max(cache.shape[0] - 1, 0)), positions.remainder(page_size)
 
 
 def append_(

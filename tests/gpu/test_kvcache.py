@@ -354,3 +354,18 @@ def test_decode_sanitizer_subset_bad_block_table() -> None:
     assert bool(torch.isfinite(out).all())
     for b in (0, 2):  # untouched tables: the rule's neighbourhood of the reference
         assert (out[b].double() - ref_out[b].to(DEVICE)).abs().max().item() < 0.05
+
+
+@pytest.mark.parametrize("page_size", [None, 16], ids=["contiguous", "page16"])
+def test_decode_sanitizer_subset_bad_cache_seqlens(page_size: int | None) -> None:
+    """cache_seqlens past the cache or negative (not read on the host on CUDA): the append, the
+    rotary lookup and the kernel clamp every index into their tables, so the call completes with
+    no device-side assert and no access outside the caches; the CUDA context stays healthy."""
+    case = make_case(batch=3, seqlen_q=2, heads_q=8, heads_kv=2, head_dim=64, capacity=128, page_size=page_size,
+                     rotary="halves", dtype=BF16, device=DEVICE)  # fmt: skip
+    lengths = torch.tensor([-5, 127, 10**6], dtype=torch.int32, device=DEVICE)
+    out = flashsdpa.attention_with_kvcache(case.q, case.k_cache, case.v_cache, case.k, case.v, cache_seqlens=lengths,
+                                           block_table=case.block_table, rotary_cos=case.cos, rotary_sin=case.sin)  # fmt: skip
+    torch.cuda.synchronize()
+    assert out.shape == case.q.shape and bool(torch.isfinite(out).all())
+    torch.ones(1, device=DEVICE).sum().item()  # later work on the device still runs
