@@ -143,18 +143,6 @@ __device__ __forceinline__ void apply_mask_t(float (&s)[1][kMTiles][4], const Bl
   }
 }
 
-// 16-bit A fragments of an RS wgmma from an fp32 accumulator in the C layout (as the forward's P).
-template <typename Elem, int kNTiles>
-__device__ __forceinline__ void to_a_fragments(uint32_t (&a)[kNTiles / 2][4], const float (&c)[1][kNTiles][4]) {
-#pragma unroll
-  for (int kk = 0; kk < kNTiles / 2; ++kk) {
-    a[kk][0] = ElemTraits<Elem>::pack(c[0][2 * kk][0], c[0][2 * kk][1]);
-    a[kk][1] = ElemTraits<Elem>::pack(c[0][2 * kk][2], c[0][2 * kk][3]);
-    a[kk][2] = ElemTraits<Elem>::pack(c[0][2 * kk + 1][0], c[0][2 * kk + 1][1]);
-    a[kk][3] = ElemTraits<Elem>::pack(c[0][2 * kk + 1][2], c[0][2 * kk + 1][3]);
-  }
-}
-
 template <typename Traits>
 __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int n_block,
                                         int kv_head, int batch, const StepRange& range) {
@@ -379,7 +367,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       for (int x = 0; x < 4; ++x) st[0][j][x] = fast_exp2(fmaf(st[0][j][x], scale_log2, x % 2 ? -lse2[j].y : -lse2[j].x));
     }
     if (mask.template partial<kBlockM, kBlockN>(m_block, n_block)) apply_mask_t<kMTiles>(st, mask, key0, q0, seq.seqlen_q, 0.f);
-    to_a_fragments<Elem, kMTiles>(pt16, st);
+    sm90::accumulator_to_a<Elem, kMTiles>(pt16, st);
 
     // dV += P^T dO (K steps over the 64 queries), issued before dS^T exists.
     sm90::wgmma_fence();
@@ -402,7 +390,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
 #pragma unroll
       for (int x = 0; x < 4; ++x) dpt[0][j][x] = st[0][j][x] * (dpt[0][j][x] - (x % 2 ? delta[j].y : delta[j].x));
     }
-    to_a_fragments<Elem, kMTiles>(dst16, dpt);
+    sm90::accumulator_to_a<Elem, kMTiles>(dst16, dpt);
 
     // dK += dS^T Q.
     sm90::wgmma_fence();

@@ -130,19 +130,6 @@ constexpr int kBarEpilogue = 1;
 constexpr int kBarTurn = 4;
 
 
-// P (fp32 probabilities in the S accumulator layout) -> 16-bit A fragments of P V, k-step by
-// k-step: the C fragments of column groups 2kk and 2kk + 1 are exactly the A fragment of step kk.
-template <typename Elem, int kNTiles>
-__device__ __forceinline__ void convert_p(uint32_t (&p16)[kNTiles / 2][4], const float (&s)[1][kNTiles][4]) {
-#pragma unroll
-  for (int kk = 0; kk < kNTiles / 2; ++kk) {
-    p16[kk][0] = ElemTraits<Elem>::pack(s[0][2 * kk][0], s[0][2 * kk][1]);
-    p16[kk][1] = ElemTraits<Elem>::pack(s[0][2 * kk][2], s[0][2 * kk][3]);
-    p16[kk][2] = ElemTraits<Elem>::pack(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-    p16[kk][3] = ElemTraits<Elem>::pack(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
-  }
-}
-
 // S = Q K^T for this warpgroup's 64 rows (issued, committed; the caller waits). q_desc / k_desc
 // describe column block 0 of this warpgroup's Q rows and of the K slot.
 template <typename Traits>
@@ -341,7 +328,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
       softmax.template online_step<kNTiles>(s, scale_log2, correction);  // o is zero: no rescale needed
-      convert_p<Elem, kNTiles>(p16, s);
+      sm90::accumulator_to_a<Elem, kNTiles>(p16, s);
       ++ring.kv;
     }
     for (--n; n >= w.n_block_min; --n, ++ring.kv) {
@@ -365,7 +352,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       sm90::fence_regs(o_acc);
       if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
       if (rescale) softmax.template rescale<kDTiles>(o, correction);
-      convert_p<Elem, kNTiles>(p16, s);
+      sm90::accumulator_to_a<Elem, kNTiles>(p16, s);
     }
     const int prev = (ring.kv - 1) % kStages;
     sm90::mbar_wait(sm.v_full(prev), ((ring.kv - 1) / kStages) & 1);

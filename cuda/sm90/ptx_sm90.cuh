@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "common/ptx.cuh"
 #include "sm90/wgmma_ops.cuh"
 
 namespace flashsdpa {
@@ -45,6 +46,20 @@ template <int N>
 __device__ __forceinline__ void fence_regs(float (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// An fp32 accumulator in the wgmma C layout (kNTiles n8 column groups) -> the 16-bit A fragments
+// of an RS wgmma, k-step by k-step: the C fragments of column groups 2kk and 2kk + 1 are exactly the
+// A fragment of step kk (the forward's P for P V; the backward's P^T and dS^T).
+template <typename Elem, int kNTiles>
+__device__ __forceinline__ void accumulator_to_a(uint32_t (&a)[kNTiles / 2][4], const float (&c)[1][kNTiles][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kNTiles / 2; ++kk) {
+    a[kk][0] = ElemTraits<Elem>::pack(c[0][2 * kk][0], c[0][2 * kk][1]);
+    a[kk][1] = ElemTraits<Elem>::pack(c[0][2 * kk][2], c[0][2 * kk][3]);
+    a[kk][2] = ElemTraits<Elem>::pack(c[0][2 * kk + 1][0], c[0][2 * kk + 1][1]);
+    a[kk][3] = ElemTraits<Elem>::pack(c[0][2 * kk + 1][2], c[0][2 * kk + 1][3]);
+  }
 }
 
 // ---- mbarriers ---------------------------------------------------------------------------------
