@@ -38,6 +38,17 @@ __device__ __forceinline__ float tanh_approx(float x) {
   return y;
 }
 
+// The softcap's raw score, tanh(s * factor), over a score tile of kMT x kNT stacked C fragments.
+template <int kMT, int kNT>
+__device__ __forceinline__ void softcap_tanh(float (&s)[kMT][kNT][4], float factor) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[mt][nt][e] = tanh_approx(s[mt][nt][e] * factor);
+}
+
 // s += per_key * |i + diag - j| over a score tile of kMT x kNT stacked m16n8 C fragments (the
 // layout of BlockMask::apply: row0 / col0 are the sequence row and column of the thread's element
 // 0). Distances are exact in float below 2^24 keys. Rows >= row_end get nothing: the backward's
@@ -92,14 +103,7 @@ struct ScoreModFwd {
   __device__ __forceinline__ static void apply(const AttnFwdParams& p, const SeqlenInfo& seq, int batch, int head,
                                                float (&s)[kMT][kNT][4], int row0, int col0) {
     if constexpr (kMods) {
-      if (p.mods.softcap > 0.f) {
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[mt][nt][e] = tanh_approx(s[mt][nt][e] * fabsf(p.mods.softcap_tanh_scale));
-      }
+      if (p.mods.softcap > 0.f) softcap_tanh(s, fabsf(p.mods.softcap_tanh_scale));
       if (p.mods.alibi_slopes != nullptr) {
         const float slope = p.mods.alibi_slopes[static_cast<int64_t>(batch) * p.mods.alibi_batch_stride + head];
         add_alibi(s, row0, col0, static_cast<float>(seq.seqlen_k - seq.seqlen_q), -slope / scale(p), seq.seqlen_q);
@@ -152,14 +156,7 @@ struct ScoreModBwd {
   __device__ __forceinline__ static void apply(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, int head,
                                                float (&s)[kMT][kNT][4], Row0&& row0, Col0&& col0) {
     if constexpr (kMods) {
-      if (p.mods.softcap > 0.f) {
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[mt][nt][e] = tanh_approx(s[mt][nt][e] * p.mods.softcap_tanh_scale);
-      }
+      if (p.mods.softcap > 0.f) softcap_tanh(s, p.mods.softcap_tanh_scale);
       if (p.mods.alibi_slopes != nullptr) {
         add_alibi(s, row0(), col0(), static_cast<float>(seq.seqlen_k - seq.seqlen_q), alibi_per_key(p, batch, head),
                   seq.seqlen_q);
