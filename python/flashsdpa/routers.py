@@ -315,9 +315,10 @@ def _flash_forward_run(plan: _FlashPlan, out: Tensor, args: tuple[Any, ...], kwa
         # num_splits (torch >= 2.12): the decode kernel's split count where a call takes it (<= 16
         # query rows), as PyTorch's kernel honours it; 0 / None: our heuristic.
         splits = min(max(int(kwargs.get("num_splits") or 0), 0), _backend.MAX_SPLITS)
-        # The decode kernel takes no score modifiers: a call with them runs the forward kernel.
-        extra: dict[str, Any] = {"num_splits": splits} if plan.mods is None else {"mods": plan.mods}
-        _backend.launch_fwd(plan.q, plan.k, plan.v, out.transpose(1, 2), lse, scale, plan.mask, **extra)
+        if plan.mods is None:
+            _backend.launch_fwd(plan.q, plan.k, plan.v, out.transpose(1, 2), lse, scale, plan.mask, num_splits=splits)
+        else:  # the decode kernel takes no score modifiers: such a call runs the forward kernel
+            _backend.launch_fwd(plan.q, plan.k, plan.v, out.transpose(1, 2), lse, scale, plan.mask, mods=plan.mods)
     return lse
 
 
