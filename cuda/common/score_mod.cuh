@@ -49,6 +49,11 @@ __device__ __forceinline__ void softcap_tanh(float (&s)[kMT][kNT][4], float fact
       for (int e = 0; e < 4; ++e) s[mt][nt][e] = tanh_approx(s[mt][nt][e] * factor);
 }
 
+// ALiBi's slope of (batch, head): alibi_slopes is (Hq,) (batch stride 0) or (B, Hq).
+__device__ __forceinline__ float alibi_slope(const ScoreMods& m, int batch, int head) {
+  return m.alibi_slopes[static_cast<int64_t>(batch) * m.alibi_batch_stride + head];
+}
+
 // s += per_key * |i + diag - j| over a score tile of kMT x kNT stacked m16n8 C fragments (the
 // layout of BlockMask::apply: row0 / col0 are the sequence row and column of the thread's element
 // 0). Distances are exact in float below 2^24 keys. Rows >= row_end get nothing: the backward's
@@ -105,8 +110,8 @@ struct ScoreModFwd {
     if constexpr (kMods) {
       if (p.mods.softcap > 0.f) softcap_tanh(s, fabsf(p.mods.softcap_tanh_scale));
       if (p.mods.alibi_slopes != nullptr) {
-        const float slope = p.mods.alibi_slopes[static_cast<int64_t>(batch) * p.mods.alibi_batch_stride + head];
-        add_alibi(s, row0, col0, static_cast<float>(seq.seqlen_k - seq.seqlen_q), -slope / scale(p), seq.seqlen_q);
+        const float per_key = -alibi_slope(p.mods, batch, head) / scale(p);
+        add_alibi(s, row0, col0, static_cast<float>(seq.seqlen_k - seq.seqlen_q), per_key, seq.seqlen_q);
       }
     }
   }
@@ -145,8 +150,7 @@ struct ScoreModBwd {
   // ALiBi per key of distance in x's units for query head `head` (0 without ALiBi).
   __device__ __forceinline__ static float alibi_per_key(const AttnBwdParams& p, int batch, int head) {
     if (p.mods.alibi_slopes == nullptr) return 0.f;
-    const float slope = p.mods.alibi_slopes[static_cast<int64_t>(batch) * p.mods.alibi_batch_stride + head];
-    return -slope * ScoreModConst::kLog2e / scale_log2(p);
+    return -alibi_slope(p.mods, batch, head) * ScoreModConst::kLog2e / scale_log2(p);
   }
 
   // S = q.k of one (query head, query block) -> x, before the probabilities. row0() / col0(): the
