@@ -19,6 +19,7 @@
 #include "sm90/bwd_launch_sm90.cuh"
 
 #include "check_cuda.cuh"
+#include "compare_cuda.cuh"
 
 using namespace flashsdpa;
 using Elem = __nv_bfloat16;
@@ -31,16 +32,6 @@ __global__ void fill(Elem* x, int64_t n, uint64_t seed) {
     h *= 0xBF58476D1CE4E5B9ull;
     h ^= h >> 29;
     x[i] = __float2bfloat16(((h >> 40) * (1.f / 16777216.f) - 0.5f) * 3.4641016f);  // variance 1
-  }
-}
-
-// max |a - b| and max |b| over n elements (float atomics on non-negative floats compare as ints).
-__global__ void diff(const Elem* a, const Elem* b, int64_t n, unsigned* err_bits, unsigned* ref_bits) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float x = __bfloat162float(a[i]), y = __bfloat162float(b[i]);
-    const float e = x == x ? fabsf(x - y) : INFINITY;
-    atomicMax(err_bits, __float_as_uint(e));
-    atomicMax(ref_bits, __float_as_uint(fabsf(y)));
   }
 }
 
@@ -120,9 +111,9 @@ bool check(const Problem& pr) {
   unsigned* bits;
   CHECK_CUDA(cudaMalloc(&bits, 6 * 4));
   CHECK_CUDA(cudaMemset(bits, 0, 6 * 4));
-  diff<<<1024, 256>>>(r.dq2, r.dq, nq, bits + 0, bits + 1);
-  diff<<<1024, 256>>>(r.dk2, r.dk, nk, bits + 2, bits + 3);
-  diff<<<1024, 256>>>(r.dv2, r.dv, nk, bits + 4, bits + 5);
+  max_abs_diff_bf16<<<1024, 256>>>(r.dq2, r.dq, nq, bits + 0, bits + 1);
+  max_abs_diff_bf16<<<1024, 256>>>(r.dk2, r.dk, nk, bits + 2, bits + 3);
+  max_abs_diff_bf16<<<1024, 256>>>(r.dv2, r.dv, nk, bits + 4, bits + 5);
   unsigned h[6];
   CHECK_CUDA(cudaMemcpy(h, bits, sizeof(h), cudaMemcpyDeviceToHost));
   CHECK_CUDA(cudaFree(bits));

@@ -24,6 +24,7 @@
 #endif
 
 #include "check_cuda.cuh"
+#include "compare_cuda.cuh"
 
 using namespace flashsdpa;
 
@@ -591,13 +592,6 @@ void run_bench_sm90(const std::string& mode) {
 // within 1e-3 relative. The portable kernels are the ones the GPU suite checks against the
 // float32 reference (tests/gpu/test_features_gpu.py); this is the sm90 row's gate before the
 // capability table lists the modifiers for it.
-__global__ void max_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, int64_t n, unsigned* bits) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float x = __bfloat162float(a[i]), y = __bfloat162float(b[i]);
-    atomicMax(bits, __float_as_uint(x == x ? fabsf(x - y) : INFINITY));
-    atomicMax(bits + 1, __float_as_uint(fabsf(y)));
-  }
-}
 __global__ void max_diff_f(const float* a, const float* b, int64_t n, unsigned* bits) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float x = a[i], y = b[i];
@@ -656,7 +650,7 @@ int run_mods() {
                                                                                : &run_fwd_sm90_<__nv_bfloat16, 256>;
     CHECK_CUDA(run80(p80, 0));
     CHECK_CUDA(run90(p90, 0));
-    max_diff<<<1024, 256>>>(o90, o80, nq, bits);
+    max_abs_diff_bf16<<<1024, 256>>>(o90, o80, nq, bits, bits + 1);
     max_diff_f<<<1024, 256>>>(l90, l80, rows, bits + 2);
     unsigned h[3];
     CHECK_CUDA(cudaMemcpy(h, bits, 12, cudaMemcpyDeviceToHost));
