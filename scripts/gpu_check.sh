@@ -22,7 +22,7 @@ export FLASHSDPA_BUILD_JOBS="${FLASHSDPA_BUILD_JOBS:-$(nproc)}"
 if FLASHSDPA_SKIP_INSTALL=0 bash scripts/bootstrap.sh > "$OUT/build.log" 2>&1; then
   step build "ok in $(( $(date +%s) - t0 )) s"
 else
-  tail -40 "$OUT/build.log"; step build "FAILED (see build.log)"; printf '%s\n' "${summary[@]}"; exit 1
+  tail -40 "$OUT/build.log"; step build "FAILED (see build.log)"; failed+=(build); finish
 fi
 $PY -m flashsdpa info 2>&1
 
@@ -115,10 +115,4 @@ if [[ "${FAST:-0}" != 1 ]]; then
   check "cpu tests" "$rc"
 fi
 
-echo "================ summary ================"
-printf '%s\n' "${summary[@]}"
-if ((${#failed[@]})); then
-  echo "FAILED: ${failed[*]}"
-  exit 1
-fi
-echo "all steps passed"
+finish

@@ -21,7 +21,7 @@ FLASHSDPA_FAMILIES=sm80 FLASHSDPA_ARCHS="$arch" FLASHSDPA_DTYPES="bf16;fp16" FLA
   timeout 200 $PY setup.py build_ext --inplace > "$OUT/build.log" 2>&1
 rc=$?
 if [[ $rc != 0 ]]; then
-  tail -40 "$OUT/build.log"; step build "FAILED rc=$rc (see build.log)"; printf '%s\n' "${summary[@]}"; exit 1
+  tail -40 "$OUT/build.log"; step build "FAILED rc=$rc (see build.log)"; failed+=(build); finish
 fi
 spills=$(grep -A1 "Compiling entry function '.*decode_sm80" "$OUT/build.log" | grep -cE '[1-9][0-9]* bytes spill stores')
 step build "ok in $(( $(date +%s) - t0 )) s (sm_$arch; decode kernels spilling: $spills)"
@@ -54,10 +54,4 @@ fi
 
 echo "================ decode bench (ours / fastest PyTorch) ================"
 grep -E "^  +(B [0-9]+ x|[0-9]+ +[0-9]+ flashsdpa )" "$OUT/bench.log" 2>/dev/null | head -12
-echo "================ summary ================"
-printf '%s\n' "${summary[@]}"
-if ((${#failed[@]})); then
-  echo "FAILED: ${failed[*]}"
-  exit 1
-fi
-echo "all steps passed"
+finish
