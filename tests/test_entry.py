@@ -487,9 +487,17 @@ def test_refused_call_is_answered_again_without_pytorch(monkeypatch: pytest.Monk
             with pytest.raises(RuntimeError):
                 call()
         assert reached[0] == 4
+        # Another backend setting asks PyTorch again and gets its own error: flash alone refuses
+        # with "No available kernel" where the math kernel's bmm raised a size error.
+        with pytest.raises(RuntimeError) as flash_outside, sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            real(q, k, v)
+        with pytest.raises(RuntimeError) as flash_inside, sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(q, k, v)
+        assert str(flash_inside.value) == str(flash_outside.value) != str(outside.value)
+        assert reached[0] == 5
         # Calls that run are never remembered.
         F.scaled_dot_product_attention(q, q, v)
-        assert len(entry._REFUSED) == 4
+        assert len(entry._REFUSED) == 5
 
 
 # ---- the direct API's eager call: flashsdpa.attention without the dispatcher ---------------------

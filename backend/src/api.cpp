@@ -79,7 +79,7 @@ int64_t rows_per_head(const ProblemShape& shape, int64_t total_q) { return total
 // Two buffers rather than one carved buffer so that a caching allocator accounts them as PyTorch's
 // own flash backward does: one 129 MiB request (d = 128, S = 16k, 16 heads) lands in a 130 MiB
 // segment whose 1 MiB remainder is too small to split off, and counted 1 MiB more.
-WorkspaceLayout workspace_layout(const ProblemShape& shape, int64_t total_q, int bucket) {
+WorkspaceLayout workspace_layout(const ProblemShape& shape, int64_t total_q, int bucket, bool mod_rows) {
   WorkspaceLayout w{};
   const bool varlen = total_q >= 0;
   const int64_t batches = varlen ? 1 : shape.batch;
@@ -89,7 +89,8 @@ WorkspaceLayout workspace_layout(const ProblemShape& shape, int64_t total_q, int
   // Deterministic dQ (params.h's dq_semaphore): one int32 per (batch, head, 64-row query block),
   // dense layouts only (the family that orders its adds serves no varlen), after delta's floats.
   w.semaphore_bytes = varlen ? 0 : shape.batch * shape.heads_q * ((shape.seqlen_q + 63) / 64) * int64_t(sizeof(int32_t));
-  w.delta_bytes = rows * int64_t(sizeof(float)) + w.semaphore_bytes;
+  // With the modifiers' gradients, row_pdp and row_pdist (params.h) follow delta: 3 floats a row.
+  w.delta_bytes = (mod_rows ? 3 : 1) * rows * int64_t(sizeof(float)) + w.semaphore_bytes;
   return w;
 }
 
@@ -159,7 +160,8 @@ void bwd(const BwdSpec& spec) {
   p.delta_batch_stride = varlen_mode ? 0 : int64_t(spec.fwd.shape.heads_q) * rows;
   p.deterministic = spec.deterministic;  // before the family is picked: the sm90 family refuses it
   const FamilyCaps& family = plan_bwd(p, spec.fwd.device);
-  const WorkspaceLayout w = workspace_layout(spec.fwd.shape, total_q, p.head_dim_bucket);
+  const bool mod_rows = p.d_alibi_slopes != nullptr || p.d_sinks != nullptr;
+  const WorkspaceLayout w = workspace_layout(spec.fwd.shape, total_q, p.head_dim_bucket, mod_rows);
   const auto check_buffer = [](const char* name, uintptr_t address, int64_t bytes, int64_t needed) {
     // 16-byte aligned rows: the kernels' vector stores and the sm_90 bulk reduction need it.
     if (address == 0 || address % kWorkspaceAlign != 0)
@@ -173,6 +175,9 @@ void bwd(const BwdSpec& spec) {
   check_buffer("delta", ws.delta, ws.delta_bytes, w.delta_bytes);
   p.dq_accum = ptr<float>(ws.dq_accum);
   p.delta = ptr<float>(ws.delta);
+  const int64_t delta_floats = rows * (varlen_mode ? 1 : spec.fwd.shape.batch) * spec.fwd.shape.heads_q;
+  p.row_pdp = mod_rows ? p.delta + delta_floats : nullptr;
+  p.row_pdist = mod_rows ? p.delta + 2 * delta_floats : nullptr;
   // Deterministic mode on a family that has it: the dQ semaphores live after delta's floats.
   p.dq_semaphore = p.deterministic && family.deterministic_backward && w.semaphore_bytes > 0
                        ? reinterpret_cast<int32_t*>(ws.delta + w.delta_bytes - w.semaphore_bytes)

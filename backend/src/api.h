@@ -92,9 +92,10 @@ void bwd(const BwdSpec& spec);
 struct WorkspaceLayout {
   int64_t rows_per_head;
   int64_t dq_accum_bytes;
-  int64_t delta_bytes;      // delta's floats, then semaphore_bytes
+  int64_t delta_bytes;      // delta's floats, then (mod_rows) row_pdp's and row_pdist's, then semaphore_bytes
   int64_t semaphore_bytes;  // deterministic dQ: int32 per (batch, head, 64-row query block); 0 for varlen
 };
-WorkspaceLayout workspace_layout(const ProblemShape& shape, int64_t total_q, int bucket);
+// mod_rows: the score modifiers' gradients are wanted (params.h's row_pdp / row_pdist).
+WorkspaceLayout workspace_layout(const ProblemShape& shape, int64_t total_q, int bucket, bool mod_rows = false);
 
 }  // namespace flashsdpa

@@ -34,9 +34,8 @@ struct DqAccumLayout {
 };
 
 // ---- preprocess: delta = rowsum(dO * O) in fp32, and zero dq_accum ------------------------------
-// With attention sinks it also adds the sinks' gradient, d_sink[h] = -sum over rows of
-// exp(sink[h] - lse) * delta (the sink's dS = P_sink (0 - delta): it has no value row), one float
-// atomic per warp; rows that saw no key have lse = +inf and add 0.
+// With the modifiers' gradients it also zeroes row_pdp and row_pdist (params.h), which the main
+// kernel adds into and the postprocess reads.
 // One CTA per 64 query rows of one (batch, head); 8 lanes share a row (16-byte loads, 3 shuffles).
 constexpr int kPrePostRows = 64;
 constexpr int kPrePostThreads = 256;
@@ -69,11 +68,6 @@ __global__ void __launch_bounds__(kPrePostThreads)
 
   constexpr int kLanesPerRow = 8;
   const int sub = tid % kLanesPerRow;
-  const bool sink_grad = p.d_sinks != nullptr;  // uniform
-  const float sink = sink_grad ? p.mods.sinks[tile.head] : 0.f;
-  const float* lse = p.lse + batch_offset(p, tile.batch, p.lse_batch_stride) + tile.head * p.lse_head_stride +
-                     q_row0 * p.lse_row_stride;
-  float d_sink = 0.f;  // this lane's rows
 #pragma unroll
   for (int r = tid / kLanesPerRow; r < kPrePostRows; r += kPrePostThreads / kLanesPerRow) {
     float acc = 0.f;
@@ -95,15 +89,12 @@ __global__ void __launch_bounds__(kPrePostThreads)
     acc += __shfl_xor_sync(0xffffffffu, acc, 1);
     acc += __shfl_xor_sync(0xffffffffu, acc, 2);
     acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-    if (sub == 0 && r < rows) {
-      delta[r * p.delta_row_stride] = acc;
-      if (sink_grad) d_sink = fmaf(expf(sink - lse[r * p.lse_row_stride]), acc, d_sink);
-    }
+    if (sub == 0 && r < rows) delta[r * p.delta_row_stride] = acc;
   }
-  if (sink_grad) {
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) d_sink += __shfl_xor_sync(0xffffffffu, d_sink, offset);
-    if (tid % 32 == 0) atomicAdd(p.d_sinks + tile.head, -d_sink);
+  if (p.row_pdp != nullptr && tid < rows) {
+    const int64_t at = (delta - p.delta) + tid * p.delta_row_stride;
+    p.row_pdp[at] = 0.f;
+    p.row_pdist[at] = 0.f;
   }
 
   if (p.dq_semaphore != nullptr && tid == 0) {
@@ -118,6 +109,41 @@ __global__ void __launch_bounds__(kPrePostThreads)
 }
 
 // ---- postprocess: dq = dq_accum * scale, in the input dtype -------------------------------------
+// With the modifiers' gradients it also finishes them from the rows' sums (row_pdp = sum_j P dP,
+// delta computed exactly; row_pdist = sum_j P |distance|), one float atomic per warp and block:
+// - sinks: d_sink[h] = -sum over rows of exp(sink[h] - lse) * delta (the sink's dS = P_sink
+//   (0 - delta): it has no value row); rows that saw no key have lse = +inf and add 0.
+// - ALiBi: the main kernel added -sum dS |distance| with dS = P (dP - delta) from the preprocess's
+//   delta; the exact delta changes that by sum over rows of (row_pdp - delta) * row_pdist.
+// From the rounded O, these were off by 6.3e-3 (sinks) and 1.3 (slopes) against the float64
+// reference where the bf16 textbook is off by 1.7e-3 and 0.43 (tests/gpu/test_features_gpu.py);
+// from the exact delta, 4e-8 for the sinks (scripts/dev/probe_mod_grads.py).
+__device__ __forceinline__ void finish_mod_grads(const AttnBwdParams& p, const WorkTile& tile, int64_t q_row0, int rows) {
+  const int r = threadIdx.x;  // warps 0 and 1: one row each
+  float sink_part = 0.f, slope_part = 0.f;
+  if (r < rows) {
+    const int64_t at = batch_offset(p, tile.batch, p.delta_batch_stride) + tile.head * p.delta_head_stride +
+                       (q_row0 + r) * p.delta_row_stride;
+    const float pdp = p.row_pdp[at];
+    if (p.d_sinks != nullptr) {
+      const float lse = p.lse[batch_offset(p, tile.batch, p.lse_batch_stride) + tile.head * p.lse_head_stride +
+                              (q_row0 + r) * p.lse_row_stride];
+      sink_part = expf(p.mods.sinks[tile.head] - lse) * pdp;
+    }
+    if (p.d_alibi_slopes != nullptr) slope_part = (pdp - p.delta[at]) * p.row_pdist[at];
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    sink_part += __shfl_xor_sync(0xffffffffu, sink_part, offset);
+    slope_part += __shfl_xor_sync(0xffffffffu, slope_part, offset);
+  }
+  if (r % 32 == 0) {
+    if (p.d_sinks != nullptr) atomicAdd(p.d_sinks + tile.head, -sink_part);
+    if (p.d_alibi_slopes != nullptr)
+      atomicAdd(p.d_alibi_slopes + static_cast<int64_t>(tile.batch) * p.mods.alibi_batch_stride + tile.head, slope_part);
+  }
+}
+
 template <typename Elem, int kHeadDim>
 __global__ void __launch_bounds__(kPrePostThreads)
     flashsdpa_bwd_dq_postprocess_kernel(const __grid_constant__ AttnBwdParams p) {
@@ -131,6 +157,7 @@ __global__ void __launch_bounds__(kPrePostThreads)
   Elem* dq = static_cast<Elem*>(p.dq) + batch_offset(p, tile.batch, p.dq_batch_stride) +
              tile.head * p.dq_head_stride + q_row0 * p.dq_row_stride;
   const int rows = min(kPrePostRows, seq.seqlen_q - row0);
+  if (p.row_pdp != nullptr && threadIdx.x < kPrePostRows) finish_mod_grads(p, tile, q_row0, rows);
   const int chunks = p.head_dim_qk / 8;
   for (int i = threadIdx.x; i < rows * chunks; i += kPrePostThreads) {
     const int r = i / chunks, c = i % chunks;

@@ -145,6 +145,19 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// min / max that keep NaN (PTX .NaN, sm_80+; one FMNMX.NAN): fminf / fmaxf return the other
+// operand, which would turn a NaN score (NaN in q or k) into a finite probability.
+__device__ __forceinline__ float fmin_nan(float a, float b) {
+  float y;
+  asm("min.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float y;
+  asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -155,9 +168,9 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // beside the MUFU unit (16 ex2 per clock per SM against 128 FMAs). x = j + f with j = round(x),
 // f in [-0.5, 0.5]; 2^f by a degree-4 polynomial (fitted for relative error: 5.2e-6, below half
 // an fp16 ulp of 2.4e-4 by 50x); j goes into the exponent field with one integer add. Inputs below
-// -125 give 2^-125 (not 0): callers use it only where every row has a finite LSE.
+// -125 give 2^-125 (not 0): callers use it only where every row has a finite LSE. NaN stays NaN.
 __device__ __forceinline__ float exp2_fma(float x) {
-  x = fmaxf(x, -125.f);
+  x = fmax_nan(x, -125.f);
   const float t = x + 12582912.f;  // 1.5 * 2^23: the sum's low mantissa bits hold round(x)
   const float f = x - (t - 12582912.f);
   float p = fmaf(0.009627114f, f, 0.05598684f);

@@ -2,7 +2,7 @@
 // direction, so that the kernels call hooks and never test a feature themselves:
 //   softcap   s = softcap * tanh(scale * q.k / softcap)        a tanh per score
 //   ALiBi     s -= slope[b, h] * |i + Sk - Sq - j|             a pass per key block
-//   sinks     exp(sink[h]) joins each row's denominator        the forward's epilogue, the backward's preprocess
+//   sinks     exp(sink[h]) joins each row's denominator        the forward's epilogue, the backward's postprocess
 // The kernels' kMods instantiation serves any of them (each a uniform runtime branch inside it);
 // the plain instantiation has none of their code.
 // in that order, before the mask (mask.cuh sets -inf / 0 after). The online softmax stays in
@@ -122,8 +122,8 @@ struct ScoreModFwd {
   }
 };
 
-// Whether a call needs the kMods instantiation (both directions; the backward's sinks live in its
-// preprocess, so its main kernel needs it for softcap and ALiBi only).
+// Whether a call needs the kMods instantiation (both directions; the backward's main kernel sums
+// the rows the sinks' gradient is finished from, so sinks alone need it too).
 FLASHSDPA_HOST_DEVICE bool needs_mods_kernel(const ScoreMods& m) { return m.any(); }
 
 // ---- backward -----------------------------------------------------------------------------------
@@ -165,6 +165,45 @@ struct ScoreModBwd {
         add_alibi(s, row0(), col0(), static_cast<float>(seq.seqlen_k - seq.seqlen_q), alibi_per_key(p, batch, head),
                   seq.seqlen_q);
       }
+    }
+  }
+
+  // P and dP (before dS replaces it) -> the rows' sums the postprocess finishes the modifiers'
+  // gradients from (bwd_prepost.cuh): row_pdp += sum_j P dP (delta, exactly) and, for the slopes,
+  // row_pdist += sum_j P |distance|; quad sums, one float atomic per row, array and iteration.
+  template <int kMT, int kNT, typename Row0, typename Col0>
+  __device__ __forceinline__ static void row_sums(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, int head,
+                                                  const float (&prob)[kMT][kNT][4], const float (&dp)[kMT][kNT][4],
+                                                  Row0&& row0, Col0&& col0) {
+    if constexpr (kMods) {
+      if (p.row_pdp == nullptr) return;
+      const bool slopes = p.d_alibi_slopes != nullptr;  // uniform
+      const float diag = static_cast<float>(seq.seqlen_k - seq.seqlen_q);
+      const int r0 = row0(), c0 = col0();
+      const int64_t base = batch_offset(p, batch, p.delta_batch_stride) + head * p.delta_head_stride;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = r0 + mt * 16 + h * 8;
+          const float d0 = static_cast<float>(row - c0) + diag;
+          float pdp = 0.f, pdist = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float pr = prob[mt][nt][2 * h + e];
+              pdp = fmaf(pr, dp[mt][nt][2 * h + e], pdp);
+              if (slopes) pdist = fmaf(pr, fabsf(d0 - static_cast<float>(nt * 8 + e)), pdist);
+            }
+          pdp = quad_sum(pdp);
+          if (slopes) pdist = quad_sum(pdist);
+          if ((threadIdx.x & 3) == 0 && row < seq.seqlen_q) {
+            const int64_t at = base + (seq.q_row_offset + row) * p.delta_row_stride;
+            atomicAdd(p.row_pdp + at, pdp);
+            if (slopes) atomicAdd(p.row_pdist + at, pdist);
+          }
+        }
     }
   }
 

@@ -251,4 +251,17 @@ __device__ __forceinline__ float merged_lse(float max_lse, float weight_sum, flo
   return max_lse == -INFINITY || !(weight_sum > 0.f) ? empty : max_lse + logf(weight_sum);
 }
 
+// ---- the backward's recomputed probabilities ------------------------------------------------
+// P = 2^x with x = S * scale_log2 - LSE * log2(e), <= 0 in exact arithmetic (the LSE bounds every
+// score of its row). In float32 both terms are rounded: with huge logits (q = k = v = 133120 in
+// bf16 at d 64: LSE 1.4e11, an ulp of 16384) x lands above 0 by thousands, 2^x is inf and
+// dS = inf * 0 is NaN (the extreme suite: dq NaN in 64 to 1,920 places on the sm90 backward).
+// Capping x at 0 keeps P <= 1 for one FMNMX per score; NaN (from NaN in q or k) stays NaN. Below
+// |LSE * log2(e)| = 2^14 (the forward's huge-logit bound) x is off by at most a few 2^-10, so the
+// sm90 backward caps only in a step where some row reaches it (huge_lse2): capping every score
+// cost it 1-4% (d128, 2k-8k, causal and not). The sm80 backward caps every score (its branch cost
+// more registers than the FMNMX: bwd_kernel_sm80.cuh).
+__device__ __forceinline__ float capped_exponent(float x) { return fmin_nan(x, 0.f); }
+__device__ __forceinline__ bool huge_lse2(float lse2) { return fabsf(lse2) >= 16384.f && lse2 != INFINITY; }
+
 }  // namespace flashsdpa

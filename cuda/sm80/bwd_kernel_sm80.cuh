@@ -18,6 +18,7 @@
 #include "common/mask.cuh"
 #include "common/score_mod.cuh"
 #include "common/seqlen.cuh"
+#include "common/softmax.cuh"
 #include "common/tile_scheduler.cuh"
 #include "flashsdpa/params.h"
 
@@ -461,7 +462,9 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
         for (int nt = 0; nt < kNTS; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const float x = fmaf(s[mt][nt][e], Mod::scale_log2(p), -lse2[mt][e / 2]);
+            // Capped at 0 (softmax.cuh). Every score: a branch to an uncapped copy for blocks
+            // without a huge LSE (as sm90's) made ptxas spill 116 bytes in the d128 kMods kernel.
+            const float x = capped_exponent(fmaf(s[mt][nt][e], Mod::scale_log2(p), -lse2[mt][e / 2]));
             if constexpr (decltype(masked)::value) {
               s[mt][nt][e] = fast_exp2(x);  // masked entries are overwritten below
             } else {
@@ -572,6 +575,7 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
       compute_p(s);
       compute_dp(dp);
     }
+    Mod::row_sums(p, seq, batch, hq, s, dp, mod_row0, mod_col0);  // the sinks' and slopes' exact delta
     // dS = P * (dP - delta) in place of dP; masked elements have P = 0, so dS = 0 there.
 #pragma unroll
     for (int mt = 0; mt < kMTS; ++mt)

@@ -61,7 +61,8 @@ constexpr int bwd_tile_choice(int major, int optin_bytes) {
 template <typename T, bool kMods = false>
 cudaError_t launch_bwd_main(const AttnBwdParams& params, cudaStream_t stream, int major) {
   if constexpr (!kMods) {
-    if (params.mods.softcap > 0.f || params.mods.alibi_slopes != nullptr) return launch_bwd_main<T, true>(params, stream, major);
+    // Sinks too: the kMods kernel sums the rows their gradient is finished from (row_pdp).
+    if (needs_mods_kernel(params.mods)) return launch_bwd_main<T, true>(params, stream, major);
   }
   const int64_t grid = bwd_scheduler_sm80<T>(params).grid_size();
   if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;

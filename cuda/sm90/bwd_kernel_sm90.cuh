@@ -29,6 +29,7 @@
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
 #include "common/seqlen.cuh"
+#include "common/softmax.cuh"
 #include "flashsdpa/params.h"
 #include "sm90/ptx_sm90.cuh"
 
@@ -61,7 +62,9 @@ struct BwdTraitsSm90 {
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;  // also V
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T: keys x queries, one column block
   static constexpr int kDqBytes = kBlockM * kHeadDim * 4;  // fp32 dQ staging, dq_accum's row order
-  static constexpr int kRowStatBytes = 2 * kBlockM * 4;    // LSE * log2(e) and delta of a stage's rows
+  // LSE * log2(e) and delta of a stage's rows, then the stage's huge-LSE flag (16 bytes keep the
+  // slots 16-byte aligned; at d128 the total is 230,536 of 232,448 bytes).
+  static constexpr int kRowStatBytes = 2 * kBlockM * 4 + 16;
   // Two dS^T buffers: a warpgroup writes step i's half while the other may still read step i-1's
   // in its dQ GEMM (the one barrier per step orders i against i-2). Two dQ staging buffers: the
   // writer warp's bulk reduce-add of step i-1 reads one while the consumers fill the other.
@@ -110,6 +113,7 @@ struct SmemLayout {
   __device__ __forceinline__ uint32_t do_slot(int s) const { return dout + s * Traits::kQBytes; }
   __device__ __forceinline__ uint32_t lse_slot(int s) const { return stats + s * Traits::kRowStatBytes; }
   __device__ __forceinline__ uint32_t delta_slot(int s) const { return lse_slot(s) + Traits::kBlockM * 4; }
+  __device__ __forceinline__ uint32_t huge_slot(int s) const { return delta_slot(s) + Traits::kBlockM * 4; }
   __device__ __forceinline__ uint32_t ds_buf(int b) const { return ds + b * Traits::kDsBytes; }
   __device__ __forceinline__ uint32_t dq_buf(int b) const { return dq + b * Traits::kDqBytes; }
 };
@@ -174,8 +178,9 @@ __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayou
 }
 
 // LSE * log2(e) and delta of each step's query rows into the Q stage's shared memory (+inf and 0
-// past the sequence, so P and dS^T are 0 there), one warp: 2 rows per lane. The stage's q_full
-// barrier counts the warp's 32 arrivals besides the TMA thread's.
+// past the sequence, so P and dS^T are 0 there), one warp: 2 rows per lane, and whether any row's
+// |LSE * log2(e)| reaches 2^14 (huge_lse2: the consumers then cap the exponents). The stage's
+// q_full barrier counts the warp's 32 arrivals besides the TMA thread's.
 template <typename Traits>
 __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const SmemLayout<Traits>& sm, int batch,
                                                const SeqlenInfo& seq, const StepRange& range, int lane) {
@@ -191,10 +196,17 @@ __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const Sme
     for (int r = 0; r < Traits::kBlockM / 32; ++r) {  // loads before the wait: they overlap it
       const int q = m_block * Traits::kBlockM + 32 * r + lane;
       const bool ok = q < seq.seqlen_q;
-      l[r] = ok ? lse[(seq.q_row_offset + q) * p.lse_row_stride] * kLog2e : INFINITY;
+      // A forward that wrote -inf for a row that sees no key is read as +inf (P = 0), as sm80's.
+      const float row_lse = ok ? lse[(seq.q_row_offset + q) * p.lse_row_stride] : INFINITY;
+      l[r] = row_lse == -INFINITY ? INFINITY : row_lse * kLog2e;
       d[r] = ok ? delta[(seq.q_row_offset + q) * p.delta_row_stride] : 0.f;
     }
+    bool huge = false;
+#pragma unroll
+    for (int r = 0; r < Traits::kBlockM / 32; ++r) huge |= huge_lse2(l[r]);
+    const uint32_t any_huge = __any_sync(0xffffffffu, huge);
     sm90::mbar_wait(sm.q_empty(s), parity ^ 1);
+    if (lane == 0) asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sm.huge_slot(s)), "r"(any_huge) : "memory");
 #pragma unroll
     for (int r = 0; r < Traits::kBlockM / 32; ++r) {
       asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.lse_slot(s) + (32 * r + lane) * 4), "f"(l[r]) : "memory");
@@ -349,8 +361,11 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     }
     sm90::wgmma_commit();
 
-    // Per-column (query) LSE * log2(e), from the stage's shared memory while the GEMMs run.
+    // Per-column (query) LSE * log2(e), from the stage's shared memory while the GEMMs run, and
+    // whether any of the stage's rows has a huge one (the same word for the whole warpgroup).
     float2 lse2[kMTiles];
+    uint32_t huge;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(huge) : "r"(sm.huge_slot(s)));
 #pragma unroll
     for (int j = 0; j < kMTiles; ++j) {
       asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
@@ -360,11 +375,22 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     sm90::wgmma_wait<1>();
     sm90::fence_regs(st_acc);
 
-    // P^T = exp2(S^T c - LSE log2 e), masked to 0 outside the mask.
+    // P^T = exp2(S^T c - LSE log2 e), masked to 0 outside the mask; the exponents capped at 0
+    // only in a stage with a huge LSE (softmax.cuh: capping every one cost 1-4%, d128).
+    auto probs = [&](auto capped) {
 #pragma unroll
-    for (int j = 0; j < kMTiles; ++j) {
+      for (int j = 0; j < kMTiles; ++j) {
 #pragma unroll
-      for (int x = 0; x < 4; ++x) st[0][j][x] = fast_exp2(fmaf(st[0][j][x], scale_log2, x % 2 ? -lse2[j].y : -lse2[j].x));
+        for (int x = 0; x < 4; ++x) {
+          const float e = fmaf(st[0][j][x], scale_log2, x % 2 ? -lse2[j].y : -lse2[j].x);
+          st[0][j][x] = fast_exp2(decltype(capped)::value ? capped_exponent(e) : e);
+        }
+      }
+    };
+    if (huge) {
+      probs(std::true_type{});
+    } else {
+      probs(std::false_type{});
     }
     if (mask.template partial<kBlockM, kBlockN>(m_block, n_block)) apply_mask_t<kMTiles>(st, mask, key0, q0, seq.seqlen_q, 0.f);
     sm90::accumulator_to_a<Elem, kMTiles>(pt16, st);

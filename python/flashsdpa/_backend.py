@@ -525,10 +525,13 @@ def launch_bwd(
     deterministic = verdict[0] is not None
     bucket = (verdict if deterministic else select(*problem, 1, bits))[1]
     rows = sizes[1] * (sizes[7] if varlen is not None else sizes[0] * sizes[3])
-    # delta's floats, then (dense) one int32 per (batch, head, 64-row query block): the dQ
-    # semaphores of the deterministic mode (api.cpp's workspace_layout).
+    # delta's floats, then with the modifiers' gradients two more per row (params.h's row_pdp and
+    # row_pdist), then (dense) one int32 per (batch, head, 64-row query block): the dQ semaphores
+    # of the deterministic mode (api.cpp's workspace_layout).
+    d_slopes, d_sinks = mod_grads if mods is not None and mod_grads is not None else (None, None)
+    row_floats = 1 if d_slopes is None and d_sinks is None else 3
     semaphores = 0 if varlen is not None else sizes[0] * sizes[1] * ((sizes[3] + 63) // 64) * 4
-    delta_bytes = rows * 4 + semaphores
+    delta_bytes = row_floats * rows * 4 + semaphores
     dq_accum, delta = _workspace(rows * bucket * 4, q), _workspace(delta_bytes, q)
     if varlen is None:
         grad_strides = (dout.stride(), dq.stride(), dk.stride(), dv.stride())
@@ -543,7 +546,6 @@ def launch_bwd(
     if mods is None:
         _C.bwd(spec, grads)
         return
-    d_slopes, d_sinks = mod_grads if mod_grads is not None else (None, None)
     ptrs = tuple(0 if t is None else t.data_ptr() for t in (d_slopes, d_sinks))
     _C.bwd((*spec, None, _mods_item(mods)), (*grads, ptrs))
 

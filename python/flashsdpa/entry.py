@@ -224,7 +224,21 @@ def _refusal_key(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: fl
     tensors = [(t.device, t.dtype, tuple(t.shape), t.stride(), t.requires_grad) for t in (query, key, value)]
     mask = (attn_mask.device, attn_mask.dtype, tuple(attn_mask.shape), attn_mask.stride()) if isinstance(
         attn_mask, Tensor) else attn_mask  # fmt: skip
-    return (*tensors, mask, dropout_p, is_causal, scale, enable_gqa, _is_grad_enabled())
+    return (*tensors, mask, dropout_p, is_causal, scale, enable_gqa, _is_grad_enabled(), _sdp_backends())
+
+
+# The SDPA backends a call may take (sdpa_kernel / enable_*_sdp) and their order: they pick the
+# error PyTorch raises for the same tensors (math: a bmm size error; flash alone: "No available
+# kernel" after a warning), so a refusal recorded under one setting must not answer another.
+_SDP_FLAGS: tuple[Callable[[], Any], ...] = tuple(
+    f for f in (getattr(torch._C, f"_get_{name}_sdp_enabled", None)
+                for name in ("flash", "mem_efficient", "math", "cudnn", "overrideable")) if f is not None
+)  # fmt: skip
+
+
+def _sdp_backends() -> tuple[Any, ...]:
+    order = tuple(_sdp_priority_order()) if _sdp_priority_order is not None else ()
+    return (*(flag() for flag in _SDP_FLAGS), order)
 
 
 def _to_pytorch(

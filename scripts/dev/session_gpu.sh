@@ -11,18 +11,19 @@ FLASHSDPA_ARCHS=90 FLASHSDPA_BUILD_JOBS=$(nproc) FLASHSDPA_SKIP_INSTALL=0 bash s
 echo "build ok in $(( $(date +%s) - t0 )) s"
 rc=0
 if [[ -n "${TESTS:-}" ]]; then
-  timeout "${TESTS_TIMEOUT:-150}" python3 -m pytest $TESTS -q -p no:cacheprovider -x -n 10 > "$OUT/tests.log" 2>&1; r=$?
-  echo "tests rc=$r: $(grep -E '[0-9]+ (passed|failed)' "$OUT/tests.log" | tail -1)"; grep -E "^E  " "$OUT/tests.log" | head -8
+  timeout "${TESTS_TIMEOUT:-150}" python3 -m pytest $TESTS -q -p no:cacheprovider ${PYTEST_X--x} -n 10 > "$OUT/tests.log" 2>&1; r=$?
+  echo "tests rc=$r: $(grep -E '[0-9]+ (passed|failed)' "$OUT/tests.log" | tail -1)"; grep -E "^(FAILED|ERROR) " "$OUT/tests.log" | cut -c1-200 | head -40
   [[ $r == 0 ]] || rc=1
 fi
 if [[ -n "${FAMILY_TESTS:-}" ]]; then
   FLASHSDPA_FAMILY=sm80 timeout 120 python3 -m pytest $FAMILY_TESTS -q -p no:cacheprovider -n 10 > "$OUT/tests_sm80.log" 2>&1; r=$?
   echo "sm80-forced rc=$r: $(grep -E '[0-9]+ (passed|failed)' "$OUT/tests_sm80.log" | tail -1)"
+  grep -E "^(FAILED|ERROR) " "$OUT/tests_sm80.log" | cut -c1-200 | head -20
   [[ $r == 0 ]] || rc=1
 fi
 if [[ "${SANITIZE:-0}" == 1 ]]; then  # our kernels' small subsets, the caching allocator off (gpu_check.sh)
   for tool in memcheck racecheck; do
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 --target-processes all \
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${SANITIZE_TIMEOUT:-100}" compute-sanitizer --tool $tool --error-exitcode 9 --target-processes all \
       python3 -m pytest tests/gpu/test_kernels.py tests/gpu/test_features_gpu.py -q -x -p no:cacheprovider \
       -k sanitizer_subset > "$OUT/sanitize_$tool.log" 2>&1; r=$?
     echo "sanitizer $tool rc=$r: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"

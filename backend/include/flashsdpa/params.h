@@ -164,6 +164,12 @@ struct AttnBwdParams : AttnFwdParams {
   // when not wanted: d_alibi_slopes has alibi_slopes' layout, d_sinks (Hq,).
   float* d_alibi_slopes;
   float* d_sinks;
+  // With either: per query row, sum_j P dP (delta computed exactly: rowsum(dO * O) from the rounded
+  // O is off by ~1e-2 at |delta| ~ 8 in bf16, which the sinks' and slopes' gradients sum over whole
+  // heads) and, for the slopes, sum_j P |distance|; delta's layout, in its workspace buffer (api.cpp),
+  // zeroed by the preprocess, added by the main kernel, read by the postprocess. nullptr otherwise.
+  float* row_pdp;
+  float* row_pdist;
 
   bool deterministic;  // the caller asked for bitwise-reproducible gradients (families that can: dq_semaphore)
   // Deterministic dQ (sm90 family): int32 per (batch, head_q, 64-row query block), dense index
