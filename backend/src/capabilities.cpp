@@ -52,12 +52,15 @@ std::vector<FamilyCaps> make_families() {
 #ifdef FLASHSDPA_FAMILY_SM90
   // wgmma / TMA / setmaxnreg SASS for sm_90a runs on compute capability 9.0 only. Dense, every
   // mask kind, the backward in fewer buckets than the forward (d <= 128), deterministic backward
-  // (ordered dQ adds): the rest of an H100's calls take the portable family below.
+  // (ordered dQ adds), the score modifiers in the forward (its kMods instantiation: equal to the
+  // portable forward in scripts/dev/fwd_check.cu's "mods" mode, session 6): the rest of an H100's
+  // calls (the modifiers' backward among them) take the portable family below.
   table.push_back(FamilyCaps{
       "sm90", "compute capability 9.0 only (sm_90a: wgmma, TMA, warp specialization)", 90, 90,
       ints(FLASHSDPA_SM90_ARCHS_LIST), build_config().dtypes, ints(FLASHSDPA_SM90_FWD_HEAD_DIMS_LIST),
       ints(FLASHSDPA_SM90_BWD_HEAD_DIMS_LIST), kAllMasks, {Layout::kDense},
-      {Direction::kForward, Direction::kBackward}, {}, {}, &run_fwd_sm90, &run_bwd_sm90, &fwd_plan_sm90, &bwd_plan_sm90,
+      {Direction::kForward, Direction::kBackward}, {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks}, {},
+      &run_fwd_sm90, &run_bwd_sm90, &fwd_plan_sm90, &bwd_plan_sm90,
       &fwd_sm90_unsupported, &bwd_sm90_unsupported, nullptr, nullptr, /*deterministic_backward=*/true});
 #endif
 #ifdef FLASHSDPA_FAMILY_SM80

@@ -2,10 +2,11 @@
 # alibi_slopes and sinks of flashsdpa.attention / attention_varlen. Owns their argument checks,
 # the functional reference over them (dense and varlen, forward and backward, on top of
 # reference.py and reference_features.py) and the CPU autograd path for masks and dropout. The
-# score modifiers alone (softcap, ALiBi, sinks) go through ops.py's fwd_mods / bwd_mods (our sm80
-# kernels on CUDA, forward() / backward() here on CPU); a CUDA call with attn_mask or dropout_p
-# raises NotImplementedError (never a silent fallback). ops.py calls in here only when one of the
-# arguments is given, so the existing path pays nothing for it.
+# score modifiers alone (softcap, ALiBi, sinks) go through ops.py's fwd_mods / bwd_mods (our
+# kernels on CUDA: on Hopper the forward on sm90, the backward on sm80; forward() / backward() here
+# on CPU); a CUDA call with attn_mask or dropout_p raises NotImplementedError (never a silent
+# fallback). ops.py calls in here only when one of the arguments is given, so the existing path
+# pays nothing for it.
 """Masks, dropout, softcap, ALiBi and sinks in the direct API, through the float32 reference."""
 
 from __future__ import annotations

@@ -497,15 +497,14 @@ def attention(
     Differentiable and ``torch.compile(fullgraph=True)``-friendly. Bad arguments raise TypeError or
     ValueError naming the argument and the limit.
 
-    Score modifiers (our kernels, the sm80 family, forward and backward; on CPU the reference;
-    differentiable, with the slopes' and sinks' gradients): ``softcap`` (scores ``softcap *
-    tanh(s / softcap)`` before mask and bias); ``alibi_slopes`` float32 (Hq,) or (B, Hq) (scores
-    gain ``-slope * |i + Sk - Sq - j|``); ``sinks`` float32 or query.dtype (Hq,), a learnable logit
-    per head in each row's softmax denominator with no value row. They combine with causal masks,
-    windows and GQA. Training features still on CPU only (flashsdpa.features, through the
-    reference; on CUDA they raise NotImplementedError until our kernels serve them): ``attn_mask``
-    bool (True = attend) or additive, broadcastable to (B, Hq, Sq, Sk), with a gradient when
-    additive; ``dropout_p``.
+    Score modifiers (our kernels: the forward on the capability table's family, the backward on sm80; on
+    CPU the reference; differentiable, with the slopes' and sinks' gradients): ``softcap`` (scores
+    ``softcap * tanh(s / softcap)`` before mask and bias); ``alibi_slopes`` float32 (Hq,) or (B, Hq)
+    (scores gain ``-slope * |i + Sk - Sq - j|``); ``sinks`` float32 or query.dtype (Hq,), a learnable
+    logit per head in each row's softmax denominator with no value row. They combine with causal masks,
+    windows and GQA. Training features still on CPU only (flashsdpa.features, through the reference; on
+    CUDA they raise NotImplementedError until our kernels serve them): ``attn_mask`` bool (True =
+    attend) or additive, broadcastable to (B, Hq, Sq, Sk), with a gradient when additive; ``dropout_p``.
     """
     _check_tensors(query, key, value, 4, "(batch, heads, seq_len, head_dim)")
     batch, heads_q, _, head_dim = query.shape

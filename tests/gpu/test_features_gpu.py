@@ -5,7 +5,7 @@
 # (max|ours - ref| <= 2 max|pt - ref| + 1e-5, pt = the same textbook in the inputs' dtype), at
 # awkward sizes (1, 7, 113, 1023, Sq != Sk), outputs poisoned with NaN. test_features_sanitizer_subset
 # is what scripts/dev/features_gpu.sh runs under compute-sanitizer; test_features_route checks
-# that a Hopper GPU takes sm80 for them (sm90 does not serve them yet).
+# that a Hopper GPU runs their forward on sm90 and their backward on sm80 (sm90's has none yet).
 from __future__ import annotations
 
 import math
@@ -330,19 +330,21 @@ def test_sink_only_rows_stay_empty(request: pytest.FixtureRequest) -> None:
 
 
 def test_features_route(request: pytest.FixtureRequest) -> None:
-    """The capability table: sm80 serves the modifiers in both directions; a family that does not
-    (sm90 today) is passed over, so a Hopper GPU runs them on sm80."""
+    """The capability table: sm80 serves the modifiers in both directions, sm90 in the forward
+    only; a family that does not serve them is passed over, so a Hopper GPU runs their backward
+    on sm80."""
     skip_unless_compiled(torch.bfloat16, 128)
     table = {f["family"]: f for f in flashsdpa.capabilities()}
     assert set(table["sm80"]["features"]) == {"softcap", "alibi", "sinks"}
     assert all(set(v) == {"softcap", "alibi", "sinks"} for v in table["sm80"]["features_by_direction"].values())
+    hopper = "sm90" in table and torch.cuda.get_device_capability() == (9, 0)
     if "sm90" in table:
-        assert table["sm90"]["features"] == []
+        assert table["sm90"]["features_by_direction"] == {"forward": ["softcap", "alibi", "sinks"], "backward": []}
     code = _backend.DTYPE_CODES[torch.bfloat16]
     for backward in (False, True):
         for bits in (1, 2, 4, 7):
             family, *_ = _backend.select(torch.cuda.current_device(), code, 128, 128, 0, False, backward, bits)
-            assert family == "sm80", (backward, bits, family)
+            assert family == ("sm90" if hopper and not backward else "sm80"), (backward, bits, family)
 
 
 _SANITIZER = [("cas", masks.CAUSAL_BOTTOM_RIGHT, 2, 7, 113), ("cAs", (31, 17, masks.TOP_LEFT), 1, 113, 7)]
