@@ -60,7 +60,7 @@ def fallback_schema(op: str) -> str:
     if head != f"aten::{op}" or not arrow:
         raise RuntimeError(f"flashsdpa: unexpected schema of aten::{op}: {schema}")
     extra = ", str reason" if "*" in arguments.split(", ") else ", *, str reason"
-    return f"{fallback_name(op)}({arguments}{extra}){arrow}{returns}"
+    return f"{fallback_name(op)}({arguments}{extra}) -> {returns}"
 
 
 # ---- the fallback ops ------------------------------------------------------------------------------
