@@ -187,16 +187,21 @@ Owned empty_contiguous(std::initializer_list<int64_t> sizes, int32_t dtype, int3
 // is_non_overlapping_and_dense): then torch.empty_like keeps its strides exactly.
 bool non_overlapping_and_dense(const Facts& t) {
   std::array<int64_t, 8> perm{};
-  if (t.dim > static_cast<int64_t>(perm.size())) return false;
-  for (int64_t d = 0; d < t.dim; ++d) perm[d] = d;
-  // Ascending stride; dims of size < 2 last (their stride is free).
-  std::sort(perm.begin(), perm.begin() + t.dim, [&](int64_t a, int64_t b) {
+  const int64_t n = t.dim;
+  if (n > static_cast<int64_t>(perm.size())) return false;
+  // Dims by ascending stride, those of size < 2 last (their stride is free): an insertion sort of at
+  // most 8 entries.
+  const auto before = [&](int64_t a, int64_t b) {
     if (t.sizes[a] < 2) return false;
-    if (t.sizes[b] < 2) return true;
-    return t.strides[a] < t.strides[b];
-  });
+    return t.sizes[b] < 2 || t.strides[a] < t.strides[b];
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t j = i;
+    for (; j > 0 && before(i, perm[j - 1]); --j) perm[j] = perm[j - 1];
+    perm[j] = i;
+  }
   int64_t expected = 1;
-  for (int64_t i = 0; i < t.dim; ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     const int64_t d = perm[i];
     if (t.sizes[d] < 2) return true;
     if (t.strides[d] != expected) return false;

@@ -71,18 +71,11 @@ int failed(const char* what, char* error, size_t error_size) {
   return 1;
 }
 
-int table_fwd(const FwdSpec* spec, char* error, size_t error_size) {
+// fwd / bwd with their exceptions turned into the table's error result.
+template <typename Spec, void (*Launch)(const Spec&)>
+int guarded(const Spec* spec, char* error, size_t error_size) {
   try {
-    fwd(*spec);
-    return 0;
-  } catch (const std::exception& e) {
-    return failed(e.what(), error, error_size);
-  }
-}
-
-int table_bwd(const BwdSpec* spec, char* error, size_t error_size) {
-  try {
-    bwd(*spec);
+    Launch(*spec);
     return 0;
   } catch (const std::exception& e) {
     return failed(e.what(), error, error_size);
@@ -104,8 +97,8 @@ RouterTable make_table() {
   t.select_bucket = &table_select_bucket;
   t.decode_plan = &table_decode_plan;
   t.workspace_bytes = &table_workspace_bytes;
-  t.fwd = &table_fwd;
-  t.bwd = &table_bwd;
+  t.fwd = &guarded<FwdSpec, fwd>;
+  t.bwd = &guarded<BwdSpec, bwd>;
   return t;
 }
 

@@ -83,22 +83,17 @@ def _run_native(op: str, counts: reporting.Counts, reason: str, keyset: Any, arg
         return placeholder
 
 
-def _sdpa_forward_fallback(
-    keyset: Any,
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    return_debug_mask: bool = False,
-    *,
-    scale: float | None = None,
-    reason: str,
-) -> Any:
+# The forward's optional positional arguments (dropout_p, is_causal, return_debug_mask): the
+# dispatcher leaves out trailing ones equal to their defaults.
+_SDPA_FWD_DEFAULTS = (0.0, False, False)
+
+
+def _sdpa_forward_fallback(keyset: Any, *args: Any, scale: float | None = None, reason: str) -> Any:
+    args = (*args, *_SDPA_FWD_DEFAULTS[len(args) - 3 :])
+    query, key, value, dropout_p, _, return_debug_mask = args
     # The Python router's sentence where it has one (the C++ reason is a few words); the C++ one where
     # only the C++ predicate refused (they agree on the verdict: tests/gpu/test_cxx_routers.py).
     why = routers.sdpa_forward_reason(query, key, value, dropout_p, return_debug_mask) or reason
-    args = (query, key, value, dropout_p, is_causal, return_debug_mask)
     counts = routers._SDPA_FWD_COUNTS
     return _run_native(routers._SDPA_FWD, counts, why, keyset, args, {"scale": scale}, _FORWARD_PLACEHOLDER)
 
