@@ -355,6 +355,7 @@ void fall_back(const char* fallback_op, StableIValue* stack, uint64_t num_args, 
 // ---- launches -------------------------------------------------------------------------------------
 
 void* current_stream(int32_t device) {
+  if (g_current_stream == nullptr) throw std::runtime_error("flashsdpa: this torch has no CUDA stream shim");
   void* stream = nullptr;
   check(g_current_stream(device, &stream), "get_current_cuda_stream");
   return stream;
