@@ -334,10 +334,12 @@ thread_local bool t_fallback_failed = false;
 
 // Hand the call to flashsdpa::<op>_fallback: the schema of the aten op plus `str reason` last, so the
 // stack is our arguments exactly as the dispatcher gave them (their ownership moves on) and the
-// reason. Its outputs become ours. `tensor_outputs`: which outputs are tensors (freed on failure).
-template <size_t N>
+// reason. Its outputs become ours: output i is its return order[i] (cxx_routers.RETURN_ORDER: its
+// returns are reordered so torch_call_dispatcher converts them right). `tensor_returns`: which of
+// its returns are tensors (freed on failure).
+template <size_t N, size_t M>
 void fall_back(const char* fallback_op, StableIValue* stack, uint64_t num_args, uint64_t num_outputs,
-               const char* reason, const std::array<int, N>& tensor_outputs) {
+               const char* reason, const std::array<int, N>& order, const std::array<int, M>& tensor_returns) {
   std::array<StableIValue, 24> call{};
   if (num_args + 1 > call.size() || num_outputs > call.size()) throw std::runtime_error("flashsdpa: stack too large");
   std::memcpy(call.data(), stack, num_args * sizeof(StableIValue));
@@ -346,10 +348,11 @@ void fall_back(const char* fallback_op, StableIValue* stack, uint64_t num_args, 
   if (torch_call_dispatcher(fallback_op, "", call.data(), TORCH_ABI_VERSION) != AOTI_TORCH_SUCCESS)
     throw std::runtime_error(std::string("flashsdpa: ") + fallback_op + " failed (" + reason + ")");
   if (t_fallback_failed) {
-    for (int i : tensor_outputs) aoti_torch_delete_tensor_object(unboxed<AtenTensorHandle>(call[i]));
+    for (int i : tensor_returns) aoti_torch_delete_tensor_object(unboxed<AtenTensorHandle>(call[i]));
     throw std::runtime_error(t_fallback_error);
   }
-  std::memcpy(stack, call.data(), num_outputs * sizeof(StableIValue));
+  if (num_outputs != N) throw std::runtime_error("flashsdpa: the fallback's returns do not match the op's");
+  for (size_t i = 0; i < N; ++i) stack[i] = call[order[i]];
 }
 
 // ---- launches -------------------------------------------------------------------------------------
@@ -470,7 +473,7 @@ void sdpa_flash_forward(StableIValue* stack, uint64_t num_args, uint64_t num_out
   if (reason == nullptr && v.sizes[3] != q.sizes[3]) reason = "value head_dim differs from query's";
   if (reason != nullptr) {
     fall_back("flashsdpa::_scaled_dot_product_flash_attention_fallback", stack, num_args, num_outputs, reason,
-              std::array<int, 7>{0, 1, 2, 3, 6, 7, 8});
+              std::array<int, 9>{0, 1, 2, 4, 3, 5, 6, 7, 8}, std::array<int, 7>{0, 1, 2, 4, 6, 7, 8});
     return;
   }
   // Served: the arguments are ours to release now.
@@ -555,7 +558,7 @@ void sdpa_flash_backward(StableIValue* stack, uint64_t num_args, uint64_t num_ou
   }
   if (reason != nullptr) {
     fall_back("flashsdpa::_scaled_dot_product_flash_attention_backward_fallback", stack, num_args, num_outputs,
-              reason, std::array<int, 3>{0, 1, 2});
+              reason, std::array<int, 3>{0, 1, 2}, std::array<int, 3>{0, 1, 2});
     return;
   }
   // Served: every argument is ours to release now (cum_seq_*, philox_* are undefined or unused).
@@ -639,14 +642,15 @@ const char* flashsdpa_routers_init(uintptr_t table, int64_t* routed, int64_t* fw
 // register (tests do, on a CPU-only torch) but no CUDA kernel of aten ever runs to reach them.
 int flashsdpa_routers_has_cuda() { return g_current_stream != nullptr ? 1 : 0; }
 
-// Register the routers at the CUDA key of the ops in `ops` (bit 0: the forward, bit 1: the backward;
-// Python has checked each op's live schema). nullptr on success, else why not (nothing registered).
-const char* flashsdpa_routers_register(int ops) {
+// Register the routers at `dispatch_key` ("CUDA"; the CPU tests take "CPU" to drive the fallback
+// path with CPU tensors) of the ops in `ops` (bit 0: the forward, bit 1: the backward; Python has
+// checked each op's live schema). nullptr on success, else why not (nothing registered).
+const char* flashsdpa_routers_register(int ops, const char* dispatch_key) {
   if (g_table == nullptr) return refuse("flashsdpa_routers_init has not succeeded");
   if (g_library != nullptr) return refuse("already registered");
   TorchLibraryHandle library = nullptr;
-  if (aoti_torch_library_init_impl("aten", "CUDA", __FILE__, __LINE__, &library) != AOTI_TORCH_SUCCESS)
-    return refuse("torch::Library(aten, IMPL, CUDA) failed");
+  if (aoti_torch_library_init_impl("aten", dispatch_key, __FILE__, __LINE__, &library) != AOTI_TORCH_SUCCESS)
+    return refuse(std::string("torch::Library(aten, IMPL, ") + dispatch_key + ") failed");
   const std::array<std::pair<const char*, void (*)(StableIValue*, uint64_t, uint64_t)>, 2> routes{
       {{"_scaled_dot_product_flash_attention", &sdpa_flash_forward},
        {"_scaled_dot_product_flash_attention_backward", &sdpa_flash_backward}}};

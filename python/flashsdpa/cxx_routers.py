@@ -37,7 +37,7 @@ from torch import Tensor
 from flashsdpa import _backend, reporting, routers
 from flashsdpa.reporting import log
 
-__all__ = ["LIBRARY", "fallback_schema", "register", "unavailable_reason", "unregister"]
+__all__ = ["LIBRARY", "RETURN_ORDER", "fallback_schema", "register", "unavailable_reason", "unregister"]
 
 LIBRARY = Path(__file__).with_name("libflashsdpa_routers.so")
 # FLASHSDPA_ROUTERS=python keeps the Python routers (A/B measurements, debugging).
@@ -51,15 +51,29 @@ def fallback_name(op: str) -> str:
     return f"{op}_fallback"
 
 
+# The order of each fallback op's returns, as indices into the aten op's returns; the C++ router
+# puts them back (routers.cpp's fall_back). torch_call_dispatcher (2.10 to 2.13 at least) converts
+# the i-th return popped from the end with the type of the i-th return from the start: right only
+# where the return types read the same both ways. The forward's (T, T, T, T, SymInt, SymInt, T, T, T)
+# do not; with max_q and cum_seq_k swapped, (T, T, T, SymInt, T, SymInt, T, T, T) do, and stay right
+# once torch pairs them correctly. The backward's three tensors need nothing.
+RETURN_ORDER = {routers._SDPA_FWD: (0, 1, 2, 4, 3, 5, 6, 7, 8)}
+
+
 def fallback_schema(op: str) -> str:
     """The schema of flashsdpa::<op>_fallback: aten::<op>'s as this torch has it, plus a last
-    keyword-only ``str reason`` (the C++ router's stack is the aten call's, then the reason)."""
+    keyword-only ``str reason`` (the C++ router's stack is the aten call's, then the reason), its
+    returns in RETURN_ORDER."""
     schema = str(getattr(torch.ops.aten, op).default._schema)
     head, _, rest = schema.partition("(")
     arguments, arrow, returns = rest.partition(") -> ")
     if head != f"aten::{op}" or not arrow:
         raise RuntimeError(f"flashsdpa: unexpected schema of aten::{op}: {schema}")
     extra = ", str reason" if "*" in arguments.split(", ") else ", *, str reason"
+    order = RETURN_ORDER.get(op)
+    if order is not None:
+        listed = returns.removeprefix("(").removesuffix(")").split(", ")
+        returns = "(" + ", ".join(listed[i] for i in order) + ")"
     return f"{fallback_name(op)}({arguments}{extra}) -> {returns}"
 
 
@@ -70,7 +84,7 @@ _FALLBACK_LIBRARY: torch.library.Library | None = None  # holds the fallback ops
 
 # What a fallback op returns when PyTorch's kernel raised: placeholders of the right arity (None is
 # an undefined tensor), discarded by the C++ router, which raises the message it was handed.
-_FORWARD_PLACEHOLDER = (None, None, None, None, 0, 0, None, None, None)
+_FORWARD_PLACEHOLDER = (None, None, None, 0, None, 0, None, None, None)  # in RETURN_ORDER
 _BACKWARD_PLACEHOLDER = (None, None, None)
 
 
@@ -95,7 +109,10 @@ def _sdpa_forward_fallback(keyset: Any, *args: Any, scale: float | None = None, 
     # only the C++ predicate refused (they agree on the verdict: tests/gpu/test_cxx_routers.py).
     why = routers.sdpa_forward_reason(query, key, value, dropout_p, return_debug_mask) or reason
     counts = routers._SDPA_FWD_COUNTS
-    return _run_native(routers._SDPA_FWD, counts, why, keyset, args, {"scale": scale}, _FORWARD_PLACEHOLDER)
+    result = _run_native(routers._SDPA_FWD, counts, why, keyset, args, {"scale": scale}, _FORWARD_PLACEHOLDER)
+    if result is _FORWARD_PLACEHOLDER:
+        return result
+    return tuple(result[i] for i in RETURN_ORDER[routers._SDPA_FWD])
 
 
 def _sdpa_backward_fallback(keyset: Any, *args: Any, scale: float | None = None, reason: str) -> Any:
@@ -133,7 +150,7 @@ def _open(path: Path) -> Any:
     lib.flashsdpa_routers_init.argtypes = [ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     lib.flashsdpa_routers_has_cuda.restype = ctypes.c_int
     lib.flashsdpa_routers_register.restype = ctypes.c_char_p
-    lib.flashsdpa_routers_register.argtypes = [ctypes.c_int]
+    lib.flashsdpa_routers_register.argtypes = [ctypes.c_int, ctypes.c_char_p]
     lib.flashsdpa_routers_unregister.restype = None
     lib.flashsdpa_routers_fail.restype = None
     lib.flashsdpa_routers_fail.argtypes = [ctypes.c_char_p]
@@ -214,7 +231,7 @@ def register() -> frozenset[str]:
     for op in ops:
         routers.capture_native(op)  # before registering: afterwards it would be ours
     _spend_override_warning()
-    refused = _LIB.flashsdpa_routers_register(sum(_OP_BITS[op] for op in ops))
+    refused = _LIB.flashsdpa_routers_register(sum(_OP_BITS[op] for op in ops), b"CUDA")
     if refused is not None:
         log.warning("flashsdpa: the C++ routers did not register (%s); the Python routers serve", refused.decode())
         return frozenset()
