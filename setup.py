@@ -29,6 +29,7 @@ from setuptools.command.build_ext import build_ext
 ROOT = Path(__file__).resolve().parent
 FORWARDED = ("FLASHSDPA_CUDA", "FLASHSDPA_ARCHS", "FLASHSDPA_DTYPES", "FLASHSDPA_HEAD_DIMS", "FLASHSDPA_FAMILIES")
 REQUEST_FILE = "_build_request.json"
+ROUTERS_LIBRARY = "libflashsdpa_routers.so"  # CMake's flashsdpa_routers target (routers/routers.cpp)
 
 
 class CMakeExtension(Extension):
@@ -46,17 +47,29 @@ class CMakeBuild(build_ext):
         (output_dir / REQUEST_FILE).parent.mkdir(parents=True, exist_ok=True)
         (output_dir / REQUEST_FILE).write_text(json.dumps(request, indent=1) + "\n")
         self._request_written = output_dir / REQUEST_FILE
+        (output_dir / ROUTERS_LIBRARY).unlink(missing_ok=True)  # each build makes it again, or not
         cmake = shutil.which("cmake") or "cmake"
         subprocess.run([cmake, "-S", str(ROOT), "-B", str(build_dir), *args], check=True)
         jobs = os.environ.get("FLASHSDPA_BUILD_JOBS", str(os.cpu_count() or 2))
-        subprocess.run([cmake, "--build", str(build_dir), "--target", "_C", "-j", jobs], check=True)
+        # The default target: _C and, where CMake configured it, the C++ routers' library.
+        subprocess.run([cmake, "--build", str(build_dir), "-j", jobs], check=True)
+        self._output_dir = output_dir
 
     def copy_extensions_to_source(self) -> None:
-        # In-place and editable builds copy _C into python/flashsdpa; its request goes with it.
+        # In-place and editable builds copy _C into python/flashsdpa; its request and the C++
+        # routers' library (or its absence: a stale one must not outlive a build without it) go with it.
         super().copy_extensions_to_source()
+        package = ROOT / "python" / "flashsdpa"
         written = getattr(self, "_request_written", None)
         if written is not None and written.exists():
-            shutil.copyfile(written, ROOT / "python" / "flashsdpa" / REQUEST_FILE)
+            shutil.copyfile(written, package / REQUEST_FILE)
+        output_dir = getattr(self, "_output_dir", None)
+        if output_dir is not None and output_dir.resolve() != package.resolve():
+            built = output_dir / ROUTERS_LIBRARY
+            if built.exists():
+                shutil.copyfile(built, package / ROUTERS_LIBRARY)
+            else:
+                (package / ROUTERS_LIBRARY).unlink(missing_ok=True)
 
 
 def configure_args(output_dir: Path, environ: dict[str, str] | None = None) -> list[str]:

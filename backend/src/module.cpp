@@ -15,6 +15,7 @@
 #include "build_config.h"
 #include "capabilities.h"
 #include "decode.h"
+#include "flashsdpa/router_table.h"
 #include "launch.h"
 
 namespace py = pybind11;
@@ -326,6 +327,11 @@ PYBIND11_MODULE(_C, m) {
         "(always the decode kernel), else dense (seqlen_q <= 16 only); num_splits: 0 = heuristic, 1..128 forced.");
   m.attr("MAX_SPLITS") = kMaxSplits;
   m.attr("DECODE_MAX_SEQLEN_Q") = kDecodeMaxSeqlenQ;
+  // The C++ routers' entry points (router_table.h): the table's address, handed by Python to the
+  // router library, which checks ROUTER_TABLE_VERSION against its own before reading it.
+  m.def("router_table", [] { return reinterpret_cast<uintptr_t>(&router_table()); },
+        "Address of this build's RouterTable (backend/include/flashsdpa/router_table.h).");
+  m.attr("ROUTER_TABLE_VERSION") = kRouterTableVersion;
   m.def("fwd", [](py::handle spec) { fwd(fwd_spec(spec)); }, py::arg("spec"),
         "Forward attention: writes out and lse. spec: see module.cpp's fwd_spec.");
   m.def("bwd", [](py::handle spec, py::handle grads) { bwd(bwd_spec(spec, grads)); }, py::arg("spec"), py::arg("grads"),

@@ -2,7 +2,8 @@
 #
 # Owns enable() / install() / uninstall() / is_active() and the torch.nn.attention registry entry
 # "FLASHSDPA", which share one refcount. The first activation registers the routers
-# (routers.py), puts PyTorch's FLASH backend first in SDPA's priority order (on Hopper PyTorch
+# (the C++ ones of cxx_routers.py for SDPA's two flash ops where they serve, routers.py's for the
+# rest), puts PyTorch's FLASH backend first in SDPA's priority order (on Hopper PyTorch
 # prefers cuDNN), tags torch.compile's caches and stands flashsdpa's function behind
 # F.scaled_dot_product_attention (entry.py); the last release undoes all four exactly. Importing
 # flashsdpa offers the registry entry but never activates anything.
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from flashsdpa import _backend
+from flashsdpa import _backend, cxx_routers
 from flashsdpa.entry import FLASH, Patch, patch_torch, unpatch_torch
 from flashsdpa.reporting import log
 from flashsdpa.routers import register_routers, unregister_routers
@@ -95,6 +96,7 @@ def _untag_caches(saved: str | None) -> None:
 @dataclass
 class _Activation:
     library: torch.library.Library
+    cxx_ops: frozenset[str]  # the ops the C++ routers took (cxx_routers.py); the library has the rest
     patch: Patch
     saved_order: list[int] | None
     saved_tag: str | None
@@ -115,7 +117,14 @@ def _activate() -> _Activation:
     elif torch.cuda.is_available() and not _warned_unusable:
         _warned_unusable = True
         warnings.warn(f"flashsdpa: {_backend.UNAVAILABLE_REASON}; SDPA keeps PyTorch's kernels", stacklevel=4)
-    library = register_routers()
+    # The C++ routers take SDPA's two flash ops where they can (our kernels usable, the library
+    # built and accepted); the Python routers take the other ops, and every op where they cannot.
+    cxx_ops = cxx_routers.register() if usable else frozenset()
+    try:
+        library = register_routers(skip=cxx_ops)
+    except BaseException:
+        cxx_routers.unregister()
+        raise
     try:
         # Reordering only matters, and is only done, where our kernels can run.
         saved_order = _prefer_flash() if usable else None
@@ -126,9 +135,15 @@ def _activate() -> _Activation:
             _restore_order(saved_order)
             raise
     except BaseException:
-        unregister_routers(library)
+        _unregister(library, cxx_ops)
         raise
-    return _Activation(library, patch, saved_order, saved_tag)
+    return _Activation(library, cxx_ops, patch, saved_order, saved_tag)
+
+
+def _unregister(library: torch.library.Library, cxx_ops: frozenset[str]) -> None:
+    unregister_routers(library)
+    if cxx_ops:
+        cxx_routers.unregister()
 
 
 def _restore_order(saved_order: list[int] | None) -> None:
@@ -145,7 +160,7 @@ def _deactivate(state: _Activation) -> None:
         )
     _untag_caches(state.saved_tag)
     _restore_order(state.saved_order)
-    unregister_routers(state.library)
+    _unregister(state.library, state.cxx_ops)
 
 
 def _acquire() -> None:

@@ -73,6 +73,9 @@ def _print_info(info: dict[str, Any]) -> None:
         row("  kernel families", ", ".join(build["kernel_families"]))
     _print_capabilities(info["capabilities"], info["capabilities_reason"])
     row("active", "yes" if info["active"] else "no (enter flashsdpa.enable() or call flashsdpa.install())")
+    routers = info["routers"]
+    row("SDPA flash routers", "C++ (libflashsdpa_routers)" if routers["sdpa_flash"] == "c++"
+        else f"Python: {routers['python_because']}")  # fmt: skip
     row("torch", tinfo["version"])
     row("  CUDA (torch)", tinfo["cuda"] or "none (CPU build)")
     row("  cuDNN", tinfo["cudnn"] if tinfo["cudnn"] is not None else "none")

@@ -86,4 +86,14 @@ def collect_info() -> dict[str, Any]:
         "no_gpu_reason": _no_gpu_reason(),
         "capabilities": list(flashsdpa.capabilities()),
         "capabilities_reason": flashsdpa.capabilities().reason,
+        "routers": _routers_info(),
     }
+
+
+def _routers_info() -> dict[str, Any]:
+    """Which routers stand at the CUDA key of SDPA's flash ops: the C++ ones (libflashsdpa_routers)
+    or, with the reason, the Python ones."""
+    from flashsdpa import cxx_routers
+
+    reason = cxx_routers.unavailable_reason()
+    return {"sdpa_flash": "python" if reason else "c++", "python_because": reason}

@@ -14,7 +14,8 @@ import os
 import warnings
 from typing import Any
 
-__all__ = ["FallbackWarning", "counter", "log", "note_fallback", "reset_stats", "set_fallback_warnings", "stats"]
+__all__ = ["Counts", "FallbackWarning", "counter", "int64_cells", "log", "note_fallback", "reset_stats",
+           "set_fallback_warnings", "stats"]  # fmt: skip
 
 log = logging.getLogger("flashsdpa")
 
@@ -37,15 +38,26 @@ def set_fallback_warnings(enabled: bool = True) -> None:
     _warned.clear()
 
 
-# Served / fallen-back counts per op: each router binds its own [served, fallback] list once and
-# bumps it in place, one list index per call; stats() copies them out.
-_COUNTS: dict[str, list[int]] = {}
+# Served / fallen-back counts per op: each router binds its own [served, fallback] pair once and
+# bumps it in place, one index per call; stats() copies them out. The pairs are int64 memory (a
+# memoryview of a bytearray, indexed like a list at ~25 ns against ~12) so that the C++ routers
+# (cxx_routers.py) bump the same counts through a pointer, with no Python on their served path.
+Counts = memoryview
+_COUNTS: dict[str, Counts] = {}
 _REASON_COUNTS: dict[str, int] = {}
 
 
-def counter(op: str) -> list[int]:
+def int64_cells(n: int) -> Counts:
+    """``n`` zeroed int64 counters, indexable and writable from Python and, by address, from C++."""
+    return memoryview(bytearray(8 * n)).cast("q")
+
+
+def counter(op: str) -> Counts:
     """The live ``[served, fallback]`` counts of ``op``, created on first use."""
-    return _COUNTS.setdefault(op, [0, 0])
+    counts = _COUNTS.get(op)
+    if counts is None:
+        counts = _COUNTS[op] = int64_cells(2)
+    return counts
 
 
 def stats() -> dict[str, Any]:

@@ -26,12 +26,14 @@ from torch import Tensor
 from flashsdpa import _backend, masks, reporting, selection
 from flashsdpa.reporting import log
 
-__all__ = ["ROUTED", "register_routers", "schema_mismatch", "softmax_scale", "unregister_routers"]
+__all__ = ["ROUTED", "capture_native", "register_routers", "routable", "schema_mismatch", "sdpa_backward_reason",
+           "sdpa_forward_reason", "softmax_scale", "unregister_routers"]  # fmt: skip
 
 # Forward calls that reached a router, served or not: the SDPA entry (entry.py) reads it around
-# PyTorch's SDPA to learn, for one list read and compare, whether a router saw the call (it then
-# counts the call itself if not). One increment per forward, on the calling thread.
-ROUTED = [0]
+# PyTorch's SDPA to learn, for one index read and compare, whether a router saw the call (it then
+# counts the call itself if not). One increment per forward, on the calling thread. int64 memory
+# (reporting.int64_cells): the C++ routers (cxx_routers.py) bump the same cell.
+ROUTED = reporting.int64_cells(1)
 
 # ---- outputs in each op's meta contract (torch/_meta_registrations.py) ---------------------------
 
@@ -136,6 +138,36 @@ _SDPA_BWD_COUNTS = reporting.counter(f"aten::{_SDPA_BWD}")
 _SDPA_MASKS = (masks.NO_MASK, masks.CAUSAL_BOTTOM_RIGHT)  # by is_causal
 
 
+def sdpa_forward_reason(
+    query: Tensor, key: Tensor, value: Tensor, dropout_p: float, return_debug_mask: bool
+) -> str | None:
+    """Why the forward router leaves this call to PyTorch's kernel, or None (it serves it)."""
+    if dropout_p != 0.0:
+        return _dropout_reason(dropout_p)
+    if return_debug_mask:
+        return _DEBUG_MASK_REASON
+    reason = selection.dense_reason(query, key, value)
+    if reason is None and value.shape[3] != query.shape[3]:
+        reason = f"value head_dim={value.shape[3]}: this op needs query's head_dim={query.shape[3]}"
+    return reason
+
+
+def sdpa_backward_reason(args: tuple[Any, ...]) -> str | None:
+    """Why the backward router leaves this call (its positional arguments) to PyTorch's kernel, or None."""
+    grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, _, _, dropout_p, is_causal, _, _ = args
+    if dropout_p != 0.0:
+        return _dropout_reason(dropout_p)
+    if cum_seq_q is not None or cum_seq_k is not None:
+        return "cum_seq_q / cum_seq_k given: the dense SDPA backward takes none"
+    # A user who asked for deterministic algorithms gets a family of ours whose backward is
+    # bitwise reproducible (sm90), else PyTorch's kernel (which honours the flag).
+    return (
+        selection.dense_reason(query, key, value)
+        or _bwd_tensors_reason(grad_out, out, logsumexp, query, value, tuple(query.shape[:3]))
+        or _backend.deterministic_reason(query, value, _SDPA_MASKS[is_causal], False)
+    )
+
+
 def _sdpa_flash_forward(
     keyset: Any,
     query: Tensor,
@@ -149,14 +181,7 @@ def _sdpa_flash_forward(
 ) -> Any:
     # Named parameters rather than *args: this is the hottest router, and binding is free here.
     ROUTED[0] += 1
-    if dropout_p != 0.0:
-        reason: str | None = _dropout_reason(dropout_p)
-    elif return_debug_mask:
-        reason = _DEBUG_MASK_REASON
-    else:
-        reason = selection.dense_reason(query, key, value)
-        if reason is None and value.shape[3] != query.shape[3]:
-            reason = f"value head_dim={value.shape[3]}: this op needs query's head_dim={query.shape[3]}"
+    reason = sdpa_forward_reason(query, key, value, dropout_p, return_debug_mask)
     if reason is not None:
         args = (query, key, value, dropout_p, is_causal, return_debug_mask)
         return _fall_back(_SDPA_FWD, _SDPA_FWD_COUNTS, reason, keyset, args, {"scale": scale})
@@ -171,19 +196,8 @@ def _sdpa_flash_forward(
 def _sdpa_flash_backward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     # (grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
     #  is_causal, philox_seed, philox_offset): all required, so always all there.
-    grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, _, _, dropout_p, is_causal, _, _ = args
-    if dropout_p != 0.0:
-        reason: str | None = _dropout_reason(dropout_p)
-    elif cum_seq_q is not None or cum_seq_k is not None:
-        reason = "cum_seq_q / cum_seq_k given: the dense SDPA backward takes none"
-    else:
-        # A user who asked for deterministic algorithms gets a family of ours whose backward is
-        # bitwise reproducible (sm90), else PyTorch's kernel (which honours the flag).
-        reason = (
-            selection.dense_reason(query, key, value)
-            or _bwd_tensors_reason(grad_out, out, logsumexp, query, value, tuple(query.shape[:3]))
-            or _backend.deterministic_reason(query, value, _SDPA_MASKS[is_causal], False)
-        )
+    grad_out, query, key, value, out, logsumexp, _, _, _, _, _, is_causal, _, _ = args
+    reason = sdpa_backward_reason(args)
     if reason is not None:
         return _fall_back(_SDPA_BWD, _SDPA_BWD_COUNTS, reason, keyset, args, {"scale": scale})
     dq, dk, dv = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
@@ -437,18 +451,32 @@ def _native_kernel(op: str) -> Any:
         return None
 
 
-def register_routers() -> torch.library.Library:
-    """One Library holding every router this torch can take; destroying it restores PyTorch's kernels."""
+def routable(route: _Route) -> bool:
+    """Whether this torch has ``route``'s op with a schema its router takes (logged when not)."""
+    packet = getattr(torch.ops.aten, route.op, None)
+    if packet is None:
+        return False  # older torch: the op does not exist (e.g. the inplace forward before 2.12)
+    mismatch = schema_mismatch(route, packet.default._schema)
+    if mismatch is not None:
+        log.warning("flashsdpa: not routing aten::%s on this torch: %s", route.op, mismatch)
+        return False
+    return True
+
+
+def capture_native(op: str) -> None:
+    """Capture PyTorch's CUDA kernel of ``op`` for the fallback: before any router of ours is
+    registered there (afterwards get_kernel would return ours)."""
+    _NATIVE[op] = _native_kernel(op)
+
+
+def register_routers(skip: frozenset[str] = frozenset()) -> torch.library.Library:
+    """One Library holding every router this torch can take, but those of the ops in ``skip``
+    (the C++ routers' ops, when they serve); destroying it restores PyTorch's kernels."""
     lib = torch.library.Library("aten", "IMPL")
     for route in _ROUTES:
-        packet = getattr(torch.ops.aten, route.op, None)
-        if packet is None:
-            continue  # older torch: the op does not exist (e.g. the inplace forward before 2.12)
-        mismatch = schema_mismatch(route, packet.default._schema)
-        if mismatch is not None:
-            log.warning("flashsdpa: not routing aten::%s on this torch: %s", route.op, mismatch)
+        if route.op in skip or not routable(route):
             continue
-        _NATIVE[route.op] = _native_kernel(route.op)  # before registering: afterwards it would be ours
+        capture_native(route.op)
         with warnings.catch_warnings():
             # "Overriding a previously registered kernel ...": overriding is the point.
             warnings.filterwarnings("ignore", message=".*previously registered kernel.*")

@@ -41,6 +41,7 @@ from torch.overrides import TorchFunctionMode
 
 import flashsdpa
 from flashsdpa import _backend, entry, masks, routers, selection
+from flashsdpa.info import collect_info
 
 Row = tuple[str, Callable[[], Any], Callable[[], contextlib.AbstractContextManager[Any]]]
 
@@ -347,6 +348,9 @@ def _host_and_kernel_us(rows: list[Row], steps: int = 20) -> dict[str, tuple[flo
 
 def gpu_main(rounds: int, calls: int) -> None:
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, flashsdpa {flashsdpa.__version__}")
+    # Which routers stand behind SDPA's flash ops: the C++ ones, or the Python ones and why
+    # (FLASHSDPA_ROUTERS=python measures those on a machine that has both).
+    print("routers:", collect_info()["routers"])
     tiny = _interleaved(_tiny_rows(), rounds, calls, _sync)
     _print(tiny)
     for label, theirs, ours in (

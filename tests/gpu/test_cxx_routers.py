@@ -1,0 +1,259 @@
+# test_cxx_routers.py: the C++ routers of SDPA's flash forward and backward (routers/routers.cpp) on a
+# GPU. They stand at the CUDA key while flashsdpa is active, serve with and without grad (counters
+# and profiler kernel names), give outputs in the ops' meta contract, leave unserved calls to
+# PyTorch's kernel with PyTorch's errors and the Python routers' reasons, keep the SDPA entry's
+# routed count, run under CUDA-graph capture and torch.compile(fullgraph=True), and are gone after
+# disable(). tests/gpu/test_shim.py's whole suite runs through them too (they are the default).
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import flashsdpa
+from flashsdpa import cxx_routers, routers
+from helpers import fresh_compile, gpu_skip_reason, skip_unless_compiled
+
+GPU_SKIP = gpu_skip_reason()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU_SKIP is not None, reason=f"GPU suite: {GPU_SKIP}")]
+
+DEVICE = "cuda"
+BF16 = torch.bfloat16
+D = 128
+FWD, BWD = f"aten::{routers._SDPA_FWD}", f"aten::{routers._SDPA_BWD}"
+
+
+@pytest.fixture(autouse=True)
+def _cxx_routers_serve() -> None:
+    # FLASHSDPA_ROUTERS=python is the one way to run this suite without them; anywhere else the
+    # library is built with _C's kernels and must serve, so its absence fails rather than skips.
+    reason = cxx_routers.unavailable_reason()
+    if reason == f"{cxx_routers.ROUTERS_ENV}=python":
+        pytest.skip(reason)
+    assert reason is None, f"the C++ routers do not serve: {reason}"
+    skip_unless_compiled(BF16, D)
+
+
+def qkv(b: int = 2, h: int = 4, s: int = 256, grad: bool = False, layout: str = "bhsd") -> list[torch.Tensor]:
+    shape = (b, s, h, D) if layout == "bshd" else (b, h, s, D)
+    tensors = [torch.randn(shape, device=DEVICE, dtype=BF16) for _ in range(3)]
+    if layout == "bshd":
+        tensors = [t.transpose(1, 2) for t in tensors]
+    return [t.detach().requires_grad_(grad) for t in tensors]
+
+
+def cuda_kernel_line(op: str) -> str:
+    [line] = [line for line in torch._C._dispatch_dump(op).splitlines() if line.startswith("CUDA:")]
+    return line
+
+
+def served(op: str) -> int:
+    return flashsdpa.stats()["ops"].get(op, {"served": 0})["served"]
+
+
+def kernel_names(step: Callable[[], Any]) -> set[str]:
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        step()
+        torch.cuda.synchronize()
+    return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+
+
+def ours(names: set[str], direction: str) -> bool:
+    """Whether a kernel of ours ran in ``direction`` ("fwd": the forward or, for up to 16 query rows,
+    the decode kernel; "bwd")."""
+    parts = ("fwd", "decode") if direction == "fwd" else (direction,)
+    return any("flashsdpa" in n and any(p in n for p in parts) for n in names)
+
+
+def test_cxx_routers_stand_at_the_cuda_key_while_active() -> None:
+    with flashsdpa.enable():
+        assert "routers.cpp" in cuda_kernel_line(FWD) and "routers.cpp" in cuda_kernel_line(BWD)
+    assert "routers.cpp" not in cuda_kernel_line(FWD) and "routers.cpp" not in cuda_kernel_line(BWD)
+
+
+@pytest.mark.parametrize("seqlen", [16, 256], ids=["decode-path", "forward-kernel"])
+def test_training_call_served_forward_and_backward(seqlen: int) -> None:
+    q, k, v = qkv(s=seqlen, grad=True)
+    dout = torch.randn_like(q)
+    expected_out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    expected = torch.autograd.grad(expected_out, (q, k, v), dout)
+    flashsdpa.reset_stats()
+    with flashsdpa.enable():
+        saved: dict[str, Any] = {}
+
+        def step() -> None:
+            saved["out"] = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            saved["grads"] = torch.autograd.grad(saved["out"], (q, k, v), dout)
+
+        names = kernel_names(step)
+    assert ours(names, "fwd") and ours(names, "bwd"), sorted(names)
+    assert served(FWD) == 1 and served(BWD) == 1, flashsdpa.stats()
+    # The SDPA entry saw the C++ router's routed count move: no fallback of F.sdpa counted.
+    assert flashsdpa.stats()["ops"].get("F.scaled_dot_product_attention", {"fallback": 0})["fallback"] == 0
+    torch.testing.assert_close(saved["out"], expected_out, atol=2e-2, rtol=2e-2)
+    for got, want in zip(saved["grads"], expected):
+        torch.testing.assert_close(got, want, atol=5e-2, rtol=5e-2)
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_forward_without_grad_in_the_meta_contract(layout: str, is_causal: bool) -> None:
+    q, k, v = qkv(layout=layout)
+    op = torch.ops.aten._scaled_dot_product_flash_attention.default
+    theirs = op(q, k, v, 0.0, is_causal, scale=0.3)
+    with FakeTensorMode() as mode:  # the op's meta function: the contract both implementations keep
+        meta = op(*(mode.from_tensor(t) for t in (q, k, v)), 0.0, is_causal, scale=0.3)
+    flashsdpa.reset_stats()
+    with flashsdpa.enable():
+        mine = op(q, k, v, 0.0, is_causal, scale=0.3)
+    assert served(FWD) == 1
+    assert len(mine) == len(meta) == 9
+    for i in (0, 1, 6, 7, 8):  # out, lse, rng_state, unused, debug mask: shapes, strides, dtypes
+        assert (mine[i].shape, mine[i].stride(), mine[i].dtype) == (meta[i].shape, meta[i].stride(), meta[i].dtype), i
+    assert mine[2] is None and mine[3] is None and mine[4:6] == (256, 256)
+    torch.testing.assert_close(mine[0], theirs[0], atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(mine[1], theirs[1], atol=1e-3, rtol=1e-3)
+
+
+def test_backward_copies_a_strided_grad_out() -> None:
+    q, k, v = qkv(grad=True)
+    flashsdpa.reset_stats()
+    with flashsdpa.enable():
+        out = F.scaled_dot_product_attention(q, k, v)
+        grads = torch.autograd.grad(out.sum(), (q, k, v))  # grad_out has stride 0 everywhere
+    assert served(BWD) == 1
+    expected = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v).sum(), (q, k, v))
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got, want, atol=5e-2, rtol=5e-2)
+
+
+def outcome(call: Callable[[], Any]) -> Any:
+    """(exception type, message) or the result's first tensor on the CPU, and PyTorch's warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result: Any = call()[0].detach().cpu()
+        except Exception as exc:  # noqa: BLE001 - the error itself is the outcome compared
+            result = (type(exc), str(exc))
+    return result, sorted({(w.category.__name__, str(w.message)) for w in caught
+                           if not issubclass(w.category, flashsdpa.FallbackWarning)})  # fmt: skip
+
+
+def test_unserved_forward_raises_pytorchs_error() -> None:
+    q, k, v = (t.float() for t in qkv())
+    op = torch.ops.aten._scaled_dot_product_flash_attention.default
+    expected = outcome(lambda: op(q, k, v))
+    assert isinstance(expected[0], tuple), expected  # PyTorch's flash kernel takes no float32
+    flashsdpa.reset_stats()
+    with flashsdpa.enable():
+        got = outcome(lambda: op(q, k, v))
+    assert got == expected
+    assert flashsdpa.stats()["fallback_reasons"] == {f"{FWD}: query.dtype=torch.float32: needs float16 or bfloat16": 1}
+
+
+@pytest.mark.parametrize("kwargs, reason", [
+    ({"dropout_p": 0.1}, "dropout_p=0.1: dropout is not supported (needs 0.0)"),
+    ({"return_debug_mask": True}, "return_debug_mask=True: the debug attention mask is not supported"),
+])  # fmt: skip
+def test_unserved_forward_runs_pytorchs_kernel_with_the_python_reason(kwargs: dict[str, Any], reason: str) -> None:
+    q, k, v = qkv(s=64)
+    op = torch.ops.aten._scaled_dot_product_flash_attention.default
+    flashsdpa.reset_stats()
+    with flashsdpa.enable():
+        out = op(q, k, v, **kwargs)
+    stats = flashsdpa.stats()
+    assert stats["ops"][FWD] == {"served": 0, "fallback": 1}
+    assert stats["fallback_reasons"] == {f"{FWD}: {reason}": 1}
+    assert out[0].shape == q.shape and len(out) == 9
+
+
+def test_deterministic_backward_served_or_left_to_pytorch() -> None:
+    q, k, v = qkv(grad=True)
+    dout = torch.randn_like(q)
+
+    def grads() -> tuple[torch.Tensor, ...]:
+        return torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal=True), (q, k, v), dout)
+
+    flashsdpa.reset_stats()
+    with flashsdpa.enable(), torch_deterministic():
+        first = outcome(grads)
+        second = outcome(grads)
+    stats = flashsdpa.stats()
+    if stats["ops"][BWD]["served"]:  # a family of ours with a deterministic backward (sm90): bitwise equal
+        assert isinstance(first[0], torch.Tensor) and torch.equal(first[0], second[0])
+    else:  # PyTorch's kernel, which raises as it does without flashsdpa
+        with torch_deterministic():
+            assert first == outcome(grads)
+        assert all("use_deterministic_algorithms" in r for r in stats["fallback_reasons"]), stats
+
+
+class torch_deterministic:  # noqa: N801 - used like torch's own context managers
+    def __enter__(self) -> None:
+        self.saved = torch.are_deterministic_algorithms_enabled()
+        torch.use_deterministic_algorithms(True)
+
+    def __exit__(self, *exc: object) -> None:
+        torch.use_deterministic_algorithms(self.saved)
+
+
+def test_cuda_graph_capture_replays_our_kernels() -> None:
+    q, k, v = qkv(grad=True)
+    dout = torch.randn_like(q)
+    with flashsdpa.enable():
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-up off the default stream, as graph capture wants
+            for _ in range(2):
+                torch.autograd.grad(F.scaled_dot_product_attention(q, k, v), (q, k, v), dout)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        flashsdpa.reset_stats()
+        with torch.cuda.graph(graph):
+            captured = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v), (q, k, v), dout)
+        assert served(FWD) == 1 and served(BWD) == 1
+        names = kernel_names(graph.replay)
+        expected = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v), (q, k, v), dout)
+    assert ours(names, "fwd") and ours(names, "bwd"), sorted(names)
+    for got, want in zip(captured, expected):
+        torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)  # the same kernels (dQ adds in any order)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compile_fullgraph_runs_our_kernels(backend: str) -> None:
+    q, k, v = qkv(grad=True)
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).float().sum()
+
+    with fresh_compile(), flashsdpa.enable():
+        compiled = torch.compile(fn, backend=backend, fullgraph=True)
+        compiled(q, k, v).backward()  # compile
+        flashsdpa.reset_stats()
+        names = kernel_names(lambda: compiled(q, k, v).backward())
+    assert served(FWD) == 1 and served(BWD) == 1, flashsdpa.stats()
+    assert ours(names, "fwd") and ours(names, "bwd"), sorted(names)
+
+
+def test_disable_leaves_pytorchs_kernels_untaxed() -> None:
+    q, k, v = qkv(grad=True)
+    with flashsdpa.enable():
+        F.scaled_dot_product_attention(q, k, v).sum().backward()
+    flashsdpa.reset_stats()
+    routed = routers.ROUTED[0]
+
+    def step() -> None:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(q, k, v).sum().backward()
+
+    names = kernel_names(step)
+    assert not ours(names, "fwd") and not ours(names, "bwd"), sorted(names)
+    assert routers.ROUTED[0] == routed and served(FWD) == served(BWD) == 0
