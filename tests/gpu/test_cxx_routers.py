@@ -27,6 +27,14 @@ DEVICE = "cuda"
 BF16 = torch.bfloat16
 D = 128
 FWD, BWD = f"aten::{routers._SDPA_FWD}", f"aten::{routers._SDPA_BWD}"
+INNER_FWD = f"aten::{routers._FLASH_FWD}"
+
+
+def outer_reasons() -> dict[str, int]:
+    """The fallback reasons, less those of aten::_flash_attention_forward: PyTorch's kernel for the
+    SDPA flash op calls that op through the dispatcher, where the Python router stands and reports
+    the same call again under its own name."""
+    return {k: n for k, n in flashsdpa.stats()["fallback_reasons"].items() if not k.startswith(f"{INNER_FWD}: ")}
 
 
 @pytest.fixture(autouse=True)
@@ -155,7 +163,7 @@ def test_unserved_forward_raises_pytorchs_error() -> None:
     with flashsdpa.enable():
         got = outcome(lambda: op(q, k, v))
     assert got == expected
-    assert flashsdpa.stats()["fallback_reasons"] == {f"{FWD}: query.dtype=torch.float32: needs float16 or bfloat16": 1}
+    assert outer_reasons() == {f"{FWD}: query.dtype=torch.float32: needs float16 or bfloat16": 1}
 
 
 @pytest.mark.parametrize("kwargs, reason", [
@@ -165,13 +173,17 @@ def test_unserved_forward_raises_pytorchs_error() -> None:
 def test_unserved_forward_runs_pytorchs_kernel_with_the_python_reason(kwargs: dict[str, Any], reason: str) -> None:
     q, k, v = qkv(s=64)
     op = torch.ops.aten._scaled_dot_product_flash_attention.default
+    # PyTorch's own answer (a dropout output, or its error: return_debug_mask needs dropout there).
+    expected = outcome(lambda: op(q, k, v, **kwargs))
     flashsdpa.reset_stats()
     with flashsdpa.enable():
-        out = op(q, k, v, **kwargs)
-    stats = flashsdpa.stats()
-    assert stats["ops"][FWD] == {"served": 0, "fallback": 1}
-    assert stats["fallback_reasons"] == {f"{FWD}: {reason}": 1}
-    assert out[0].shape == q.shape and len(out) == 9
+        got = outcome(lambda: op(q, k, v, **kwargs))
+    if isinstance(expected[0], tuple):
+        assert got == expected
+    else:  # dropout draws differ from call to call: compare what is deterministic
+        assert not isinstance(got[0], tuple) and got[0].shape == expected[0].shape and got[1] == expected[1]
+    assert flashsdpa.stats()["ops"][FWD] == {"served": 0, "fallback": 1}
+    assert outer_reasons() == {f"{FWD}: {reason}": 1}
 
 
 def test_deterministic_backward_served_or_left_to_pytorch() -> None:
