@@ -455,11 +455,11 @@ def _window_reasons(query: Tensor, value: Tensor, is_causal: bool, window: tuple
         return [str(error)]
     if masks.kind(spec) != 3:
         return []  # (-1, -1) or causal-equivalent: no window left
+    if not query.is_cuda or query.dim() != 4 or query.dtype not in _backend.DTYPE_CODES:
+        return []  # the tensor checks above say why, on any build: the window adds nothing there
     served = window_families()
     if not served:
         return [f"window={tuple(window)}: no compiled kernel family serves sliding windows"]
-    if not query.is_cuda or query.dim() != 4 or query.dtype not in _backend.DTYPE_CODES:
-        return []  # the tensor checks above say why; windows themselves are served (see info)
     backward = query.requires_grad or value.requires_grad
     why = mask_reason(query, value, spec, varlen=False, backward=backward)
     return [f"{why}; families serving windows: {', '.join(served)}"] if why else []
