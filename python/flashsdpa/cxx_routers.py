@@ -214,7 +214,7 @@ def _spend_override_warning() -> None:
     _override_warning_spent = True
     lib = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*previously registered kernel.*")
+        warnings.filterwarnings("ignore", message=routers.OVERRIDE_WARNING)
         lib.impl(routers._SDPA_FWD, _sdpa_forward_fallback, "CUDA", with_keyset=True)
     lib._destroy()
 

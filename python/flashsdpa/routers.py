@@ -72,6 +72,11 @@ def softmax_scale(scale: float | None, head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim) if scale is None else scale
 
 
+# PyTorch's warning on the first kernel registered over another in a process. Its text starts
+# with "Warning only once for all operators, ..." and a newline: without (?s) the filter's match
+# stopped at that newline and the warning reached stderr (seen on the H200 in session 6).
+OVERRIDE_WARNING = r"(?s).*previously registered kernel"
+
 # ---- fallback ------------------------------------------------------------------------------------
 
 # aten op name -> PyTorch's own CUDA kernel (SafeKernelFunction), captured before our router was
@@ -479,7 +484,7 @@ def register_routers(skip: frozenset[str] = frozenset()) -> torch.library.Librar
         capture_native(route.op)
         with warnings.catch_warnings():
             # "Overriding a previously registered kernel ...": overriding is the point.
-            warnings.filterwarnings("ignore", message=".*previously registered kernel.*")
+            warnings.filterwarnings("ignore", message=OVERRIDE_WARNING)
             lib.impl(route.op, route.router, "CUDA", with_keyset=True)
     return lib
 
