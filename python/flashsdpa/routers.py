@@ -26,8 +26,8 @@ from torch import Tensor
 from flashsdpa import _backend, masks, reporting, selection
 from flashsdpa.reporting import log
 
-__all__ = ["OVERRIDE_WARNING", "ROUTED", "capture_native", "register_routers", "routable", "schema_mismatch", "sdpa_backward_reason",
-           "sdpa_forward_reason", "softmax_scale", "unregister_routers"]  # fmt: skip
+__all__ = ["OVERRIDE_WARNING", "ROUTED", "capture_native", "register_routers", "routable", "schema_mismatch",
+           "sdpa_backward_reason", "sdpa_forward_reason", "softmax_scale", "unregister_routers"]  # fmt: skip
 
 # Forward calls that reached a router, served or not: the SDPA entry (entry.py) reads it around
 # PyTorch's SDPA to learn, for one index read and compare, whether a router saw the call (it then
