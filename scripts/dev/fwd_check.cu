@@ -329,6 +329,9 @@ bool run_case(const Case& c, uint64_t seed) {
   p.batch = B; p.heads_q = c.Hq; p.heads_kv = c.Hkv; p.seqlen_q = Sq; p.seqlen_k = Sk;
   p.head_dim_qk = c.Dqk; p.head_dim_v = c.Dv;
   p.cu_seqlens_q = pr.cu_q; p.cu_seqlens_k = pr.cu_k; p.seqused_k = nullptr;
+  // The packed rows every varlen offset is clamped to (seqlen.cuh); without them (0) the kernels
+  // wrote nothing and the 5 varlen cases failed with every element left NaN (session 6, call 5).
+  p.total_q = varlen ? total_q : -1; p.total_k = varlen ? total_k : -1;
   p.scale = pr.scale; p.scale_log2 = pr.scale * 1.4426950408889634f;
   p.mask = MaskSpec{-1, c.causal ? 0 : -1, c.causal == 2 ? MaskAlign::kBottomRight : MaskAlign::kTopLeft};
   p.dtype = c.bf16 ? DType::kBFloat16 : DType::kFloat16;
