@@ -54,25 +54,57 @@ __device__ __forceinline__ float alibi_slope(const ScoreMods& m, int batch, int 
   return m.alibi_slopes[static_cast<int64_t>(batch) * m.alibi_batch_stride + head];
 }
 
-// s += per_key * |i + diag - j| over a score tile of kMT x kNT stacked m16n8 C fragments (the
-// layout of BlockMask::apply: row0 / col0 are the sequence row and column of the thread's element
-// 0). Distances are exact in float below 2^24 keys. Rows >= row_end get nothing: the backward's
-// zero-filled rows past seqlen_q must keep P = exp2(0) = 1 (a negative slope could otherwise
-// overflow P to inf there, and inf * 0 = NaN in dS).
-template <int kMT, int kNT>
+// The layouts of a score tile of kMT x kNT stacked m16n8 C fragments: rows are queries (S = Q K^T:
+// the portable kernels, the sm90 forward) or keys (S^T = K Q^T: the sm90 backward, whose wgmma M
+// dimension is the key block). row0 / col0 are the sequence row and column of the thread's element
+// 0 (BlockMask::apply's, or apply_mask_t's key0 / q0), element x of fragment (mt, nt) sits at row
+// row0 + 16 mt + 8 (x / 2) and column col0 + 8 nt + x % 2. The hooks below take the layout as a
+// template argument, so each modifier's arithmetic is written once for both.
+enum class ScoreLayout { kQueryRows, kKeyRows };
+
+template <ScoreLayout kLayout>
+struct ScoreTile {
+  static constexpr bool kKeyRows = kLayout == ScoreLayout::kKeyRows;
+  // ALiBi's distance |q + diag - key| of the element in fragment row `row` and column col0 + c is
+  // |d0(row, col0, diag) - c|: (row - col0) + diag with query rows, (row - col0) - diag with key rows
+  // (the same distance negated). Exact in float below 2^24 keys.
+  __device__ __forceinline__ static float d0(int row, int col0, float diag) {
+    return static_cast<float>(row - col0) + (kKeyRows ? -diag : diag);
+  }
+  // The element's query (sequence index).
+  __device__ __forceinline__ static int query(int row, int col0, int c) { return kKeyRows ? col0 + c : row; }
+  // The element's LSE in log2 units from the kernel's per-query values: per row, lse2[mt][h] (the
+  // portable backward), or per column, lse2[nt] with .x / .y for the column pair (the sm90 one).
+  template <int kMT>
+  __device__ __forceinline__ static float lse2_at(const float (&lse2)[kMT][2], int mt, int h, int, int) {
+    return lse2[mt][h];
+  }
+  template <int kNT>
+  __device__ __forceinline__ static float lse2_at(const float2 (&lse2)[kNT], int, int, int nt, int e) {
+    return e ? lse2[nt].y : lse2[nt].x;
+  }
+};
+
+// s += per_key * |i + diag - j| over a score tile (kLayout above). Queries >= q_end get nothing:
+// the portable backward's zero-filled rows past seqlen_q must keep P = exp2(0) = 1 (a negative
+// slope could otherwise overflow P to inf there, and inf * 0 = NaN in dS); the sm90 backward's
+// columns past seqlen_q have LSE +inf (P = 0 whatever the bias) and are zeroed the same way so
+// that both layouts compute the same x for every element.
+template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT>
 __device__ __forceinline__ void add_alibi(float (&s)[kMT][kNT][4], int row0, int col0, float diag, float per_key,
-                                          int row_end) {
+                                          int q_end) {
+  using Tile = ScoreTile<kLayout>;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = row0 + mt * 16 + h * 8;
-      const float slope = row < row_end ? per_key : 0.f;
-      const float d0 = static_cast<float>(row - col0) + diag;  // distance to the thread's column col0
+      const float d0 = Tile::d0(row, col0, diag);  // distance to the thread's column col0
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
+          const float slope = Tile::query(row, col0, nt * 8 + e) < q_end ? per_key : 0.f;
           s[mt][nt][2 * h + e] = fmaf(slope, fabsf(d0 - static_cast<float>(nt * 8 + e)), s[mt][nt][2 * h + e]);
         }
       }
@@ -153,68 +185,121 @@ struct ScoreModBwd {
     return -alibi_slope(p.mods, batch, head) * ScoreModConst::kLog2e / scale_log2(p);
   }
 
-  // S = q.k of one (query head, query block) -> x, before the probabilities. row0() / col0(): the
-  // thread's first element's sequence row and column (BlockMask::apply's), evaluated only inside
-  // the ALiBi branch.
-  template <int kMT, int kNT, typename Row0, typename Col0>
+  // S = q.k of one (query head, query block) -> x, before the probabilities, in either tile layout
+  // (ScoreTile). row0() / col0(): the thread's first element's sequence row and column
+  // (BlockMask::apply's, or the sm90 backward's key0 / q0), evaluated only inside the ALiBi branch.
+  template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT, typename Row0, typename Col0>
   __device__ __forceinline__ static void apply(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, int head,
                                                float (&s)[kMT][kNT][4], Row0&& row0, Col0&& col0) {
     if constexpr (kMods) {
       if (p.mods.softcap > 0.f) softcap_tanh(s, p.mods.softcap_tanh_scale);
       if (p.mods.alibi_slopes != nullptr) {
-        add_alibi(s, row0(), col0(), static_cast<float>(seq.seqlen_k - seq.seqlen_q), alibi_per_key(p, batch, head),
-                  seq.seqlen_q);
+        add_alibi<kLayout>(s, row0(), col0(), static_cast<float>(seq.seqlen_k - seq.seqlen_q),
+                           alibi_per_key(p, batch, head), seq.seqlen_q);
       }
     }
   }
 
-  // P and dP (before dS replaces it) -> the rows' sums the postprocess finishes the modifiers'
-  // gradients from (bwd_prepost.cuh): row_pdp += sum_j P dP (delta, exactly) and, for the slopes,
-  // row_pdist += sum_j P |distance|; quad sums, one float atomic per row, array and iteration.
-  template <int kMT, int kNT, typename Row0, typename Col0>
+  // P and dP (before dS replaces it) -> the per-query sums the postprocess finishes the modifiers'
+  // gradients from (bwd_prepost.cuh): row_pdp += sum_keys P dP (delta, exactly) and, for the slopes,
+  // row_pdist += sum_keys P |distance|. Query rows (the portable backward): quad sums, one float
+  // atomic per row, array and iteration. Key rows (the sm90 backward's S^T, kMT = 1, kNT = 8: 64
+  // queries of a warp's 16 keys): column sums, each thread's 2 keys, then a reduce-scatter over the
+  // 8 lanes of a column pair (lane bits 2-4 halve the columns a lane keeps: 8 + 4 + 2 shuffles per
+  // array where an all-reduce takes 3 x 16), after which lane l holds its pair's sums of column
+  // group l / 4: one float atomic per (warp, column), array and step, from every lane at once.
+  template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT, typename Row0, typename Col0>
   __device__ __forceinline__ static void row_sums(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, int head,
                                                   const float (&prob)[kMT][kNT][4], const float (&dp)[kMT][kNT][4],
                                                   Row0&& row0, Col0&& col0) {
     if constexpr (kMods) {
+      using Tile = ScoreTile<kLayout>;
       if (p.row_pdp == nullptr) return;
       const bool slopes = p.d_alibi_slopes != nullptr;  // uniform
       const float diag = static_cast<float>(seq.seqlen_k - seq.seqlen_q);
       const int r0 = row0(), c0 = col0();
       const int64_t base = batch_offset(p, batch, p.delta_batch_stride) + head * p.delta_head_stride;
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = r0 + mt * 16 + h * 8;
-          const float d0 = static_cast<float>(row - c0) + diag;
-          float pdp = 0.f, pdist = 0.f;
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float pr = prob[mt][nt][2 * h + e];
-              pdp = fmaf(pr, dp[mt][nt][2 * h + e], pdp);
-              if (slopes) pdist = fmaf(pr, fabsf(d0 - static_cast<float>(nt * 8 + e)), pdist);
-            }
-          pdp = quad_sum(pdp);
-          if (slopes) pdist = quad_sum(pdist);
-          if ((threadIdx.x & 3) == 0 && row < seq.seqlen_q) {
-            const int64_t at = base + (seq.q_row_offset + row) * p.delta_row_stride;
-            atomicAdd(p.row_pdp + at, pdp);
-            if (slopes) atomicAdd(p.row_pdist + at, pdist);
-          }
+      auto add = [&](int query, float pdp, float pdist) {
+        if (query < seq.seqlen_q) {
+          const int64_t at = base + (seq.q_row_offset + query) * p.delta_row_stride;
+          atomicAdd(p.row_pdp + at, pdp);
+          if (slopes) atomicAdd(p.row_pdist + at, pdist);
         }
+      };
+      if constexpr (!Tile::kKeyRows) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = r0 + mt * 16 + h * 8;
+            const float d0 = Tile::d0(row, c0, diag);
+            float pdp = 0.f, pdist = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const float pr = prob[mt][nt][2 * h + e];
+                pdp = fmaf(pr, dp[mt][nt][2 * h + e], pdp);
+                if (slopes) pdist = fmaf(pr, fabsf(d0 - static_cast<float>(nt * 8 + e)), pdist);
+              }
+            pdp = quad_sum(pdp);
+            if (slopes) pdist = quad_sum(pdist);
+            if ((threadIdx.x & 3) == 0) add(row, pdp, pdist);
+          }
+      } else {
+        static_assert(kMT == 1 && kNT == 8, "the reduce-scatter below: 16 columns per thread over 8 lanes");
+        const int lane = threadIdx.x & 31;
+        // One array at a time, its first halving (lane bit 4: column groups 0-3 or 4-7) fused with
+        // the per-thread sums, so at most 8 + 2 of its values are live: the d128 kernel's step has
+        // no 16 registers to spare here (all 32 sums at once: 396 bytes of spill stores).
+        auto column_sums = [&](auto&& value) {  // value(nt, e): the thread's 2 keys' term of column 8 nt + e
+          float v[kNT];  // after the first halving: column group nt = (lane & 16 ? 4 : 0) + i / 2, e = i % 2
+          const bool upper = (lane & 16) != 0;
+#pragma unroll
+          for (int i = 0; i < kNT; ++i) {
+            const float lo = value(i / 2, i % 2), hi = value(kNT / 2 + i / 2, i % 2);
+            v[i] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, upper ? lo : hi, 16);
+          }
+          // Lane bits 3, 2: the upper or lower n of the 2n kept. Constant trip counts: a halving loop
+          // variable is not unrolled (v went to local memory).
+#pragma unroll
+          for (int step = 1; step < 3; ++step) {
+            const int n = kNT >> step;  // 4, 2
+            const bool up = (lane & (2 * n)) != 0;
+#pragma unroll
+            for (int i = 0; i < kNT / 2; ++i)
+              if (i < n) v[i] = (up ? v[i + n] : v[i]) + __shfl_xor_sync(0xffffffffu, up ? v[i] : v[i + n], 2 * n);
+          }
+          return make_float2(v[0], v[1]);  // column group lane / 4: columns 8 (lane / 4) + 0, 1
+        };
+        const float2 pdp = column_sums([&](int nt, int e) {
+          return fmaf(prob[0][nt][e], dp[0][nt][e], prob[0][nt][2 + e] * dp[0][nt][2 + e]);
+        });
+        float2 pdist = make_float2(0.f, 0.f);
+        if (slopes) {
+          const float d0 = Tile::d0(r0, c0, diag);  // key row r0; key row r0 + 8: d0 + 8
+          pdist = column_sums([&](int nt, int e) {
+            const float c = static_cast<float>(nt * 8 + e);
+            return fmaf(prob[0][nt][e], fabsf(d0 - c), prob[0][nt][2 + e] * fabsf(d0 + 8.f - c));
+          });
+        }
+        add(Tile::query(r0, c0, 8 * (lane / 4)), pdp.x, pdist.x);
+        add(Tile::query(r0, c0, 8 * (lane / 4) + 1), pdp.y, pdist.y);
+      }
     }
   }
 
-  // dS (gradient of the final score, 0 where masked or past seqlen_q), P and the rows' LSE in log2
-  // units -> the slope's gradient (one float atomic per warp and iteration: 8 per 64 x 128 tile)
-  // and, with softcap, dS times 1 - tanh^2 (the gradient of the tanh's input).
-  template <int kMT, int kNT, typename Row0, typename Col0>
+  // dS (gradient of the final score, 0 where masked or past seqlen_q), P and the queries' LSE in
+  // log2 units (ScoreTile::lse2_at: per row or per column) -> the slope's gradient (one warp reduce
+  // and one float atomic per warp and iteration: 8 per 64 x 128 tile) and, with softcap, dS times
+  // 1 - tanh^2 (the gradient of the tanh's input), in either tile layout.
+  template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT, typename Lse2, typename Row0,
+            typename Col0>
   __device__ __forceinline__ static void grads(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, int head,
                                                float (&ds)[kMT][kNT][4], const float (&prob)[kMT][kNT][4],
-                                               const float (&lse2)[kMT][2], Row0&& row0, Col0&& col0) {
+                                               const Lse2& lse2, Row0&& row0, Col0&& col0) {
     if constexpr (kMods) {
+      using Tile = ScoreTile<kLayout>;
       const float diag = static_cast<float>(seq.seqlen_k - seq.seqlen_q);
       if (p.d_alibi_slopes != nullptr) {
         const int r0 = row0(), c0 = col0();
@@ -223,7 +308,7 @@ struct ScoreModBwd {
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const float d0 = static_cast<float>(r0 + mt * 16 + h * 8 - c0) + diag;
+            const float d0 = Tile::d0(r0 + mt * 16 + h * 8, c0, diag);
 #pragma unroll
             for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
@@ -244,13 +329,13 @@ struct ScoreModBwd {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int row = r0 + mt * 16 + h * 8;
-            const float key = row < seq.seqlen_q ? per_key : 0.f;  // as add_alibi
-            const float d0 = static_cast<float>(row - c0) + diag;
+            const float d0 = Tile::d0(row, c0, diag);
 #pragma unroll
             for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
-                const float x = __log2f(prob[mt][nt][2 * h + e]) + lse2[mt][h];
+                const float key = Tile::query(row, c0, nt * 8 + e) < seq.seqlen_q ? per_key : 0.f;  // as add_alibi
+                const float x = __log2f(prob[mt][nt][2 * h + e]) + Tile::lse2_at(lse2, mt, h, nt, e);
                 const float alibi = key * fabsf(d0 - static_cast<float>(nt * 8 + e));
                 const float t = fminf(fmaxf(fmaf(x, inv_scale_log2, -alibi), -1.f), 1.f);
                 ds[mt][nt][2 * h + e] *= fmaf(-t, t, 1.f);

@@ -28,6 +28,7 @@
 #include "common/bwd_prepost.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
+#include "common/score_mod.cuh"
 #include "common/seqlen.cuh"
 #include "common/softmax.cuh"
 #include "flashsdpa/params.h"
@@ -43,9 +44,13 @@ struct BwdSm90Args {
   CUtensorMap tma_v;   // box 64 columns x kBlockN rows
 };
 
-template <typename Elem_, int kHeadDim_, int kStages_ = 2>
+template <typename Elem_, int kHeadDim_, int kStages_ = 2, bool kMods_ = false>
 struct BwdTraitsSm90 {
   using Elem = Elem_;
+  // The score modifiers (softcap, ALiBi, sinks' and slopes' row sums: common/score_mod.cuh's
+  // ScoreModBwd on the transposed tile), in their own instantiation as in the other kernels, so
+  // the plain kernel's code is unchanged.
+  static constexpr bool kMods = kMods_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 64;   // query rows per step: one wgmma N of S^T, one 128-byte dS^T row
   static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
@@ -264,6 +269,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
                                         int kv_head, int batch, const SeqlenInfo& seq, const BlockMask& mask,
                                         const StepRange& range, int cwg) {
   using Elem = typename Traits::Elem;
+  using Mod = ScoreModBwd<Traits::kMods>;
   constexpr int kMTiles = Traits::kMTiles;
   constexpr int kDTiles = Traits::kDTiles;
   constexpr int kBlockM = Traits::kBlockM;
@@ -306,7 +312,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       sm.k + (cwg * kDqCol0 / 64) * kBlockN * 128 + (cwg * kDqCol0 % 64) * 2, kBlockN * 128, 1024);
   constexpr uint64_t kSlot = Traits::kQBytes >> 4;
   constexpr uint64_t kDsBuf = Traits::kDsBytes >> 4;
-  const float scale_log2 = p.scale_log2;
+  const float scale_log2 = Mod::scale_log2(p);  // p.scale_log2 but with softcap (its raw unit)
 
   // Step i's dQ tile into staging buffer i % 2 in dq_accum's (permuted) row order, for the writer
   // warp. Rows: this thread's queries (the M dimension of the dQ product). Called after step i + 1's
@@ -363,17 +369,25 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
 
     // Per-column (query) LSE * log2(e), from the stage's shared memory while the GEMMs run, and
     // whether any of the stage's rows has a huge one (the same word for the whole warpgroup).
+    // The stage's per-query floats of this thread's columns 8 j + c0, + 1 (LSE * log2 e, delta).
+    auto load_columns = [&](float2 (&v)[kMTiles], uint32_t slot) {
+#pragma unroll
+      for (int j = 0; j < kMTiles; ++j) {
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v[j].x), "=f"(v[j].y) : "r"(slot + (8 * j + c0) * 4));
+      }
+    };
     float2 lse2[kMTiles];
     uint32_t huge;
     asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(huge) : "r"(sm.huge_slot(s)));
-#pragma unroll
-    for (int j = 0; j < kMTiles; ++j) {
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                   : "=f"(lse2[j].x), "=f"(lse2[j].y)
-                   : "r"(sm.lse_slot(s) + (8 * j + c0) * 4));
-    }
+    load_columns(lse2, sm.lse_slot(s));
     sm90::wgmma_wait<1>();
     sm90::fence_regs(st_acc);
+    // The score modifiers (kMods only) on S^T, in score_mod.cuh's key-rows layout: this thread's
+    // keys key0, key0 + 8 are its rows and its queries q0 + 8 j, + 1 its columns. Each hook reads
+    // what it needs from the params inside its feature's branch (no register held across the step).
+    auto mod_key0 = [&] { return key0; };
+    auto mod_q0 = [&] { return q0; };
+    Mod::template apply<ScoreLayout::kKeyRows>(p, seq, batch, range.head(i), st, mod_key0, mod_q0);
 
     // P^T = exp2(S^T c - LSE log2 e), masked to 0 outside the mask; the exponents capped at 0
     // only in a stage with a huge LSE (softmax.cuh: capping every one cost 1-4%, d128).
@@ -401,20 +415,28 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     for (int kk = 0; kk < kBlockM / 16; ++kk) OpD::template rs<1>(dv_acc, pt16[kk], do_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
     sm90::wgmma_commit();
 
+    // delta is loaded while the dP^T GEMM runs; in the kMods kernel after the modifiers' column sums
+    // instead, whose registers the d128 step has only without delta's 16 live (else ptxas spills).
     float2 delta[kMTiles];
-#pragma unroll
-    for (int j = 0; j < kMTiles; ++j) {
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                   : "=f"(delta[j].x), "=f"(delta[j].y)
-                   : "r"(sm.delta_slot(s) + (8 * j + c0) * 4));
-    }
+    if constexpr (!Traits::kMods) load_columns(delta, sm.delta_slot(s));
     sm90::wgmma_wait<1>();  // dP^T done (dV may still run)
     sm90::fence_regs(dpt_acc);
+    if constexpr (Traits::kMods) {
+      // The sinks' and slopes' exact delta: column (query) sums of P dP and P |distance|.
+      Mod::template row_sums<ScoreLayout::kKeyRows>(p, seq, batch, range.head(i), st, dpt, mod_key0, mod_q0);
+      load_columns(delta, sm.delta_slot(s));
+    }
     // dS^T = P^T (dP^T - delta) (unscaled: dK is scaled in the epilogue, dQ before its staging).
 #pragma unroll
     for (int j = 0; j < kMTiles; ++j) {
 #pragma unroll
       for (int x = 0; x < 4; ++x) dpt[0][j][x] = st[0][j][x] * (dpt[0][j][x] - (x % 2 ? delta[j].y : delta[j].x));
+    }
+    if constexpr (Traits::kMods) {
+      // ALiBi's slope gradient, softcap's factor 1 - tanh^2 (recovered from P^T and the column's
+      // LSE, reloaded: held from the exponentials, it is 16 more registers live across the step).
+      load_columns(lse2, sm.lse_slot(s));
+      Mod::template grads<ScoreLayout::kKeyRows>(p, seq, batch, range.head(i), dpt, st, lse2, mod_key0, mod_q0);
     }
     sm90::accumulator_to_a<Elem, kMTiles>(dst16, dpt);
 
