@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 
 #include "common/seqlen.cuh"
 #include "flashsdpa/params.h"
@@ -28,6 +29,18 @@ struct ScoreModConst {
   static constexpr float kLog2e = 1.4426950408889634f;
   static constexpr float kLn2 = 0.6931471805599453f;
 };
+
+// A hook argument given as a value or as a callable that computes it where a feature's branch
+// needs it (the sm90 backward's query head is a division per step: computed once and held across
+// the step, its one register cost the d128 kMods kernel an 8-byte spill).
+template <typename T>
+__device__ __forceinline__ auto lazy(const T& x) {
+  if constexpr (std::is_invocable_v<const T&>) {
+    return x();
+  } else {
+    return x;
+  }
+}
 
 // MUFU.TANH (sm_75+): one instruction, relative error <= 2^-10.99 (PTX ISA), below the fp16
 // rounding of the score it feeds; tanhf is ~20 instructions per score (FlashAttention-2 uses the
@@ -73,8 +86,17 @@ struct ScoreTile {
   }
   // The element's query (sequence index).
   __device__ __forceinline__ static int query(int row, int col0, int c) { return kKeyRows ? col0 + c : row; }
+  // ALiBi's per-key value for the elements of fragment row `row` (row_slope) and for the element
+  // (row, col0 + c) (slope), 0 for queries >= q_end. Two steps so that with query rows the select
+  // stays one per row (selected per element, the portable kernels' SASS changed).
+  __device__ __forceinline__ static float row_slope(int row, int q_end, float per_key) {
+    return kKeyRows || row < q_end ? per_key : 0.f;
+  }
+  __device__ __forceinline__ static float slope(float row_slope, int col0, int c, int q_end, float per_key) {
+    return kKeyRows ? (col0 + c < q_end ? per_key : 0.f) : row_slope;
+  }
   // The element's LSE in log2 units from the kernel's per-query values: per row, lse2[mt][h] (the
-  // portable backward), or per column, lse2[nt] with .x / .y for the column pair (the sm90 one).
+  // portable backward), or per column pair, lse2[nt] with .x / .y for columns + 0, + 1 (the sm90 one).
   template <int kMT>
   __device__ __forceinline__ static float lse2_at(const float (&lse2)[kMT][2], int mt, int h, int, int) {
     return lse2[mt][h];
@@ -99,12 +121,13 @@ __device__ __forceinline__ void add_alibi(float (&s)[kMT][kNT][4], int row0, int
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = row0 + mt * 16 + h * 8;
+      const float row_slope = Tile::row_slope(row, q_end, per_key);
       const float d0 = Tile::d0(row, col0, diag);  // distance to the thread's column col0
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float slope = Tile::query(row, col0, nt * 8 + e) < q_end ? per_key : 0.f;
+          const float slope = Tile::slope(row_slope, col0, nt * 8 + e, q_end, per_key);
           s[mt][nt][2 * h + e] = fmaf(slope, fabsf(d0 - static_cast<float>(nt * 8 + e)), s[mt][nt][2 * h + e]);
         }
       }
@@ -188,14 +211,15 @@ struct ScoreModBwd {
   // S = q.k of one (query head, query block) -> x, before the probabilities, in either tile layout
   // (ScoreTile). row0() / col0(): the thread's first element's sequence row and column
   // (BlockMask::apply's, or the sm90 backward's key0 / q0), evaluated only inside the ALiBi branch.
-  template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT, typename Row0, typename Col0>
-  __device__ __forceinline__ static void apply(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, int head,
+  template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT, typename Head, typename Row0,
+            typename Col0>
+  __device__ __forceinline__ static void apply(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, const Head& head,
                                                float (&s)[kMT][kNT][4], Row0&& row0, Col0&& col0) {
     if constexpr (kMods) {
       if (p.mods.softcap > 0.f) softcap_tanh(s, p.mods.softcap_tanh_scale);
       if (p.mods.alibi_slopes != nullptr) {
         add_alibi<kLayout>(s, row0(), col0(), static_cast<float>(seq.seqlen_k - seq.seqlen_q),
-                           alibi_per_key(p, batch, head), seq.seqlen_q);
+                           alibi_per_key(p, batch, lazy(head)), seq.seqlen_q);
       }
     }
   }
@@ -208,8 +232,9 @@ struct ScoreModBwd {
   // 8 lanes of a column pair (lane bits 2-4 halve the columns a lane keeps: 8 + 4 + 2 shuffles per
   // array where an all-reduce takes 3 x 16), after which lane l holds its pair's sums of column
   // group l / 4: one float atomic per (warp, column), array and step, from every lane at once.
-  template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT, typename Row0, typename Col0>
-  __device__ __forceinline__ static void row_sums(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, int head,
+  template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT, typename Head, typename Row0,
+            typename Col0>
+  __device__ __forceinline__ static void row_sums(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, const Head& head,
                                                   const float (&prob)[kMT][kNT][4], const float (&dp)[kMT][kNT][4],
                                                   Row0&& row0, Col0&& col0) {
     if constexpr (kMods) {
@@ -218,13 +243,11 @@ struct ScoreModBwd {
       const bool slopes = p.d_alibi_slopes != nullptr;  // uniform
       const float diag = static_cast<float>(seq.seqlen_k - seq.seqlen_q);
       const int r0 = row0(), c0 = col0();
-      const int64_t base = batch_offset(p, batch, p.delta_batch_stride) + head * p.delta_head_stride;
-      auto add = [&](int query, float pdp, float pdist) {
-        if (query < seq.seqlen_q) {
-          const int64_t at = base + (seq.q_row_offset + query) * p.delta_row_stride;
-          atomicAdd(p.row_pdp + at, pdp);
-          if (slopes) atomicAdd(p.row_pdist + at, pdist);
-        }
+      const int64_t base = batch_offset(p, batch, p.delta_batch_stride) + lazy(head) * p.delta_head_stride;
+      auto add = [&](int query, float pdp, float pdist) {  // query < seqlen_q
+        const int64_t at = base + (seq.q_row_offset + query) * p.delta_row_stride;
+        atomicAdd(p.row_pdp + at, pdp);
+        if (slopes) atomicAdd(p.row_pdist + at, pdist);
       };
       if constexpr (!Tile::kKeyRows) {
 #pragma unroll
@@ -244,7 +267,7 @@ struct ScoreModBwd {
               }
             pdp = quad_sum(pdp);
             if (slopes) pdist = quad_sum(pdist);
-            if ((threadIdx.x & 3) == 0) add(row, pdp, pdist);
+            if ((threadIdx.x & 3) == 0 && row < seq.seqlen_q) add(row, pdp, pdist);
           }
       } else {
         static_assert(kMT == 1 && kNT == 8, "the reduce-scatter below: 16 columns per thread over 8 lanes");
@@ -283,8 +306,9 @@ struct ScoreModBwd {
             return fmaf(prob[0][nt][e], fabsf(d0 - c), prob[0][nt][2 + e] * fabsf(d0 + 8.f - c));
           });
         }
-        add(Tile::query(r0, c0, 8 * (lane / 4)), pdp.x, pdist.x);
-        add(Tile::query(r0, c0, 8 * (lane / 4) + 1), pdp.y, pdist.y);
+        const int q = Tile::query(r0, c0, 8 * (lane / 4));
+        if (q < seq.seqlen_q) add(q, pdp.x, pdist.x);
+        if (q + 1 < seq.seqlen_q) add(q + 1, pdp.y, pdist.y);
       }
     }
   }
@@ -293,9 +317,9 @@ struct ScoreModBwd {
   // log2 units (ScoreTile::lse2_at: per row or per column) -> the slope's gradient (one warp reduce
   // and one float atomic per warp and iteration: 8 per 64 x 128 tile) and, with softcap, dS times
   // 1 - tanh^2 (the gradient of the tanh's input), in either tile layout.
-  template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT, typename Lse2, typename Row0,
-            typename Col0>
-  __device__ __forceinline__ static void grads(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, int head,
+  template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT, typename Head, typename Lse2,
+            typename Row0, typename Col0>
+  __device__ __forceinline__ static void grads(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, const Head& head,
                                                float (&ds)[kMT][kNT][4], const float (&prob)[kMT][kNT][4],
                                                const Lse2& lse2, Row0&& row0, Col0&& col0) {
     if constexpr (kMods) {
@@ -318,23 +342,24 @@ struct ScoreModBwd {
 #pragma unroll
         for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
         if ((threadIdx.x & 31) == 0)
-          atomicAdd(p.d_alibi_slopes + static_cast<int64_t>(batch) * p.mods.alibi_batch_stride + head, -acc);
+          atomicAdd(p.d_alibi_slopes + static_cast<int64_t>(batch) * p.mods.alibi_batch_stride + lazy(head), -acc);
       }
       if (p.mods.softcap > 0.f) {
         const float inv_scale_log2 = 1.f / p.mods.softcap_log2;
-        const float per_key = alibi_per_key(p, batch, head);
+        const float per_key = alibi_per_key(p, batch, lazy(head));
         const int r0 = row0(), c0 = col0();
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int row = r0 + mt * 16 + h * 8;
+            const float row_key = Tile::row_slope(row, seq.seqlen_q, per_key);  // as add_alibi
             const float d0 = Tile::d0(row, c0, diag);
 #pragma unroll
             for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
-                const float key = Tile::query(row, c0, nt * 8 + e) < seq.seqlen_q ? per_key : 0.f;  // as add_alibi
+                const float key = Tile::slope(row_key, c0, nt * 8 + e, seq.seqlen_q, per_key);
                 const float x = __log2f(prob[mt][nt][2 * h + e]) + Tile::lse2_at(lse2, mt, h, nt, e);
                 const float alibi = key * fabsf(d0 - static_cast<float>(nt * 8 + e));
                 const float t = fminf(fmaxf(fmaf(x, inv_scale_log2, -alibi), -1.f), 1.f);

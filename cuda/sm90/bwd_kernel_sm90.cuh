@@ -385,9 +385,10 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     // The score modifiers (kMods only) on S^T, in score_mod.cuh's key-rows layout: this thread's
     // keys key0, key0 + 8 are its rows and its queries q0 + 8 j, + 1 its columns. Each hook reads
     // what it needs from the params inside its feature's branch (no register held across the step).
+    auto mod_head = [&] { return range.head(i); };
     auto mod_key0 = [&] { return key0; };
     auto mod_q0 = [&] { return q0; };
-    Mod::template apply<ScoreLayout::kKeyRows>(p, seq, batch, range.head(i), st, mod_key0, mod_q0);
+    Mod::template apply<ScoreLayout::kKeyRows>(p, seq, batch, mod_head, st, mod_key0, mod_q0);
 
     // P^T = exp2(S^T c - LSE log2 e), masked to 0 outside the mask; the exponents capped at 0
     // only in a stage with a huge LSE (softmax.cuh: capping every one cost 1-4%, d128).
@@ -423,7 +424,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     sm90::fence_regs(dpt_acc);
     if constexpr (Traits::kMods) {
       // The sinks' and slopes' exact delta: column (query) sums of P dP and P |distance|.
-      Mod::template row_sums<ScoreLayout::kKeyRows>(p, seq, batch, range.head(i), st, dpt, mod_key0, mod_q0);
+      Mod::template row_sums<ScoreLayout::kKeyRows>(p, seq, batch, mod_head, st, dpt, mod_key0, mod_q0);
       load_columns(delta, sm.delta_slot(s));
     }
     // dS^T = P^T (dP^T - delta) (unscaled: dK is scaled in the epilogue, dQ before its staging).
@@ -434,9 +435,9 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     }
     if constexpr (Traits::kMods) {
       // ALiBi's slope gradient, softcap's factor 1 - tanh^2 (recovered from P^T and the column's
-      // LSE, reloaded: held from the exponentials, it is 16 more registers live across the step).
+      // LSE, loaded again: held from the exponentials instead, the d128 kernel spills 8 bytes).
       load_columns(lse2, sm.lse_slot(s));
-      Mod::template grads<ScoreLayout::kKeyRows>(p, seq, batch, range.head(i), dpt, st, lse2, mod_key0, mod_q0);
+      Mod::template grads<ScoreLayout::kKeyRows>(p, seq, batch, mod_head, dpt, st, lse2, mod_key0, mod_q0);
     }
     sm90::accumulator_to_a<Elem, kMTiles>(dst16, dpt);
 
