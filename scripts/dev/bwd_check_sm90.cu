@@ -2,8 +2,10 @@
 // bwd_kernel_sm90.cuh) against the portable backward, which the GPU suite verifies against the
 // float64 reference: same inputs, same forward (O, LSE), both backwards, max |difference| of dq,
 // dk, dv relative to the largest portable value. Then both are timed on the d128 bar shapes.
+// "mods": the same comparison for the score modifiers' instantiations (softcap, ALiBi, sinks) with
+// the slopes' and sinks' gradients.
 //
-//   bash scripts/dev/build_bwd_check_sm90.sh && /tmp/bwd_check_sm90 [check|bench|all]
+//   bash scripts/dev/build_bwd_check_sm90.sh && /tmp/bwd_check_sm90 [check|bench|all|det|mods] [64|128]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -37,6 +39,8 @@ __global__ void fill(Elem* x, int64_t n, uint64_t seed) {
 
 struct Problem {
   int B, Hq, Hkv, Sq, Sk, causal;  // causal: 0 none, 1 top-left, 2 bottom-right
+  int window_left = -1;            // >= 0: a window (window_left, window_right), aligned as `causal` says
+  int window_right = -1;
 };
 
 struct Run {
@@ -47,7 +51,8 @@ struct Run {
 
 int g_dim = 128;  // head dim of every case (argv[2]: 64 or 128)
 
-Run setup(const Problem& pr) {
+// The forward (portable family) runs with `mods`, so both backwards see its O and LSE.
+Run setup(const Problem& pr, const ScoreMods& mods = ScoreMods{}) {
   const int D = g_dim;
   Run r{};
   const int64_t nq = int64_t(pr.B) * pr.Hq * pr.Sq * D, nk = int64_t(pr.B) * pr.Hkv * pr.Sk * D;
@@ -74,7 +79,10 @@ Run setup(const Problem& pr) {
   p.batch = pr.B; p.heads_q = pr.Hq; p.heads_kv = pr.Hkv; p.seqlen_q = pr.Sq; p.seqlen_k = pr.Sk;
   p.head_dim_qk = p.head_dim_v = D; p.head_dim_bucket = D; p.bwd_tile = 0;
   p.scale = 1.f / std::sqrt(float(D)); p.scale_log2 = p.scale * 1.4426950408889634f;
-  p.mask = MaskSpec{-1, pr.causal ? 0 : -1, pr.causal == 2 ? MaskAlign::kBottomRight : MaskAlign::kTopLeft};
+  const MaskAlign align = pr.causal == 2 ? MaskAlign::kBottomRight : MaskAlign::kTopLeft;
+  p.mask = pr.window_left >= 0 ? MaskSpec{pr.window_left, pr.window_right, align}
+                               : MaskSpec{-1, pr.causal ? 0 : -1, align};
+  p.mods = mods;
   p.dtype = DType::kBFloat16;
   p.num_sms = 132; p.cc_major = 9; p.smem_optin_bytes = 227 * 1024;
   p.dq_accum = r.dq_accum; p.delta = r.delta;
@@ -99,15 +107,17 @@ cudaError_t run_family(Run& r, bool sm90, bool second) {
   return sm90 ? run_bwd_sm90_<Elem, 128>(p, 0) : run_bwd_sm80_<Elem, 128>(p, 0);
 }
 
-bool check(const Problem& pr) {
-  Run r = setup(pr);
+// NaN-poisons the sm90 run's outputs (dq2, dk2, dv2), so anything it does not write fails.
+void poison_second(Run& r, const Problem& pr) {
   const int64_t nq = int64_t(pr.B) * pr.Hq * pr.Sq * g_dim, nk = int64_t(pr.B) * pr.Hkv * pr.Sk * g_dim;
-  CHECK_CUDA(cudaMemset(r.dq2, 0xFF, std::max<int64_t>(nq, 8) * 2));  // NaN-poisoned outputs
+  CHECK_CUDA(cudaMemset(r.dq2, 0xFF, std::max<int64_t>(nq, 8) * 2));
   CHECK_CUDA(cudaMemset(r.dk2, 0xFF, std::max<int64_t>(nk, 8) * 2));
   CHECK_CUDA(cudaMemset(r.dv2, 0xFF, std::max<int64_t>(nk, 8) * 2));
-  CHECK_CUDA(run_family(r, false, false));
-  CHECK_CUDA(run_family(r, true, true));
-  CHECK_CUDA(cudaDeviceSynchronize());
+}
+
+// f: max |sm90 - portable| and max |portable| of dq, dk, dv; whether they agree.
+bool compare_dqkv(const Run& r, const Problem& pr, float (&f)[6]) {
+  const int64_t nq = int64_t(pr.B) * pr.Hq * pr.Sq * g_dim, nk = int64_t(pr.B) * pr.Hkv * pr.Sk * g_dim;
   unsigned* bits;
   CHECK_CUDA(cudaMalloc(&bits, 6 * 4));
   CHECK_CUDA(cudaMemset(bits, 0, 6 * 4));
@@ -117,12 +127,22 @@ bool check(const Problem& pr) {
   unsigned h[6];
   CHECK_CUDA(cudaMemcpy(h, bits, sizeof(h), cudaMemcpyDeviceToHost));
   CHECK_CUDA(cudaFree(bits));
-  float f[6];
   for (int i = 0; i < 6; ++i) std::memcpy(&f[i], &h[i], 4);
   // Both round P and dS to bf16 for their GEMMs in different orders: a few bf16 ulps of the
   // largest gradient apart is agreement; a wrong tile, mask or reduction is O(1).
   bool ok = true;
   for (int i = 0; i < 3; ++i) ok = ok && f[2 * i] <= 2e-2f * std::max(f[2 * i + 1], 1e-3f);
+  return ok;
+}
+
+bool check(const Problem& pr) {
+  Run r = setup(pr);
+  poison_second(r, pr);
+  CHECK_CUDA(run_family(r, false, false));
+  CHECK_CUDA(run_family(r, true, true));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  float f[6];
+  const bool ok = compare_dqkv(r, pr, f);
   std::printf("%-4s d%d B%d H%d/%d %dx%d causal %d  |ddq| %.2e of %.2e  |ddk| %.2e of %.2e  |ddv| %.2e of %.2e\n",
               ok ? "ok" : "FAIL", g_dim, pr.B, pr.Hq, pr.Hkv, pr.Sq, pr.Sk, pr.causal, f[0], f[1], f[2], f[3], f[4], f[5]);
   release(r);
@@ -154,6 +174,110 @@ void bench(int S, int causal) {
   release(r);
 }
 
+// ---- "mods": the sm90 backward's score-modifier instantiation against the portable one ------------
+// Same inputs and the same forward (portable, with the modifiers: O and LSE) through both families'
+// kMods backwards; dq, dk, dv as in check() (NaN-poisoned sm90 outputs, a few bf16 ulps of the
+// largest gradient), and the slopes' and sinks' gradients relative to the largest portable value:
+// both sum float32 terms over whole heads, in different orders (per tile and atomics), so they agree
+// to ~1e-5 relative, where a wrong distance, column or row sum is off by O(1). The portable backward
+// is the one the GPU suite checks against the float32 reference (tests/gpu/test_features_gpu.py);
+// this is the gate before the capability table lists the modifiers for the sm90 row's backward.
+struct ModsCase {
+  int d;
+  Problem pr;
+  float softcap;  // 0: off
+  int alibi;      // 0: off, 1: slopes (Hq,), 2: slopes (B, Hq)
+  bool sinks;
+};
+
+bool check_mods(const ModsCase& c) {
+  g_dim = c.d;
+  const Problem& pr = c.pr;
+  const float scale = 1.f / std::sqrt(float(c.d));
+  const int n_slopes = c.alibi == 2 ? pr.B * pr.Hq : pr.Hq;
+  std::vector<float> h_slopes(n_slopes), h_sinks(pr.Hq);
+  for (int i = 0; i < n_slopes; ++i)  // ALiBi's geometric slopes, a different set per batch for (B, Hq)
+    h_slopes[i] = std::pow(2.f, -8.f * (i % pr.Hq + 1) / pr.Hq) * (1.f + 0.25f * (i / pr.Hq));
+  for (int h = 0; h < pr.Hq; ++h) h_sinks[h] = 0.5f * h - 1.f;
+  float *slopes, *sinks, *grads;  // grads: d_slopes then d_sinks, portable then sm90
+  const int n_grads = n_slopes + pr.Hq;
+  CHECK_CUDA(cudaMalloc(&slopes, n_slopes * 4));
+  CHECK_CUDA(cudaMalloc(&sinks, pr.Hq * 4));
+  CHECK_CUDA(cudaMalloc(&grads, 2 * n_grads * 4));
+  CHECK_CUDA(cudaMemcpy(slopes, h_slopes.data(), n_slopes * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(sinks, h_sinks.data(), pr.Hq * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemset(grads, 0, 2 * n_grads * 4));  // caller-zeroed: the kernels add into them
+  ScoreMods m{};
+  m.softcap = c.softcap;
+  m.softcap_tanh_scale = c.softcap > 0.f ? scale / c.softcap : 0.f;
+  m.softcap_log2 = c.softcap * 1.4426950408889634f;
+  m.alibi_slopes = c.alibi ? slopes : nullptr;
+  m.alibi_batch_stride = c.alibi == 2 ? pr.Hq : 0;
+  m.sinks = c.sinks ? sinks : nullptr;
+
+  Run r = setup(pr, m);
+  const int64_t rows = int64_t(pr.B) * pr.Hq * pr.Sq;
+  float* row_stats;  // row_pdp, row_pdist: delta's layout (api.cpp puts them after delta)
+  CHECK_CUDA(cudaMalloc(&row_stats, 2 * std::max<int64_t>(rows, 1) * 4));
+  const bool mod_grads = c.alibi || c.sinks;
+  r.p.row_pdp = mod_grads ? row_stats : nullptr;
+  r.p.row_pdist = mod_grads ? row_stats + std::max<int64_t>(rows, 1) : nullptr;
+  poison_second(r, pr);
+  for (int sm90 = 0; sm90 < 2; ++sm90) {
+    float* g = grads + sm90 * n_grads;
+    r.p.d_alibi_slopes = c.alibi ? g : nullptr;
+    r.p.d_sinks = c.sinks ? g + n_slopes : nullptr;
+    CHECK_CUDA(run_family(r, sm90, sm90));
+  }
+  CHECK_CUDA(cudaDeviceSynchronize());
+  float f[6];
+  bool ok = compare_dqkv(r, pr, f);
+  std::vector<float> hg(2 * n_grads);
+  CHECK_CUDA(cudaMemcpy(hg.data(), grads, hg.size() * 4, cudaMemcpyDeviceToHost));
+  // Relative difference of one modifier gradient (portable at [0, n), sm90 at [n_grads, +n)); NaN fails.
+  auto rel = [&](int begin, int n) {
+    float err = 0.f, ref = 0.f;
+    for (int i = begin; i < begin + n; ++i) {
+      const float a = hg[n_grads + i], b = hg[i];
+      err = std::max(err, a == a ? std::fabs(a - b) : INFINITY);
+      ref = std::max(ref, std::fabs(b));
+    }
+    return err / std::max(ref, 1e-6f);
+  };
+  const float rel_slopes = c.alibi ? rel(0, n_slopes) : 0.f, rel_sinks = c.sinks ? rel(n_slopes, pr.Hq) : 0.f;
+  ok = ok && rel_slopes <= 1e-3f && rel_sinks <= 1e-3f;
+  std::printf("%-4s mods d%d B%d H%d/%d %dx%d causal %d window (%d, %d) softcap %.0f alibi %d sinks %d  |ddq| %.2e of "
+              "%.2e  |ddk| %.2e of %.2e  |ddv| %.2e of %.2e  d_slopes rel %.2e  d_sinks rel %.2e\n",
+              ok ? "ok" : "FAIL", g_dim, pr.B, pr.Hq, pr.Hkv, pr.Sq, pr.Sk, pr.causal, pr.window_left, pr.window_right,
+              c.softcap, c.alibi, int(c.sinks), f[0], f[1], f[2], f[3], f[4], f[5], rel_slopes, rel_sinks);
+  for (void* t : {(void*)slopes, (void*)sinks, (void*)grads, (void*)row_stats}) CHECK_CUDA(cudaFree(t));
+  release(r);
+  return ok;
+}
+
+int run_mods() {
+  // Each modifier alone (ALiBi with both slope shapes), then all three; causal both alignments,
+  // windows both alignments, Sq != Sk both ways (1000 x 300 bottom-right: rows that see no key),
+  // GQA 2 and 4, Sq = 1, d64 and d128.
+  const ModsCase cases[] = {
+      {128, {2, 4, 4, 1000, 1000, 0}, 30.f, 0, false},
+      {128, {2, 4, 4, 1000, 1000, 1}, 0.f, 1, false},
+      {64, {1, 4, 4, 113, 1023, 0}, 0.f, 2, false},
+      {128, {2, 4, 2, 300, 1000, 2}, 0.f, 0, true},
+      {64, {2, 4, 4, 1000, 1000, 2}, 50.f, 0, false},
+      {128, {1, 8, 2, 777, 777, 1}, 50.f, 2, true},
+      {64, {2, 6, 3, 1000, 300, 2}, 20.f, 1, true},
+      {128, {2, 4, 4, 1000, 1000, 2, 96, 32}, 20.f, 1, true},
+      {64, {2, 4, 2, 500, 700, 1, 200, 0}, 0.f, 2, true},
+      {64, {3, 2, 2, 1, 113, 0}, 10.f, 1, true},
+      {128, {1, 2, 2, 4096, 4096, 1}, 30.f, 1, true},
+  };
+  int failures = 0;
+  for (const ModsCase& c : cases) failures += !check_mods(c);
+  std::printf("mods: %d failed\n", failures);
+  return failures;
+}
+
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "all";
   if (argc > 2) g_dim = std::atoi(argv[2]);
@@ -162,6 +286,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   int failures = 0;
+  if (what == "mods") return run_mods() ? 1 : 0;  // head dims per case
   if (what == "check" || what == "all") {
     const Problem cases[] = {{1, 1, 1, 64, 128, 0},   {2, 4, 4, 1000, 1000, 0}, {2, 4, 4, 1000, 1000, 1},
                              {2, 4, 4, 1000, 1000, 2}, {2, 4, 4, 300, 1000, 2},  {2, 4, 4, 1000, 300, 1},
