@@ -54,7 +54,9 @@ std::vector<FamilyCaps> make_families() {
   // mask kind, the backward in fewer buckets than the forward (d <= 128), deterministic backward
   // (ordered dQ adds), the score modifiers in the forward (its kMods instantiation: equal to the
   // portable forward in scripts/dev/fwd_check.cu's "mods" mode, session 6): the rest of an H100's
-  // calls (the modifiers' backward among them) take the portable family below.
+  // calls (the modifiers' backward among them) take the portable family below. The backward's
+  // kMods instantiation is built but listed here only once scripts/dev/bwd_check_sm90.cu's "mods"
+  // mode has passed on a GPU (docs/kernel_notes_features.md).
   table.push_back(FamilyCaps{
       "sm90", "compute capability 9.0 only (sm_90a: wgmma, TMA, warp specialization)", 90, 90,
       ints(FLASHSDPA_SM90_ARCHS_LIST), build_config().dtypes, ints(FLASHSDPA_SM90_FWD_HEAD_DIMS_LIST),

@@ -195,6 +195,9 @@ FLASHSDPA_HOST_DEVICE bool needs_mods_kernel(const ScoreMods& m) { return m.any(
 // where dS is 0 anyway) to 1 - t^2 = 0 instead of NaN.
 // kMods as the forward's. A zero scale without softcap (scale_log2 = 0) cannot carry ALiBi in
 // these units: the host refuses that combination (checks.cpp).
+// Both layouts (ScoreTile): the portable backward's S (query rows, per-row LSE) and the sm90
+// backward's S^T (key rows: its wgmma M is the key block; per-column LSE), selected by the hooks'
+// kLayout argument; the arithmetic of each modifier is the same code for both.
 template <bool kMods>
 struct ScoreModBwd {
   __device__ __forceinline__ static float scale_log2(const AttnBwdParams& p) {

@@ -15,7 +15,9 @@
 // dK, dV stay in float32 registers across the whole loop (GQA: across the group's query heads
 // too, so no reduction over heads is needed); the epilogue scales dK and stores both.
 // Masks (none, causal either alignment, windows) through BlockMask; dense layouts; scale > 0.
-// Deterministic mode: p.dq_semaphore (write_dq).
+// Deterministic mode: p.dq_semaphore (write_dq). The score modifiers (softcap, ALiBi, the sinks'
+// and slopes' row sums) in the kMods instantiation: score_mod.cuh's ScoreModBwd hooks on S^T
+// (its key-rows layout), docs/kernel_notes_features.md.
 #pragma once
 
 #include <cuda.h>

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the standalone check of the Hopper backward in development (scripts/dev/bwd_check_sm90.cu):
 # it compares the sm90 backward with the portable one on the same inputs and times both.
-#   bash scripts/dev/build_bwd_check_sm90.sh [out_binary] && /tmp/bwd_check_sm90 [check|bench|all]
+#   bash scripts/dev/build_bwd_check_sm90.sh [out_binary] && /tmp/bwd_check_sm90 [check|bench|all|det|mods] [64|128]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="${1:-/tmp/bwd_check_sm90}"
