@@ -262,6 +262,9 @@ __device__ __forceinline__ float merged_lse(float max_lse, float weight_sum, flo
 // cost it 1-4% (d128, 2k-8k, causal and not). The sm80 backward caps every score (its branch cost
 // more registers than the FMNMX: bwd_kernel_sm80.cuh).
 __device__ __forceinline__ float capped_exponent(float x) { return fmin_nan(x, 0.f); }
+// The same cap applied after the exponential: 2^x overflows to inf exactly where x is too large, and
+// min(inf, 1) = 1 = 2^min(x, 0) there (the sm90 backward's fix-up pass).
+__device__ __forceinline__ float capped_probability(float p) { return fmin_nan(p, 1.f); }
 __device__ __forceinline__ bool huge_lse2(float lse2) { return fabsf(lse2) >= 16384.f && lse2 != INFINITY; }
 
 }  // namespace flashsdpa

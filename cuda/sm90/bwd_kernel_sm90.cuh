@@ -392,22 +392,21 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     auto mod_q0 = [&] { return q0; };
     Mod::template apply<ScoreLayout::kKeyRows>(p, seq, batch, mod_head, st, mod_key0, mod_q0);
 
-    // P^T = exp2(S^T c - LSE log2 e), masked to 0 outside the mask; the exponents capped at 0
-    // only in a stage with a huge LSE (softmax.cuh: capping every one cost 1-4%, d128).
-    auto probs = [&](auto capped) {
+    // P^T = exp2(S^T c - LSE log2 e), masked to 0 outside the mask. In a stage with a huge LSE the
+    // probabilities are then capped at 1 (softmax.cuh: 2^min(x, 0) = min(2^x, 1), NaN kept): a
+    // fix-up pass after the one exponent loop, where a capped copy of the loop (taken per stage)
+    // made ptxas spill 20 bytes at d64 and capping every exponent cost 1-4% at d128.
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j) {
+#pragma unroll
+      for (int x = 0; x < 4; ++x) st[0][j][x] = fast_exp2(fmaf(st[0][j][x], scale_log2, x % 2 ? -lse2[j].y : -lse2[j].x));
+    }
+    if (huge) {
 #pragma unroll
       for (int j = 0; j < kMTiles; ++j) {
 #pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          const float e = fmaf(st[0][j][x], scale_log2, x % 2 ? -lse2[j].y : -lse2[j].x);
-          st[0][j][x] = fast_exp2(decltype(capped)::value ? capped_exponent(e) : e);
-        }
+        for (int x = 0; x < 4; ++x) st[0][j][x] = capped_probability(st[0][j][x]);
       }
-    };
-    if (huge) {
-      probs(std::true_type{});
-    } else {
-      probs(std::false_type{});
     }
     if (mask.template partial<kBlockM, kBlockN>(m_block, n_block)) apply_mask_t<kMTiles>(st, mask, key0, q0, seq.seqlen_q, 0.f);
     sm90::accumulator_to_a<Elem, kMTiles>(pt16, st);
