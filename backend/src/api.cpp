@@ -84,7 +84,7 @@ WorkspaceLayout workspace_layout(const ProblemShape& shape, int64_t total_q, int
   const bool varlen = total_q >= 0;
   const int64_t batches = varlen ? 1 : shape.batch;
   w.rows_per_head = rows_per_head(shape, total_q);
-  const int64_t rows = batches * shape.heads_q * w.rows_per_head;
+  const int64_t rows = w.delta_floats = batches * shape.heads_q * w.rows_per_head;
   w.dq_accum_bytes = rows * bucket * int64_t(sizeof(float));
   // Deterministic dQ (params.h's dq_semaphore): one int32 per (batch, head, 64-row query block),
   // dense layouts only (the family that orders its adds serves no varlen), after delta's floats.
@@ -175,9 +175,8 @@ void bwd(const BwdSpec& spec) {
   check_buffer("delta", ws.delta, ws.delta_bytes, w.delta_bytes);
   p.dq_accum = ptr<float>(ws.dq_accum);
   p.delta = ptr<float>(ws.delta);
-  const int64_t delta_floats = rows * (varlen_mode ? 1 : spec.fwd.shape.batch) * spec.fwd.shape.heads_q;
-  p.row_pdp = mod_rows ? p.delta + delta_floats : nullptr;
-  p.row_pdist = mod_rows ? p.delta + 2 * delta_floats : nullptr;
+  p.row_pdp = mod_rows ? p.delta + w.delta_floats : nullptr;
+  p.row_pdist = mod_rows ? p.delta + 2 * w.delta_floats : nullptr;
   // Deterministic mode on a family that has it: the dQ semaphores live after delta's floats.
   p.dq_semaphore = p.deterministic && family.deterministic_backward && w.semaphore_bytes > 0
                        ? reinterpret_cast<int32_t*>(ws.delta + w.delta_bytes - w.semaphore_bytes)

@@ -91,6 +91,7 @@ void bwd(const BwdSpec& spec);
 // Python computes the same sizes from the bucket _C.select reports (one _C call per backward).
 struct WorkspaceLayout {
   int64_t rows_per_head;
+  int64_t delta_floats;  // delta's rows: batches x heads x rows_per_head (row_pdp, row_pdist follow)
   int64_t dq_accum_bytes;
   int64_t delta_bytes;      // delta's floats, then (mod_rows) row_pdp's and row_pdist's, then semaphore_bytes
   int64_t semaphore_bytes;  // deterministic dQ: int32 per (batch, head, 64-row query block); 0 for varlen

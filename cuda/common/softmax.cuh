@@ -256,14 +256,14 @@ __device__ __forceinline__ float merged_lse(float max_lse, float weight_sum, flo
 // score of its row). In float32 both terms are rounded: with huge logits (q = k = v = 133120 in
 // bf16 at d 64: LSE 1.4e11, an ulp of 16384) x lands above 0 by thousands, 2^x is inf and
 // dS = inf * 0 is NaN (the extreme suite: dq NaN in 64 to 1,920 places on the sm90 backward).
-// Capping x at 0 keeps P <= 1 for one FMNMX per score; NaN (from NaN in q or k) stays NaN. Below
+// Capping keeps P <= 1 for one FMNMX per score; NaN (from NaN in q or k) stays NaN. Below
 // |LSE * log2(e)| = 2^14 (the forward's huge-logit bound) x is off by at most a few 2^-10, so the
-// sm90 backward caps only in a step where some row reaches it (huge_lse2): capping every score
-// cost it 1-4% (d128, 2k-8k, causal and not). The sm80 backward caps every score (its branch cost
-// more registers than the FMNMX: bwd_kernel_sm80.cuh).
+// sm90 backward caps P after its exponent loop, only in a step where some row reaches the bound
+// (huge_lse2; capping every score cost it 1-4% at d128). The sm80 backward caps every exponent
+// before its exponentials: exp2_fma gives garbage, not inf, for a large x, and a branch to an
+// uncapped copy cost it spills (bwd_kernel_sm80.cuh).
 __device__ __forceinline__ float capped_exponent(float x) { return fmin_nan(x, 0.f); }
-// The same cap applied after the exponential: 2^x overflows to inf exactly where x is too large, and
-// min(inf, 1) = 1 = 2^min(x, 0) there (the sm90 backward's fix-up pass).
+// min(2^x, 1) = 2^min(x, 0): the same cap after ex2.approx, which overflows to inf for a large x.
 __device__ __forceinline__ float capped_probability(float p) { return fmin_nan(p, 1.f); }
 __device__ __forceinline__ bool huge_lse2(float lse2) { return fabsf(lse2) >= 16384.f && lse2 != INFINITY; }
 

@@ -186,7 +186,7 @@ __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayou
 
 // LSE * log2(e) and delta of each step's query rows into the Q stage's shared memory (+inf and 0
 // past the sequence, so P and dS^T are 0 there), one warp: 2 rows per lane, and whether any row's
-// |LSE * log2(e)| reaches 2^14 (huge_lse2: the consumers then cap the exponents). The stage's
+// |LSE * log2(e)| reaches 2^14 (huge_lse2: the consumers then cap the probabilities). The stage's
 // q_full barrier counts the warp's 32 arrivals besides the TMA thread's.
 template <typename Traits>
 __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const SmemLayout<Traits>& sm, int batch,
@@ -369,15 +369,14 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     }
     sm90::wgmma_commit();
 
-    // Per-column (query) LSE * log2(e), from the stage's shared memory while the GEMMs run, and
-    // whether any of the stage's rows has a huge one (the same word for the whole warpgroup).
-    // The stage's per-query floats of this thread's columns 8 j + c0, + 1 (LSE * log2 e, delta).
+    // The stage's per-query floats (LSE * log2 e, delta) of this thread's columns 8 j + c0, + 1.
     auto load_columns = [&](float2 (&v)[kMTiles], uint32_t slot) {
 #pragma unroll
       for (int j = 0; j < kMTiles; ++j) {
         asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v[j].x), "=f"(v[j].y) : "r"(slot + (8 * j + c0) * 4));
       }
     };
+    // The LSEs while the GEMMs run, and whether a row of the stage has a huge one (one word).
     float2 lse2[kMTiles];
     uint32_t huge;
     asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(huge) : "r"(sm.huge_slot(s)));
