@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "common/ptx.cuh"
 #include "common/seqlen.cuh"
@@ -16,6 +17,23 @@
 namespace flashsdpa {
 
 constexpr float kLog2e = 1.4426950408889634f;
+
+// Programmatic dependent launch (sm_90+; no-ops where a kernel was launched without it): the
+// preprocess lets the main kernel's CTAs start as its own last wave drains (the main kernel loads
+// K, V, Q and dO before it waits: they are not the preprocess's outputs), and the postprocess's
+// CTAs wait on SMs the main kernel's last wave leaves idle instead of being launched after it.
+// The launch gaps and ramps this hides: docs/kernel_notes_bwd_sm90.md (pre/post).
+__device__ __forceinline__ void grid_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+// Waits until the grids this one depends on have completed and their writes are visible.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
 
 // Column order inside a dq_accum row (private to these kernels: preprocess zeroes whole rows,
 // the main kernel adds, postprocess reads). Each aligned group of 16 columns is stored permuted:
@@ -49,6 +67,7 @@ __host__ __device__ __forceinline__ SingleTileScheduler prepost_scheduler(const 
 template <typename Elem, int kHeadDim>
 __global__ void __launch_bounds__(kPrePostThreads)
     flashsdpa_bwd_preprocess_kernel(const __grid_constant__ AttnBwdParams p) {
+  grid_dependents_launch();
   const WorkTile tile = prepost_scheduler(p).initial_tile();
   const SeqlenInfo seq(p, tile.batch);
   const int row0 = tile.block * kPrePostRows;
@@ -147,6 +166,7 @@ __device__ __forceinline__ void finish_mod_grads(const AttnBwdParams& p, const W
 template <typename Elem, int kHeadDim>
 __global__ void __launch_bounds__(kPrePostThreads)
     flashsdpa_bwd_dq_postprocess_kernel(const __grid_constant__ AttnBwdParams p) {
+  grid_dependency_wait();
   const WorkTile tile = prepost_scheduler(p).initial_tile();
   const SeqlenInfo seq(p, tile.batch);
   const int row0 = tile.block * kPrePostRows;
@@ -175,14 +195,38 @@ __global__ void __launch_bounds__(kPrePostThreads)
   }
 }
 
+// A launch that may begin while the stream's previous kernel still runs (programmatic stream
+// serialization): the kernel itself waits for it where it needs its results (grid_dependency_wait).
+template <typename... KernelArgs, typename... Args>
+cudaError_t launch_programmatic(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, size_t smem,
+                                cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
 // Launches the preprocess (before the family's main kernel) or the postprocess (after it).
+// `programmatic`: the postprocess may start before the main kernel ends (it waits for it on the
+// GPU: grid_dependency_wait), for a main kernel that lets it (the sm90 family's).
 template <typename Elem, int kHeadDim, bool kPost>
-cudaError_t launch_bwd_prepost(const AttnBwdParams& p, cudaStream_t stream) {
+cudaError_t launch_bwd_prepost(const AttnBwdParams& p, cudaStream_t stream, bool programmatic = false) {
   const int64_t grid = prepost_scheduler(p).grid_size();
   // 1-D grids: gridDim.x goes to 2^31 - 1, far beyond any batch x heads x blocks we can hold.
   if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;
   if (grid == 0) return cudaSuccess;
   if constexpr (kPost) {
+    if (programmatic) {
+      return launch_programmatic(flashsdpa_bwd_dq_postprocess_kernel<Elem, kHeadDim>, static_cast<unsigned>(grid),
+                                 kPrePostThreads, 0, stream, p);
+    }
     flashsdpa_bwd_dq_postprocess_kernel<Elem, kHeadDim><<<static_cast<unsigned>(grid), kPrePostThreads, 0, stream>>>(p);
   } else {
     flashsdpa_bwd_preprocess_kernel<Elem, kHeadDim><<<static_cast<unsigned>(grid), kPrePostThreads, 0, stream>>>(p);

@@ -5,7 +5,9 @@
 // thread loads K and V once (TMA), then streams Q and dO of every (query head of the KV head's
 // group, query block of kBlockM = 64 rows that sees the key block) through a kStages-deep mbarrier
 // ring; a second warp puts the step's LSE * log2(e) and delta into the Q stage's shared memory; a
-// third adds each staged dQ tile to dq_accum (one bulk reduce-add). Two consumer warpgroups each
+// third adds each staged dQ tile to dq_accum (one bulk reduce-add). Launched programmatically
+// after the preprocess: the K / V / Q / dO loads start before the preprocess ends, every other
+// role waits for it (bwd_prepost.cuh's grid_dependency_wait). Two consumer warpgroups each
 // own 64 of the keys, so every product is computed transposed, keys as the wgmma M dimension:
 //   S^T = K Q^T, dP^T = V dO^T (SS); P^T = exp2(S^T c - LSE log2 e); dS^T = P^T (dP^T - delta);
 //   dV += P^T dO and dK += dS^T Q (RS, P^T and dS^T from registers);
@@ -125,13 +127,66 @@ struct SmemLayout {
   __device__ __forceinline__ uint32_t dq_buf(int b) const { return dq + b * Traits::kDqBytes; }
 };
 
-// The (query head, query block) steps of one CTA: the heads of the KV head's group, and for each
-// the query blocks that see the key block.
+// The grid's order of the CTAs (key block, KV head, batch), which deterministic mode's dQ adds
+// follow. Unmasked, every CTA has the same length: head-major, so the resident CTAs are the key
+// blocks of a few heads walking the same Q / dO tiles in L2. Where the mask gives key blocks
+// different numbers of query blocks (a causal key block n sees the query blocks from 2n on), the
+// longest go first, key block by key block over a group of (KV head, batch) pairs whose Q and dO
+// fit in kL2GroupBytes; groups follow each other. Measured (kernel_notes_bwd_sm90.md, session 7):
+// over all heads at once, 2k causal d128 (128 heads) lost 18% (every CTA streams its own head's
+// Q / dO from DRAM), while GQA 16/4 at 4k causal (256 CTAs, 2 waves) ran 1.45x faster than
+// head-major. Ascending key blocks are the longest first where the right side is bounded (causal;
+// with only the left side bounded a key block sees the rows from its own on, back to the
+// window); descending otherwise (unmasked: the order the deterministic mode was measured in).
+struct BwdGridOrder {
+  // Of the H100's / H200's 50 MB of L2. Measured (B 8 x H 16 x 2k causal d128 / B 1 x H 16/4 x 8k
+  // causal): 8 MB 0.975 / 1.96 ms (the GQA groups then run head by head), 32 MB 0.974 / 1.36 ms,
+  // every head in one group 1.20 / 1.37 ms.
+  static constexpr int64_t kL2GroupBytes = int64_t(32) << 20;
+  int n_blocks, heads_kv, heads_batches, group;
+  bool ascending;
+  __host__ __device__ __forceinline__ BwdGridOrder(const AttnBwdParams& p, int kBlockN)
+      : n_blocks((p.seqlen_k + kBlockN - 1) / kBlockN),
+        heads_kv(p.heads_kv),
+        heads_batches(p.heads_kv * p.batch),
+        group(1),
+        ascending(p.mask.has_right()) {
+    if (!p.mask.is_none()) {  // Q and dO bytes of one (KV head, batch): its query heads' rows
+      const int64_t bytes = int64_t(p.heads_q / p.heads_kv) * p.seqlen_q * (p.head_dim_qk + p.head_dim_v) * 2;
+      group = static_cast<int>(max(int64_t(1), min(int64_t(heads_batches), kL2GroupBytes / max(bytes, int64_t(1)))));
+    }
+  }
+  // CTA `index` -> its key block, KV head and batch.
+  __device__ __forceinline__ void decode(int64_t index, int& n_block, int& kv_head, int& batch) const {
+    const int64_t per_group = int64_t(group) * n_blocks;
+    const int first = static_cast<int>(index / per_group) * group;
+    const int size = min(group, heads_batches - first);
+    const int64_t within = index % per_group;
+    const int n = static_cast<int>(within / size);
+    const int head_batch = first + static_cast<int>(within % size);
+    n_block = ascending ? n : n_blocks - 1 - n;
+    kv_head = head_batch % heads_kv;
+    batch = head_batch / heads_kv;
+  }
+  // Position of key block n_block among the key blocks [n_min, n_max) that add to one query block,
+  // in launch order: deterministic mode's turn (0 adds first).
+  __device__ __forceinline__ int turn(int n_block, int n_min, int n_max) const {
+    return ascending ? n_block - n_min : n_max - 1 - n_block;
+  }
+};
+
+// The (query head, query block) steps of one CTA: the query blocks that see the key block, from
+// the last down, and for each the heads of the KV head's group. Every key block of a head thus
+// starts at the same query block (causal: the last) and they walk it together, so that in
+// deterministic mode a key block's predecessor in the dQ order (BwdGridOrder::turn, the longer
+// CTA) reaches each (head, query block) in the same step; from the first query block up, a
+// causal key block n met its predecessor's blocks 2 steps ahead of it, once per head of the
+// group, and the waits chained (GQA 16/4 causal: deterministic 1.84x the default mode).
 struct StepRange {
   int head_begin, heads, m_min, m_max;
   __device__ __forceinline__ int count() const { return m_max > m_min ? heads * (m_max - m_min) : 0; }
-  __device__ __forceinline__ int head(int i) const { return head_begin + i / (m_max - m_min); }
-  __device__ __forceinline__ int m_block(int i) const { return m_min + i % (m_max - m_min); }
+  __device__ __forceinline__ int head(int i) const { return head_begin + i % heads; }
+  __device__ __forceinline__ int m_block(int i) const { return m_max - 1 - i / heads; }
 };
 
 // Element-wise mask of a transposed score tile: rows are keys, columns queries (the forward's
@@ -192,6 +247,7 @@ template <typename Traits>
 __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const SmemLayout<Traits>& sm, int batch,
                                                const SeqlenInfo& seq, const StepRange& range, int lane) {
   constexpr float kLog2e = 1.4426950408889634f;
+  grid_dependency_wait();  // delta is the preprocess's
   for (int i = 0; i < range.count(); ++i) {
     const int s = i % Traits::kStages;
     const uint32_t parity = (i / Traits::kStages) & 1;
@@ -225,18 +281,19 @@ __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const Sme
 
 // The dQ writer (one thread): adds each staged fp32 dQ tile to dq_accum with one bulk reduce-add
 // and frees its buffer once the TMA unit has read it, so no consumer waits for the reduction.
-// Deterministic mode (p.dq_semaphore): the key blocks that see a query block add to it in
-// descending order, the order the grid launches them (so a CTA only ever waits for one launched
-// before it: no deadlock). The largest key block that sees it goes first; each later one waits
-// until its successor n + 1 has marked the block's semaphore with n + 2 (0 = none yet), adds, waits
-// for its adds to land, and marks n + 1. The sum's order, hence every bit, is then fixed.
+// Deterministic mode (p.dq_semaphore): the key blocks that see a query block add to it in the
+// order the grid launches them (BwdGridOrder; so a CTA only ever waits for one launched before
+// it: no deadlock). The key block whose turn is t waits until the block's semaphore reads t (it
+// starts at 0: the first does not wait), adds, waits for its adds to land, and writes t + 1. The
+// sum's order, hence every bit, is then fixed.
 template <typename Traits>
 __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayout<Traits>& sm, int batch,
                                          const SeqlenInfo& seq, const BlockMask& mask, const StepRange& range,
-                                         int n_block) {
+                                         const BwdGridOrder& order, int n_block) {
 #if defined(__CUDA_ARCH__)  // ptx.cuh declares the bulk copies for device passes of sm_90 only
   static_assert(Traits::kBlockM == kPrePostRows, "dq_semaphore counts blocks of the preprocess's rows");
   const int m_blocks = ceil_div(p.seqlen_q, Traits::kBlockM);
+  grid_dependency_wait();  // dq_accum and the semaphores are zeroed by the preprocess
   for (int i = 0; i < range.count(); ++i) {
     const int b = i % 2;
     const int head = range.head(i), m_block = range.m_block(i);
@@ -247,8 +304,11 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
                        ? nullptr
                        : p.dq_semaphore + (int64_t(batch) * p.heads_q + head) * m_blocks + m_block;
     sm90::mbar_wait(sm.dq_full(b), (i / 2) & 1);
-    if (sem != nullptr && n_block + 1 < mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(m_block)) {
-      while (sm90::ld_acquire_gpu(sem) != n_block + 2) {
+    int turn = 0;
+    if (sem != nullptr) {
+      turn = order.turn(n_block, mask.template n_block_min<Traits::kBlockM, Traits::kBlockN>(m_block),
+                        mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(m_block));
+      while (sm90::ld_acquire_gpu(sem) != turn) {
       }
     }
     bulk_reduce_add_f32(dst, sm.dq_buf(b), rows * Traits::kHeadDim * 4);
@@ -256,7 +316,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
     if (sem != nullptr) {
       bulk_wait_all();  // the adds have landed in global memory
       sm90::fence_proxy_async_global();
-      sm90::st_release_gpu(sem, n_block + 1);
+      sm90::st_release_gpu(sem, turn + 1);
     } else {
       bulk_wait_read_all();
     }
@@ -517,11 +577,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   extern __shared__ __align__(128) char fwd_smem[];  // the family's one dynamic shared-memory name
   const bwd_sm90::SmemLayout<Traits> sm((smem_u32(fwd_smem) + 1023u) & ~1023u);
   const AttnBwdParams& p = args.p;
-  // Grid: key blocks fastest, longest (causal: most query blocks) first, then KV heads, batches.
-  const int n_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-  const int n_block = n_blocks - 1 - static_cast<int>(blockIdx.x % n_blocks);
-  const int kv_head = static_cast<int>((blockIdx.x / n_blocks) % p.heads_kv);
-  const int batch = static_cast<int>(blockIdx.x / (int64_t(n_blocks) * p.heads_kv));
+  const bwd_sm90::BwdGridOrder order(p, Traits::kBlockN);
+  int n_block, kv_head, batch;
+  order.decode(blockIdx.x, n_block, kv_head, batch);
   const SeqlenInfo seq(p, batch);
   const BlockMask mask(seq, p.mask);
   const int group = p.heads_q / p.heads_kv;
@@ -543,6 +601,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
       sm90::mbar_init(sm.dq_empty(b), 1);
     }
     sm90::fence_mbar_init();
+    grid_dependents_launch();  // the dQ postprocess may be placed on SMs this grid leaves idle
   }
   __syncthreads();
 
@@ -553,12 +612,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
     if (warp == bwd_sm90::kWarpLoad && threadIdx.x % 32 == 0) {
       bwd_sm90::produce<Traits>(args, sm, n_block, kv_head, batch, range);
     } else if (warp == bwd_sm90::kWarpDq && threadIdx.x % 32 == 0) {
-      bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, n_block);
+      bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block);
     } else if (warp == bwd_sm90::kWarpRowStats) {
       bwd_sm90::load_row_stats<Traits>(p, sm, batch, seq, range, threadIdx.x % 32);
     }
   } else {
     sm90::setmaxnreg_inc<Traits::kConsumerRegs>();
+    grid_dependency_wait();  // (the kMods kernel adds into row_pdp, which the preprocess zeroes)
     bwd_sm90::consume<Traits>(args, sm, n_block, kv_head, batch, seq, mask, range, warpgroup - 1);
   }
 #endif

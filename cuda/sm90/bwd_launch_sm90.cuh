@@ -36,8 +36,10 @@ cudaError_t launch_bwd_sm90_main(const BwdSm90Args& args, cudaStream_t stream) {
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
   cudaError_t err = opt_in_dynamic_smem<&flashsdpa_bwd_sm90_kernel<Traits>>(Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
-  flashsdpa_bwd_sm90_kernel<Traits><<<static_cast<unsigned>(grid), Traits::kThreads, Traits::kSmemBytes, stream>>>(args);
-  return cudaGetLastError();
+  // Programmatic: its CTAs may start while the preprocess's last wave drains (they wait for it
+  // before reading delta or adding to dq_accum: grid_dependency_wait in the kernel).
+  return launch_programmatic(flashsdpa_bwd_sm90_kernel<Traits>, static_cast<unsigned>(grid), Traits::kThreads,
+                             Traits::kSmemBytes, stream, args);
 }
 
 template <typename Elem, int kHeadDim>
@@ -57,7 +59,7 @@ cudaError_t run_bwd_sm90_(const AttnBwdParams& params, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
   AttnBwdParams post = params;
   post.scale = 1.f;  // the main kernel stages dQ already scaled
-  return launch_bwd_prepost<Elem, kHeadDim, true>(post, stream);
+  return launch_bwd_prepost<Elem, kHeadDim, true>(post, stream, /*programmatic=*/true);
 }
 
 }  // namespace flashsdpa

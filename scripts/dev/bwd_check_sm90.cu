@@ -149,9 +149,9 @@ bool check(const Problem& pr) {
   return ok;
 }
 
-void bench(int S, int causal) {
-  const int B = 16384 / S, H = 16;
-  Run r = setup(Problem{B, H, H, S, S, causal});
+void bench(int S, int causal, int B = 0, int H = 16, int Hkv = 16) {
+  if (B == 0) B = 16384 / S;
+  Run r = setup(Problem{B, H, Hkv, S, S, causal});
   const double flops = 2.5 * 4.0 * B * H * double(S) * S * g_dim / (causal ? 2 : 1);
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
@@ -168,9 +168,73 @@ void bench(int S, int causal) {
       if (it >= 5) ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());
-    std::printf("bench,bwd,%s,d%d,S%d,causal%d,%.4f ms,%.1f TFLOP/s\n", sm90 ? "sm90" : "sm80", g_dim, S, causal,
+    std::printf("bench,bwd,%s,d%d,B%d,H%d/%d,S%d,causal%d,%.4f ms,%.1f TFLOP/s\n", sm90 ? "sm90" : "sm80", g_dim, B, H, Hkv, S, causal,
                 ms[ms.size() / 2], flops / ms[ms.size() / 2] * 1e-9);
   }
+  release(r);
+}
+
+// "small": the issue-9 attention shape (B 8, H 16, S 256, causal) and S 512, where the fixed
+// passes and launch gaps weigh most: 100 back-to-back calls between two events, per call.
+void bench_small() {
+  for (int S : {256, 512}) {
+    Run r = setup(Problem{8, 16, 16, S, S, 1});
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    std::vector<float> us;
+    for (int round = 0; round < 7; ++round) {
+      CHECK_CUDA(cudaEventRecord(e0));
+      for (int it = 0; it < 100; ++it) CHECK_CUDA(run_family(r, true, false));
+      CHECK_CUDA(cudaEventRecord(e1));
+      CHECK_CUDA(cudaEventSynchronize(e1));
+      float ms;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+      if (round > 0) us.push_back(ms * 10.f);
+    }
+    std::sort(us.begin(), us.end());
+    std::printf("small,bwd,sm90,d%d,B8 H16 S%d causal,%.2f us per call\n", g_dim, S, us[us.size() / 2]);
+    release(r);
+  }
+}
+
+// "parts": the preprocess, the main kernel and the dQ postprocess timed apart (d128 or d64, bf16),
+// to see what the fixed passes cost against the main loop at short and long S.
+template <int kD>
+void bench_parts_d(int S, int causal) {
+  const int B = 16384 / S, H = 16;
+  Run r = setup(Problem{B, H, H, S, S, causal});
+  using Traits = BwdTraitsSm90<Elem, kD>;
+  r.p.dq = r.dq;  // as run_family sets them
+  r.p.dk = r.dk;
+  r.p.dv = r.dv;
+  BwdSm90Args args;
+  CHECK_CUDA(encode_bwd_sm90<Traits>(r.p, args));
+  AttnBwdParams post = r.p;
+  post.scale = 1.f;
+  cudaEvent_t e[4];
+  for (auto& x : e) CHECK_CUDA(cudaEventCreate(&x));
+  std::vector<float> t[3];
+  for (int it = 0; it < 20; ++it) {
+    CHECK_CUDA(cudaEventRecord(e[0]));
+    CHECK_CUDA((launch_bwd_prepost<Elem, kD, false>(r.p, 0)));
+    CHECK_CUDA(cudaEventRecord(e[1]));
+    CHECK_CUDA(launch_bwd_sm90_main<Traits>(args, 0));
+    CHECK_CUDA(cudaEventRecord(e[2]));
+    CHECK_CUDA((launch_bwd_prepost<Elem, kD, true>(post, 0)));
+    CHECK_CUDA(cudaEventRecord(e[3]));
+    CHECK_CUDA(cudaEventSynchronize(e[3]));
+    for (int k = 0; k < 3; ++k) {
+      float ms;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, e[k], e[k + 1]));
+      if (it >= 5) t[k].push_back(ms * 1e3f);
+    }
+  }
+  for (auto& v : t) std::sort(v.begin(), v.end());
+  const double flops = 2.5 * 4.0 * B * H * double(S) * S * kD / (causal ? 2 : 1);
+  const float main_us = t[1][t[1].size() / 2];
+  std::printf("parts,d%d,S%d,causal%d,pre %.1f us,main %.1f us (%.1f TFLOP/s),post %.1f us\n", kD, S, causal,
+              t[0][t[0].size() / 2], main_us, flops / main_us * 1e-6, t[2][t[2].size() / 2]);
   release(r);
 }
 
@@ -353,6 +417,18 @@ int main(int argc, char** argv) {
     CHECK_CUDA(run_family(r, true, false));
     CHECK_CUDA(cudaDeviceSynchronize());
     release(r);
+  }
+  if (what == "small") bench_small();
+  if (what == "gqa") {  // the Llama-style model's training shapes (GQA 16/4, causal)
+    bench(8192, 1, 1, 16, 4);
+    bench(2048, 1, 4, 16, 4);
+  }
+  if (what == "parts") {
+    for (int causal : {0, 1})
+      for (int S : {2048, 8192}) {
+        if (g_dim == 64) bench_parts_d<64>(S, causal);
+        else bench_parts_d<128>(S, causal);
+      }
   }
   if (what == "bench" || what == "all") {
     for (int causal : {0, 1})

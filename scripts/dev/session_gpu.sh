@@ -39,6 +39,7 @@ for part in ${BENCH_PARTS:-}; do
     sweep) args="--sweep --direction both --head-dims 64 128 --seqlens 2k 8k --rounds 2 --no-plot --no-memory" ;;
     models) args="--models" ;;
     decode) args="--decode" ;;
+    window) args="--window" ;;
   esac
   timeout "${BENCH_TIMEOUT:-150}" python3 -m flashsdpa bench $args --out "$OUT/bench_$part" > "$OUT/bench_$part.log" 2>&1
   echo "bench $part rc=$?"

@@ -174,8 +174,8 @@ struct AttnBwdParams : AttnFwdParams {
   bool deterministic;  // the caller asked for bitwise-reproducible gradients (families that can: dq_semaphore)
   // Deterministic dQ (sm90 family): int32 per (batch, head_q, 64-row query block), dense index
   // (batch * heads_q + head) * ceil(seqlen_q / 64) + block, zeroed by the preprocess. The key blocks
-  // add their dQ tiles to a query block in a fixed order (descending, the launch order) by waiting
-  // for their predecessor's mark. nullptr: any order (fastest).
+  // add their dQ tiles to a query block in a fixed order (the grid's launch order) by waiting for
+  // their predecessor's mark. nullptr: any order (fastest).
   int32_t* dq_semaphore;
   int32_t bwd_tile;    // the family's backward tile, chosen once by the host (FamilyCaps::bwd_plan)
 };
