@@ -52,17 +52,16 @@ std::vector<FamilyCaps> make_families() {
 #ifdef FLASHSDPA_FAMILY_SM90
   // wgmma / TMA / setmaxnreg SASS for sm_90a runs on compute capability 9.0 only. Dense, every
   // mask kind, the backward in fewer buckets than the forward (d <= 128), deterministic backward
-  // (ordered dQ adds), the score modifiers in the forward (its kMods instantiation: equal to the
-  // portable forward in scripts/dev/fwd_check.cu's "mods" mode, session 6): the rest of an H100's
-  // calls (the modifiers' backward among them) take the portable family below. The backward's
-  // kMods instantiation is built but listed here only once scripts/dev/bwd_check_sm90.cu's "mods"
-  // mode has passed on a GPU (docs/kernel_notes_features.md).
+  // (ordered dQ adds; not with the slopes' or sinks' gradients: check_deterministic), the score
+  // modifiers in both directions (their kMods instantiations: equal to the portable kernels in
+  // scripts/dev/fwd_check.cu's and bwd_check_sm90.cu's "mods" modes on the H200, sessions 6 and 7):
+  // the rest of an H100's calls take the portable family below.
   table.push_back(FamilyCaps{
       "sm90", "compute capability 9.0 only (sm_90a: wgmma, TMA, warp specialization)", 90, 90,
       ints(FLASHSDPA_SM90_ARCHS_LIST), build_config().dtypes, ints(FLASHSDPA_SM90_FWD_HEAD_DIMS_LIST),
       ints(FLASHSDPA_SM90_BWD_HEAD_DIMS_LIST), kAllMasks, {Layout::kDense},
-      {Direction::kForward, Direction::kBackward}, {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks}, {},
-      &run_fwd_sm90, &run_bwd_sm90, &fwd_plan_sm90, &bwd_plan_sm90,
+      {Direction::kForward, Direction::kBackward}, {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks},
+      {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks}, &run_fwd_sm90, &run_bwd_sm90, &fwd_plan_sm90, &bwd_plan_sm90,
       &fwd_sm90_unsupported, &bwd_sm90_unsupported, nullptr, nullptr, /*deterministic_backward=*/true});
 #endif
 #ifdef FLASHSDPA_FAMILY_SM80
@@ -143,10 +142,21 @@ bool check_direction(const FamilyCaps& f, const Problem& p, std::string* why) {
 }
 
 bool check_deterministic(const FamilyCaps& f, const Problem& p, std::string* why) {
-  if (!p.deterministic || p.direction != Direction::kBackward || f.deterministic_backward) return true;
+  if (!p.deterministic || p.direction != Direction::kBackward) return true;
+  if (!f.deterministic_backward) {
+    if (why)
+      *why = "torch.use_deterministic_algorithms(True): the " + f.name +
+             " family's backward adds dQ with float atomics in any order (not bitwise reproducible)";
+    return false;
+  }
+  // The slopes' and sinks' gradients (and the row sums they are finished from) are float atomic
+  // sums over key blocks in every family; softcap adds no gradient of its own.
+  const unsigned atomic_grads = static_cast<unsigned>(Feature::kAlibi) | static_cast<unsigned>(Feature::kSinks);
+  if ((p.features & atomic_grads) == 0) return true;
   if (why)
     *why = "torch.use_deterministic_algorithms(True): the " + f.name +
-           " family's backward adds dQ with float atomics in any order (not bitwise reproducible)";
+           " family's backward sums the ALiBi slopes' and the sinks' gradients with float atomics (not bitwise "
+           "reproducible)";
   return false;
 }
 

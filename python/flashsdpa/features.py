@@ -3,7 +3,7 @@
 # the functional reference over them (dense and varlen, forward and backward, on top of
 # reference.py and reference_features.py) and the CPU autograd path for masks and dropout. The
 # score modifiers alone (softcap, ALiBi, sinks) go through ops.py's fwd_mods / bwd_mods (our
-# kernels on CUDA: on Hopper the forward on sm90, the backward on sm80; forward() / backward() here
+# kernels on CUDA: on Hopper sm90 both ways (the backward at head dims 64 and 128); forward() / backward() here
 # on CPU); a CUDA call with attn_mask or dropout_p raises NotImplementedError (never a silent
 # fallback). ops.py calls in here only when one of the arguments is given, so the existing path
 # pays nothing for it.

@@ -497,7 +497,7 @@ def attention(
     Differentiable and ``torch.compile(fullgraph=True)``-friendly. Bad arguments raise TypeError or
     ValueError naming the argument and the limit.
 
-    Score modifiers (our kernels: the forward on the capability table's family, the backward on sm80; on
+    Score modifiers (our kernels: the capability table's family, sm90 on Hopper both ways; on
     CPU the reference; differentiable, with the slopes' and sinks' gradients): ``softcap`` (scores
     ``softcap * tanh(s / softcap)`` before mask and bias); ``alibi_slopes`` float32 (Hq,) or (B, Hq)
     (scores gain ``-slope * |i + Sk - Sq - j|``); ``sinks`` float32 or query.dtype (Hq,), a learnable

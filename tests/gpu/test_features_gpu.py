@@ -330,21 +330,59 @@ def test_sink_only_rows_stay_empty(request: pytest.FixtureRequest) -> None:
 
 
 def test_features_route(request: pytest.FixtureRequest) -> None:
-    """The capability table: sm80 serves the modifiers in both directions, sm90 in the forward
-    only; a family that does not serve them is passed over, so a Hopper GPU runs their backward
-    on sm80."""
+    """The capability table: both families serve the modifiers in both directions (sm90's
+    backward only at its head dims, 64 and 128), so a Hopper GPU runs them on sm90; under
+    deterministic mode the slopes' and sinks' gradients (float atomic sums) are served by no
+    family, softcap's backward by sm90."""
     skip_unless_compiled(torch.bfloat16, 128)
     table = {f["family"]: f for f in flashsdpa.capabilities()}
     assert set(table["sm80"]["features"]) == {"softcap", "alibi", "sinks"}
     assert all(set(v) == {"softcap", "alibi", "sinks"} for v in table["sm80"]["features_by_direction"].values())
     hopper = "sm90" in table and torch.cuda.get_device_capability() == (9, 0)
+    both = ["softcap", "alibi", "sinks"]
     if "sm90" in table:
-        assert table["sm90"]["features_by_direction"] == {"forward": ["softcap", "alibi", "sinks"], "backward": []}
+        assert table["sm90"]["features_by_direction"] == {"forward": both, "backward": both}
     code = _backend.DTYPE_CODES[torch.bfloat16]
     for backward in (False, True):
         for bits in (1, 2, 4, 7):
             family, *_ = _backend.select(torch.cuda.current_device(), code, 128, 128, 0, False, backward, bits)
-            assert family == ("sm90" if hopper and not backward else "sm80"), (backward, bits, family)
+            assert family == ("sm90" if hopper else "sm80"), (backward, bits, family)
+    for bits in (1, 2, 4, 7):  # deterministic backward (2)
+        family, *_ = _backend.select(torch.cuda.current_device(), code, 128, 128, 0, False, 2, bits)
+        assert family == ("sm90" if hopper and bits == 1 else None), (bits, family)
+
+
+def test_features_deterministic(request: pytest.FixtureRequest) -> None:
+    """Under torch.use_deterministic_algorithms(True): softcap's backward (no gradient of its own)
+    runs where a family of ours orders its dQ adds (sm90) and is bitwise reproducible, on a GQA
+    shape with many key and query blocks; the slopes' and sinks' gradients are float atomic sums
+    in every family, so a backward with ALiBi or sinks raises as PyTorch's nondeterministic ops do."""
+    skip_unless_compiled(torch.bfloat16, 128)
+    code = _backend.DTYPE_CODES[torch.bfloat16]
+    kind = masks.kind(masks.CAUSAL_TOP_LEFT)
+    served = _backend.select(0, code, 128, 128, kind, False, _backend.BACKWARD_DETERMINISTIC, 1)[0] is not None
+    gen = _generator(request)
+    q = torch.randn(2, 8, 700, 128, generator=gen, device=DEVICE).to(torch.bfloat16).requires_grad_()
+    k = torch.randn(2, 2, 900, 128, generator=gen, device=DEVICE).to(torch.bfloat16).requires_grad_()
+    v = torch.randn(2, 2, 900, 128, generator=gen, device=DEVICE).to(torch.bfloat16).requires_grad_()
+    dout = torch.randn(2, 8, 700, 128, generator=gen, device=DEVICE).to(torch.bfloat16)
+    slopes = torch.full((8,), 0.05, device=DEVICE, requires_grad=True)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(True)  # not warn_only: a nondeterministic path raises
+    try:
+        if served:
+            grads = []
+            for _ in range(8):
+                out = flashsdpa.attention(q, k, v, causal=True, softcap=30.0)
+                grads.append(torch.autograd.grad(out, (q, k, v), dout))
+            for run in grads[1:]:
+                for name, first, now in zip(("dq", "dk", "dv"), grads[0], run):
+                    assert torch.equal(first, now), f"softcap {name} differs between deterministic runs"
+        with pytest.raises(RuntimeError, match="use_deterministic_algorithms"):
+            out = flashsdpa.attention(q, k, v, causal=True, alibi_slopes=slopes)
+            torch.autograd.grad(out, (q, k, v, slopes), dout)
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 _SANITIZER = [("cas", masks.CAUSAL_BOTTOM_RIGHT, 2, 7, 113), ("cAs", (31, 17, masks.TOP_LEFT), 1, 113, 7)]
