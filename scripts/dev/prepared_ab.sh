@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (~4 minutes) for the branches session 7 prepared without a GPU (list and
+# One device call (~7 minutes: give it timeout_s 600) for the branches session 7 prepared without a GPU (list and
 # predictions: docs/kernel_notes_bwd_sm90.md, "Prepared for the next device session"). The dev
 # binaries are built here beforehand into .devbin/ (carry it), one per branch:
 #   bwd_check_sm90 (main), _fma (next/bwd-exp-fma), _fs (next/bwd-first-store; argv[3] "nofs"
