@@ -4,7 +4,7 @@
 # binaries are built here beforehand into .devbin/ (carry it), one per branch:
 #   bwd_check_sm90 (main), _fma (next/bwd-exp-fma), _fs (next/bwd-first-store; argv[3] "nofs"
 #   runs it with the old zeroing), _d64k (next/bwd-d64-dq-by-keys), fwd_check_sm90 (main), _l2
-#   (next/fwd-l2-groups), _varlen
+#   (next/fwd-l2-groups), _mfe (next/fwd-mods-fma-exp), _varlen
 #   (next/fwd-varlen-sm90), e.g. `git worktree add /tmp/wt next/bwd-exp-fma && (cd /tmp/wt &&
 #   bash scripts/dev/build_bwd_check_sm90.sh /work/main/.devbin/bwd_check_sm90_fma)`.
 # Checks first (each branch against the portable kernels / the reference), then interleaved
@@ -31,6 +31,7 @@ for r in 1 2; do for v in "" _fs; do timeout 60 $B/bwd_check_sm90$v small 64 | s
 echo "== fwd checks (the varlen cases now on sm90)"
 timeout 120 $B/fwd_check_sm90_varlen check | tail -4
 timeout 120 $B/fwd_check_sm90_l2 check | tail -2
+timeout 120 $B/fwd_check_sm90_mfe mods | tail -3
 echo "== fwd: 3 interleaved rounds, bench_sm90_quick"
 for r in 1 2 3; do for v in "" _l2; do
   timeout 120 $B/fwd_check_sm90$v bench_sm90_quick | grep "^bench,sm90," | sed "s/^/v$v /"
