@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call (~7 minutes: give it timeout_s 600) for the branches session 7 prepared without a GPU (list and
+# Two device calls (`prepared_ab.sh bwd`, then `prepared_ab.sh fwd`; ~4-5 minutes each, both under
+# the 600 s a call may take) for the branches session 7 prepared without a GPU (list and
 # predictions: docs/kernel_notes_bwd_sm90.md, "Prepared for the next device session"). The dev
 # binaries are built here beforehand into .devbin/ (carry it), one per branch:
 #   bwd_check_sm90 (main), _fma (next/bwd-exp-fma), _fs (next/bwd-first-store; argv[3] "nofs"
@@ -12,6 +13,8 @@
 # checks pass and its rounds beat main's.
 set -u
 B=.devbin
+part=${1:-bwd}
+if [[ "$part" == bwd ]]; then
 echo "== bwd checks (sm90 against the portable backward)"
 for v in _fma _fs _d64k; do
   for d in 128 64; do timeout 60 $B/bwd_check_sm90$v check $d | grep -v '^ok' | sed "s/^/$v d$d /"; done
@@ -28,6 +31,12 @@ for r in 1 2 3; do for v in "" _fma _fs _d64k; do for d in 128 64; do
   timeout 60 $B/bwd_check_sm90$v bench $d | grep sm90 | sed "s/^/v$v /"
 done; done; done | sort -s -k1,1 | awk -F, '{print $1","$4","$5","$6","$7","$9}'
 for r in 1 2; do for v in "" _fs; do timeout 60 $B/bwd_check_sm90$v small 64 | sed "s/^/v$v /"; done; done | sort -s -k1,1
+timeout 120 compute-sanitizer --tool memcheck $B/bwd_check_sm90_fs check 128 | grep -E "SUMMARY"
+timeout 120 compute-sanitizer --tool racecheck $B/bwd_check_sm90_fs check 64 | grep -E "SUMMARY"
+timeout 120 compute-sanitizer --tool synccheck $B/bwd_check_sm90_fs check 128 | grep -E "SUMMARY"
+timeout 120 compute-sanitizer --tool racecheck $B/bwd_check_sm90_d64k check 64 | grep -E "SUMMARY"
+fi
+if [[ "$part" == fwd ]]; then
 echo "== fwd checks (the varlen cases now on sm90)"
 timeout 120 $B/fwd_check_sm90_varlen check | tail -4
 timeout 120 $B/fwd_check_sm90_l2 check | tail -2
@@ -36,9 +45,5 @@ echo "== fwd: 3 interleaved rounds, bench_sm90_quick"
 for r in 1 2 3; do for v in "" _l2; do
   timeout 120 $B/fwd_check_sm90$v bench_sm90_quick | grep "^bench,sm90," | sed "s/^/v$v /"
 done; done | sort -s -k1,1
-echo "== sanitizers"
-timeout 120 compute-sanitizer --tool memcheck $B/bwd_check_sm90_fs check 128 | grep -E "SUMMARY"
-timeout 120 compute-sanitizer --tool racecheck $B/bwd_check_sm90_fs check 64 | grep -E "SUMMARY"
-timeout 120 compute-sanitizer --tool synccheck $B/bwd_check_sm90_fs check 128 | grep -E "SUMMARY"
-timeout 120 compute-sanitizer --tool racecheck $B/bwd_check_sm90_d64k check 64 | grep -E "SUMMARY"
 timeout 150 compute-sanitizer --tool memcheck $B/fwd_check_sm90_varlen small | grep -E "SUMMARY"
+fi
