@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -205,6 +205,18 @@ class FakeCudaBuild:
 
     def bwd(self, *args: Any) -> None:
         self.calls.append(("bwd", args))
+
+
+@pytest.fixture
+def deterministic() -> Iterator[Callable[[bool], None]]:
+    """Turns torch.use_deterministic_algorithms on (warn_only as given) and restores it after."""
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+
+    def turn_on(warn_only: bool) -> None:
+        torch.use_deterministic_algorithms(True, warn_only=warn_only)
+
+    yield turn_on
+    torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 @pytest.fixture

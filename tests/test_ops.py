@@ -373,18 +373,6 @@ def test_cuda_impls(fake_build: Any, fake_mode: Any, monkeypatch: pytest.MonkeyP
         ops._fwd_cuda(q, k, v, 0.5, list(masks.BY_CAUSAL_MODE[1]))
 
 
-@pytest.fixture
-def deterministic() -> Iterator[Callable[[bool], None]]:
-    """Turns torch.use_deterministic_algorithms on (warn_only as given) and restores it after."""
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
-
-    def turn_on(warn_only: bool) -> None:
-        torch.use_deterministic_algorithms(True, warn_only=warn_only)
-
-    yield turn_on
-    torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-
-
 def test_cuda_backward_honours_deterministic_algorithms(
     fake_build: Any, fake_mode: Any, monkeypatch: pytest.MonkeyPatch, deterministic: Callable[[bool], None]
 ) -> None:

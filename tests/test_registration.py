@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -604,19 +604,17 @@ def test_launch_bwd_allocates_the_workspace(recorded_build: Any) -> None:
 
 
 @pytest.mark.parametrize("has_deterministic_family", [False, True])
-def test_launch_bwd_passes_the_deterministic_request(recorded_build: Any, has_deterministic_family: bool) -> None:
+def test_launch_bwd_passes_the_deterministic_request(
+    recorded_build: Any, has_deterministic_family: bool, deterministic: Callable[[bool], None]
+) -> None:
     # Under torch.use_deterministic_algorithms(True) _C is asked for a deterministic backward only
     # where the table has a family that runs it (the sm90 one: ordered dQ adds); elsewhere the
     # caller has raised, or warned under warn_only, and the call runs as before.
     recorded_build.deterministic_backward = has_deterministic_family
     q = k = v = out = dout = torch.empty(1, 2, 16, 64, dtype=F16)
     lse = torch.empty(1, 2, 16)
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
-        _backend.launch_bwd(dout, q, k, v, out, lse, *(torch.empty_like(q) for _ in range(3)), 0.125, masks.NO_MASK)
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    deterministic(True)
+    _backend.launch_bwd(dout, q, k, v, out, lse, *(torch.empty_like(q) for _ in range(3)), 0.125, masks.NO_MASK)
     [(name, (_, grads))] = recorded_build.calls
     assert name == "bwd" and grads[3] is has_deterministic_family
 
@@ -677,7 +675,7 @@ def test_c_reads_the_first_three_items_of_longer_stride_tuples() -> None:
 
 
 def test_backward_routers_leave_deterministic_runs_to_pytorch(
-    launches: LaunchRecorder, native: NativeRecorder, fake_mode: Any
+    launches: LaunchRecorder, native: NativeRecorder, fake_mode: Any, deterministic: Callable[[bool], None]
 ) -> None:
     # Under torch.use_deterministic_algorithms(True) the backward goes to PyTorch's kernel, which
     # honours the flag; ours would accumulate dQ with atomics.
@@ -685,16 +683,12 @@ def test_backward_routers_leave_deterministic_runs_to_pytorch(
     out, lse = torch.empty_like(q), torch.empty(2, 4, 16, dtype=torch.float32, device="cuda")
     seed, offset = torch.empty(2, dtype=torch.uint64, device="cuda"), torch.empty((), dtype=torch.uint64, device="cuda")
     args = (torch.empty_like(out), q, k, v, out, lse, None, None, 16, 16, 0.0, True, seed, offset)
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
-    torch.use_deterministic_algorithms(True)
-    try:
-        flashsdpa.reset_stats()
-        assert routers._sdpa_flash_backward("keys", *args) == "native result"
-        dense = [t.transpose(1, 2) for t in (torch.empty_like(out), q, k, v, out)]
-        flash_args = (*dense, lse, None, None, 16, 16, 0.0, True, seed, offset)
-        assert routers._flash_backward("keys", *flash_args) == "native result"
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    deterministic(False)
+    flashsdpa.reset_stats()
+    assert routers._sdpa_flash_backward("keys", *args) == "native result"
+    dense = [t.transpose(1, 2) for t in (torch.empty_like(out), q, k, v, out)]
+    flash_args = (*dense, lse, None, None, 16, 16, 0.0, True, seed, offset)
+    assert routers._flash_backward("keys", *flash_args) == "native result"
     assert launches.calls == [] and len(native.calls) == 2
     reasons = flashsdpa.stats()["fallback_reasons"]
     assert all("use_deterministic_algorithms(True)" in reason for reason in reasons) and len(reasons) == 2

@@ -18,23 +18,6 @@ namespace flashsdpa {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Programmatic dependent launch (sm_90+; no-ops where a kernel was launched without it): the
-// preprocess lets the main kernel's CTAs start as its own last wave drains (the main kernel loads
-// K, V, Q and dO before it waits: they are not the preprocess's outputs), and the postprocess's
-// CTAs wait on SMs the main kernel's last wave leaves idle instead of being launched after it.
-// The launch gaps and ramps this hides: docs/kernel_notes_bwd_sm90.md (pre/post).
-__device__ __forceinline__ void grid_dependents_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-// Waits until the grids this one depends on have completed and their writes are visible.
-__device__ __forceinline__ void grid_dependency_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
 // Column order inside a dq_accum row (private to these kernels: preprocess zeroes whole rows,
 // the main kernel adds, postprocess reads). Each aligned group of 16 columns is stored permuted:
 // logical column 8a + 2t + j (a, j in {0, 1}, t in 0..3) lives at 4t + 2a + j, so an mma thread

@@ -181,6 +181,24 @@ __device__ __forceinline__ float exp2_fma(float x) {
   return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
 }
 
+// Programmatic dependent launch (sm_90+; no-ops where a kernel was launched without it): the
+// preprocess lets the main kernel's CTAs start as its own last wave drains (the main kernel loads
+// K, V, Q and dO before it waits: they are not the preprocess's outputs), and the postprocess's
+// CTAs wait on SMs the main kernel's last wave leaves idle instead of being launched after it.
+// The backward's kernels use it (bwd_prepost.cuh, the sm90 main kernel); the launch gaps and
+// ramps it hides: docs/kernel_notes_bwd_sm90.md (session 7).
+__device__ __forceinline__ void grid_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+// Waits until the grids this one depends on have completed and their writes are visible.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 // ---- float atomics into global memory (no return value: red, not atom) -------------------------
 // The backward's dQ accumulation is the user.
 // Four adjacent floats (16-byte aligned). sm_90: one red.global.add.v4.f32 (one L2 transaction,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -352,7 +353,7 @@ def test_features_route(request: pytest.FixtureRequest) -> None:
         assert family == ("sm90" if hopper and bits == 1 else None), (bits, family)
 
 
-def test_features_deterministic(request: pytest.FixtureRequest) -> None:
+def test_features_deterministic(request: pytest.FixtureRequest, deterministic: Callable[[bool], None]) -> None:
     """Under torch.use_deterministic_algorithms(True): softcap's backward (no gradient of its own)
     runs where a family of ours orders its dQ adds (sm90) and is bitwise reproducible, on a GQA
     shape with many key and query blocks; the slopes' and sinks' gradients are float atomic sums
@@ -367,22 +368,18 @@ def test_features_deterministic(request: pytest.FixtureRequest) -> None:
     v = torch.randn(2, 2, 900, 128, generator=gen, device=DEVICE).to(torch.bfloat16).requires_grad_()
     dout = torch.randn(2, 8, 700, 128, generator=gen, device=DEVICE).to(torch.bfloat16)
     slopes = torch.full((8,), 0.05, device=DEVICE, requires_grad=True)
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
-    torch.use_deterministic_algorithms(True)  # not warn_only: a nondeterministic path raises
-    try:
-        if served:
-            grads = []
-            for _ in range(8):
-                out = flashsdpa.attention(q, k, v, causal=True, softcap=30.0)
-                grads.append(torch.autograd.grad(out, (q, k, v), dout))
-            for run in grads[1:]:
-                for name, first, now in zip(("dq", "dk", "dv"), grads[0], run):
-                    assert torch.equal(first, now), f"softcap {name} differs between deterministic runs"
-        with pytest.raises(RuntimeError, match="use_deterministic_algorithms"):
-            out = flashsdpa.attention(q, k, v, causal=True, alibi_slopes=slopes)
-            torch.autograd.grad(out, (q, k, v, slopes), dout)
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    deterministic(False)  # not warn_only: a nondeterministic path raises
+    if served:
+        grads = []
+        for _ in range(8):
+            out = flashsdpa.attention(q, k, v, causal=True, softcap=30.0)
+            grads.append(torch.autograd.grad(out, (q, k, v), dout))
+        for run in grads[1:]:
+            for name, first, now in zip(("dq", "dk", "dv"), grads[0], run):
+                assert torch.equal(first, now), f"softcap {name} differs between deterministic runs"
+    with pytest.raises(RuntimeError, match="use_deterministic_algorithms"):
+        out = flashsdpa.attention(q, k, v, causal=True, alibi_slopes=slopes)
+        torch.autograd.grad(out, (q, k, v, slopes), dout)
 
 
 _SANITIZER = [("cas", masks.CAUSAL_BOTTOM_RIGHT, 2, 7, 113), ("cAs", (31, 17, masks.TOP_LEFT), 1, 113, 7)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import zlib
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -245,7 +246,9 @@ def test_bwd_bucket128_windows(
 # the order of the adds (the usual rule is checked on the same kernel by the rows above).
 @pytest.mark.parametrize("causal", ["none", "top_left"])
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_bwd_deterministic_bitwise(request: pytest.FixtureRequest, causal: str, head_dim: int) -> None:
+def test_bwd_deterministic_bitwise(
+    request: pytest.FixtureRequest, causal: str, head_dim: int, deterministic: Callable[[bool], None]
+) -> None:
     skip_unless_compiled(torch.bfloat16, head_dim, head_dim)
     mask = masks.BY_CAUSAL_MODE[CAUSAL_MODES[causal]]
     code = _backend.DTYPE_CODES[torch.bfloat16]
@@ -257,20 +260,17 @@ def test_bwd_deterministic_bitwise(request: pytest.FixtureRequest, causal: str, 
     k = torch.randn(2, 2, 1500, head_dim, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
     v = torch.randn(2, 2, 1500, head_dim, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
     dout = torch.randn(2, 8, 1023, head_dim, device=DEVICE, dtype=torch.bfloat16)
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
-    torch.use_deterministic_algorithms(True)  # not warn_only: a nondeterministic path would raise
-    try:
-        grads = []
-        for _ in range(20):
-            out = flashsdpa.attention(q, k, v, causal=causal != "none")
-            grads.append(torch.autograd.grad(out, (q, k, v), dout))
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    deterministic(False)  # not warn_only: a nondeterministic path would raise
+    grads = []
+    for _ in range(20):
+        out = flashsdpa.attention(q, k, v, causal=causal != "none")
+        grads.append(torch.autograd.grad(out, (q, k, v), dout))
     for run in grads[1:]:
         for name, first, now in zip(("dq", "dk", "dv"), grads[0], run):
             assert torch.equal(first, now), f"{name} differs between deterministic runs"
     # The same kernel without the ordering: equal up to the order of the fp32 dQ adds (a bf16 ulp
     # of the largest gradient at most); a skipped or doubled dQ tile would be O(1) off.
+    torch.use_deterministic_algorithms(False)  # (the fixture restores the caller's setting)
     out = flashsdpa.attention(q, k, v, causal=causal != "none")
     default = torch.autograd.grad(out, (q, k, v), dout)
     for name, ours, other in zip(("dq", "dk", "dv"), grads[0], default):
