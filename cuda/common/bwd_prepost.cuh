@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "common/mask.cuh"
 #include "common/ptx.cuh"
 #include "common/seqlen.cuh"
 #include "common/tile_scheduler.cuh"
@@ -56,6 +57,10 @@ struct DqAccumLayout {
 // kernel adds into and the postprocess reads.
 // One CTA per 64 query rows of one (batch, head); 8 lanes share a row (16-byte loads, 3 shuffles).
 constexpr int kPrePostRows = 64;
+// The key-block size of the family whose main kernel stores the first dQ tile of a query block
+// (params.h's dq_first_store: the sm90 backward's kBlockN, which static_asserts it): the
+// preprocess asks BlockMask with it which query blocks no key block visits.
+constexpr int kDqFirstStoreBlockN = 128;
 constexpr int kPrePostThreads = 256;
 
 // One CTA per kPrePostRows query rows of one (batch, head); the launcher sizes the grid with it.
@@ -118,6 +123,12 @@ __global__ void __launch_bounds__(kPrePostThreads)
 
   if (p.dq_semaphore != nullptr && tid == 0) {
     p.dq_semaphore[(int64_t(tile.batch) * p.heads_q + tile.head) * ceil_div(p.seqlen_q, kPrePostRows) + tile.block] = 0;
+  }
+  // With dq_first_store the main kernel writes every block some key block visits (its first tile
+  // a plain copy): only the others are zeroed here.
+  if (p.dq_first_store && p.dq_semaphore != nullptr &&
+      BlockMask(seq, p.mask).template visited_by_key_blocks<kPrePostRows, kDqFirstStoreBlockN>(tile.block)) {
+    return;
   }
   constexpr int kVecPerRow = kHeadDim / 4;  // float4 stores; every kHeadDim column exists
   for (int i = tid; i < rows * kVecPerRow; i += kPrePostThreads) {

@@ -223,6 +223,12 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, uint32_t smem_a
                "r"(smem_addr), "r"(bytes)
                : "memory");
 }
+// gmem[0 .. bytes) = smem[0 .. bytes): a plain bulk copy (the first dQ tile of a query block).
+__device__ __forceinline__ void bulk_store(void* gmem, uint32_t smem_addr, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(gmem), "r"(smem_addr),
+               "r"(bytes)
+               : "memory");
+}
 __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Until this thread's committed bulk operations have finished reading shared memory.
 __device__ __forceinline__ void bulk_wait_read_all() {
