@@ -177,11 +177,26 @@ __device__ __forceinline__ void finish_mod_grads(const AttnBwdParams& p, const W
 template <typename Elem, int kHeadDim>
 __global__ void __launch_bounds__(kPrePostThreads)
     flashsdpa_bwd_dq_postprocess_kernel(const __grid_constant__ AttnBwdParams p) {
-  grid_dependency_wait();
+  // With first store (sm90) the main kernel counts each query block's landed dQ tiles in its
+  // semaphore word, so a block converts as soon as its count reaches the key blocks that visit
+  // it, on SMs the main kernel's last wave leaves idle (programmatic launch); otherwise, and
+  // with the modifiers' row sums (float atomics the count does not cover), after the whole grid.
+  const bool per_block = p.dq_first_store && p.dq_semaphore != nullptr && p.row_pdp == nullptr;
+  if (!per_block) grid_dependency_wait();
   const WorkTile tile = prepost_scheduler(p).initial_tile();
   const SeqlenInfo seq(p, tile.batch);
   const int row0 = tile.block * kPrePostRows;
   if (row0 >= seq.seqlen_q) return;
+  if (per_block) {
+    if (threadIdx.x == 0) {
+      const int target = BlockMask(seq, p.mask).template key_blocks_visiting<kPrePostRows, kDqFirstStoreBlockN>(tile.block);
+      const int32_t* sem = p.dq_semaphore + (int64_t(tile.batch) * p.heads_q + tile.head) * ceil_div(p.seqlen_q, kPrePostRows) +
+                           tile.block;
+      while (ld_acquire_gpu_s32(sem) < target) {
+      }
+    }
+    __syncthreads();
+  }
   const int64_t q_row0 = seq.q_row_offset + row0;
   const float* dq_accum = p.dq_accum + batch_offset(p, tile.batch, p.dq_accum_batch_stride) +
                           tile.head * p.dq_accum_head_stride + q_row0 * p.dq_accum_row_stride;
@@ -195,8 +210,9 @@ __global__ void __launch_bounds__(kPrePostThreads)
     // Output columns 8c .. 8c+7 sit at 4t + 2(c % 2) + j, t = 0..3, j = 0..1, of their 16-group.
     const float* src = dq_accum + r * p.dq_accum_row_stride + DqAccumLayout::position(q_row0 + r, 8 * c);
     float2 v[4];
+    // From L2 (ld.global.cg): with per-block waits the main kernel may still be running.
 #pragma unroll
-    for (int t = 0; t < 4; ++t) v[t] = *reinterpret_cast<const float2*>(src + 4 * t);
+    for (int t = 0; t < 4; ++t) v[t] = __ldcg(reinterpret_cast<const float2*>(src + 4 * t));
     uint4 out;
     out.x = ElemTraits<Elem>::pack(v[0].x * p.scale, v[0].y * p.scale);
     out.y = ElemTraits<Elem>::pack(v[1].x * p.scale, v[1].y * p.scale);

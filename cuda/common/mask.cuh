@@ -93,6 +93,18 @@ struct BlockMask {
     return n * kBlockN < seqlen_k && m_block_min<kBlockM, kBlockN>(n) <= m_block &&
            m_block < m_block_max<kBlockM, kBlockN>(n);
   }
+  // How many key blocks' backward CTAs visit query block m_block: the range from n_block_min, asked
+  // block by block with the CTAs' own bounds (0 when the first does not visit it).
+  template <int kBlockM, int kBlockN>
+  __device__ __forceinline__ int key_blocks_visiting(int m_block) const {
+    int count = 0;
+    for (int n = n_block_min<kBlockM, kBlockN>(m_block);
+         n * kBlockN < seqlen_k && m_block_min<kBlockM, kBlockN>(n) <= m_block && m_block < m_block_max<kBlockM, kBlockN>(n);
+         ++n) {
+      ++count;
+    }
+    return count;
+  }
   // Whether tile (m_block, n_block) needs apply(): some valid row misses some column of it.
   template <int kBlockM, int kBlockN>
   __device__ __forceinline__ bool partial(int m_block, int n_block) const {

@@ -181,6 +181,13 @@ __device__ __forceinline__ float exp2_fma(float x) {
   return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
 }
 
+// An int32 load with acquire semantics at GPU scope (a flag another CTA releases).
+__device__ __forceinline__ int ld_acquire_gpu_s32(const int32_t* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // ---- float atomics into global memory (no return value: red, not atom) -------------------------
 // The backward's dQ accumulation is the user.
 // Four adjacent floats (16-byte aligned). sm_90: one red.global.add.v4.f32 (one L2 transaction,
@@ -236,6 +243,14 @@ __device__ __forceinline__ void bulk_wait_read_all() {
 }
 // Until they have completed (their global writes done).
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// Until all but the most recent committed group have completed.
+__device__ __forceinline__ void bulk_wait_all_but_last() {
+  asm volatile("cp.async.bulk.wait_group 1;\n" ::: "memory");
+}
+// *p += v with release semantics at GPU scope (no return value).
+__device__ __forceinline__ void red_release_add_gpu(int32_t* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
 #endif
 
 // ---- shared-memory swizzle ----------------------------------------------------------------------

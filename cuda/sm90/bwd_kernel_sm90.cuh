@@ -248,6 +248,10 @@ __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const Sme
                                                const SeqlenInfo& seq, const StepRange& range, int lane) {
   constexpr float kLog2e = 1.4426950408889634f;
   grid_dependency_wait();  // delta is the preprocess's
+  // Only now (the preprocess has completed) may the dQ postprocess's CTAs be placed on SMs this
+  // grid leaves idle: with first store they start converting blocks before this grid ends and
+  // read the semaphores, which must be the zeroed ones.
+  grid_dependents_launch();
   for (int i = 0; i < range.count(); ++i) {
     const int s = i % Traits::kStages;
     const uint32_t parity = (i / Traits::kStages) & 1;
@@ -306,6 +310,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
   const bool ordered = p.deterministic && p.dq_semaphore != nullptr;
   const bool first_store = p.dq_first_store && p.dq_semaphore != nullptr;
   grid_dependency_wait();  // dq_accum and the semaphores are zeroed by the preprocess
+  int32_t* pending = nullptr;  // (first store) the block of the last add not yet counted
   for (int i = 0; i < range.count(); ++i) {
     const int b = i % 2;
     const int head = range.head(i), m_block = range.m_block(i);
@@ -328,6 +333,10 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
       bulk_wait_all();
       sm90::fence_proxy_async_global();
       sm90::st_release_gpu(sem, 1);
+      if (pending != nullptr) {  // the previous add has landed too
+        red_release_add_gpu(pending, 1);
+        pending = nullptr;
+      }
     } else {
       if (ordered) {
         while (sm90::ld_acquire_gpu(sem) != turn) {
@@ -345,11 +354,26 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
         sm90::st_release_gpu(sem, turn + 1);
       } else {
         bulk_wait_read_all();
+        if (first_store) {
+          // Count the previous add once it has landed (one step late, so the wait costs nothing
+          // here): the word then reaches the number of key blocks that visit the query block,
+          // which the dQ postprocess waits for block by block.
+          if (pending != nullptr) {
+            bulk_wait_all_but_last();
+            sm90::fence_proxy_async_global();
+            red_release_add_gpu(pending, 1);
+          }
+          pending = sem;
+        }
       }
     }
     sm90::mbar_arrive(sm.dq_empty(b));
   }
   bulk_wait_all();
+  if (pending != nullptr) {
+    sm90::fence_proxy_async_global();
+    red_release_add_gpu(pending, 1);
+  }
 #endif
 }
 
@@ -628,7 +652,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
       sm90::mbar_init(sm.dq_empty(b), 1);
     }
     sm90::fence_mbar_init();
-    grid_dependents_launch();  // the dQ postprocess may be placed on SMs this grid leaves idle
   }
   __syncthreads();
 
