@@ -177,10 +177,13 @@ void bwd(const BwdSpec& spec) {
   p.delta = ptr<float>(ws.delta);
   p.row_pdp = mod_rows ? p.delta + w.delta_floats : nullptr;
   p.row_pdist = mod_rows ? p.delta + 2 * w.delta_floats : nullptr;
-  // Deterministic mode on a family that has it: the dQ semaphores live after delta's floats.
-  p.dq_semaphore = p.deterministic && family.deterministic_backward && w.semaphore_bytes > 0
+  // Deterministic mode on a family that has it, or a family that stores each query block's first
+  // dQ tile: the dQ semaphores live after delta's floats (dense only).
+  const bool ordered = p.deterministic && family.deterministic_backward;
+  p.dq_semaphore = (ordered || family.dq_first_store) && w.semaphore_bytes > 0
                        ? reinterpret_cast<int32_t*>(ws.delta + w.delta_bytes - w.semaphore_bytes)
                        : nullptr;
+  p.dq_first_store = family.dq_first_store && p.dq_semaphore != nullptr;
   launch_bwd(family, p, spec.fwd.device, reinterpret_cast<void*>(spec.fwd.stream));
 }
 

@@ -62,7 +62,8 @@ std::vector<FamilyCaps> make_families() {
       ints(FLASHSDPA_SM90_BWD_HEAD_DIMS_LIST), kAllMasks, {Layout::kDense},
       {Direction::kForward, Direction::kBackward}, {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks},
       {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks}, &run_fwd_sm90, &run_bwd_sm90, &fwd_plan_sm90, &bwd_plan_sm90,
-      &fwd_sm90_unsupported, &bwd_sm90_unsupported, nullptr, nullptr, /*deterministic_backward=*/true});
+      &fwd_sm90_unsupported, &bwd_sm90_unsupported, nullptr, nullptr, /*deterministic_backward=*/true,
+      /*dq_first_store=*/true});
 #endif
 #ifdef FLASHSDPA_FAMILY_SM80
   {

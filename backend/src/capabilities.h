@@ -75,6 +75,10 @@ struct FamilyCaps {
   // the sm90 family adds dQ tiles in a fixed order (params.dq_semaphore); the portable family's
   // float atomics land in any order.
   bool deterministic_backward = false;
+  // Whether its backward stores each query block's first dQ tile (params.h's dq_first_store), so
+  // the preprocess zeroes only the blocks no key block visits; it then gets the dQ semaphores
+  // for every dense backward, not only deterministic ones.
+  bool dq_first_store = false;
 
   const std::vector<int>& head_dims(Direction d) const { return d == Direction::kForward ? fwd_head_dims : bwd_head_dims; }
   const std::vector<Feature>& features(Direction d) const {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "common/mask.cuh"
 #include "common/ptx.cuh"
 #include "common/seqlen.cuh"
 #include "common/tile_scheduler.cuh"
@@ -39,6 +40,10 @@ struct DqAccumLayout {
 // kernel adds into and the postprocess reads.
 // One CTA per 64 query rows of one (batch, head); 8 lanes share a row (16-byte loads, 3 shuffles).
 constexpr int kPrePostRows = 64;
+// The key-block size of the family whose main kernel stores the first dQ tile of a query block
+// (params.h's dq_first_store: the sm90 backward's kBlockN, which static_asserts it): the
+// preprocess asks BlockMask with it which query blocks no key block visits.
+constexpr int kDqFirstStoreBlockN = 128;
 constexpr int kPrePostThreads = 256;
 
 // One CTA per kPrePostRows query rows of one (batch, head); the launcher sizes the grid with it.
@@ -102,6 +107,12 @@ __global__ void __launch_bounds__(kPrePostThreads)
   if (p.dq_semaphore != nullptr && tid == 0) {
     p.dq_semaphore[(int64_t(tile.batch) * p.heads_q + tile.head) * ceil_div(p.seqlen_q, kPrePostRows) + tile.block] = 0;
   }
+  // With dq_first_store the main kernel writes every block some key block visits (its first tile
+  // a plain copy): only the others are zeroed here.
+  if (p.dq_first_store && p.dq_semaphore != nullptr &&
+      BlockMask(seq, p.mask).template visited_by_key_blocks<kPrePostRows, kDqFirstStoreBlockN>(tile.block)) {
+    return;
+  }
   constexpr int kVecPerRow = kHeadDim / 4;  // float4 stores; every kHeadDim column exists
   for (int i = tid; i < rows * kVecPerRow; i += kPrePostThreads) {
     const int r = i / kVecPerRow, c = i % kVecPerRow;
@@ -149,11 +160,26 @@ __device__ __forceinline__ void finish_mod_grads(const AttnBwdParams& p, const W
 template <typename Elem, int kHeadDim>
 __global__ void __launch_bounds__(kPrePostThreads)
     flashsdpa_bwd_dq_postprocess_kernel(const __grid_constant__ AttnBwdParams p) {
-  grid_dependency_wait();
+  // With first store (sm90) the main kernel counts each query block's landed dQ tiles in its
+  // semaphore word, so a block converts as soon as its count reaches the key blocks that visit
+  // it, on SMs the main kernel's last wave leaves idle (programmatic launch); otherwise, and
+  // with the modifiers' row sums (float atomics the count does not cover), after the whole grid.
+  const bool per_block = p.dq_first_store && p.dq_semaphore != nullptr && p.row_pdp == nullptr;
+  if (!per_block) grid_dependency_wait();
   const WorkTile tile = prepost_scheduler(p).initial_tile();
   const SeqlenInfo seq(p, tile.batch);
   const int row0 = tile.block * kPrePostRows;
   if (row0 >= seq.seqlen_q) return;
+  if (per_block) {
+    if (threadIdx.x == 0) {
+      const int target = BlockMask(seq, p.mask).template key_blocks_visiting<kPrePostRows, kDqFirstStoreBlockN>(tile.block);
+      const int32_t* sem = p.dq_semaphore + (int64_t(tile.batch) * p.heads_q + tile.head) * ceil_div(p.seqlen_q, kPrePostRows) +
+                           tile.block;
+      while (ld_acquire_gpu_s32(sem) < target) {
+      }
+    }
+    __syncthreads();
+  }
   const int64_t q_row0 = seq.q_row_offset + row0;
   const float* dq_accum = p.dq_accum + batch_offset(p, tile.batch, p.dq_accum_batch_stride) +
                           tile.head * p.dq_accum_head_stride + q_row0 * p.dq_accum_row_stride;
@@ -167,8 +193,9 @@ __global__ void __launch_bounds__(kPrePostThreads)
     // Output columns 8c .. 8c+7 sit at 4t + 2(c % 2) + j, t = 0..3, j = 0..1, of their 16-group.
     const float* src = dq_accum + r * p.dq_accum_row_stride + DqAccumLayout::position(q_row0 + r, 8 * c);
     float2 v[4];
+    // From L2 (ld.global.cg): with per-block waits the main kernel may still be running.
 #pragma unroll
-    for (int t = 0; t < 4; ++t) v[t] = *reinterpret_cast<const float2*>(src + 4 * t);
+    for (int t = 0; t < 4; ++t) v[t] = __ldcg(reinterpret_cast<const float2*>(src + 4 * t));
     uint4 out;
     out.x = ElemTraits<Elem>::pack(v[0].x * p.scale, v[0].y * p.scale);
     out.y = ElemTraits<Elem>::pack(v[1].x * p.scale, v[1].y * p.scale);

@@ -82,6 +82,29 @@ struct BlockMask {
     const int last_row = last_col - lo;  // the last row that sees the block's last column
     return last_row < 0 ? 0 : min(ceil_div(seqlen_q, kBlockM), last_row / kBlockM + 1);
   }
+  // Whether some key block's backward CTA visits query block m_block (m_block_min <= m_block <
+  // m_block_max for some n). The key blocks that do form a range starting at n_block_min(m_block)
+  // (the conditions are n >= floor((m kBlockM + lo) / kBlockN), clamped at 0, which is
+  // n_block_min, and n <= floor((m kBlockM + kBlockM - 2 + hi) / kBlockN)), so asking the first one
+  // answers for all. Where none does, nobody writes the block's dQ (its rows see no key).
+  template <int kBlockM, int kBlockN>
+  __device__ __forceinline__ bool visited_by_key_blocks(int m_block) const {
+    const int n = n_block_min<kBlockM, kBlockN>(m_block);
+    return n * kBlockN < seqlen_k && m_block_min<kBlockM, kBlockN>(n) <= m_block &&
+           m_block < m_block_max<kBlockM, kBlockN>(n);
+  }
+  // How many key blocks' backward CTAs visit query block m_block: the range from n_block_min, asked
+  // block by block with the CTAs' own bounds (0 when the first does not visit it).
+  template <int kBlockM, int kBlockN>
+  __device__ __forceinline__ int key_blocks_visiting(int m_block) const {
+    int count = 0;
+    for (int n = n_block_min<kBlockM, kBlockN>(m_block);
+         n * kBlockN < seqlen_k && m_block_min<kBlockM, kBlockN>(n) <= m_block && m_block < m_block_max<kBlockM, kBlockN>(n);
+         ++n) {
+      ++count;
+    }
+    return count;
+  }
   // Whether tile (m_block, n_block) needs apply(): some valid row misses some column of it.
   template <int kBlockM, int kBlockN>
   __device__ __forceinline__ bool partial(int m_block, int n_block) const {

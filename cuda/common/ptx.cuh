@@ -199,6 +199,13 @@ __device__ __forceinline__ void grid_dependency_wait() {
 #endif
 }
 
+// An int32 load with acquire semantics at GPU scope (a flag another CTA releases).
+__device__ __forceinline__ int ld_acquire_gpu_s32(const int32_t* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // ---- float atomics into global memory (no return value: red, not atom) -------------------------
 // The backward's dQ accumulation is the user.
 // Four adjacent floats (16-byte aligned). sm_90: one red.global.add.v4.f32 (one L2 transaction,
@@ -241,6 +248,12 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, uint32_t smem_a
                "r"(smem_addr), "r"(bytes)
                : "memory");
 }
+// gmem[0 .. bytes) = smem[0 .. bytes): a plain bulk copy (the first dQ tile of a query block).
+__device__ __forceinline__ void bulk_store(void* gmem, uint32_t smem_addr, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(gmem), "r"(smem_addr),
+               "r"(bytes)
+               : "memory");
+}
 __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Until this thread's committed bulk operations have finished reading shared memory.
 __device__ __forceinline__ void bulk_wait_read_all() {
@@ -248,6 +261,14 @@ __device__ __forceinline__ void bulk_wait_read_all() {
 }
 // Until they have completed (their global writes done).
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// Until all but the most recent committed group have completed.
+__device__ __forceinline__ void bulk_wait_all_but_last() {
+  asm volatile("cp.async.bulk.wait_group 1;\n" ::: "memory");
+}
+// *p += v with release semantics at GPU scope (no return value).
+__device__ __forceinline__ void red_release_add_gpu(int32_t* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
 #endif
 
 // ---- shared-memory swizzle ----------------------------------------------------------------------

@@ -248,6 +248,10 @@ __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const Sme
                                                const SeqlenInfo& seq, const StepRange& range, int lane) {
   constexpr float kLog2e = 1.4426950408889634f;
   grid_dependency_wait();  // delta is the preprocess's
+  // Only now (the preprocess has completed) may the dQ postprocess's CTAs be placed on SMs this
+  // grid leaves idle: with first store they start converting blocks before this grid ends and
+  // read the semaphores, which must be the zeroed ones.
+  grid_dependents_launch();
   for (int i = 0; i < range.count(); ++i) {
     const int s = i % Traits::kStages;
     const uint32_t parity = (i / Traits::kStages) & 1;
@@ -281,19 +285,32 @@ __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const Sme
 
 // The dQ writer (one thread): adds each staged fp32 dQ tile to dq_accum with one bulk reduce-add
 // and frees its buffer once the TMA unit has read it, so no consumer waits for the reduction.
-// Deterministic mode (p.dq_semaphore): the key blocks that see a query block add to it in the
-// order the grid launches them (BwdGridOrder; so a CTA only ever waits for one launched before
-// it: no deadlock). The key block whose turn is t waits until the block's semaphore reads t (it
-// starts at 0: the first does not wait), adds, waits for its adds to land, and writes t + 1. The
-// sum's order, hence every bit, is then fixed.
+// Deterministic mode (p.deterministic, p.dq_semaphore): the key blocks that see a query block add
+// to it in the order the grid launches them (BwdGridOrder; so a CTA only ever waits for one
+// launched before it: no deadlock). The key block whose turn is t waits until the block's
+// semaphore reads t (it starts at 0: the first does not wait), adds, waits for its adds to land,
+// and writes t + 1. The sum's order, hence every bit, is then fixed.
+// First store (p.dq_first_store): turn 0 (the first visitor in launch order, which is a visitor
+// whenever any key block is: BlockMask::visited_by_key_blocks) copies its tile onto the
+// accumulator instead of adding, waits for it to land and writes 1; the others wait for a non-zero
+// word (in deterministic mode: for their turn, as above) and add. The preprocess then zeroes only
+// the blocks no key block visits: 128 MB less to write at 16k tokens x 2048 (d128), ~37 us of its
+// 82 (kernel_notes_bwd_sm90.md, session 7).
 template <typename Traits>
 __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayout<Traits>& sm, int batch,
                                          const SeqlenInfo& seq, const BlockMask& mask, const StepRange& range,
                                          const BwdGridOrder& order, int n_block) {
 #if defined(__CUDA_ARCH__)  // ptx.cuh declares the bulk copies for device passes of sm_90 only
   static_assert(Traits::kBlockM == kPrePostRows, "dq_semaphore counts blocks of the preprocess's rows");
+  static_assert(Traits::kBlockN == kDqFirstStoreBlockN, "the preprocess finds the unvisited blocks with this tile");
   const int m_blocks = ceil_div(p.seqlen_q, Traits::kBlockM);
+  // Deterministic: the key blocks add in launch order (BwdGridOrder::turn); first store: the first
+  // of them stores instead (the preprocess zeroed only the blocks nobody visits). Both need the
+  // semaphores, which the host gives the sm90 family for dense problems.
+  const bool ordered = p.deterministic && p.dq_semaphore != nullptr;
+  const bool first_store = p.dq_first_store && p.dq_semaphore != nullptr;
   grid_dependency_wait();  // dq_accum and the semaphores are zeroed by the preprocess
+  int32_t* pending = nullptr;  // (first store) the block of the last add not yet counted
   for (int i = 0; i < range.count(); ++i) {
     const int b = i % 2;
     const int head = range.head(i), m_block = range.m_block(i);
@@ -303,26 +320,60 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
     int32_t* sem = p.dq_semaphore == nullptr
                        ? nullptr
                        : p.dq_semaphore + (int64_t(batch) * p.heads_q + head) * m_blocks + m_block;
+    const uint32_t bytes = rows * Traits::kHeadDim * 4;
     sm90::mbar_wait(sm.dq_full(b), (i / 2) & 1);
-    int turn = 0;
-    if (sem != nullptr) {
-      turn = order.turn(n_block, mask.template n_block_min<Traits::kBlockM, Traits::kBlockN>(m_block),
-                        mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(m_block));
-      while (sm90::ld_acquire_gpu(sem) != turn) {
-      }
-    }
-    bulk_reduce_add_f32(dst, sm.dq_buf(b), rows * Traits::kHeadDim * 4);
-    bulk_commit_group();
-    if (sem != nullptr) {
-      bulk_wait_all();  // the adds have landed in global memory
+    const int turn = sem == nullptr ? -1
+                                    : order.turn(n_block, mask.template n_block_min<Traits::kBlockM, Traits::kBlockN>(m_block),
+                                                 mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(m_block));
+    if (first_store && turn == 0) {
+      // The block's first tile: a plain copy onto the unzeroed accumulator; the others add once
+      // it has landed (the word turns 1).
+      bulk_store(dst, sm.dq_buf(b), bytes);
+      bulk_commit_group();
+      bulk_wait_all();
       sm90::fence_proxy_async_global();
-      sm90::st_release_gpu(sem, turn + 1);
+      sm90::st_release_gpu(sem, 1);
+      if (pending != nullptr) {  // the previous add has landed too
+        red_release_add_gpu(pending, 1);
+        pending = nullptr;
+      }
     } else {
-      bulk_wait_read_all();
+      if (ordered) {
+        while (sm90::ld_acquire_gpu(sem) != turn) {
+        }
+      } else if (first_store) {
+        while (sm90::ld_acquire_gpu(sem) == 0) {
+        }
+      }
+      if (sem != nullptr) sm90::fence_proxy_async_global();  // the add after what the flag announced
+      bulk_reduce_add_f32(dst, sm.dq_buf(b), bytes);
+      bulk_commit_group();
+      if (ordered) {
+        bulk_wait_all();  // the adds have landed in global memory
+        sm90::fence_proxy_async_global();
+        sm90::st_release_gpu(sem, turn + 1);
+      } else {
+        bulk_wait_read_all();
+        if (first_store) {
+          // Count the previous add once it has landed (one step late, so the wait costs nothing
+          // here): the word then reaches the number of key blocks that visit the query block,
+          // which the dQ postprocess waits for block by block.
+          if (pending != nullptr) {
+            bulk_wait_all_but_last();
+            sm90::fence_proxy_async_global();
+            red_release_add_gpu(pending, 1);
+          }
+          pending = sem;
+        }
+      }
     }
     sm90::mbar_arrive(sm.dq_empty(b));
   }
   bulk_wait_all();
+  if (pending != nullptr) {
+    sm90::fence_proxy_async_global();
+    red_release_add_gpu(pending, 1);
+  }
 #endif
 }
 
@@ -601,7 +652,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
       sm90::mbar_init(sm.dq_empty(b), 1);
     }
     sm90::fence_mbar_init();
-    grid_dependents_launch();  // the dQ postprocess may be placed on SMs this grid leaves idle
   }
   __syncthreads();
 

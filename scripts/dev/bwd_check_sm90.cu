@@ -46,10 +46,12 @@ struct Problem {
 struct Run {
   Elem *q, *k, *v, *o, *dout, *dq, *dk, *dv, *dq2, *dk2, *dv2;
   float *lse, *dq_accum, *delta;
+  int32_t* sem;  // the dQ semaphores (first store, deterministic mode): int32 per (batch, head, 64 rows)
   AttnBwdParams p;
 };
 
 int g_dim = 128;  // head dim of every case (argv[2]: 64 or 128)
+bool g_first_store = true;  // the sm90 backward's first-store dQ (argv[3] "nofs": off, to compare)
 
 // The forward (portable family) runs with `mods`, so both backwards see its O and LSE.
 Run setup(const Problem& pr, const ScoreMods& mods = ScoreMods{}) {
@@ -62,6 +64,7 @@ Run setup(const Problem& pr, const ScoreMods& mods = ScoreMods{}) {
   CHECK_CUDA(cudaMalloc(&r.lse, std::max<int64_t>(rows, 1) * 4));
   CHECK_CUDA(cudaMalloc(&r.delta, std::max<int64_t>(rows, 1) * 4));
   CHECK_CUDA(cudaMalloc(&r.dq_accum, std::max<int64_t>(rows, 1) * D * 4));
+  CHECK_CUDA(cudaMalloc(&r.sem, std::max<int64_t>(int64_t(pr.B) * pr.Hq * ((pr.Sq + 63) / 64), 1) * 4));
   fill<<<1024, 256>>>(r.q, nq, 1);
   fill<<<1024, 256>>>(r.k, nk, 2);
   fill<<<1024, 256>>>(r.v, nk, 3);
@@ -96,13 +99,17 @@ Run setup(const Problem& pr, const ScoreMods& mods = ScoreMods{}) {
 void release(Run& r) {
   for (void* t : {(void*)r.q, (void*)r.k, (void*)r.v, (void*)r.o, (void*)r.dout, (void*)r.dq, (void*)r.dk,
                   (void*)r.dv, (void*)r.dq2, (void*)r.dk2, (void*)r.dv2, (void*)r.lse, (void*)r.dq_accum,
-                  (void*)r.delta})
+                  (void*)r.delta, (void*)r.sem})
     CHECK_CUDA(cudaFree(t));
 }
 
 cudaError_t run_family(Run& r, bool sm90, bool second) {
   AttnBwdParams p = r.p;
   p.dq = second ? r.dq2 : r.dq; p.dk = second ? r.dk2 : r.dk; p.dv = second ? r.dv2 : r.dv;
+  // As api.cpp gives them: the sm90 family gets the semaphores (first store, deterministic mode).
+  p.dq_semaphore = sm90 && (g_first_store || p.deterministic) ? r.sem : nullptr;
+  p.dq_first_store = sm90 && g_first_store;
+  p.deterministic = sm90 && p.deterministic;
   if (g_dim == 64) return sm90 ? run_bwd_sm90_<Elem, 64>(p, 0) : run_bwd_sm80_<Elem, 64>(p, 0);
   return sm90 ? run_bwd_sm90_<Elem, 128>(p, 0) : run_bwd_sm80_<Elem, 128>(p, 0);
 }
@@ -208,6 +215,8 @@ void bench_parts_d(int S, int causal) {
   r.p.dq = r.dq;  // as run_family sets them
   r.p.dk = r.dk;
   r.p.dv = r.dv;
+  r.p.dq_semaphore = g_first_store ? r.sem : nullptr;
+  r.p.dq_first_store = g_first_store;
   BwdSm90Args args;
   CHECK_CUDA(encode_bwd_sm90<Traits>(r.p, args));
   AttnBwdParams post = r.p;
@@ -345,6 +354,7 @@ int run_mods() {
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "all";
   if (argc > 2) g_dim = std::atoi(argv[2]);
+  if (argc > 3 && std::string(argv[3]) == "nofs") g_first_store = false;
   if (g_dim != 64 && g_dim != 128) {
     std::fprintf(stderr, "head dim %d: 64 or 128\n", g_dim);
     return 2;
@@ -367,8 +377,6 @@ int main(int argc, char** argv) {
       Run r = setup(q);
       const int64_t nq = int64_t(q.B) * q.Hq * q.Sq * g_dim;
       const int64_t nk = int64_t(q.B) * q.Hkv * q.Sk * g_dim;
-      int32_t* sem;
-      CHECK_CUDA(cudaMalloc(&sem, int64_t(q.B) * q.Hq * ((q.Sq + 63) / 64) * 4));
       std::vector<uint16_t> first(nq + 2 * nk), now(nq + 2 * nk);
       auto grab = [&](std::vector<uint16_t>& h) {
         CHECK_CUDA(cudaMemcpy(h.data(), r.dq2, nq * 2, cudaMemcpyDeviceToHost));
@@ -377,7 +385,7 @@ int main(int argc, char** argv) {
       };
       int mismatches = 0, default_mismatches = 0;
       for (int det : {0, 1}) {
-        r.p.dq_semaphore = det ? sem : nullptr;
+        r.p.deterministic = det;
         for (int it = 0; it < 20; ++it) {
           CHECK_CUDA(cudaMemset(r.dq2, 0xFF, nq * 2));
           CHECK_CUDA(run_family(r, true, true));
@@ -391,7 +399,7 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cudaEventCreate(&e0));
       CHECK_CUDA(cudaEventCreate(&e1));
       for (int det : {0, 1}) {
-        r.p.dq_semaphore = det ? sem : nullptr;
+        r.p.deterministic = det;
         std::vector<float> ms;
         for (int it = 0; it < 15; ++it) {
           CHECK_CUDA(cudaEventRecord(e0));
@@ -408,7 +416,6 @@ int main(int argc, char** argv) {
       std::printf("det causal %d: deterministic runs differing %d/19 (default mode: %d/19), time %.3f ms vs %.3f ms "
                   "(%.2fx)\n", causal, mismatches, default_mismatches, t[1], t[0], t[1] / t[0]);
       failures += mismatches;
-      CHECK_CUDA(cudaFree(sem));
       release(r);
     }
   }

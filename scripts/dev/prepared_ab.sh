@@ -43,7 +43,7 @@ timeout 120 $B/fwd_check_sm90_l2 check | tail -2
 timeout 120 $B/fwd_check_sm90_mfe mods | tail -3
 echo "== fwd: 3 interleaved rounds, bench_sm90_quick"
 for r in 1 2 3; do for v in "" _l2; do
-  timeout 120 $B/fwd_check_sm90$v bench_sm90_quick | grep "^bench,sm90," | sed "s/^/v$v /"
+  timeout 120 $B/fwd_check_sm90$v bench_sm90_quick | grep "^bench,bshd:sm90," | sed "s/^/v$v /"
 done; done | sort -s -k1,1
 timeout 150 compute-sanitizer --tool memcheck $B/fwd_check_sm90_varlen small | grep -E "SUMMARY"
 fi

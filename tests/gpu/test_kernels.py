@@ -278,6 +278,37 @@ def test_bwd_deterministic_bitwise(
         assert diff <= 2**-7 * other.float().abs().max().item(), f"{name}: deterministic vs default differ by {diff}"
 
 
+# The sm90 backward stores (not adds) the first dQ tile of each query block and the preprocess
+# zeroes only the blocks no key block visits (params.h's dq_first_store): with every workspace
+# byte poisoned (0xFF: NaN floats, -1 semaphores), a block the kernels neither store nor zero shows
+# up as NaN in dq. Rows that see no key (bottom-right causal with Sq > Sk, windows), ragged blocks,
+# GQA, one query row, and deterministic mode (the same words count turns).
+_POISONED_WORKSPACE_CASES = [
+    ("sq_gt_sk_bottom_right", Shape("ws_br", 2, 4, 2, 300, 70, 128), masks.CAUSAL_BOTTOM_RIGHT),
+    ("window_empty_rows", Shape("ws_win", 1, 4, 4, 257, 120, 64), (5, 0, masks.BOTTOM_RIGHT)),
+    ("ragged_gqa_top_left", Shape("ws_gqa", 2, 8, 2, 131, 389, 128), masks.CAUSAL_TOP_LEFT),
+    ("one_row", Shape("ws_one", 3, 2, 2, 1, 200, 64), masks.NO_MASK),
+    ("unmasked_long", Shape("ws_long", 1, 2, 1, 700, 1100, 128), masks.NO_MASK),
+]
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("name,shape,mask", _POISONED_WORKSPACE_CASES, ids=[c[0] for c in _POISONED_WORKSPACE_CASES])
+def test_bwd_poisoned_workspace(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, name: str, shape: Shape, mask: masks.MaskSpec,
+    deterministic: bool,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(
+        _backend, "_workspace", lambda n, like: torch.full((n,), 0xFF, dtype=torch.uint8, device=like.device)
+    )
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)  # where no family orders dQ: a warning
+    try:
+        run_and_check(request, shape, torch.bfloat16, mask)
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
 _SANITIZER_CASES = [
     (Shape("san_tiny", 1, 2, 2, 7, 7, 64), "none", torch.bfloat16),
     (Shape("san_gqa", 1, 4, 2, 113, 239, 128), "bottom_right", torch.float16),

@@ -172,11 +172,17 @@ struct AttnBwdParams : AttnFwdParams {
   float* row_pdist;
 
   bool deterministic;  // the caller asked for bitwise-reproducible gradients (families that can: dq_semaphore)
-  // Deterministic dQ (sm90 family): int32 per (batch, head_q, 64-row query block), dense index
-  // (batch * heads_q + head) * ceil(seqlen_q / 64) + block, zeroed by the preprocess. The key blocks
-  // add their dQ tiles to a query block in a fixed order (the grid's launch order) by waiting for
-  // their predecessor's mark. nullptr: any order (fastest).
+  // Ordered or first-stored dQ (sm90 family): int32 per (batch, head_q, 64-row query block), dense
+  // index (batch * heads_q + head) * ceil(seqlen_q / 64) + block, zeroed by the preprocess. In
+  // deterministic mode the key blocks add their dQ tiles to a query block in a fixed order (the
+  // grid's launch order) by waiting for their predecessor's mark; with dq_first_store the first
+  // one stores. nullptr: neither.
   int32_t* dq_semaphore;
+  // The main kernel stores (not adds) the first dQ tile of each query block, so the preprocess
+  // zeroes only the blocks no key block sees (BlockMask::visited_by_key_blocks); needs
+  // dq_semaphore (a query block's word turns non-zero once its first tile has landed). The sm90
+  // family's (FamilyCaps::dq_first_store): it saves the preprocess writing every dq_accum byte.
+  bool dq_first_store;
   int32_t bwd_tile;    // the family's backward tile, chosen once by the host (FamilyCaps::bwd_plan)
 };
 
