@@ -157,6 +157,7 @@ class FakeCudaBuild:
             "head_dim_rule": "multiples of 8",
             "masks": ["none", "causal_top_left", "causal_bottom_right", "window"],
             "layouts": ["dense", "varlen", "decode"],
+            "layouts_by_direction": {"forward": ["dense", "varlen", "decode"], "backward": ["dense", "varlen"]},
             "directions": ["forward", "backward"],
             "features": ["softcap", "alibi", "sinks"],
             "features_by_direction": {d: ["softcap", "alibi", "sinks"] for d in ("forward", "backward")},

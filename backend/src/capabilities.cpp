@@ -50,8 +50,8 @@ std::vector<FamilyCaps> make_families() {
   std::vector<FamilyCaps> table;
   // Arch-specific families go first: select_family takes the first that serves a problem.
 #ifdef FLASHSDPA_FAMILY_SM90
-  // wgmma / TMA / setmaxnreg SASS for sm_90a runs on compute capability 9.0 only. Dense, every
-  // mask kind, the backward in fewer buckets than the forward (d <= 128), deterministic backward
+  // wgmma / TMA / setmaxnreg SASS for sm_90a runs on compute capability 9.0 only. Dense (and
+  // varlen forwards: packed rows through TMA, O by plain stores), every mask kind, the backward in fewer buckets than the forward (d <= 128), deterministic backward
   // (ordered dQ adds; not with the slopes' or sinks' gradients: check_deterministic), the score
   // modifiers in both directions (their kMods instantiations: equal to the portable kernels in
   // scripts/dev/fwd_check.cu's and bwd_check_sm90.cu's "mods" modes on the H200, sessions 6 and 7):
@@ -59,11 +59,12 @@ std::vector<FamilyCaps> make_families() {
   table.push_back(FamilyCaps{
       "sm90", "compute capability 9.0 only (sm_90a: wgmma, TMA, warp specialization)", 90, 90,
       ints(FLASHSDPA_SM90_ARCHS_LIST), build_config().dtypes, ints(FLASHSDPA_SM90_FWD_HEAD_DIMS_LIST),
-      ints(FLASHSDPA_SM90_BWD_HEAD_DIMS_LIST), kAllMasks, {Layout::kDense},
+      ints(FLASHSDPA_SM90_BWD_HEAD_DIMS_LIST), kAllMasks, {Layout::kDense, Layout::kVarlen},
       {Direction::kForward, Direction::kBackward}, {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks},
       {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks}, &run_fwd_sm90, &run_bwd_sm90, &fwd_plan_sm90, &bwd_plan_sm90,
       &fwd_sm90_unsupported, &bwd_sm90_unsupported, nullptr, nullptr, /*deterministic_backward=*/true,
       /*dq_first_store=*/true});
+  table.back().bwd_layouts = {Layout::kDense};  // varlen backwards: the portable family
 #endif
 #ifdef FLASHSDPA_FAMILY_SM80
   {
@@ -79,6 +80,7 @@ std::vector<FamilyCaps> make_families() {
         {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks},
         &run_fwd_sm80, &run_bwd_sm80, &fwd_plan_sm80, &bwd_plan_sm80, nullptr, nullptr, &run_decode_sm80,
         &decode_tile_sm80});
+    table.back().bwd_layouts = {Layout::kDense, Layout::kVarlen};
   }
 #endif
   return table;
@@ -127,8 +129,10 @@ bool check_mask(const FamilyCaps& f, const Problem& p, std::string* why) {
 }
 
 bool check_layout(const FamilyCaps& f, const Problem& p, std::string* why) {
-  if (contains(f.layouts, p.layout)) return true;
-  if (why) *why = std::string(layout_name(p.layout)) + " inputs: not supported";
+  if (contains(f.layouts_of(p.direction), p.layout)) return true;
+  if (why)
+    *why = std::string(layout_name(p.layout)) + " inputs: not supported by the " + f.name + " family's " +
+           direction_name(p.direction);
   return false;
 }
 

@@ -53,7 +53,7 @@ struct FamilyCaps {
   std::vector<int> fwd_head_dims;
   std::vector<int> bwd_head_dims;
   std::vector<MaskKind> masks;
-  std::vector<Layout> layouts;
+  std::vector<Layout> layouts;      // the forward's (and the decode path's)
   std::vector<Direction> directions;
   // Score modifiers it serves, per direction (a family's forward may serve one before its backward).
   std::vector<Feature> fwd_features;
@@ -79,6 +79,12 @@ struct FamilyCaps {
   // the preprocess zeroes only the blocks no key block visits; it then gets the dQ semaphores
   // for every dense backward, not only deterministic ones.
   bool dq_first_store = false;
+
+  // The backward's layouts (make_families sets them for every family; the sm90 family's backward
+  // is dense only while its forward also takes varlen).
+  std::vector<Layout> bwd_layouts;
+
+  const std::vector<Layout>& layouts_of(Direction d) const { return d == Direction::kForward ? layouts : bwd_layouts; }
 
   const std::vector<int>& head_dims(Direction d) const { return d == Direction::kForward ? fwd_head_dims : bwd_head_dims; }
   const std::vector<Feature>& features(Direction d) const {

@@ -208,7 +208,13 @@ py::dict capabilities_dict() {
     d["head_dim_rule"] = "head_dim_qk and head_dim_v multiples of 8; max(head_dim_qk, head_dim_v) runs in the "
                          "family's smallest bucket >= it, where that direction has the bucket";
     d["masks"] = names_of(f.masks, [](MaskKind m) { return std::string(mask_kind_name(m)); });
-    d["layouts"] = names_of(f.layouts, [](Layout l) { return std::string(layout_name(l)); });
+    const auto layout_names = [](const std::vector<Layout>& v) {
+      return names_of(v, [](Layout l) { return std::string(layout_name(l)); });
+    };
+    d["layouts"] = layout_names(f.layouts);  // the forward's (the backward's are a subset)
+    py::dict layouts_by_direction;
+    for (Direction dir : f.directions) layouts_by_direction[py::str(direction_str(dir))] = layout_names(f.layouts_of(dir));
+    d["layouts_by_direction"] = layouts_by_direction;
     d["directions"] = names_of(f.directions, direction_str);
     // "features": what either direction serves; "features_by_direction": each direction's.
     const auto feature_names = [](const std::vector<Feature>& v) {

@@ -180,11 +180,16 @@ struct SmemLayout {
   __device__ __forceinline__ uint32_t v_slot(int s) const { return v + s * Traits::kKVBytes; }
 };
 
-// A tile's work: which key blocks its queries visit and which of those need element-wise masking.
+// A tile's work: which key blocks its queries visit and which of those need element-wise masking,
+// and where its sequence's rows start (varlen; 0 dense) as TMA coordinates. A varlen tile past its
+// sequence's end (the grid covers the longest) has nothing to do, not even an epilogue.
 struct TileWork {
   WorkTile tile;
   BlockMask mask;
   int n_block_min, n_block_max, n_unmasked_begin, n_unmasked_end;
+  int q_row0, k_row0;  // TMA row coordinates of the sequence's first query and key (int32 in TMA)
+  int tma_batch;       // the batch coordinate: 0 for varlen (one packed batch)
+  bool in_range;
   __device__ __forceinline__ bool has_keys() const { return n_block_max > n_block_min; }
   // Blocks outside [n_unmasked_begin, n_unmasked_end) need element-wise masking.
   __device__ __forceinline__ bool masked(int n) const { return n >= n_unmasked_end || n < n_unmasked_begin; }
@@ -199,7 +204,10 @@ __device__ __forceinline__ TileWork tile_work(const AttnFwdParams& p, const Work
   const int n_block_max = mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(tile.block);
   const int n_unmasked_begin = max(mask.template full_begin<Traits::kBlockM, Traits::kBlockN>(tile.block), n_block_min);
   const int n_unmasked_end = min(mask.template full_end<Traits::kBlockM, Traits::kBlockN>(tile.block), n_block_max);
-  return TileWork{tile, mask, n_block_min, n_block_max, n_unmasked_begin, n_unmasked_end};
+  const bool in_range = tile.block * Traits::kBlockM < seq.seqlen_q;
+  return TileWork{tile, mask, n_block_min, in_range ? n_block_max : n_block_min, n_unmasked_begin, n_unmasked_end,
+                  static_cast<int>(seq.q_row_offset), static_cast<int>(seq.k_row_offset),
+                  p.cu_seqlens_q != nullptr ? 0 : tile.batch, in_range};
 }
 
 // Ring positions, counted over every tile this CTA has run, on both sides of the ring alike: the
@@ -224,7 +232,7 @@ __device__ __forceinline__ void produce(const FwdSm90Args& args, const SmemLayou
 #pragma unroll
   for (int c = 0; c < Traits::kColBlocks; ++c) {
     sm90::tma_load_4d(sm.q_slot(q_slot) + c * Traits::kBlockM * 128, &args.tma_q, sm.q_full(q_slot), c * 64,
-                      tile.block * Traits::kBlockM, tile.head, tile.batch);
+                      w.q_row0 + tile.block * Traits::kBlockM, tile.head, w.tma_batch);
   }
   ++ring.q;
   // One K or V tile into its ring slot, once the consumers have released the slot.
@@ -233,7 +241,8 @@ __device__ __forceinline__ void produce(const FwdSm90Args& args, const SmemLayou
     sm90::mbar_arrive_expect_tx(full, Traits::kKVBytes);
 #pragma unroll
     for (int c = 0; c < Traits::kColBlocks; ++c) {
-      sm90::tma_load_4d(slot + c * Traits::kBlockN * 128, map, full, c * 64, n * Traits::kBlockN, kv_head, tile.batch);
+      sm90::tma_load_4d(slot + c * Traits::kBlockN * 128, map, full, c * 64, w.k_row0 + n * Traits::kBlockN, kv_head,
+                        w.tma_batch);
     }
   };
   for (int n = w.n_block_max - 1; n >= w.n_block_min; --n, ++ring.kv) {
@@ -255,6 +264,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   constexpr int kStages = Traits::kStages;
   const AttnFwdParams& p = args.p;
   const WorkTile& tile = w.tile;
+  if (!w.in_range) return;  // (varlen) past its sequence: the producer loaded nothing for it either
 
   const int tid = threadIdx.x % 128;
   const int warp = tid / 32;
@@ -375,44 +385,89 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   } else {
     softmax.finalize(o, p.scale, lse);
   }
-  // The staging rows of this warpgroup are free once its previous store has read them (thread 0
-  // waited for that before this barrier) and, when O takes Q's slot, once Q K^T is done (it is).
-  if (tid == 0) sm90::tma_store_wait_read();
-  sm90::named_sync(kBarEpilogue + cwg, 128);
+  // O through shared memory: a TMA store (dense), or the valid rows copied out (varlen).
+  auto stage_and_store_o = [&] {
+    // The staging rows of this warpgroup are free once its previous store has read them (thread 0
+    // waited for that before this barrier) and, when O takes Q's slot, once Q K^T is done (it is).
+    if (tid == 0) sm90::tma_store_wait_read();
+    sm90::named_sync(kBarEpilogue + cwg, 128);
 #pragma unroll
-  for (int j = 0; j < kDTiles; ++j) {
+    for (int j = 0; j < kDTiles; ++j) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row_in_tile + 8 * h;  // row % 8 == lane / 4: the swizzle phase of this row
-      const uint32_t addr = sm.o + (j / 8) * Traits::kBlockM * 128 + row * 128 + (((j % 8) ^ (lane / 4)) << 4) +
-                            (lane % 4) * 4;
-      st_shared_b32(addr, ElemTraits<Elem>::pack(o[0][j][2 * h], o[0][j][2 * h + 1]));
+      for (int h = 0; h < 2; ++h) {
+        const int row = row_in_tile + 8 * h;  // row % 8 == lane / 4: the swizzle phase of this row
+        const uint32_t addr = sm.o + (j / 8) * Traits::kBlockM * 128 + row * 128 + (((j % 8) ^ (lane / 4)) << 4) +
+                              (lane % 4) * 4;
+        st_shared_b32(addr, ElemTraits<Elem>::pack(o[0][j][2 * h], o[0][j][2 * h + 1]));
+      }
     }
-  }
-  sm90::fence_async_shared();
-  sm90::named_sync(kBarEpilogue + cwg, 128);
-  if (tid == 0) {
+    sm90::fence_async_shared();
+    sm90::named_sync(kBarEpilogue + cwg, 128);
+    if (p.cu_seqlens_q != nullptr) {
+      // Varlen: a TMA store would write the tile's rows past the sequence into the next one's, so
+      // the warpgroup copies its valid rows out of the staging tile with 16-byte stores.
+      constexpr int kChunks = Traits::kHeadDim / 8;  // 16-byte chunks of a staged row
+      const int row0 = tile.block * Traits::kBlockM + cwg * 64;  // the warpgroup's first row in its sequence
+      const int rows = min(64, w.mask.seqlen_q - row0);
+      Elem* out = static_cast<Elem*>(p.o) + tile.head * p.o_head_stride + (int64_t(w.q_row0) + row0) * p.o_row_stride;
+      for (int i = tid; i < 64 * kChunks; i += 128) {
+        const int r = i / kChunks, c = i % kChunks;
+        if (r < rows && c * 8 < p.head_dim_v) {
+          const uint32_t addr = sm.o + (c / 8) * Traits::kBlockM * 128 + (cwg * 64 + r) * 128 + (((c % 8) ^ (r % 8)) << 4);
+          *reinterpret_cast<uint4*>(out + int64_t(r) * p.o_row_stride + c * 8) = ld_shared_v4(addr);
+        }
+      }
+      if constexpr (!Traits::kSeparateO) {
+        // O sits in Q's slot: the next Q may land only after every thread has read its rows.
+        sm90::named_sync(kBarEpilogue + cwg, 128);
+        if (tid == 0 && w.has_keys()) sm90::mbar_arrive(sm.q_empty(0));
+      }
+    } else if (tid == 0) {
 #pragma unroll
-    for (int c = 0; c < Traits::kColBlocks; ++c) {
-      sm90::tma_store_4d(&args.tma_o, sm.o + c * Traits::kBlockM * 128 + cwg * 64 * 128, c * 64,
-                         tile.block * Traits::kBlockM + cwg * 64, tile.head, tile.batch);
+      for (int c = 0; c < Traits::kColBlocks; ++c) {
+        sm90::tma_store_4d(&args.tma_o, sm.o + c * Traits::kBlockM * 128 + cwg * 64 * 128, c * 64,
+                           tile.block * Traits::kBlockM + cwg * 64, tile.head, tile.batch);
+      }
+      sm90::tma_store_commit();
+      if constexpr (!Traits::kSeparateO) {
+        // O sits in Q's slot: the next Q may land only after the store has read it.
+        sm90::tma_store_wait_read();
+        if (w.has_keys()) sm90::mbar_arrive(sm.q_empty(0));
+      }
     }
-    sm90::tma_store_commit();
-    if constexpr (!Traits::kSeparateO) {
-      // O sits in Q's slot: the next Q may land only after the store has read it.
-      sm90::tma_store_wait_read();
-      if (w.has_keys()) sm90::mbar_arrive(sm.q_empty(0));
-    }
-  }
-  if (lane % 4 == 0 && p.lse != nullptr) {
-    float* lse_out = p.lse + tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride;
+  };
+  if (!Traits::kSeparateO && !w.has_keys()) {
+    // O (0: no key) where it would be staged in Q's slot, which the producer may already be
+    // filling with the next tile's Q (this tile loaded none, so nothing of its holds the slot):
+    // straight from registers, the tile's valid rows only.
+    Elem* out = static_cast<Elem*>(p.o) + batch_offset(p, tile.batch, p.o_batch_stride) + tile.head * p.o_head_stride +
+                int64_t(w.q_row0) * p.o_row_stride;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = first_row + 8 * h;
-      if (row < p.seqlen_q) lse_out[row * p.lse_row_stride] = lse[h];
+      if (row >= w.mask.seqlen_q) continue;
+#pragma unroll
+      for (int j = 0; j < kDTiles; ++j) {
+        const int col = 8 * j + 2 * (lane % 4);
+        if (col < p.head_dim_v)
+          *reinterpret_cast<uint32_t*>(out + int64_t(row) * p.o_row_stride + col) =
+              ElemTraits<Elem>::pack(o[0][j][2 * h], o[0][j][2 * h + 1]);
+      }
+    }
+  } else {
+    stage_and_store_o();
+  }
+  if (lane % 4 == 0 && p.lse != nullptr) {
+    float* lse_out = p.lse + tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride +
+                     int64_t(w.q_row0) * p.lse_row_stride;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = first_row + 8 * h;
+      if (row < w.mask.seqlen_q) lse_out[row * p.lse_row_stride] = lse[h];
     }
   }
 }
+
 
 // Static persistent schedule over the tiles in the order of the portable kernel's schedulers, one
 // round of gridDim.x tiles at a time. Non-causal: head-major, so the CTAs resident at any moment

@@ -32,20 +32,26 @@ struct TmaTensor4d {
 };
 
 // The tensors of an attention call as TMA sees them: rows are queries (q, o, dout) or keys (k, v).
+// Varlen (packed rows): one batch of total_q / total_k rows; a sequence's tiles start at its row
+// offset (SeqlenInfo), and a tile's rows past the sequence read the next one's (masked or never
+// stored by the kernel), zero-filled only past the last.
+inline int64_t tma_rows_q(const AttnFwdParams& p) { return p.cu_seqlens_q != nullptr ? p.total_q : p.seqlen_q; }
+inline int64_t tma_rows_k(const AttnFwdParams& p) { return p.cu_seqlens_q != nullptr ? p.total_k : p.seqlen_k; }
+inline int64_t tma_batches(const AttnFwdParams& p) { return p.cu_seqlens_q != nullptr ? 1 : p.batch; }
 inline TmaTensor4d tma_q(const AttnFwdParams& p) {
-  return {p.q, p.head_dim_qk, p.seqlen_q, p.heads_q, p.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride};
+  return {p.q, p.head_dim_qk, tma_rows_q(p), p.heads_q, tma_batches(p), p.q_row_stride, p.q_head_stride, p.q_batch_stride};
 }
 inline TmaTensor4d tma_k(const AttnFwdParams& p) {
-  return {p.k, p.head_dim_qk, p.seqlen_k, p.heads_kv, p.batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride};
+  return {p.k, p.head_dim_qk, tma_rows_k(p), p.heads_kv, tma_batches(p), p.k_row_stride, p.k_head_stride, p.k_batch_stride};
 }
 inline TmaTensor4d tma_v(const AttnFwdParams& p) {
-  return {p.v, p.head_dim_v, p.seqlen_k, p.heads_kv, p.batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride};
+  return {p.v, p.head_dim_v, tma_rows_k(p), p.heads_kv, tma_batches(p), p.v_row_stride, p.v_head_stride, p.v_batch_stride};
 }
 inline TmaTensor4d tma_o(const AttnFwdParams& p) {
-  return {p.o, p.head_dim_v, p.seqlen_q, p.heads_q, p.batch, p.o_row_stride, p.o_head_stride, p.o_batch_stride};
+  return {p.o, p.head_dim_v, tma_rows_q(p), p.heads_q, tma_batches(p), p.o_row_stride, p.o_head_stride, p.o_batch_stride};
 }
 inline TmaTensor4d tma_dout(const AttnBwdParams& p) {
-  return {p.dout, p.head_dim_v, p.seqlen_q, p.heads_q, p.batch, p.dout_row_stride, p.dout_head_stride,
+  return {p.dout, p.head_dim_v, tma_rows_q(p), p.heads_q, tma_batches(p), p.dout_row_stride, p.dout_head_stride,
           p.dout_batch_stride};
 }
 

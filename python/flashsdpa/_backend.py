@@ -143,7 +143,8 @@ def capabilities() -> Capabilities:
     ``runs_on`` and ``min_capability`` / ``max_capability``, ``archs``, ``dtypes`` ("float16",
     "bfloat16"), ``head_dims`` (the family's buckets), ``head_dims_by_direction`` (the buckets each
     direction serves, {"forward": [...], "backward": [...]}) and ``head_dim_rule``, ``masks`` ("none", "causal_top_left",
-    "causal_bottom_right", "window"), ``layouts`` ("dense", "varlen", "decode"), ``directions``
+    "causal_bottom_right", "window"), ``layouts`` (the forward's: "dense", "varlen", "decode") and
+    ``layouts_by_direction``, ``directions``
     ("forward", "backward"), ``features`` (the score modifiers either direction serves: "softcap",
     "alibi", "sinks") and ``features_by_direction``, ``smem_per_tile``), in the order the launcher
     prefers them. One GPU may use two

@@ -195,12 +195,12 @@ template <typename Elem>
 cudaError_t run_bucket(int bucket, const AttnFwdParams& p) {
   g_family = "sm80";
 #ifdef FWD_CHECK_SM90
-  // The host's capability table picks the sm90 bucket (64, 128, 256) and checks cc 9.0, dense,
-  // masks none / causal; here the cases are chosen so, and the bucket is set by hand.
+  // The host's capability table picks the sm90 bucket (64, 128, 256) and checks cc 9.0, dense or
+  // varlen, every mask kind; here the bucket is set by hand.
   AttnFwdParams p90 = p;
   const int need = std::max(p.head_dim_qk, p.head_dim_v);
   p90.head_dim_bucket = need <= 64 ? 64 : need <= 128 ? 128 : need <= 256 ? 256 : 0;
-  if (bucket > 0 && p.cu_seqlens_q == nullptr && fwd_sm90_unsupported(p90) == nullptr) {
+  if (bucket > 0 && fwd_sm90_unsupported(p90) == nullptr) {
     g_family = "sm90";
     const auto err = static_cast<cudaError_t>(run_fwd_sm90(p90, 0));
     if (err != cudaErrorNotSupported) return err;

@@ -309,6 +309,71 @@ def test_bwd_poisoned_workspace(
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
+# Varlen forwards on every head-dim bucket and mask kind, GQA, fp16 and bf16, sequences with no
+# queries or no keys, against the per-sequence float64 reference (the varlen backward runs too:
+# the portable family's). On an H100/H200 the forward is the sm90 family's (packed rows through
+# TMA, O by plain stores: rows past a sequence must not reach the next one), the launch then
+# repeated into NaN-poisoned outputs so that an unwritten row shows.
+_VARLEN_CASES = [
+    (d, dtype, causal) for d in (64, 128, 256) for dtype in ("bf16", "fp16") for causal in ("none", "top_left", "bottom_right")
+]
+
+
+@pytest.mark.parametrize("head_dim,dtype,causal", _VARLEN_CASES, ids=[f"d{d}-{t}-{c}" for d, t, c in _VARLEN_CASES])
+def test_varlen_table(request: pytest.FixtureRequest, head_dim: int, dtype: str, causal: str) -> None:
+    torch_dtype = DTYPES[dtype]
+    skip_unless_compiled(torch_dtype, head_dim)
+    gen = _generator(request)
+    lengths_q, lengths_k = (0, 130, 1, 517, 64, 300), (300, 0, 1, 517, 700, 77)
+    cu_q = torch.tensor([0, *torch.tensor(lengths_q).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+    cu_k = torch.tensor([0, *torch.tensor(lengths_k).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+    q = torch.randn(sum(lengths_q), 4, head_dim, generator=gen, device=DEVICE).to(torch_dtype).requires_grad_()
+    k, v = (torch.randn(sum(lengths_k), 2, head_dim, generator=gen, device=DEVICE).to(torch_dtype).requires_grad_()
+            for _ in "kv")  # fmt: skip
+    dout = torch.randn_like(q)
+    mask = masks.BY_CAUSAL_MODE[CAUSAL_MODES[causal]]
+    kwargs: dict[str, object] = {"causal": causal != "none", "return_lse": True}
+    if causal == "bottom_right":
+        kwargs["causal_alignment"] = "bottom_right"
+    out, lse = flashsdpa.attention_varlen(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), **kwargs)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+    scale = default_scale(head_dim)
+    # The same forward into NaN-filled outputs: bitwise equal, or a row was left unwritten.
+    out_p, lse_p = torch.full_like(out, math.nan), torch.full_like(lse, math.nan)
+    _backend.launch_fwd(q.detach(), k.detach(), v.detach(), out_p, lse_p, scale, mask,
+                        (cu_q, cu_k, None, max(lengths_q), max(lengths_k)))  # fmt: skip
+    torch.cuda.synchronize()
+    assert torch.equal(out_p, out.detach()), "varlen forward into NaN-poisoned buffers differs: unwritten rows"
+    assert torch.equal(lse_p, lse), "varlen forward into NaN-poisoned buffers differs: unwritten LSE rows"
+    for b in range(len(lengths_q)):
+        if lengths_q[b] == 0:
+            continue
+        rq = slice(int(cu_q[b]), int(cu_q[b + 1]))
+        rk = slice(int(cu_k[b]), int(cu_k[b + 1]))
+        if lengths_k[b] == 0:  # rows that see no key: output 0, LSE +inf, no gradient
+            assert not out[rq].any() and not dq[rq].any(), f"sequence {b} has no keys: output and dq must be 0"
+            assert torch.all(lse[:, rq] == math.inf), f"sequence {b} has no keys: LSE must be +inf"
+            continue
+        one = [t.detach()[r].transpose(0, 1).unsqueeze(0) for t, r in ((q, rq), (k, rk), (v, rk))]
+        grads = [g[r].transpose(0, 1).unsqueeze(0) for g, r in ((dq, rq), (dk, rk), (dv, rk))]
+        check_attention(
+            *one, dout[rq].transpose(0, 1).unsqueeze(0), out[rq].transpose(0, 1).unsqueeze(0), grads,
+            lse[:, rq].unsqueeze(0), scale=scale, causal_mode=CAUSAL_MODES[causal],
+        )  # fmt: skip
+
+
+def test_varlen_forward_family() -> None:
+    """The capability table: on an H100/H200 varlen forwards go to the sm90 family where it is
+    built, varlen backwards to the portable one (the sm90 backward is dense only)."""
+    rows = {f["family"]: f for f in _backend.capabilities()}
+    if "sm90" not in rows or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("no sm90 family on this GPU / build")
+    assert rows["sm90"]["layouts_by_direction"] == {"forward": ["dense", "varlen"], "backward": ["dense"]}
+    code = next(iter(_backend.DTYPE_CODES.values()))
+    assert _backend.select(0, code, 128, 128, 0, True, False)[0] == "sm90"
+    assert _backend.select(0, code, 128, 128, 0, True, True)[0] == "sm80"
+
+
 _SANITIZER_CASES = [
     (Shape("san_tiny", 1, 2, 2, 7, 7, 64), "none", torch.bfloat16),
     (Shape("san_gqa", 1, 4, 2, 113, 239, 128), "bottom_right", torch.float16),
