@@ -19,14 +19,6 @@
 
 namespace flashsdpa {
 
-// 2^x on the FMA pipe (ptx.cuh's exp2_fma) for the forward's probabilities: x <= 0 up to a
-// rounding, and a masked score's -inf must give 0 (exp2_fma gives 2^-125 below -125, which would
-// make a row that sees no key look non-empty). NaN stays NaN.
-__device__ __forceinline__ float exp_fma_or_zero(float x) {
-  const float p = exp2_fma(x);
-  return x < -125.f ? 0.f : p;
-}
-
 template <int kMTiles>
 struct OnlineSoftmax {
   static constexpr int kRows = 2 * kMTiles;
@@ -70,18 +62,16 @@ struct OnlineSoftmax {
   // asynchronous GEMM (the sm90 family overlaps this softmax with the previous P V): returns
   // whether o must be rescaled by `correction` (per row, rescale()) before the next P V
   // accumulates into it. The decision is uniform across the warp (__any_sync).
-  // kFmaQuarter: a quarter of the exponentials on the FMA pipe (exp_fma_or_zero), for kernels
-  // whose MUFU unit has other work per score (softcap's tanh).
-  template <int kNTiles, bool kFmaQuarter = false>
+  template <int kNTiles>
   __device__ __forceinline__ bool online_step(float (&s)[kMTiles][kNTiles][4], float scale_log2,
                                               float (&correction)[kRows]) {
-    return step<kNTiles, kFmaQuarter>(s, scale_log2, [&](int r, float c) { correction[r] = c; });
+    return step(s, scale_log2, [&](int r, float c) { correction[r] = c; });
   }
 
   // The shared body: on_rescale(row, correction) runs inside the rescale branch, before the
   // exponentials, so update() compiles to what it was before online_step existed (deferring the
   // o rescale past the exp loop cost the portable kernel 1-4%, measured on the H200).
-  template <int kNTiles, bool kFmaQuarter = false, typename OnRescale>
+  template <int kNTiles, typename OnRescale>
   __device__ __forceinline__ bool step(float (&s)[kMTiles][kNTiles][4], float scale_log2, OnRescale&& on_rescale) {
     float new_max[kRows];
     bool grew = false;
@@ -126,7 +116,7 @@ struct OnlineSoftmax {
       for (int r = 0; r < kRows; ++r) huge |= fabsf(row_max[r] * scale_log2) >= 16384.f;
       huge_logits = __any_sync(0xffffffffu, huge);
     }
-    exponentiate<kNTiles, kFmaQuarter>(s, scale_log2);
+    exponentiate(s, scale_log2);
     return rescaled;
   }
 
@@ -134,7 +124,7 @@ struct OnlineSoftmax {
   // exp2(s * c - max * c); with huge logits (see step()) the maxima are subtracted first, in a
   // pre-pass, so the one exponent loop serves both (a second unrolled loop made the portable d64
   // kernel spill more and run 2-4% slower).
-  template <int kNTiles, bool kFmaQuarter = false>
+  template <int kNTiles>
   __device__ __forceinline__ void exponentiate(float (&s)[kMTiles][kNTiles][4], float scale_log2) {
     if (huge_logits) {
 #pragma unroll
@@ -161,11 +151,8 @@ struct OnlineSoftmax {
         float sum_even = 0.f, sum_odd = 0.f;
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j) {
-          const float x0 = fmaf(s[i][j][2 * h], scale_log2, -max_scaled);
-          const float x1 = fmaf(s[i][j][2 * h + 1], scale_log2, -max_scaled);
-          const bool fma = kFmaQuarter && j % 4 == 3;
-          const float p0 = fma ? exp_fma_or_zero(x0) : fast_exp2(x0);
-          const float p1 = fma ? exp_fma_or_zero(x1) : fast_exp2(x1);
+          const float p0 = fast_exp2(fmaf(s[i][j][2 * h], scale_log2, -max_scaled));
+          const float p1 = fast_exp2(fmaf(s[i][j][2 * h + 1], scale_log2, -max_scaled));
           s[i][j][2 * h] = p0;
           s[i][j][2 * h + 1] = p1;
           sum_even += p0;

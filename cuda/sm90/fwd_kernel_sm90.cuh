@@ -337,7 +337,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       modify(n);
       if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
-      softmax.template online_step<kNTiles, Traits::kMods>(s, scale_log2, correction);  // o is zero: no rescale needed
+      softmax.template online_step<kNTiles>(s, scale_log2, correction);  // o is zero: no rescale needed
       sm90::accumulator_to_a<Elem, kNTiles>(p16, s);
       ++ring.kv;
     }
@@ -357,7 +357,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       modify(n);
       if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
-      const bool rescale = softmax.template online_step<kNTiles, Traits::kMods>(s, scale_log2, correction);
+      const bool rescale = softmax.template online_step<kNTiles>(s, scale_log2, correction);
       sm90::wgmma_wait<0>();
       sm90::fence_regs(o_acc);
       if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
