@@ -506,17 +506,10 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     // probabilities are then capped at 1 (softmax.cuh: 2^min(x, 0) = min(2^x, 1), NaN kept): a
     // fix-up pass after the one exponent loop, where a capped copy of the loop (taken per stage)
     // made ptxas spill 20 bytes at d64 and capping every exponent cost 1-4% at d128.
-    // 2 of every 8 column groups on the FMA pipe (exp2_fma, its exponent capped at 0: it gives
-    // garbage rather than inf above), the rest on MUFU (16 per clock per SM): the exponentials sit
-    // between the S^T and dV GEMMs of both warpgroups, and at d64 they are ~15% of a step. The
-    // portable backward measured 2 of 8 best (kernel_notes_bwd.md, v8).
 #pragma unroll
     for (int j = 0; j < kMTiles; ++j) {
 #pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const float e = fmaf(st[0][j][x], scale_log2, x % 2 ? -lse2[j].y : -lse2[j].x);
-        st[0][j][x] = j % 4 == 3 ? exp2_fma(capped_exponent(e)) : fast_exp2(e);
-      }
+      for (int x = 0; x < 4; ++x) st[0][j][x] = fast_exp2(fmaf(st[0][j][x], scale_log2, x % 2 ? -lse2[j].y : -lse2[j].x));
     }
     if (huge) {
 #pragma unroll
