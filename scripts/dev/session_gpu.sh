@@ -23,7 +23,7 @@ if [[ -n "${FAMILY_TESTS:-}" ]]; then
 fi
 if [[ "${SANITIZE:-0}" == 1 ]]; then  # our kernels' small subsets, the caching allocator off (gpu_check.sh)
   for tool in memcheck racecheck; do
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${SANITIZE_TIMEOUT:-100}" compute-sanitizer --tool $tool --error-exitcode 9 --target-processes all \
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool $tool --error-exitcode 9 --target-processes all \
       python3 -m pytest tests/gpu/test_kernels.py tests/gpu/test_features_gpu.py -q -x -p no:cacheprovider \
       -k sanitizer_subset > "$OUT/sanitize_$tool.log" 2>&1; r=$?
     echo "sanitizer $tool rc=$r: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
