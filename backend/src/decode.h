@@ -12,7 +12,6 @@
 
 namespace flashsdpa {
 
-constexpr int kMaxSplits = 128;  // flash_attn's bound; the combine reads one LSE per split per row
 // Dense calls (not a KV-cache call) take the decode kernel up to this many query rows: its 16-row
 // packed tiles then read each K/V head ceil(Sq * group / 16) <= group times, the forward's 128-row
 // tiles group times (once per query head) with up to 127/128 of their rows idle.

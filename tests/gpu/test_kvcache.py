@@ -6,7 +6,7 @@
 # append writes exactly the new rows (bitwise elsewhere); num_splits changes nothing; no host sync
 # (the call runs under torch.cuda.set_sync_debug_mode("error")); CUDA-graph capture and replay of
 # a decode step, against eager calls on copies. The decode grid (below _check's tests): Sq 1, 2,
-# 4, 16; Sk 1 .. 128k; GQA groups 1, 4, 8; D 64, 128, 256; pages 16, 64, 256; splits forced 1, 2, 7
+# 4, 16; Sk 1 .. 128k; GQA groups 1, 4, 8; D 64, 128, 256; pages 16, 64, 256; splits forced 1, 2, 7, 100
 # and the heuristic's, each within the rule; outputs and split workspaces NaN-poisoned; LSE within
 # 1e-4 relative of float64; dense decode calls (attention()) on the same kernel.
 from __future__ import annotations
@@ -289,11 +289,13 @@ def test_decode_128k(page_size: int | None) -> None:
 
 
 @pytest.mark.usefixtures("poisoned")
-@pytest.mark.parametrize("num_splits", [None, 1, 2, 7])
+@pytest.mark.parametrize("num_splits", [None, 1, 2, 7, 100])
 @pytest.mark.parametrize("page_size", [None, 64], ids=["contiguous", "page64"])
 @pytest.mark.parametrize("seqlen_q", [1, 4])
 def test_decode_splits_within_the_rule(num_splits: int | None, page_size: int | None, seqlen_q: int) -> None:
-    # Forced counts include more splits than key blocks (7 splits of a 17-key cache: empty splits).
+    # Forced counts include more splits than key blocks (7 splits of a 17-key cache: empty splits);
+    # 100 splits: the combine's weights in all four of a lane's registers (splits 96-99) and a
+    # last group of 4 of its 8 loads in flight.
     _run_decode(6, seqlen_q, 1000, 8, 128, page_size, num_splits=num_splits)
     _run_decode(3, seqlen_q, 17, 4, 128, page_size, num_splits=num_splits)
 

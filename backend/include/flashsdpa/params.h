@@ -137,6 +137,10 @@ struct AttnFwdParams {
   float* lse_accum;
 };
 
+// The most splits of a decode call: flash_attn's bound; the combine kernel holds one weight per
+// split per row in registers (4 per lane) and the host's heuristic and checks stop there.
+constexpr int kMaxSplits = 128;
+
 // Backward: dO, and the forward's O and LSE in; dQ, dK, dV out. The host reports the workspace
 // bytes (api.cpp's workspace_layout, from the bucket _C.select reports) and the caller allocates them;
 // the kernels zero what they need.
