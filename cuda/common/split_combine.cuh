@@ -66,8 +66,14 @@ __global__ void __launch_bounds__(32 * kCombineRowsPerCta)
   // Dv is a multiple of 8: each lane owns 4 columns per 128 (an 8-byte store of 4 Elems). The
   // splits go 8 at a time: 8 independent 16-byte loads in flight per lane, then their sum. One
   // split per iteration made every load wait for the previous one's sum (and its branch): ~32
-  // dependent L2 round trips per row at B 1, 8k keys (32 splits).
-  for (int c = lane * 4; c < p.head_dim_v; c += 128) {
+  // dependent L2 round trips per row at B 1, 8k keys (32 splits). Every lane runs every
+  // iteration (the weights come by __shfl_sync over the whole warp): with Dv < 128, or a last
+  // partial group of 128 columns, the lanes past Dv load and store nothing. Looping only the lanes
+  // with columns left the shuffle's other lanes absent (undefined: a wrong output at Dv 8, found
+  // by the GPU fuzz test, session 8).
+  for (int c0 = 0; c0 < p.head_dim_v; c0 += 128) {
+    const int c = c0 + lane * 4;
+    const bool has_columns = c < p.head_dim_v;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int s0 = 0; s0 < splits; s0 += 8) {
       // The 8 splits' weights share a register index (s0 is a multiple of 8, 32 of 8).
@@ -77,7 +83,7 @@ __global__ void __launch_bounds__(32 * kCombineRowsPerCta)
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
         const int s = s0 + u;
-        x[u] = s < splits ? *reinterpret_cast<const float4*>(p.o_accum + (s * rows + row) * p.head_dim_v + c)
+        x[u] = has_columns && s < splits ? *reinterpret_cast<const float4*>(p.o_accum + (s * rows + row) * p.head_dim_v + c)
                           : make_float4(0.f, 0.f, 0.f, 0.f);
       }
 #pragma unroll
@@ -90,7 +96,7 @@ __global__ void __launch_bounds__(32 * kCombineRowsPerCta)
     uint2 packed;
     packed.x = ElemTraits<Elem>::pack(acc.x * inv_sum, acc.y * inv_sum);
     packed.y = ElemTraits<Elem>::pack(acc.z * inv_sum, acc.w * inv_sum);
-    *reinterpret_cast<uint2*>(out + c) = packed;
+    if (has_columns) *reinterpret_cast<uint2*>(out + c) = packed;
   }
   if (lane == 0 && p.lse != nullptr) {
     p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + static_cast<int64_t>(i) * p.lse_row_stride] =

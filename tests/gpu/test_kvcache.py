@@ -298,6 +298,10 @@ def test_decode_splits_within_the_rule(num_splits: int | None, page_size: int | 
     # last group of 4 of its 8 loads in flight.
     _run_decode(6, seqlen_q, 1000, 8, 128, page_size, num_splits=num_splits)
     _run_decode(3, seqlen_q, 17, 4, 128, page_size, num_splits=num_splits)
+    # Dv below 128 (lanes with no columns still join the combine's weight shuffles: session 8
+    # found a wrong output at Dv 8 when they did not) and above it (a last partial column group).
+    for head_dim in (64, 256):
+        _run_decode(2, seqlen_q, 1000, 4, head_dim, page_size, num_splits=num_splits)
 
 
 @pytest.mark.usefixtures("poisoned")
