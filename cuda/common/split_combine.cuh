@@ -61,42 +61,46 @@ __global__ void __launch_bounds__(32 * kCombineRowsPerCta)
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) weight_sum += __shfl_xor_sync(0xffffffffu, weight_sum, offset);
   const float inv_sum = weight_sum > 0.f ? 1.f / weight_sum : 0.f;
+  // The weights go through shared memory (this warp's row of kMaxSplits floats, 2 KB a CTA), not
+  // by __shfl_sync inside the column loop below: with Dv < 128 (or a last partial group of 128
+  // columns) only some lanes run that loop, and a shuffle from an absent lane is undefined (a wrong
+  // output at Dv 8, found by the GPU fuzz test, session 8). (A column loop every lane runs, with
+  // the shuffles kept, made ptxas sink each load into its use: one in flight, 40 registers.)
+  __shared__ float weight_smem[kCombineRowsPerCta][kMaxSplits];
+  float* const my_weights = weight_smem[threadIdx.x >> 5];
+#pragma unroll
+  for (int k = 0; k < kMaxSplits / 32; ++k) my_weights[32 * k + lane] = weight[k];
+  __syncwarp();
 
   Elem* out = static_cast<Elem*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + static_cast<int64_t>(i) * p.o_row_stride;
   // Dv is a multiple of 8: each lane owns 4 columns per 128 (an 8-byte store of 4 Elems). The
   // splits go 8 at a time: 8 independent 16-byte loads in flight per lane, then their sum. One
   // split per iteration made every load wait for the previous one's sum (and its branch): ~32
-  // dependent L2 round trips per row at B 1, 8k keys (32 splits). Every lane runs every
-  // iteration (the weights come by __shfl_sync over the whole warp): with Dv < 128, or a last
-  // partial group of 128 columns, the lanes past Dv load and store nothing. Looping only the lanes
-  // with columns left the shuffle's other lanes absent (undefined: a wrong output at Dv 8, found
-  // by the GPU fuzz test, session 8).
-  for (int c0 = 0; c0 < p.head_dim_v; c0 += 128) {
-    const int c = c0 + lane * 4;
-    const bool has_columns = c < p.head_dim_v;
+  // dependent L2 round trips per row at B 1, 8k keys (32 splits).
+  for (int c = lane * 4; c < p.head_dim_v; c += 128) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int s0 = 0; s0 < splits; s0 += 8) {
-      // The 8 splits' weights share a register index (s0 is a multiple of 8, 32 of 8).
-      const int k = s0 >> 5;
-      const float wk = k == 0 ? weight[0] : k == 1 ? weight[1] : k == 2 ? weight[2] : weight[3];
       float4 x[8];
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
         const int s = s0 + u;
-        x[u] = has_columns && s < splits ? *reinterpret_cast<const float4*>(p.o_accum + (s * rows + row) * p.head_dim_v + c)
+        x[u] = s < splits ? *reinterpret_cast<const float4*>(p.o_accum + (s * rows + row) * p.head_dim_v + c)
                           : make_float4(0.f, 0.f, 0.f, 0.f);
       }
+      // Keeps the 8 loads ahead of their uses: without it ptxas sinks each load into its FMAs
+      // (one in flight, 52 registers; with it 80, the 8 loads back to back in the SASS).
+      __syncwarp(__activemask());
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
         // An empty split (weight 0) adds nothing, whatever its partial holds.
-        const float w = __shfl_sync(0xffffffffu, wk, (s0 & 31) + u);
+        const float w = my_weights[s0 + u];  // s0 + u < kMaxSplits: s0 <= splits - 1 - (splits - 1) % 8
         if (w != 0.f) acc.x += w * x[u].x, acc.y += w * x[u].y, acc.z += w * x[u].z, acc.w += w * x[u].w;
       }
     }
     uint2 packed;
     packed.x = ElemTraits<Elem>::pack(acc.x * inv_sum, acc.y * inv_sum);
     packed.y = ElemTraits<Elem>::pack(acc.z * inv_sum, acc.w * inv_sum);
-    if (has_columns) *reinterpret_cast<uint2*>(out + c) = packed;
+    *reinterpret_cast<uint2*>(out + c) = packed;
   }
   if (lane == 0 && p.lse != nullptr) {
     p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + static_cast<int64_t>(i) * p.lse_row_stride] =
