@@ -4,6 +4,8 @@
 # through tiny shapes with fake CUDA events, so a crash shows here and not on the scarce GPU.
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import time
 import types
@@ -212,3 +214,25 @@ def test_quick_runs_the_sweep_alone(fake_cuda: None, tmp_path: Path) -> None:
     payload = json.loads((tmp_path / "results.json").read_text())
     assert rc in (0, 1) and payload["parts"] == ["sweep"] and payload["args"]["rounds"] == 1
     assert payload["models"] is None and payload["decode"] is None
+
+
+def test_model_samples_interleave_across_variants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A case's samples alternate between its variants (each pass rotated) and each round keeps
+    their median: drift on the host lands on every variant, not on the one measured last."""
+    order: list[str] = []
+    times = {"enable": iter([10.0, 30.0, 11.0]), "default": iter([20.0, 21.0, 90.0])}
+
+    def fake_measure(self: object, case: models.Case, variant: str) -> float:
+        order.append(variant)
+        return next(times[variant])
+
+    monkeypatch.setattr(models._Runner, "measure", fake_measure)
+    monkeypatch.setattr(models._Runner, "release", lambda self: None)
+    monkeypatch.setattr(models, "variant_context", lambda variant: contextlib.nullcontext())
+    monkeypatch.setattr(models, "served_total", lambda: 0)
+    monkeypatch.setattr(models, "CASES", (models.Case("small", "train", "small-fp32", 8, 128, 20,
+                                                       ("enable", "default"), samples=3),))  # fmt: skip
+    result = models.run_models(argparse.Namespace(rounds=1, model_impl="torch"))
+    assert order == ["enable", "default", "default", "enable", "enable", "default"]
+    by_variant = {r["variant"]: r for r in result["rows"]}
+    assert by_variant["enable"]["round_ms"] == [11.0] and by_variant["default"]["round_ms"] == [21.0]

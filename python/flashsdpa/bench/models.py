@@ -56,7 +56,8 @@ class Case:
     variants: tuple[str, ...] = VARIANTS
     # Measurements per round, their median kept: the small models' steps are host-bound (~10 ms
     # of Python and launches), and one 20-step measurement a round read 1.09x for a variant that
-    # runs none of our kernels (session 7, device call 8); the median of 5 damps such outliers.
+    # runs none of our kernels (session 7, device call 8); the median of 5 damps such outliers,
+    # and the samples interleave across the variants (run_models) so that drift lands on all.
     samples: int = 1
 
 
@@ -150,8 +151,7 @@ class _Runner:
 
             for _ in range(2):  # the first step also allocates AdamW's state
                 step()
-            times = sorted(_events_ms(step, case.reps) for _ in range(case.samples))
-            return times[len(times) // 2]
+            return _events_ms(step, case.reps)
         with torch.no_grad():
             if case.kind == "prefill":
                 dec.prefill(ids)
@@ -193,6 +193,36 @@ def _status(variant: str, served: int) -> str:
     return "ok"
 
 
+def _measure_once(runner: _Runner, case: Case, variant: str, statuses: dict[tuple[str, str], str],
+                  served: dict[tuple[str, str], int]) -> float | None:
+    """One measurement of ``case`` under ``variant`` (None once it has failed), its status and the
+    calls our kernels served recorded in ``statuses`` / ``served``."""
+    key = (case.name, variant)
+    if statuses.get(key, "ok") != "ok" and not statuses[key].startswith("not served"):
+        return None  # failed before: do not retry
+    served_before = served_total()
+    try:
+        with variant_context(variant):
+            ms: float | None = runner.measure(case, variant)
+        served_now = served_total() - served_before
+        status = _status(variant, served_now)
+        served[key] = served.get(key, 0) + served_now
+    except torch.OutOfMemoryError:
+        ms, status = None, "OOM"
+        torch.cuda.empty_cache()
+    except UNSUPPORTED as exc:
+        if variant == "enable":  # inside enable() nothing may raise that PyTorch would not
+            traceback.print_exc(limit=4, file=sys.stderr)
+        ms, status = None, (f"error: {type(exc).__name__}: {str(exc).strip()[:100]}"
+                            if variant == "enable" else unsupported_status(exc))
+    except Exception as exc:  # noqa: BLE001 - one case's failure must not end the part
+        traceback.print_exc(limit=4, file=sys.stderr)
+        ms, status = None, f"error: {type(exc).__name__}: {str(exc).strip()[:100]}"
+    if status != "ok" or key not in statuses:
+        statuses[key] = status
+    return ms
+
+
 def run_models(args: argparse.Namespace) -> dict[str, Any]:
     """Every case, every variant, ``args.rounds`` interleaved rounds; rows, ratios and what ran."""
     rounds = max(1, args.rounds)
@@ -210,34 +240,22 @@ def run_models(args: argparse.Namespace) -> dict[str, Any]:
     try:
         for round_index in range(rounds):
             for case in CASES:
-                for variant in rotated(case.variants, round_index):
-                    key = (case.name, variant)
-                    if statuses.get(key, "ok") not in ("ok",) and not statuses[key].startswith("not served"):
-                        samples.setdefault(key, []).append(None)  # failed before: do not retry
-                        continue
-                    served_before = served_total()
-                    try:
-                        with variant_context(variant):
-                            ms: float | None = runner.measure(case, variant)
-                        served_now = served_total() - served_before
-                        status = _status(variant, served_now)
-                        served[key] = served.get(key, 0) + served_now
-                    except torch.OutOfMemoryError:
-                        ms, status = None, "OOM"
-                        torch.cuda.empty_cache()
-                    except UNSUPPORTED as exc:
-                        if variant == "enable":  # inside enable() nothing may raise that PyTorch would not
-                            traceback.print_exc(limit=4, file=sys.stderr)
-                        ms, status = None, (f"error: {type(exc).__name__}: {str(exc).strip()[:100]}"
-                                            if variant == "enable" else unsupported_status(exc))
-                    except Exception as exc:  # noqa: BLE001 - one case's failure must not end the part
-                        traceback.print_exc(limit=4, file=sys.stderr)
-                        ms, status = None, f"error: {type(exc).__name__}: {str(exc).strip()[:100]}"
+                # A case's samples interleave across its variants (A B A B ..., each pass rotated):
+                # a host-bound step drifts by 10-15% over seconds on the H200's host (session 8:
+                # the fp32 small model, which runs none of our kernels, read 1.10x with each
+                # variant's 5 samples taken back to back), and drift must land on both sides.
+                taken: dict[tuple[str, str], list[float | None]] = {}
+                for sample_index in range(case.samples):
+                    for variant in rotated(case.variants, round_index + sample_index):
+                        key = (case.name, variant)
+                        taken.setdefault(key, []).append(_measure_once(runner, case, variant, statuses, served))
+                for key, values in taken.items():
+                    times = sorted(v for v in values if v is not None)
+                    ms = times[len(times) // 2] if len(times) == len(values) else None
                     samples.setdefault(key, []).append(ms)
-                    if status != "ok" or key not in statuses:
-                        statuses[key] = status
-                    print(f"  models r{round_index + 1} {case.name:<20} {variant:<8} "
-                          f"{'-' if ms is None else f'{ms:8.2f} ms'}  {status}", file=sys.stderr)
+                    print(f"  models r{round_index + 1} {key[0]:<20} {key[1]:<8} "
+                          f"{'-' if ms is None else f'{ms:8.2f} ms'}  {statuses.get(key, 'ok')}"
+                          + (f"  (median of {len(values)})" if len(values) > 1 else ""), file=sys.stderr)
     finally:
         impl_ran = next((d.impl for d in runner.decoders.values()), None)
         params = {k: parameter_count(d) for k, d in runner.decoders.items()}
