@@ -515,6 +515,48 @@ def test_direct_api_runs_the_cuda_code_directly_when_nothing_records(launches: L
     assert flashsdpa.stats()["ops"]["flashsdpa::fwd"]["served"] == 1
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+@pytest.mark.parametrize(
+    "make", [lambda: plain(hq=8, hkv=2, sq=1, sk=40), lambda: plain(sq=9, sk=5, dv=128), lambda: plain(layout="bshd")],
+    ids=["decode_gqa", "sq_gt_sk_dv128", "bshd"],
+)
+def test_direct_api_plain_call_launches_as_the_full_path(
+    make: Callable[[], list[Tensor]], causal: bool, alignment: str, launches: Launches
+) -> None:
+    # The plain call (no window, modifier or LSE) skips attention()'s argument checks and the LSE
+    # (ops._plain_eager): it must launch exactly what the full path (return_lse=True) launches,
+    # bar the LSE, and return an output laid out the same.
+    q, k, v = make()
+    fast = flashsdpa.attention(q, k, v, causal=causal, causal_alignment=alignment, scale=0.2)
+    full, lse = flashsdpa.attention(q, k, v, causal=causal, causal_alignment=alignment, scale=0.2, return_lse=True)
+    (f_q, f_k, f_v, f_out, f_lse, *f_rest), (q2, k2, v2, out2, lse2, *rest) = launches.calls
+    assert f_lse is None and lse2 is lse
+    assert all(a is b for a, b in ((f_q, q2), (f_k, k2), (f_v, v2))) and f_rest == rest
+    assert f_out is fast and out2 is full and fast.shape == full.shape and fast.stride() == full.stride()
+    assert flashsdpa.stats()["ops"]["flashsdpa::fwd"]["served"] == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"causal": 1}, TypeError),
+        ({"causal_alignment": "middle"}, ValueError),
+        ({"scale": "0.1"}, TypeError),
+        ({"enable_gqa": False}, ValueError),
+    ],
+    ids=["int_causal", "bad_alignment", "str_scale", "gqa_without_enable"],
+)
+def test_direct_api_plain_call_keeps_the_argument_errors(
+    kwargs: dict[str, Any], error: type[Exception], launches: Launches
+) -> None:
+    # Arguments the fast path does not recognise take the full path and its errors; nothing launches.
+    q, k, v = plain(hq=8, hkv=2)
+    with pytest.raises(error):
+        flashsdpa.attention(q, k, v, **kwargs)
+    assert launches.calls == []
+
+
 @pytest.mark.parametrize(
     "label, make, context",
     [
