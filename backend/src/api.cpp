@@ -60,6 +60,7 @@ void fill_common(AttnFwdParams& p, const FwdSpec& s) {
   p.mods = ScoreMods{s.mods.softcap, softcap ? s.scale / s.mods.softcap : 0.f, s.mods.softcap * kLog2e,
                      ptr<const float>(s.mods.alibi_slopes), s.mods.alibi_batch_stride, ptr<const float>(s.mods.sinks)};
   p.dtype = static_cast<DType>(s.dtype);
+  p.tile_counter = ptr<int32_t>(s.tile_counter);
 }
 
 void set_tensor(const TensorArg& t, const void*& p, int64_t& sb, int64_t& sh, int64_t& sr) {

@@ -61,6 +61,7 @@ struct FwdSpec {
   MaskSpec mask;  // normalized by fill (a bound no row reaches becomes -1)
   float scale;
   ModsArg mods;  // all zero without score modifiers
+  uintptr_t tile_counter;  // params.h's tile_counter, 0 = none (the static schedule)
   int32_t dtype;  // DType
   int32_t device;
   uintptr_t stream;

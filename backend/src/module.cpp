@@ -71,7 +71,7 @@ Strides strides_item(PyObject* tuple, Py_ssize_t i, const char* name) {
 }
 
 // fwd spec = (pointers, strides, sizes, mask, scale, dtype, device, stream[, mods]):
-//   pointers = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k)  ints, 0 = none
+//   pointers = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k[, tile_counter])  ints, 0 = none
 //   strides  = (q, k, v, out, lse)                                          stride tuples
 //   sizes    = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v, total_q, total_k)
 //              total_q / total_k: the packed rows of q and k (varlen), -1 when dense
@@ -100,6 +100,8 @@ FwdSpec fwd_spec(py::handle obj) {
   s.varlen.cu_seqlens_q = static_cast<uintptr_t>(int_item(ptrs, 5, "cu_seqlens_q"));
   s.varlen.cu_seqlens_k = static_cast<uintptr_t>(int_item(ptrs, 6, "cu_seqlens_k"));
   s.varlen.seqused_k = static_cast<uintptr_t>(int_item(ptrs, 7, "seqused_k"));
+  // An optional 9th pointer: the forward's tile counter (params.h), given for masked calls only.
+  if (PyTuple_GET_SIZE(ptrs) > 8) s.tile_counter = static_cast<uintptr_t>(int_item(ptrs, 8, "tile_counter"));
   s.shape = ProblemShape{int32_item(sizes, 0, "batch"),       int32_item(sizes, 1, "heads_q"),
                          int32_item(sizes, 2, "heads_kv"),    int32_item(sizes, 3, "seqlen_q"),
                          int32_item(sizes, 4, "seqlen_k"),    int32_item(sizes, 5, "head_dim_qk"),

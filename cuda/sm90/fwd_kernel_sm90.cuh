@@ -45,6 +45,7 @@ struct FwdSm90Args {
   CUtensorMap tma_k;
   CUtensorMap tma_v;
   CUtensorMap tma_o;
+  int32_t sched_group;  // the dynamic schedule's section size (fwd_sm90_scheduler), set by the launcher
 };
 
 struct FwdTileShapeSm90 {
@@ -101,7 +102,8 @@ struct FwdTraitsSm90 {
 
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K or one V slot
-  static constexpr int kBarrierBytes = 8 * (4 + 4 * kStages);
+  // The Q and K/V rings' mbarriers, then the tile queue (fwd_sm90::TileQueue: 4 slots x 32 bytes).
+  static constexpr int kBarrierBytes = 8 * (4 + 4 * kStages) + 128;
   // + 1 KB: the dynamic shared memory base is aligned up to 1024 bytes in the kernel (the swizzle
   // atoms of TMA and wgmma must be 1024-byte aligned).
   static constexpr int kBaseBytes = kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + 1024;
@@ -176,6 +178,7 @@ struct SmemLayout {
   __device__ __forceinline__ uint32_t k_empty(int s) const { return bars + 8 * (4 + Traits::kStages + s); }
   __device__ __forceinline__ uint32_t v_full(int s) const { return bars + 8 * (4 + 2 * Traits::kStages + s); }
   __device__ __forceinline__ uint32_t v_empty(int s) const { return bars + 8 * (4 + 3 * Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t tile_queue() const { return bars + 8 * (4 + 4 * Traits::kStages); }
   __device__ __forceinline__ uint32_t k_slot(int s) const { return k + s * Traits::kKVBytes; }
   __device__ __forceinline__ uint32_t v_slot(int s) const { return v + s * Traits::kKVBytes; }
 };
@@ -469,46 +472,152 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
 }
 
 
-// Static persistent schedule over the tiles in the order of the portable kernel's schedulers, one
-// round of gridDim.x tiles at a time. Non-causal: head-major, so the CTAs resident at any moment
-// share a few heads' K/V in L2; CTA c runs tile c of every round. Causal: block-major with the
-// heaviest (last) query blocks first, and rounds alternate direction (CTA c takes position c of
-// even rounds and gridDim.x - 1 - c of odd ones), so a CTA that drew a heavy tile draws a light
-// one next and the per-CTA sums even out (in plain round-robin CTA 0 gets the heaviest tile of
-// every round: 1.3x the work of the last CTA at d256, S = 8k, 7.75 tiles per CTA).
+// The persistent schedule: which tiles a CTA runs, in which order. Its producer thread walks it
+// and hands each tile to the consumer warpgroups through a queue in shared memory (TileQueue), so
+// a schedule may be dynamic: the consumers never compute it themselves.
+// - Non-causal (every tile the same length): static, head-major, so the CTAs resident at any
+//   moment share a few heads' K/V in L2; CTA c runs tile c of every round of gridDim.x tiles.
+// - Masked (causal, windows: tiles of different lengths), with a tile counter (params.h's
+//   tile_counter): dynamic. Tiles are ordered in sections of `group` (head, batch) pairs whose K and
+//   V fit in kL2SectionBytes, each section longest-first (last query block first) with its heads
+//   inner; a CTA's first tile is blockIdx.x and each later one the next of the counter
+//   (gridDim.x + atomicAdd), so a CTA that drew long tiles draws fewer: the longest-processing-
+//   time rule, without a static split's imbalance. ncu (causal 2k d128 B8 H16, session 9): the
+//   static block-major order below kept every head's K/V in flight at once (128 MB for 50 MB of
+//   L2): L2 hit rate 33% (cuDNN 75%), DRAM 76% busy reading 1.1 GB, 4x the K/V bytes.
+// - Masked without a counter (the dev harness, CUDA-graph capture): static block-major, heaviest
+//   first, rounds alternating direction (CTA c takes position c of even rounds and gridDim.x - 1 -
+//   c of odd ones), so a CTA that drew a heavy tile draws a light one next (in plain round-robin
+//   CTA 0 gets the heaviest tile of every round: 1.3x the work of the last CTA at d256, 8k).
+//   Sections with this static split lost (session 8, `next/fwd-l2-groups`: 8k causal -18%): each
+//   section ends in its own tail, which only a dynamic schedule fills.
 struct PersistentTileScheduler {
+  // Of the H100's / H200's 50 MB of L2, as the backward's grouped order (BwdGridOrder, measured
+  // there: 32 MB 0.974 ms, 8 MB 0.975, everything in one group 1.20 at 2k causal d128).
+  static constexpr int64_t kL2SectionBytes = int64_t(32) << 20;
   int num_blocks, num_heads, batch;
   bool head_major;
+  int32_t* counter;  // dynamic when non-null (masked calls only)
+  int group;         // (head, batch) pairs per section of the dynamic order
 
+  // Tile indices are int32: 2^31 tiles of 64+ query rows would be 16 TB of Q at d64 (the host's
+  // launcher refuses a grid past INT_MAX anyway). Narrow indices keep the producer thread, which
+  // runs on 24 registers after setmaxnreg, from spilling (int64: 28 bytes at d128).
   __host__ __device__ int64_t num_tiles() const { return int64_t(num_blocks) * num_heads * batch; }
-  // The tile position of this CTA in round `round` (may be >= num_tiles() in the last round).
-  __device__ __forceinline__ int64_t position(int64_t round) const {
-    const int64_t base = round * gridDim.x;
-    return (!head_major && (round & 1)) ? base + gridDim.x - 1 - blockIdx.x : base + blockIdx.x;
+  __host__ __device__ __forceinline__ bool dynamic() const { return counter != nullptr; }
+  // This CTA's first tile (round 0 of every order).
+  __device__ __forceinline__ int first() const { return blockIdx.x; }
+  // The tile after `t` (>= num_tiles(): no more). Dynamic: fetched from the counter; static: the
+  // position of round `round` + 1 (the caller counts rounds).
+  __device__ __forceinline__ int next(int t, int num_tiles, int& round) const {
+    if (dynamic()) return t < num_tiles ? static_cast<int>(gridDim.x) + atomicAdd(counter, 1) : t;
+    ++round;
+    const int base = round * static_cast<int>(gridDim.x);
+    return (!head_major && (round & 1)) ? base + static_cast<int>(gridDim.x - 1 - blockIdx.x) : base + static_cast<int>(blockIdx.x);
   }
-  __device__ __forceinline__ WorkTile tile(int64_t linear) const {
+  // The last CTA to finish zeroes the counter for the stream's next launch (every CTA's last fetch
+  // came before its own arrival here, so no fetch follows the reset).
+  __device__ __forceinline__ void finish() const {
+    if (!dynamic()) return;
+    __threadfence();
+    if (atomicAdd(counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+      atomicExch(counter, 0);
+      atomicExch(counter + 1, 0);
+    }
+  }
+  __device__ __forceinline__ WorkTile tile(int linear) const {
     WorkTile t;
+    t.split = 0;
     if (head_major) {
-      const int64_t head_linear = linear / num_blocks;
-      t.block = num_blocks - 1 - static_cast<int>(linear - head_linear * num_blocks);
-      t.head = static_cast<int>(head_linear % num_heads);
-      t.batch = static_cast<int>(head_linear / num_heads);
+      const int head_linear = linear / num_blocks;
+      t.block = num_blocks - 1 - (linear - head_linear * num_blocks);
+      t.head = head_linear % num_heads;
+      t.batch = head_linear / num_heads;
+    } else if (dynamic()) {
+      const int per_section = group * num_blocks;
+      const int section = linear / per_section;
+      const int first = section * group;
+      const int size = min(group, num_heads * batch - first);
+      const int within = linear - section * per_section;
+      t.block = num_blocks - 1 - within / size;
+      const int head_batch = first + within % size;
+      t.head = head_batch % num_heads;
+      t.batch = head_batch / num_heads;
     } else {
-      const int64_t per_block = int64_t(num_heads) * batch;
-      t.block = num_blocks - 1 - static_cast<int>(linear / per_block);
-      const int64_t rest = linear % per_block;
-      t.head = static_cast<int>(rest % num_heads);
-      t.batch = static_cast<int>(rest / num_heads);
+      const int per_block = num_heads * batch;
+      t.block = num_blocks - 1 - linear / per_block;
+      const int rest = linear % per_block;
+      t.head = rest % num_heads;
+      t.batch = rest / num_heads;
     }
     return t;
   }
 };
 
+// group: the section size (sched_group below), which the launcher computes once (host) and the
+// kernel reads from its parameters.
+// Dynamic only up to kMaxDynamicBlocks query blocks per head. Measured (H200, bf16, B*S = 16k,
+// H*D = 2048, causal, TFLOP/s dynamic / static, two calls of 3 interleaved rounds each;
+// kernel_notes_fwd_sm90.md, session 9): d128 512 1.14-1.15x, 1k 1.19-1.22x, 2k 1.17-1.25x,
+// 4k 0.90-1.02x, 8k 0.95-0.98x, 16k 0.98-0.99x; d256 2k 1.10x, 4k 0.91-1.00x, 8k 0.90-0.93x; d64
+// (192-row blocks) 2k 1.04-1.07x, 4k 1.00-1.02x. Long tiles walk their keys in step under the
+// static order and share them in L2 that way; short ones do not.
+constexpr int kMaxDynamicBlocks = 16;
+
 template <typename Traits>
-__host__ __device__ inline PersistentTileScheduler fwd_sm90_scheduler(const AttnFwdParams& p) {
-  return PersistentTileScheduler{(p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads_q, p.batch,
-                                 p.mask.is_none()};
+__host__ __device__ inline PersistentTileScheduler fwd_sm90_scheduler(const AttnFwdParams& p, int group = 1) {
+  const bool head_major = p.mask.is_none();
+  const int num_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  const bool dynamic = !head_major && num_blocks <= kMaxDynamicBlocks;
+  return PersistentTileScheduler{num_blocks, p.heads_q, p.batch, head_major, dynamic ? p.tile_counter : nullptr, group};
 }
+
+// The dynamic order's section: the (head, batch) pairs whose K and V (one query head's share of
+// its KV head's, GQA groups being adjacent) fit in kL2SectionBytes.
+inline int sched_group(const AttnFwdParams& p) {
+  const int64_t bytes = int64_t(p.seqlen_k) * (p.head_dim_qk + p.head_dim_v) * 2 / (p.heads_q / p.heads_kv);
+  const int64_t pairs = int64_t(p.heads_q) * p.batch;
+  const int64_t group = PersistentTileScheduler::kL2SectionBytes / (bytes > 0 ? bytes : 1);
+  return static_cast<int>(group < 1 ? 1 : group > pairs ? pairs : group);
+}
+
+// The producer's hand-over of tiles to the consumers: kSlots decoded tiles (block, head, batch;
+// batch < 0 ends the CTA's work) in shared memory, each with a "full" mbarrier (the producer's
+// arrival, release: the tile is written) and an "empty" one (every consumer thread's arrival once
+// it has read it). Decoded by the producer so that the consumers hold none of the schedule's
+// state (with the linear index, the d64 kMods consumers spilled 8 bytes at their 160 registers).
+// The producer runs at most two tiles ahead (its Q slots), so two slots would do; four leave it
+// never waiting here.
+struct TileQueue {
+  static constexpr int kSlots = 4;
+  static constexpr int kBytes = kSlots * (8 + 8 + 16);  // full and empty mbarriers, a tile each
+  uint32_t base;  // kBytes of shared memory, 16-byte aligned
+  __device__ __forceinline__ uint32_t full(int s) const { return base + 8 * s; }
+  __device__ __forceinline__ uint32_t empty(int s) const { return base + 8 * (kSlots + s); }
+  __device__ __forceinline__ uint32_t slot(int s) const { return base + 16 * (kSlots + s); }
+  __device__ __forceinline__ void init(int consumer_threads) const {
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      sm90::mbar_init(full(s), 1);
+      sm90::mbar_init(empty(s), consumer_threads);
+    }
+  }
+  // Producer: the i-th tile of this CTA (i counts from 0).
+  __device__ __forceinline__ void push(int i, const WorkTile& t) const {
+    const int s = i % kSlots;
+    sm90::mbar_wait(empty(s), ((i / kSlots) & 1) ^ 1);
+    st_shared_v4(slot(s), make_uint4(t.block, t.head, t.batch, t.split));
+    sm90::mbar_arrive(full(s));
+  }
+  // Consumer thread: the i-th tile.
+  __device__ __forceinline__ WorkTile pop(int i) const {
+    const int s = i % kSlots;
+    sm90::mbar_wait(full(s), (i / kSlots) & 1);
+    const uint4 v = ld_shared_v4(slot(s));
+    sm90::mbar_arrive(empty(s));
+    return WorkTile{static_cast<int>(v.x), static_cast<int>(v.y), static_cast<int>(v.z), static_cast<int>(v.w)};
+  }
+};
 
 }  // namespace fwd_sm90
 
@@ -518,8 +627,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
   extern __shared__ __align__(128) char fwd_smem[];  // one alignment for every declaration of it
   const fwd_sm90::SmemLayout<Traits> sm((smem_u32(fwd_smem) + 1023u) & ~1023u);
   const AttnFwdParams& p = args.p;
-  const fwd_sm90::PersistentTileScheduler scheduler = fwd_sm90::fwd_sm90_scheduler<Traits>(p);
-  const int64_t num_tiles = scheduler.num_tiles();
+  const fwd_sm90::PersistentTileScheduler scheduler = fwd_sm90::fwd_sm90_scheduler<Traits>(p, args.sched_group);
+  const int num_tiles = static_cast<int>(scheduler.num_tiles());  // < 2^31: the launcher checked
+  const fwd_sm90::TileQueue queue{sm.tile_queue()};
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -534,6 +644,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
       sm90::mbar_init(sm.k_empty(s), 4 * Traits::kConsumerWGs);
       sm90::mbar_init(sm.v_empty(s), 4 * Traits::kConsumerWGs);
     }
+    queue.init(128 * Traits::kConsumerWGs);
     sm90::fence_mbar_init();
   }
   __syncthreads();
@@ -546,12 +657,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
       sm90::tma_prefetch_desc(&args.tma_q);
       sm90::tma_prefetch_desc(&args.tma_k);
       sm90::tma_prefetch_desc(&args.tma_v);
-      for (int64_t round = 0; round * gridDim.x < num_tiles; ++round) {
-        const int64_t t = scheduler.position(round);
-        if (t >= num_tiles) continue;
-        const fwd_sm90::TileWork w = fwd_sm90::tile_work<Traits>(p, scheduler.tile(t));
+      // The next tile is fetched before this one's loads are issued, so a dynamic fetch's round
+      // trip to L2 (~1 us) runs under them; the terminating index (>= num_tiles) is queued too.
+      int round = 0;
+      int t = scheduler.first();
+      for (int i = 0;; ++i) {
+        const int next = scheduler.next(t, num_tiles, round);
+        const WorkTile tile = t < num_tiles ? scheduler.tile(t) : WorkTile{0, 0, -1, 0};
+        queue.push(i, tile);
+        if (!tile.valid()) break;
+        const fwd_sm90::TileWork w = fwd_sm90::tile_work<Traits>(p, tile);
         if (w.has_keys()) fwd_sm90::produce<Traits>(args, sm, w, ring);
+        t = next;
       }
+      scheduler.finish();
     }
   } else {
     sm90::setmaxnreg_inc<Traits::kConsumerRegs>();
@@ -563,10 +682,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
     if constexpr (Traits::kPingPong) {
       if (cwg == Traits::kConsumerWGs - 1) sm90::named_arrive(fwd_sm90::kBarTurn, 256);
     }
-    for (int64_t round = 0; round * gridDim.x < num_tiles; ++round) {
-      const int64_t t = scheduler.position(round);
-      if (t >= num_tiles) continue;
-      const fwd_sm90::TileWork w = fwd_sm90::tile_work<Traits>(p, scheduler.tile(t));
+    for (int i = 0;; ++i) {
+      const WorkTile tile = queue.pop(i);
+      if (!tile.valid()) break;
+      const fwd_sm90::TileWork w = fwd_sm90::tile_work<Traits>(p, tile);
       fwd_sm90::consume<Traits>(args, sm, w, ring, cwg);
     }
     if constexpr (Traits::kPingPong) {

@@ -23,14 +23,25 @@ cudaError_t launch_fwd_sm90(const AttnFwdParams& params, cudaStream_t stream, bo
   constexpr int kSmemBytes = Traits::kSmemBytes;
   auto* kernel = &flashsdpa_fwd_sm90_kernel<Traits>;
   // Persistent: one CTA per SM (the tile needs all of an SM's shared memory), fewer for few tiles.
-  const int64_t tiles = fwd_sm90::fwd_sm90_scheduler<Traits>(params).num_tiles();
+  const fwd_sm90::PersistentTileScheduler scheduler = fwd_sm90::fwd_sm90_scheduler<Traits>(params);
+  const int64_t tiles = scheduler.num_tiles();
   if (tiles == 0) return cudaSuccess;
   const int64_t grid =
       !persistent ? tiles : (tiles < params.num_sms ? tiles : (params.num_sms > 0 ? params.num_sms : 1));
-  if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
+  // The kernel's tile indices are int32, and a dynamic fetch can reach tiles + grid.
+  if (tiles + grid > INT_MAX) return cudaErrorInvalidConfiguration;
 
   FwdSm90Args args;
   args.p = params;
+  args.sched_group = fwd_sm90::sched_group(params);
+  // The tile counter (params.h) is one buffer per stream that each launch leaves zeroed for the
+  // next; replays of captured graphs could share it across streams at once, so a launch being
+  // captured takes the static schedule. One CTA per tile needs no counter, nor does a schedule
+  // that stays static (fwd_sm90_scheduler): the kernel must see the same choice.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (!scheduler.dynamic() || grid == tiles || cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone)
+    args.p.tile_counter = nullptr;
   const bool bf16 = params.dtype == DType::kBFloat16;
   // An encoding the driver refuses comes back as cudaErrorNotSupported before anything ran: the
   // host then launches the portable family instead.

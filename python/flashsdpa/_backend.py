@@ -360,32 +360,58 @@ def _packed_lse_strides(lse: Tensor) -> tuple[int, int, int]:
     return (0, stride[0], stride[1])
 
 
+# The sm90 forward's tile counters (params.h's tile_counter), one per (device, stream): two int32
+# that every launch finds zero and leaves zero, so the kernels of one stream share them in turn
+# and no launch pays a fill. Streams of different ids get different buffers (their kernels may
+# overlap); the launcher ignores the counter under CUDA-graph capture. Allocated outside capture
+# only: memory allocated during a capture belongs to the graph's pool.
+_TILE_COUNTERS: dict[tuple[int, int], Tensor] = {}
+
+
+def _tile_counter(device: int, stream: int) -> int:
+    """The address of this stream's tile counter (0 while capturing a graph before it exists)."""
+    counter = _TILE_COUNTERS.get((device, stream))
+    if counter is None:
+        if device < 0 or torch.cuda.is_current_stream_capturing():  # (device -1: CPU tensors, mocked _C)
+            return 0
+        counter = _TILE_COUNTERS[(device, stream)] = new_tile_counter(device)
+    return counter.data_ptr()
+
+
+def new_tile_counter(device: int) -> Tensor:
+    """One stream's tile counter: two int32 in use, 32 bytes (a module function so tests can see it made)."""
+    return torch.zeros(8, dtype=torch.int32, device=f"cuda:{device}")
+
+
 def _spec(
     q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor | None, scale: float, mask: MaskSpec,
-    varlen: Varlen | None,
+    varlen: Varlen | None, dynamic: bool = False,
 ) -> tuple[Any, ...]:
     """The forward spec of _C (module.cpp's fwd_spec): (pointers, strides, sizes, mask, scale,
     dtype, device, stream), for dense (B, H, S, D) views or, with ``varlen``, packed (total, H, D)
-    rows. Plain tuples: the cheapest object Python builds and C++ reads in place."""
+    rows. Plain tuples: the cheapest object Python builds and C++ reads in place. ``dynamic``: a
+    masked forward, whose pointers end with the stream's tile counter."""
     device = q.get_device()
+    stream = _current_stream(device)
+    counter = _tile_counter(device, stream) if dynamic else 0
     if varlen is None:
         batch, heads_q, seqlen_q, head_dim_qk = q.shape
         _, heads_kv, seqlen_k, head_dim_v = v.shape  # one unpack: three v.shape[i] reads cost 2.5x as much
         pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), 0 if lse is None else lse.data_ptr(),
-                    0, 0, 0)  # fmt: skip
+                    0, 0, 0, counter)  # fmt: skip
         strides = (q.stride(), k.stride(), v.stride(), out.stride(), _NO_LSE_STRIDES if lse is None else lse.stride())
         sizes = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v, -1, -1)
     else:
         cu_q, cu_k, used_k, max_q, max_k = varlen
         total_q, heads_q, head_dim_qk = q.shape
         pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),  # type: ignore[union-attr]
-                    cu_q.data_ptr(), cu_k.data_ptr(), 0 if used_k is None else used_k.data_ptr())  # fmt: skip
+                    cu_q.data_ptr(), cu_k.data_ptr(), 0 if used_k is None else used_k.data_ptr(), counter)  # fmt: skip
         strides = (_packed_strides(q), _packed_strides(k), _packed_strides(v), _packed_strides(out),
                    _packed_lse_strides(lse))  # type: ignore[arg-type]  # fmt: skip
         # total_q / total_k: the packed rows, the bounds the kernels clamp every offset to.
         total_k, heads_kv, _ = k.shape
         sizes = (cu_q.shape[0] - 1, heads_q, heads_kv, max_q, max_k, head_dim_qk, v.shape[2], total_q, total_k)
-    return (pointers, strides, sizes, mask, scale, DTYPE_CODES[q.dtype], device, _current_stream(device))
+    return (pointers, strides, sizes, mask, scale, DTYPE_CODES[q.dtype], device, stream)
 
 
 def new_workspace(nbytes: int, device: torch.device) -> Tensor:
@@ -439,7 +465,10 @@ def launch_fwd(
     to the spec only when given (the decode kernel takes none: such calls run the forward kernel).
     Callers have checked the problem (``selection``) and that it is non-empty.
     """
-    spec = _spec(q, k, v, out, lse, scale, mask, varlen)
+    # Masked calls (causal, windows) get the stream's tile counter: the sm90 family schedules their
+    # unequal tiles dynamically (fwd_kernel_sm90.cuh); decode-sized calls take the decode kernel.
+    dynamic = (mask[1] >= 0 or mask[0] >= 0) and (varlen is not None or q.shape[2] > DECODE_MAX_SEQLEN_Q)
+    spec = _spec(q, k, v, out, lse, scale, mask, varlen, dynamic)
     if mods is not None:
         _C.fwd((*spec, None, _mods_item(mods)))
         return

@@ -190,6 +190,23 @@ __global__ void compare(Problem p, const Elem* o, const float* lse, const float*
 }
 
 const char* g_family = "sm80";  // the family the last run_bucket call launched
+// The sm90 forward's tile counter (params.h's tile_counter): the checks and the "dyn" bench rows
+// run the dynamic schedule on it; it must read zero after every launch (checked at the end).
+int32_t* g_tile_counter = nullptr;
+int32_t* tile_counter() {
+  if (g_tile_counter == nullptr) {
+    CHECK_CUDA(cudaMalloc(&g_tile_counter, 8 * sizeof(int32_t)));
+    CHECK_CUDA(cudaMemset(g_tile_counter, 0, 8 * sizeof(int32_t)));
+  }
+  return g_tile_counter;
+}
+// Whether the counter is back at zero (the kernels' last CTA resets it).
+bool tile_counter_zero() {
+  int32_t h[2] = {1, 1};
+  CHECK_CUDA(cudaMemcpy(h, tile_counter(), sizeof(h), cudaMemcpyDeviceToHost));
+  if (h[0] != 0 || h[1] != 0) std::printf("FAIL tile counter left at (%d, %d)\n", h[0], h[1]);
+  return h[0] == 0 && h[1] == 0;
+}
 
 template <typename Elem>
 cudaError_t run_bucket(int bucket, const AttnFwdParams& p) {
@@ -198,6 +215,7 @@ cudaError_t run_bucket(int bucket, const AttnFwdParams& p) {
   // The host's capability table picks the sm90 bucket (64, 128, 256) and checks cc 9.0, dense or
   // varlen, every mask kind; here the bucket is set by hand.
   AttnFwdParams p90 = p;
+  p90.tile_counter = tile_counter();
   const int need = std::max(p.head_dim_qk, p.head_dim_v);
   p90.head_dim_bucket = need <= 64 ? 64 : need <= 128 ? 128 : need <= 256 ? 256 : 0;
   if (bucket > 0 && fwd_sm90_unsupported(p90) == nullptr) {
@@ -441,6 +459,9 @@ int run_checks(bool small) {
   int failures = 0;
   uint64_t seed = 1;
   for (const Case& c : cases) failures += !run_case(c, seed++);
+#ifdef FWD_CHECK_SM90
+  failures += !tile_counter_zero();
+#endif
   std::printf("checks: %d of %zu failed\n", failures, cases.size());
   return failures;
 }
@@ -455,7 +476,7 @@ Launcher variant() {
 
 // layout_bshd: (B, S, H, D) memory seen as (B, H, S, D), the transposed view models pass to SDPA.
 void bench_one(const char* name, Launcher launch, int d, int s, int causal, bool bf16 = true,
-               bool layout_bshd = false) {
+               bool layout_bshd = false, bool dynamic = false) {
   const int B = 16384 / s, H = 2048 / d;
   const int64_t n = int64_t(B) * H * s * d;
   void *q, *k, *v, *o;
@@ -483,6 +504,7 @@ void bench_one(const char* name, Launcher launch, int d, int s, int causal, bool
   p.scale = 1.f / std::sqrt(float(d)); p.scale_log2 = p.scale * 1.4426950408889634f;
   p.mask = MaskSpec{-1, causal ? 0 : -1, causal == 2 ? MaskAlign::kBottomRight : MaskAlign::kTopLeft}; p.dtype = bf16 ? DType::kBFloat16 : DType::kFloat16;
   p.num_sms = 132; p.cc_major = 9; p.smem_optin_bytes = 227 * 1024;  // the H200's (persistent grids)
+  p.tile_counter = dynamic ? tile_counter() : nullptr;
   std::vector<float> times;
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0)); CHECK_CUDA(cudaEventCreate(&e1));
@@ -551,6 +573,25 @@ template <int kD>
 cudaError_t run_non_persistent(const AttnFwdParams& p, cudaStream_t s) {
   constexpr FwdTileShapeSm90 t = fwd_tile_shape_sm90(kD);
   return launch_fwd_sm90<FwdTraitsSm90<__nv_bfloat16, kD, t.block_m, t.block_n, t.stages, (kD <= 128)>>(p, s, false);
+}
+
+// The dynamic schedule against the static one (PersistentTileScheduler), same process, rounds
+// interleaved: the sweep's shapes, masked (where it differs) and unmasked (where only the tile
+// queue is new).
+void run_bench_sched() {
+  std::printf("bench,config,D,S,causal,ms,tflops\n");
+  for (int round = 0; round < 3; ++round)
+    for (int d : {64, 128, 256})
+      for (int causal : {1, 0})
+        for (int s : {512, 1024, 2048, 4096, 8192, 16384}) {
+          if (causal == 0 && s != 2048 && s != 8192) continue;
+          Launcher l = d == 64 ? &run_fwd_sm90_<__nv_bfloat16, 64>
+                       : d == 128 ? &run_fwd_sm90_<__nv_bfloat16, 128>
+                                  : &run_fwd_sm90_<__nv_bfloat16, 256>;
+          bench_one("sm90 static", l, d, s, causal, true, true, false);
+          bench_one("sm90 dyn", l, d, s, causal, true, true, true);
+        }
+  tile_counter_zero();
 }
 
 // The Hopper family on the standard sweep (transposed (B, S, H, D) views, as the Python bench),
@@ -693,6 +734,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (what == "mods") return run_mods() ? 1 : 0;
+  if (what == "bench_sched") {
+    run_bench_sched();
+    return 0;
+  }
   if (what.rfind("bench_sm90", 0) == 0) {
     run_bench_sm90(what);
     return failures ? 1 : 0;

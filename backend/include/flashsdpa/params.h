@@ -112,6 +112,12 @@ struct AttnFwdParams {
   MaskSpec mask;
   ScoreMods mods;
   DType dtype;
+  // The sm90 forward's dynamic schedule (masked calls: fwd_kernel_sm90.cuh's
+  // PersistentTileScheduler): two int32 in device memory, (tiles handed out, CTAs finished), zero
+  // when a launch starts and zero again when it ends (its last CTA resets them), so one buffer
+  // serves a stream's launches in turn (python/flashsdpa/_backend.py keeps one per stream; never
+  // used under CUDA-graph capture). nullptr: the static schedule. Other kernels ignore it.
+  int32_t* tile_counter;
   // Facts of the launch device, filled by the host launcher (backend/src/launch.cpp):
   int32_t num_sms;           // schedulers may size persistent grids from it
   int32_t cc_major;          // compute capability major: sm_90 code takes more shared memory
