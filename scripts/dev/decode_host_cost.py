@@ -8,14 +8,15 @@ roads a decode call takes: SDPA inside enable() (the entry's eager path), the di
 token), then the pieces of each. As shim_cost.py --cpu (whose stand-ins it reuses): a _C that
 answers like a CUDA build and launches nothing, CPU tensors that answer is_cuda=True. What it
 cannot see: the CUDA caching allocator (torch.empty on a GPU costs more than on the CPU) and _C's
-own C++ (parsing, checks, the launches). Interleaved rounds; the median round, min and max, in
-microseconds per call. The numbers before / after each change: docs/kernel_notes_decode.md.
+own C++ (parsing, checks, the launches). Interleaved rounds, each timed on the thread's CPU clock
+(the machine is shared); the median round, min and max, in microseconds per call. The numbers before / after each change: docs/kernel_notes_decode.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import time
 from typing import Any
 
 import shim_cost  # scripts/dev/shim_cost.py, beside this file
@@ -99,8 +100,25 @@ def main() -> None:
     ]  # fmt: skip
     with _decode_lookalike():
         spec.append(_backend._spec(q, k, v, out, None, 0.125, masks.NO_MASK, None))
-        samples = shim_cost._interleaved(rows, args.rounds, args.calls, lambda: None)
+        samples = _interleaved(rows, args.rounds, args.calls)
     shim_cost._print(samples)
+
+
+def _interleaved(rows: list[shim_cost.Row], rounds: int, calls: int) -> dict[str, list[float]]:
+    """shim_cost._interleaved on this thread's CPU time (time.thread_time), not wall time: on a
+    shared machine (load 8 on 2 cores while measuring, session 9) the wall clock counts the other
+    processes' slices, and the medians of two runs of the same code differed by 2x."""
+    samples: dict[str, list[float]] = {name: [] for name, _, _ in rows}
+    for _ in range(rounds):
+        for name, fn, context in rows:
+            with context():
+                for _ in range(max(calls // 20, 5)):
+                    fn()
+                start = time.thread_time()
+                for _ in range(calls):
+                    fn()
+                samples[name].append((time.thread_time() - start) / calls * 1e6)
+    return samples
 
 
 if __name__ == "__main__":

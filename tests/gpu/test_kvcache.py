@@ -8,7 +8,9 @@
 # a decode step, against eager calls on copies. The decode grid (below _check's tests): Sq 1, 2,
 # 4, 16; Sk 1 .. 128k; GQA groups 1, 4, 8; D 64, 128, 256; pages 16, 64, 256; splits forced 1, 2, 7, 100
 # and the heuristic's, each within the rule; outputs and split workspaces NaN-poisoned; LSE within
-# 1e-4 relative of float64; dense decode calls (attention()) on the same kernel.
+# 1e-4 relative of float64; dense decode calls (attention()) on the same kernel. The appended rows
+# counted by the kernel (seqused_k_add) under forced splits and Dv 64 / 128 / 256; return_lse=False
+# writes bitwise the same output.
 from __future__ import annotations
 
 import math
