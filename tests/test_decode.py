@@ -114,5 +114,10 @@ def test_attention_with_kvcache_calls_the_cuda_code_directly(recorded: Any, monk
     case = make_case(seqlen_q=1, page_size=None, rotary=None, batch=2, head_dim=64, dtype=BF16)
     out = kvcache.attention_with_kvcache(case.q, case.k_cache, case.v_cache, case.k, case.v,
                                          cache_seqlens=case.cache_seqlens)  # fmt: skip
-    [(name, _)] = recorded.calls
+    [(name, (spec,))] = recorded.calls
     assert name == "fwd" and out.shape == case.q.shape[:3] + (case.v_cache.shape[3],)
+    assert spec[0][4] == 0  # no LSE asked for: none allocated, none written
+    out, lse = kvcache.attention_with_kvcache(case.q, case.k_cache, case.v_cache, cache_seqlens=case.cache_seqlens,
+                                              return_lse=True)  # fmt: skip
+    (_, (spec,)) = recorded.calls[1]
+    assert spec[0][4] == lse.data_ptr() and lse.shape == (2, 8, 1) and lse.dtype == torch.float32
