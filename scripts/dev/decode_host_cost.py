@@ -1,6 +1,6 @@
 """decode_host_cost.py: the host (Python) cost of one decode call, on CPU, launches mocked (issue 11).
 
-    PYTHONPATH=python python3 scripts/dev/decode_host_cost.py [--rounds 15] [--calls 2000]
+    PYTHONPATH=python python3 scripts/dev/decode_host_cost.py [--rounds 15] [--calls 2000] [--ops]
 
 The bench's decode shape (B 1, GQA 32/8, D 128, bf16, one query token, 8k keys) through the three
 roads a decode call takes: SDPA inside enable() (the entry's eager path), the direct API
@@ -64,6 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--ops", action="store_true", help="count each road's torch ops instead of timing")
     args = parser.parse_args()
     torch.manual_seed(0)
     dt = torch.bfloat16
@@ -100,8 +101,27 @@ def main() -> None:
     ]  # fmt: skip
     with _decode_lookalike():
         spec.append(_backend._spec(q, k, v, out, None, 0.125, masks.NO_MASK, None))
+        if args.ops:
+            _count_ops(rows[:4])
+            return
         samples = _interleaved(rows, args.rounds, args.calls)
     shim_cost._print(samples)
+
+
+def _count_ops(rows: list[shim_cost.Row]) -> None:
+    """The torch ops one call dispatches (top-level aten ops, torch.profiler's CPU events: no mode,
+    so the call takes its usual road): deterministic where the timings are not, and on a GPU each
+    is ~4-6 us of host time, and a kernel unless a view."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for name, fn, context in rows:
+        with context():
+            fn()
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                fn()
+        ops = [e.name.removeprefix("aten::") for e in prof.events()
+               if e.name.startswith("aten::") and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
+        print(f"{name:64s} {len(ops):3d} ops: {' '.join(ops)}")
 
 
 def _interleaved(rows: list[shim_cost.Row], rounds: int, calls: int) -> dict[str, list[float]]:
