@@ -31,11 +31,11 @@ def test_dense_decode_gets_the_decode_item(recorded: Any) -> None:
     _backend.launch_fwd(q, k, v, out, lse, 0.125, masks.CAUSAL_BOTTOM_RIGHT)
     [(name, (spec,))] = recorded.calls
     assert name == "fwd" and len(spec) == 9 and spec[2] == (2, 8, 2, 1, 300, 64, 64, -1, -1)
-    splits, o_accum, lse_accum, o_bytes, lse_bytes, table, table_stride, page_size, num_pages = spec[8]
+    splits, o_accum, lse_accum, o_bytes, lse_bytes, table, table_stride, page_size, num_pages, added = spec[8]
     rows = 2 * 8 * 1 * 3  # the stand-in's heuristic says 3 splits
     assert splits == 3 and (o_bytes, lse_bytes) == (rows * 64 * 4, rows * 4)
     assert o_accum != 0 and lse_accum - o_accum == (o_bytes + 255) // 256 * 256  # one buffer, LSEs 256-aligned
-    assert (table, table_stride, page_size, num_pages) == (0, 0, 0, 0)
+    assert (table, table_stride, page_size, num_pages, added) == (0, 0, 0, 0, 0)
 
 
 def test_forced_single_split_needs_no_workspace(recorded: Any) -> None:
@@ -43,7 +43,7 @@ def test_forced_single_split_needs_no_workspace(recorded: Any) -> None:
     k = v = torch.empty(1, 4, 40, 64, dtype=BF16)
     _backend.launch_fwd(q, k, v, out, None, 0.125, masks.NO_MASK, num_splits=1)
     [(_, (spec,))] = recorded.calls
-    assert spec[8] == (1, 0, 0, 0, 0, 0, 0, 0, 0)
+    assert spec[8] == (1, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
 def test_longer_queries_keep_the_forward(recorded: Any) -> None:
@@ -74,11 +74,12 @@ def test_kvcache_cuda_impl_appends_then_launches_once(recorded: Any, page_size: 
     capacity = 128  # make_case's
     assert sizes == (3, 8, 2, 2, capacity, 64, 64, -1, -1) and mask == masks.CAUSAL_BOTTOM_RIGHT and scale == 0.125
     assert pointers[1:5] == (case.k_cache.data_ptr(), case.v_cache.data_ptr(), out.data_ptr(), lse.data_ptr())
-    assert pointers[5:7] == (0, 0) and pointers[7] != case.cache_seqlens.data_ptr()  # seqused_k = lengths + Snew
+    # seqused_k is cache_seqlens itself (no device add), the kernel adds the Snew rows appended.
+    assert pointers[5:7] == (0, 0) and pointers[7] == case.cache_seqlens.data_ptr()
     qs, ks = out.stride(), case.k_cache.stride()
     assert strides[1] == (ks[0], ks[2], ks[1]) and strides[3] == (qs[0], qs[2], qs[1]) and strides[4] == lse.stride()
-    splits, *_, table, table_stride, page, num_pages = spec[8]
-    assert splits == 7
+    splits, *_, table, table_stride, page, num_pages, added = spec[8]
+    assert splits == 7 and added == 2  # make_case's seqlen_new
     if page_size is None:
         assert (table, table_stride, page, num_pages) == (0, 0, 0, 0)
     else:
@@ -94,13 +95,13 @@ def test_kvcache_without_new_rows_passes_the_lengths(recorded: Any) -> None:
         list(masks.CAUSAL_BOTTOM_RIGHT), 0,
     )  # fmt: skip
     [(_, (spec,))] = recorded.calls
-    assert spec[0][7] == case.cache_seqlens.data_ptr()  # no add when nothing is appended
+    assert spec[0][7] == case.cache_seqlens.data_ptr() and spec[8][9] == 0  # nothing appended, nothing added
 
 
 def test_plan_cache_is_bounded(recorded: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_backend, "_DECODE_CACHE_SIZE", 4)
     for seqlen_k in range(1, 10):  # a dense decode loop: one new shape per token
-        _backend.decode_plan(0, 1, (1, 8, 2, 1, seqlen_k, 64, 64), 2, False, 0)
+        _backend.decode_layout(0, 1, (1, 8, 2, 1, seqlen_k, 64, 64, -1, -1), masks.CAUSAL_BOTTOM_RIGHT, False, 0)
     assert 1 <= len(_backend._DECODE) <= 4
 
 
@@ -113,5 +114,10 @@ def test_attention_with_kvcache_calls_the_cuda_code_directly(recorded: Any, monk
     case = make_case(seqlen_q=1, page_size=None, rotary=None, batch=2, head_dim=64, dtype=BF16)
     out = kvcache.attention_with_kvcache(case.q, case.k_cache, case.v_cache, case.k, case.v,
                                          cache_seqlens=case.cache_seqlens)  # fmt: skip
-    [(name, _)] = recorded.calls
+    [(name, (spec,))] = recorded.calls
     assert name == "fwd" and out.shape == case.q.shape[:3] + (case.v_cache.shape[3],)
+    assert spec[0][4] == 0  # no LSE asked for: none allocated, none written
+    out, lse = kvcache.attention_with_kvcache(case.q, case.k_cache, case.v_cache, cache_seqlens=case.cache_seqlens,
+                                              return_lse=True)  # fmt: skip
+    (_, (spec,)) = recorded.calls[1]
+    assert spec[0][4] == lse.data_ptr() and lse.shape == (2, 8, 1) and lse.dtype == torch.float32

@@ -104,6 +104,7 @@ static void fill_decode(AttnFwdParams& p, const FwdSpec& s) {
   p.block_table_batch_stride = d.block_table_batch_stride;
   p.page_size = d.page_size;
   p.num_pages = d.num_pages;
+  p.seqused_k_add = d.seqused_k_add;
   p.o_accum = ptr<float>(d.o_accum);
   p.lse_accum = ptr<float>(d.lse_accum);
   if (d.num_splits <= 1) return;

@@ -42,6 +42,7 @@ struct DecodeArgs {
   int64_t block_table_batch_stride;
   int32_t page_size;
   int32_t num_pages;  // the pool's pages (k_cache.size(0)) with a block table, else 0
+  int32_t seqused_k_add;  // rows appended by a KV-cache call: added to seqused_k[b] (params.h)
 };
 
 // The score modifiers of one call (params.h's ScoreMods): device float32 pointers, 0 = none.

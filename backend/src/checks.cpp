@@ -85,6 +85,8 @@ void check_lse_given(const AttnFwdParams& p) {
 void check_decode(const AttnFwdParams& p) {
   if (p.num_splits == 0) return;
   if (p.cu_seqlens_q != nullptr) fail("num_splits=" + str(p.num_splits) + ": the decode path takes no cu_seqlens");
+  if (p.seqused_k_add < 0 || (p.seqused_k_add > 0 && p.seqused_k == nullptr))
+    fail("seqused_k_add=" + str(p.seqused_k_add) + ": needs >= 0, and a seqused_k to add to");
   if (p.block_table != nullptr) {
     if (reinterpret_cast<uintptr_t>(p.block_table) % 4 != 0) fail("block_table: data pointer must be 4-byte aligned");
     if (p.page_size < 1) fail("page_size=" + str(p.page_size) + ": must be >= 1 with a block table");

@@ -78,8 +78,9 @@ Strides strides_item(PyObject* tuple, Py_ssize_t i, const char* name) {
 //   mask     = (window_left, window_right, align)                          -1 = unbounded; align 0 / 1
 // and optionally, in this order (a later one needs the earlier ones; None = absent):
 //   decode   = (num_splits, o_accum, lse_accum, o_accum_bytes, lse_accum_bytes, block_table,
-//               block_table_batch_stride, page_size)   the decode path's arguments (decode_plan
-//               reports num_splits and the workspace bytes; pointers 0 = none)
+//               block_table_batch_stride, page_size, num_pages, seqused_k_add)   the decode path's
+//               arguments (decode_plan reports num_splits and the workspace bytes; pointers 0 =
+//               none; seqused_k_add: the rows a KV-cache call appends, added to seqused_k[b])
 //   mods     = (softcap, alibi_slopes, alibi_batch_stride, sinks)   issue 14's score modifiers
 //              (float32 device pointers, 0 = none): absent on the plain path, which builds no
 //              tuple for them
@@ -122,7 +123,7 @@ FwdSpec fwd_spec(py::handle obj) {
   if (PyTuple_GET_SIZE(spec) > 8) {
     PyObject* item = PyTuple_GET_ITEM(spec, 8);
     if (item != Py_None) {
-      PyObject* d = tuple_arg(item, 9, "spec.decode");
+      PyObject* d = tuple_arg(item, 10, "spec.decode");
       s.decode = DecodeArgs{int32_item(d, 0, "num_splits"),
                             static_cast<uintptr_t>(int_item(d, 1, "o_accum")),
                             static_cast<uintptr_t>(int_item(d, 2, "lse_accum")),
@@ -131,7 +132,8 @@ FwdSpec fwd_spec(py::handle obj) {
                             static_cast<uintptr_t>(int_item(d, 5, "block_table")),
                             int_item(d, 6, "block_table_batch_stride"),
                             int32_item(d, 7, "page_size"),
-                            int32_item(d, 8, "num_pages")};
+                            int32_item(d, 8, "num_pages"),
+                            int32_item(d, 9, "seqused_k_add")};
     }
   }
   if (PyTuple_GET_SIZE(spec) > 9 && PyTuple_GET_ITEM(spec, 9) != Py_None) {

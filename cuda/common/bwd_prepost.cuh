@@ -7,8 +7,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <utility>
 
+#include "common/launch.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
 #include "common/seqlen.cuh"
@@ -203,24 +203,6 @@ __global__ void __launch_bounds__(kPrePostThreads)
     out.w = ElemTraits<Elem>::pack(v[3].x * p.scale, v[3].y * p.scale);
     *reinterpret_cast<uint4*>(dq + r * p.dq_row_stride + c * 8) = out;
   }
-}
-
-// A launch that may begin while the stream's previous kernel still runs (programmatic stream
-// serialization): the kernel itself waits for it where it needs its results (grid_dependency_wait).
-template <typename... KernelArgs, typename... Args>
-cudaError_t launch_programmatic(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, size_t smem,
-                                cudaStream_t stream, Args&&... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 // Launches the preprocess (before the family's main kernel) or the postprocess (after it).

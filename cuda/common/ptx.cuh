@@ -185,8 +185,10 @@ __device__ __forceinline__ float exp2_fma(float x) {
 // preprocess lets the main kernel's CTAs start as its own last wave drains (the main kernel loads
 // K, V, Q and dO before it waits: they are not the preprocess's outputs), and the postprocess's
 // CTAs wait on SMs the main kernel's last wave leaves idle instead of being launched after it.
-// The backward's kernels use it (bwd_prepost.cuh, the sm90 main kernel); the launch gaps and
-// ramps it hides: docs/kernel_notes_bwd_sm90.md (session 7).
+// The backward's kernels use it (bwd_prepost.cuh, the sm90 main kernel), and the decode path
+// (the decode kernel lets the split combine start; the combine waits before reading the partials);
+// the launches are common/launch.cuh's. The gaps and ramps it hides: docs/kernel_notes_bwd_sm90.md
+// (session 7), docs/kernel_notes_decode.md.
 __device__ __forceinline__ void grid_dependents_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");

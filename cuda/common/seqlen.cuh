@@ -33,7 +33,11 @@ struct SeqlenInfo {
       seqlen_q = p.seqlen_q;
       seqlen_k = p.seqlen_k;
     }
-    if (p.seqused_k != nullptr) seqlen_k = min(seqlen_k, max(p.seqused_k[batch], 0));
+    if (p.seqused_k != nullptr) {
+      // In int64: the entry is device data the host never read, the sum must not wrap.
+      const int64_t used = static_cast<int64_t>(p.seqused_k[batch]) + p.seqused_k_add;
+      seqlen_k = static_cast<int>(min(static_cast<int64_t>(seqlen_k), max(used, int64_t{0})));
+    }
   }
 
  private:

@@ -1,6 +1,7 @@
 // decode_launch_sm80.cuh: run_decode_sm80_<Elem, kHeadDim>, the host launcher of the decode path
 // (decode_kernel_sm80.cuh): the decode kernel over SplitKvScheduler's grid, then, with more than
-// one split, the combine kernel of common/split_combine.cuh on the same stream. Included by the
+// one split, the combine kernel of common/split_combine.cuh on the same stream (programmatically
+// on sm_90+: launch_split_combine). Included by the
 // generated cuda/instantiations/decode_sm80_<dtype>_hdim<d>.cu files.
 //
 // num_splits is a runtime value (params.num_splits), not a template axis: the only code it

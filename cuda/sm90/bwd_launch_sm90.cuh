@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "common/launch.cuh"
 #include "common/smem_optin.cuh"
 #include "sm90/bwd_kernel_sm90.cuh"
 #include "sm90/tma_sm90.h"

@@ -63,10 +63,13 @@ _BWD_REASON: dict[tuple[int, int, int], str | None] = {}  # (device, head_dim_qk
 # verdict: (family or None, head-dim bucket, tile, shared memory bytes, reasons or None). layout: 0
 # dense, 1 varlen (callers pass the bool), 2 decode; backward: 0, 1, 2 deterministic.
 _SELECT: dict[tuple[int, int, int, int, int, int, int, int], tuple[Any, ...]] = {}
-# (device, dtype code, sizes, mask kind, kv_cache, forced splits) -> _C.decode_plan's answer:
-# (family or None, num_splits, o_accum_bytes, lse_accum_bytes, reasons or None). Bounded: a dense
-# decode loop grows seqlen_k by one per token, a new key each step.
-_DECODE: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+# (device, dtype code, spec sizes, mask, kv_cache, forced splits) -> what a decode launch of that
+# problem needs, from _C.decode_plan once: (num_splits, o_accum_bytes, lse_accum_bytes, LSE offset
+# in the workspace, workspace bytes), or the plan's reasons (a str) where no decode kernel serves
+# it. One flat lookup a call, keyed on the spec's own sizes tuple and the mask as given (no
+# re-slicing, no mask-kind call: session 9). Bounded: a dense decode loop grows seqlen_k by one per
+# token, a new key each step.
+_DECODE: dict[tuple[Any, ...], tuple[int, int, int, int, int] | str] = {}
 _DECODE_CACHE_SIZE = 4096
 LAYOUT_DECODE = 2
 # Dense calls with at most this many query rows ask for the decode kernel (_C's
@@ -265,16 +268,35 @@ def deterministic_reason(q: Tensor, v: Tensor, mask: MaskSpec, varlen: bool, fea
 
 def decode_plan(index: int, dtype_code: int, sizes: tuple[int, ...], mask_kind: int, kv_cache: bool,
                 num_splits: int) -> tuple[Any, ...]:
-    """The decode path's plan for one call (``_C.decode_plan``, cached per shape): (family or None,
-    num_splits, o_accum_bytes, lse_accum_bytes, reasons or None). ``sizes`` = (batch, heads_q,
-    heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v); shapes only, never a device read."""
-    key = (index, dtype_code, sizes, mask_kind, kv_cache, num_splits)
-    plan = _DECODE.get(key)
-    if plan is None:
+    """The decode path's plan for one call (``_C.decode_plan``, not cached: launches read
+    decode_layout's cache): (family or None, num_splits, o_accum_bytes, lse_accum_bytes, reasons or
+    None). ``sizes`` = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v);
+    shapes only, never a device read."""
+    return tuple(_C.decode_plan(index, dtype_code, sizes, mask_kind, kv_cache, num_splits))
+
+
+def decode_layout(index: int, dtype_code: int, sizes: tuple[int, ...], mask: MaskSpec, kv_cache: bool,
+                  num_splits: int) -> tuple[int, int, int, int, int] | str:
+    """What a decode launch needs (cached per problem, ``_DECODE``): (num_splits, o_accum_bytes,
+    lse_accum_bytes, LSE offset, workspace bytes), the split partials' workspace being one
+    allocation, float32 outputs first, then the LSEs at a 256-byte boundary; or, where no decode
+    kernel serves the call, the plan's reasons. ``sizes``: the spec's (its first 7 items are
+    decode_plan's)."""
+    key = (index, dtype_code, sizes, mask, kv_cache, num_splits)
+    layout = _DECODE.get(key)
+    if layout is None:
+        family, splits, o_bytes, lse_bytes, reasons = decode_plan(
+            index, dtype_code, tuple(sizes[:7]), masks.kind(mask), kv_cache, num_splits
+        )  # fmt: skip
+        if family is None:
+            layout = str(reasons)
+        else:
+            o_padded = (o_bytes + 255) // 256 * 256 if splits > 1 else 0
+            layout = (splits, o_bytes, lse_bytes, o_padded, o_padded + lse_bytes if splits > 1 else 0)
         if len(_DECODE) >= _DECODE_CACHE_SIZE:
             _DECODE.clear()
-        plan = _DECODE[key] = tuple(_C.decode_plan(index, dtype_code, sizes, mask_kind, kv_cache, num_splits))
-    return plan
+        _DECODE[key] = layout
+    return layout
 
 
 def prime_devices() -> None:
@@ -421,34 +443,31 @@ def new_workspace(nbytes: int, device: torch.device) -> Tensor:
 
 def _decode_item(
     spec: tuple[Any, ...], mask: MaskSpec, kv_cache: bool, num_splits: int, device: torch.device,
-    block_table: Tensor | None = None, page_size: int = 0, num_pages: int = 0,
+    block_table: Tensor | None = None, page_size: int = 0, num_pages: int = 0, seqused_k_add: int = 0,
 ) -> tuple[tuple[Any, ...], Tensor | None] | None:
     """The decode item of a spec (module.cpp's fwd_spec, 9th item) and the split workspace behind
-    its pointers, or None when no decode kernel serves the call (the plan's reasons then say why).
-    The split partials' workspace is one allocation from the caching allocator, float32 outputs
-    first, then the LSEs at a 256-byte boundary. The caller holds the returned tensor until the
-    launch is queued (stream-ordered reuse after that is safe, and graph-safe); dropped before,
-    the memory is free while the kernel writes it (compute-sanitizer memcheck with the caching
-    allocator off caught exactly that)."""
-    sizes = spec[2]
-    family, splits, o_bytes, lse_bytes, reasons = decode_plan(
-        spec[6], spec[5], (sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6]), masks.kind(mask),
-        kv_cache, num_splits,
-    )  # fmt: skip
-    if family is None:
+    its pointers (decode_layout: one allocation from the caching allocator), or None when no
+    decode kernel serves the call (the plan's reasons then say why). The caller holds the returned
+    tensor until the launch is queued (stream-ordered reuse after that is safe, and graph-safe);
+    dropped before, the memory is free while the kernel writes it (compute-sanitizer memcheck with
+    the caching allocator off caught exactly that)."""
+    layout = _DECODE.get((spec[6], spec[5], spec[2], mask, kv_cache, num_splits))
+    if layout is None:
+        layout = decode_layout(spec[6], spec[5], spec[2], mask, kv_cache, num_splits)
+    if type(layout) is str:
         if kv_cache:
-            raise ValueError(f"flashsdpa.attention_with_kvcache: no decode kernel serves this call: {reasons}")
+            raise ValueError(f"flashsdpa.attention_with_kvcache: no decode kernel serves this call: {layout}")
         return None
+    splits, o_bytes, lse_bytes, lse_offset, nbytes = layout
     o_ptr = lse_ptr = 0
     workspace = None
-    if splits > 1:
-        o_padded = (o_bytes + 255) // 256 * 256
-        workspace = new_workspace(o_padded + lse_bytes, device)
+    if nbytes:
+        workspace = new_workspace(nbytes, device)
         o_ptr = workspace.data_ptr()
-        lse_ptr = o_ptr + o_padded
+        lse_ptr = o_ptr + lse_offset
     table = 0 if block_table is None else block_table.data_ptr()
     table_stride = 0 if block_table is None else block_table.stride(0)
-    return (splits, o_ptr, lse_ptr, o_bytes, lse_bytes, table, table_stride, page_size, num_pages), workspace
+    return (splits, o_ptr, lse_ptr, o_bytes, lse_bytes, table, table_stride, page_size, num_pages, seqused_k_add), workspace
 
 
 def launch_fwd(
@@ -472,7 +491,7 @@ def launch_fwd(
     if mods is not None:
         _C.fwd((*spec, None, _mods_item(mods)))
         return
-    if varlen is None and q.shape[2] <= DECODE_MAX_SEQLEN_Q:
+    if varlen is None and spec[2][3] <= DECODE_MAX_SEQLEN_Q:  # seqlen_q
         decode = _decode_item(spec, mask, False, num_splits, q.device)
         if decode is not None:
             item, workspace = decode
@@ -484,11 +503,12 @@ def launch_fwd(
 
 def launch_kvcache(
     q: Tensor, k_cache: Tensor, v_cache: Tensor, out: Tensor, lse: Tensor | None, scale: float, mask: MaskSpec,
-    seqused_k: Tensor, block_table: Tensor | None, num_splits: int,
+    seqused_k: Tensor, block_table: Tensor | None, num_splits: int, seqused_k_add: int = 0,
 ) -> None:
     """The decode kernel against a KV cache: ``q``, ``out`` (B, Sq, H, D); a contiguous cache
     (B, S_cache, Hkv, D) or a paged one (num_pages, page_size, Hkv, D) with ``block_table``
-    (B, max_pages) int32; sequence b attends to its first ``seqused_k[b]`` keys (int32, device);
+    (B, max_pages) int32; sequence b attends to its first ``seqused_k[b] + seqused_k_add`` keys
+    (int32, device: the cache_seqlens before this call's append, and the rows it appended);
     ``lse`` (B, Hq, Sq) float32 or None. No host sync: lengths stay on the device."""
     batch, seqlen_q, heads_q, head_dim_qk = q.shape
     heads_kv, head_dim_v = v_cache.shape[2], v_cache.shape[3]
@@ -505,7 +525,7 @@ def launch_kvcache(
     )  # fmt: skip
     page_size = 0 if block_table is None else k_cache.shape[1]
     num_pages = 0 if block_table is None else k_cache.shape[0]  # the kernel clamps block-table entries to it
-    decode = _decode_item(spec, mask, True, num_splits, q.device, block_table, page_size, num_pages)
+    decode = _decode_item(spec, mask, True, num_splits, q.device, block_table, page_size, num_pages, seqused_k_add)
     item, workspace = decode  # type: ignore[misc]  # kv_cache: raises rather than returning None
     _C.fwd((*spec, item))
     del workspace  # only now: the launch is queued

@@ -94,10 +94,18 @@ def _check_values(
 # ---- the op's impls ------------------------------------------------------------------------------
 
 
-def _outputs(q: Tensor, v_cache: Tensor) -> tuple[Tensor, Tensor]:
+def _out(q: Tensor, v_cache: Tensor) -> Tensor:
     batch, seqlen_q, heads_q, _ = q.shape
-    out = q.new_empty(batch, seqlen_q, heads_q, v_cache.shape[-1])
-    return out, q.new_empty(batch, heads_q, seqlen_q, dtype=torch.float32)
+    return q.new_empty(batch, seqlen_q, heads_q, v_cache.shape[3])
+
+
+def _lse(q: Tensor) -> Tensor:
+    batch, seqlen_q, heads_q, _ = q.shape
+    return q.new_empty(batch, heads_q, seqlen_q, dtype=torch.float32)
+
+
+def _outputs(q: Tensor, v_cache: Tensor) -> tuple[Tensor, Tensor]:
+    return _out(q, v_cache), _lse(q)
 
 
 def _rotary(cos: Tensor | None, sin: Tensor | None, interleaved: bool) -> tuple[Tensor, Tensor, bool] | None:
@@ -119,33 +127,49 @@ def _fwd_kvcache_cpu(
     )
 
 
-def _fwd_kvcache_cuda(
+def _kvcache_cuda(
     q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Tensor | None, v: Tensor | None, cache_seqlens: Tensor,
     block_table: Tensor | None, rotary_cos: Tensor | None, rotary_sin: Tensor | None, rotary_interleaved: bool,
-    scale: float, mask: list[int], num_splits: int,
-) -> tuple[Tensor, Tensor]:  # fmt: skip
+    scale: float, mask: masks.MaskSpec, num_splits: int, with_lse: bool,
+) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    """The op's CUDA implementation, and the direct API's eager path (``with_lse=False`` when the
+    caller does not return the LSE: one allocation fewer, the kernels then write none)."""
     # Rotary and the append are torch ops in the current stream (reference_kvcache's own functions,
     # graph-safe); the attention is one decode-kernel launch (plus the split combine) that reads the
     # caches in place, paged or not. Nothing is read on the host.
-    _check_values(k_cache, k, cache_seqlens, q.shape[1], block_table, rotary_cos)  # FLASHSDPA_VALIDATE=1 only
-    seqlen_new = 0 if k is None else k.shape[1]
+    if validation.ENABLED:  # FLASHSDPA_VALIDATE=1: the values, read on the host (a sync)
+        _check_values(k_cache, k, cache_seqlens, q.shape[1], block_table, rotary_cos)
+    seqlen_new = 0
     if k is not None and v is not None:
+        seqlen_new = k.shape[1]
         if rotary_cos is not None and rotary_sin is not None:
             rot, at = reference_kvcache.apply_rotary, reference_kvcache.new_positions
             rows = rotary_cos.shape[0]  # positions clamped into the table (see new_positions)
             q = rot(q, rotary_cos, rotary_sin, at(cache_seqlens, q.shape[1], rows), rotary_interleaved)
             k = rot(k, rotary_cos, rotary_sin, at(cache_seqlens, seqlen_new, rows), rotary_interleaved)
         reference_kvcache.append_(k_cache, v_cache, k, v, cache_seqlens, block_table)
-    out, lse = _outputs(q, v_cache)
+    out = _out(q, v_cache)
+    lse = _lse(q) if with_lse else None
     _COUNTS[0] += 1
     if q.numel() == 0 or _capacity(k_cache, block_table) == 0:  # nothing to attend: out 0, LSE +inf
-        return out.zero_(), lse.fill_(math.inf)
-    if q.stride(-1) != 1:  # rotary returns a fresh tensor; a caller's q may be any view
+        return out.zero_(), None if lse is None else lse.fill_(math.inf)
+    if q.stride(3) != 1:  # rotary returns a fresh tensor; a caller's q may be any view
         q = q.contiguous()
-    # The keys sequence b attends to: its cache plus the rows just appended (a device add, no sync).
-    seqused_k = cache_seqlens if seqlen_new == 0 else cache_seqlens + seqlen_new
-    spec = (mask[0], mask[1], mask[2])
-    _backend.launch_kvcache(q, k_cache, v_cache, out, lse, scale, spec, seqused_k, block_table, num_splits)
+    # Sequence b attends to cache_seqlens[b] + seqlen_new keys: the kernel adds seqlen_new to the
+    # lengths it reads (params.h's seqused_k_add), so no device add makes a new lengths tensor.
+    _backend.launch_kvcache(q, k_cache, v_cache, out, lse, scale, mask, cache_seqlens, block_table, num_splits,
+                            seqlen_new)  # fmt: skip
+    return out, lse
+
+
+def _fwd_kvcache_cuda(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Tensor | None, v: Tensor | None, cache_seqlens: Tensor,
+    block_table: Tensor | None, rotary_cos: Tensor | None, rotary_sin: Tensor | None, rotary_interleaved: bool,
+    scale: float, mask: list[int], num_splits: int,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    out, lse = _kvcache_cuda(q, k_cache, v_cache, k, v, cache_seqlens, block_table, rotary_cos, rotary_sin,
+                             rotary_interleaved, scale, (mask[0], mask[1], mask[2]), num_splits, True)  # fmt: skip
+    assert lse is not None
     return out, lse
 
 
@@ -330,12 +354,22 @@ def attention_with_kvcache(
         reason = selection.head_dims_reason(head_dim, v_cache.shape[3])
         if reason is not None:
             raise ValueError(reason)
-    args = (q, k_cache, v_cache, k, v, cache_seqlens, block_table, rotary_cos, rotary_sin, rotary_interleaved,
-            float(scale), list(mask), splits)  # fmt: skip
-    extra = (k, v, cache_seqlens, block_table, rotary_cos, rotary_sin)
-    plain = all(t is None or type(t) is Tensor for t in extra)
-    if q.is_cuda and plain and eager.wrapped_reason(q, k_cache, v_cache) is None:
-        out, lse = _fwd_kvcache_cuda(*args)  # nothing records or traces the call: the op's CUDA code, directly
+    if (
+        q.is_cuda
+        and (k is None or type(k) is Tensor)
+        and (v is None or type(v) is Tensor)
+        and type(cache_seqlens) is Tensor
+        and (block_table is None or type(block_table) is Tensor)
+        and (rotary_cos is None or type(rotary_cos) is Tensor)
+        and (rotary_sin is None or type(rotary_sin) is Tensor)
+        and eager.wrapped_reason(q, k_cache, v_cache) is None
+    ):
+        # Nothing records or traces the call: the op's CUDA code, directly (no LSE unless asked).
+        out, lse = _kvcache_cuda(q, k_cache, v_cache, k, v, cache_seqlens, block_table, rotary_cos, rotary_sin,
+                                 rotary_interleaved, float(scale), mask, splits, return_lse)  # fmt: skip
     else:
-        out, lse = torch.ops.flashsdpa.fwd_kvcache.default(*args)
+        out, lse = torch.ops.flashsdpa.fwd_kvcache.default(
+            q, k_cache, v_cache, k, v, cache_seqlens, block_table, rotary_cos, rotary_sin, rotary_interleaved,
+            float(scale), list(mask), splits,
+        )  # fmt: skip
     return (out, lse) if return_lse else out

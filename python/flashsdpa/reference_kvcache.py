@@ -31,13 +31,16 @@ __all__ = ["append_", "apply_rotary", "attention_with_kvcache", "gather_pages", 
 
 
 def new_positions(cache_seqlens: Tensor, seqlen: int, limit: int | None = None) -> Tensor:
-    """(B, seqlen) int64: positions ``cache_seqlens[b] + i`` of the new rows, on the device; with
-    ``limit``, clamped into [0, limit): on CUDA the values of cache_seqlens are not read on the host
-    (a sync), and an index past a table would be a device-side assert that ends the CUDA context.
-    Valid calls (the CPU path checks them first) never reach the bounds."""
-    steps = torch.arange(seqlen, device=cache_seqlens.device, dtype=torch.int64)
-    positions = cache_seqlens.to(torch.int64).unsqueeze(1) + steps
-    return positions if limit is None else positions.clamp_(0, max(limit - 1, 0))
+    """(B, seqlen), cache_seqlens' dtype (int32: an index type of its own): positions
+    ``cache_seqlens[b] + i`` of the new rows, on the device; with ``limit``, clamped into
+    [0, limit): on CUDA the values of cache_seqlens are not read on the host (a sync), and an index
+    past a table would be a device-side assert that ends the CUDA context. Valid calls (the CPU path
+    checks them first) never reach the bounds. A decode step (seqlen 1) is one kernel, the clamp:
+    each torch op here is a launch and ~5 us of host time on the KV-cache path (issue 11)."""
+    positions = cache_seqlens.unsqueeze(1)  # a view: never modified in place
+    if seqlen != 1:
+        positions = positions + torch.arange(seqlen, device=cache_seqlens.device, dtype=cache_seqlens.dtype)
+    return positions if limit is None else positions.clamp(0, max(limit - 1, 0))
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor, interleaved: bool) -> Tensor:
@@ -60,14 +63,15 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor, interle
 def _cache_index(
     cache: Tensor, cache_seqlens: Tensor, seqlen: int, block_table: Tensor | None
 ) -> tuple[Tensor, Tensor]:
-    """The (first, second) index pair of the cache rows the new rows go to, each (B, seqlen)."""
+    """The (first, second) index pair of the cache rows the new rows go to: (B, 1) or (B, seqlen)
+    and (B, seqlen), which index_put_ broadcasts."""
+    # (B, 1) batch indices: index_put_ broadcasts them against the (B, seqlen) positions.
+    batch = torch.arange(cache_seqlens.shape[0], device=cache_seqlens.device, dtype=cache_seqlens.dtype).unsqueeze(1)
     if block_table is None:
-        positions = new_positions(cache_seqlens, seqlen, cache.shape[1])
-        batch = torch.arange(positions.shape[0], device=positions.device).unsqueeze(1).expand_as(positions)
-        return batch, positions
+        return batch, new_positions(cache_seqlens, seqlen, cache.shape[1])
     page_size = cache.shape[1]
     positions = new_positions(cache_seqlens, seqlen, block_table.shape[1] * page_size)
-    pages = block_table.to(torch.int64).gather(1, torch.div(positions, page_size, rounding_mode="floor"))
+    pages = block_table[batch, torch.div(positions, page_size, rounding_mode="floor")]
     # Entries outside the pool (unread bad metadata on CUDA) stay inside it, as in the kernel.
     return pages.clamp_(0, max(cache.shape[0] - 1, 0)), positions.remainder(page_size)
 
@@ -80,8 +84,8 @@ def append_(
     if k.shape[0] * k.shape[1] == 0:
         return
     index = _cache_index(k_cache, cache_seqlens, k.shape[1], block_table)
-    k_cache.index_put_(index, k.to(k_cache.dtype))
-    v_cache.index_put_(index, v.to(v_cache.dtype))
+    k_cache.index_put_(index, k if k.dtype == k_cache.dtype else k.to(k_cache.dtype))
+    v_cache.index_put_(index, v if v.dtype == v_cache.dtype else v.to(v_cache.dtype))
 
 
 def gather_pages(cache: Tensor, block_table: Tensor) -> Tensor:

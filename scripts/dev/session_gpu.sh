@@ -21,10 +21,12 @@ if [[ -n "${FAMILY_TESTS:-}" ]]; then
   grep -E "^(FAILED|ERROR) " "$OUT/tests_sm80.log" | cut -c1-200 | head -20
   [[ $r == 0 ]] || rc=1
 fi
+# SANITIZE_TESTS: the files whose sanitizer_subset tests run (default: the forward / backward ones;
+# tests/gpu/test_kvcache.py for the decode path).
 if [[ "${SANITIZE:-0}" == 1 ]]; then  # our kernels' small subsets, the caching allocator off (gpu_check.sh)
   for tool in memcheck racecheck; do
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool $tool --error-exitcode 9 --target-processes all \
-      python3 -m pytest tests/gpu/test_kernels.py tests/gpu/test_features_gpu.py -q -x -p no:cacheprovider \
+      python3 -m pytest ${SANITIZE_TESTS:-tests/gpu/test_kernels.py tests/gpu/test_features_gpu.py} -q -x -p no:cacheprovider \
       -k sanitizer_subset > "$OUT/sanitize_$tool.log" 2>&1; r=$?
     echo "sanitizer $tool rc=$r: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
     [[ $r == 0 ]] || rc=1

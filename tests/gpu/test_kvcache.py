@@ -8,7 +8,9 @@
 # a decode step, against eager calls on copies. The decode grid (below _check's tests): Sq 1, 2,
 # 4, 16; Sk 1 .. 128k; GQA groups 1, 4, 8; D 64, 128, 256; pages 16, 64, 256; splits forced 1, 2, 7, 100
 # and the heuristic's, each within the rule; outputs and split workspaces NaN-poisoned; LSE within
-# 1e-4 relative of float64; dense decode calls (attention()) on the same kernel.
+# 1e-4 relative of float64; dense decode calls (attention()) on the same kernel. The appended rows
+# counted by the kernel (seqused_k_add) under forced splits and Dv 64 / 128 / 256; return_lse=False
+# writes bitwise the same output.
 from __future__ import annotations
 
 import math
@@ -107,6 +109,35 @@ def test_num_splits_same_answer() -> None:
         _check(case, num_splits=splits)
 
 
+@pytest.mark.usefixtures("poisoned")
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("num_splits", [None, 1, 3, 100])
+@pytest.mark.parametrize("page_size", [None, 16], ids=["contiguous", "page16"])
+def test_append_with_forced_splits(page_size: int | None, num_splits: int | None, head_dim: int) -> None:
+    # The appended rows are counted by the kernel (cache_seqlens as given + Snew: params.h's
+    # seqused_k_add), through every split count and Dv 64 / 128 / 256 of the combine; ragged
+    # lengths with 0 and full (make_case). Sq 2: two new rows, the last query sees the last key.
+    skip_unless_compiled(BF16, head_dim)
+    case = make_case(seqlen_q=2, page_size=page_size, head_dim=head_dim, capacity=300, batch=5, dtype=BF16,
+                     device=DEVICE, seed=head_dim + (num_splits or 0))  # fmt: skip
+    _check(case, num_splits=num_splits)
+
+
+@pytest.mark.usefixtures("poisoned")
+@pytest.mark.parametrize("num_splits", [1, 4])
+def test_output_without_lse_is_the_same(num_splits: int) -> None:
+    # return_lse=False allocates no LSE and the kernels write none: the output is bitwise the one
+    # written beside an LSE (same kernels, same partials; the caches get the same append).
+    skip_unless_compiled(BF16, 128)
+    with_lse, without = (make_case(seqlen_q=1, head_dim=128, capacity=700, dtype=BF16, device=DEVICE, seed=5) for _ in range(2))
+    out, _ = flashsdpa.attention_with_kvcache(with_lse.q, with_lse.k_cache, with_lse.v_cache, with_lse.k, with_lse.v,
+                                              num_splits=num_splits, return_lse=True, **with_lse.kwargs())  # fmt: skip
+    alone = flashsdpa.attention_with_kvcache(without.q, without.k_cache, without.v_cache, without.k, without.v,
+                                             num_splits=num_splits, **without.kwargs())  # fmt: skip
+    assert isinstance(alone, torch.Tensor) and bool(torch.isfinite(alone).all())
+    assert torch.equal(alone, out) and torch.equal(without.k_cache, with_lse.k_cache)
+
+
 @pytest.mark.parametrize("page_size", [None, 64], ids=["contiguous", "page64"])
 def test_cuda_graph_decode_step(page_size: int | None) -> None:
     skip_unless_compiled(BF16, 128)
@@ -148,13 +179,9 @@ def poisoned(monkeypatch: pytest.MonkeyPatch) -> None:
     """Outputs and split workspaces start as NaN: a row or partial the kernels forget to write fails."""
     from flashsdpa import _backend, kvcache
 
-    real_outputs = kvcache._outputs
-
-    def nan_outputs(q: torch.Tensor, v_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out, lse = real_outputs(q, v_cache)
-        return out.fill_(math.nan), lse.fill_(math.nan)
-
-    monkeypatch.setattr(kvcache, "_outputs", nan_outputs)
+    real_out, real_lse = kvcache._out, kvcache._lse
+    monkeypatch.setattr(kvcache, "_out", lambda q, v_cache: real_out(q, v_cache).fill_(math.nan))
+    monkeypatch.setattr(kvcache, "_lse", lambda q: real_lse(q).fill_(math.nan))
     monkeypatch.setattr(_backend, "new_workspace", lambda n, device: torch.full((n,), 0xFF, dtype=torch.uint8, device=device))
 
 
@@ -341,6 +368,15 @@ def test_decode_sanitizer_subset(page_size: int | None, num_splits: int) -> None
     """Small decode cases for compute-sanitizer (scripts/dev/decode_gpu.sh): every path of the
     decode kernel and the combine: paged, ragged, empty sequences, splits, Sq * group > 16."""
     _run_decode(3, 5, 100, 4, 64, page_size, num_splits=num_splits)
+
+
+@pytest.mark.parametrize("page_size", [None, 16], ids=["contiguous", "page16"])
+def test_decode_sanitizer_subset_append(page_size: int | None) -> None:
+    """The append path under compute-sanitizer: new rows written by torch ops, lengths counted by
+    the kernel (seqused_k_add), 3 splits and the programmatically launched combine."""
+    skip_unless_compiled(BF16, 64)
+    _check(make_case(seqlen_q=2, page_size=page_size, head_dim=64, capacity=100, batch=3, dtype=BF16, device=DEVICE),
+           num_splits=3)  # fmt: skip
 
 
 def test_decode_sanitizer_subset_bad_block_table() -> None:

@@ -99,6 +99,10 @@ struct AttnFwdParams {
   const int32_t* cu_seqlens_q;  // nullptr: dense. Else int32[batch + 1], device memory
   const int32_t* cu_seqlens_k;  // set iff cu_seqlens_q is set
   const int32_t* seqused_k;     // optional int32[batch]: keys actually used per sequence (varlen or dense)
+  // Added to every seqused_k[b] (0 but on the decode path): the rows a KV-cache call appends before
+  // attending, so that its seqused_k is the caller's cache_seqlens as they are, not a tensor
+  // cache_seqlens + Snew made by one more device add (a kernel and ~5 us of host time a call).
+  int32_t seqused_k_add;
   // Varlen: the packed rows of q/o/lse/dq (total_q) and of k/v/dk/dv (total_k); -1 when dense. The
   // offsets above live in device memory the host does not read (that would synchronise), so the
   // kernels clamp every offset to these bounds (cuda/common/seqlen.cuh): bad metadata gives wrong
