@@ -271,6 +271,7 @@ def kernel_served(extras: Extras) -> bool:
 
 
 def not_served(api: str, extras: Extras) -> NotImplementedError:
+    # attn_mask alone is served on CUDA by flashsdpa::fwd_masked (dense); with dropout, or varlen, not yet.
     names = ", ".join(n for n in _given(extras) if n in ("attn_mask", "dropout_p"))
     return NotImplementedError(
         f"flashsdpa.{api} on CUDA: {names} not served by flashsdpa's kernels yet (issue 14; the CPU reference "

@@ -1,0 +1,170 @@
+"""attn_mask on our kernels, the host side (CPU): flashsdpa::fwd_masked / bwd_masked (ops_masks.py),
+the bias view the kernels read, the gradient's reduction, the launch items, and the reference
+against PyTorch's math path."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import flashsdpa
+from flashsdpa import _backend, ops_masks
+
+B, H, HKV, SQ, SK, D = 2, 4, 2, 7, 13, 16
+
+
+def _qkv(dtype: torch.dtype = torch.float32, grad: bool = False) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(B, H, SQ, D, generator=g, dtype=dtype)
+    k = torch.randn(B, HKV, SK, D, generator=g, dtype=dtype)
+    v = torch.randn(B, HKV, SK, D, generator=g, dtype=dtype)
+    return tuple(t.requires_grad_(grad) for t in (q, k, v))
+
+
+def test_additive_converts_bool_and_float() -> None:
+    m = torch.tensor([[True, False], [False, True]])
+    a = ops_masks.additive(m, torch.bfloat16)
+    assert a.dtype == torch.bfloat16
+    assert a.tolist() == [[0.0, -math.inf], [-math.inf, 0.0]]
+    f = torch.randn(3, 5)
+    assert ops_masks.additive(f, torch.float16).dtype == torch.float16
+
+
+@pytest.mark.parametrize(
+    "shape", [(B, 1, 1, SK), (1, H, SQ, SK), (B, H, SQ, SK), (SQ, SK), (SK,), (B, H, SQ, 1), (1, 1, 1, 1)]
+)
+def test_bias_view_broadcasts_without_copies_except_keys(shape: tuple[int, ...]) -> None:
+    bias = torch.randn(shape)
+    view = ops_masks.bias_view(bias, (B, H, SQ, SK))
+    assert tuple(view.shape) == (B, H, SQ, SK)
+    assert view.stride(3) == 1  # the kernels' unit key stride
+    torch.testing.assert_close(view, bias.expand(B, H, SQ, SK) if bias.dim() == 4 else bias.reshape(
+        (1,) * (4 - bias.dim()) + shape).expand(B, H, SQ, SK))
+    padded = (1,) * (4 - len(shape)) + shape
+    for d in range(3):  # broadcast dims are stride 0 (never materialized)
+        if padded[d] == 1 and view.shape[d] != 1:
+            assert view.stride(d) == 0
+    if shape[-1] == SK:  # no copy when the keys are already unit-stride
+        assert view.data_ptr() == bias.data_ptr()
+
+
+def test_bias_view_copies_a_strided_key_dim() -> None:
+    base = torch.randn(SQ, 2 * SK)
+    bias = base[:, ::2]  # key stride 2
+    view = ops_masks.bias_view(bias, (B, H, SQ, SK))
+    assert view.stride(3) == 1 and view.stride(0) == 0 and view.stride(1) == 0
+    torch.testing.assert_close(view[0, 0], bias)
+
+
+@pytest.mark.parametrize("shape", [(B, 1, 1, SK), (1, H, SQ, SK), (SQ, SK), (B, H, SQ, SK), (H, 1, SK)])
+def test_reduce_to_matches_expand_backward(shape: tuple[int, ...]) -> None:
+    bias = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(B, H, SQ, SK, dtype=torch.float64)
+    bias.expand(B, H, SQ, SK).backward(grad)
+    torch.testing.assert_close(ops_masks.reduce_to(grad, shape), bias.grad)
+
+
+def test_launch_items_carry_the_bias() -> None:
+    bias = ops_masks.bias_view(torch.randn(B, 1, 1, SK, dtype=torch.float16), (B, H, SQ, SK))
+    mods = (0.0, None, None, bias)
+    assert _backend.feature_bits(mods) == _backend.FEATURE_BITS["bias"] == 8
+    assert _backend.feature_bits((0.0, None, None)) == 0
+    item = _backend._mods_item(mods)
+    assert item[:4] == (0.0, 0, 0, 0)
+    assert item[4:] == (bias.data_ptr(), SK, 0, 0)  # (batch, head, row) element strides
+    assert len(_backend._mods_item((0.0, None, None))) == 4  # the old spec, unchanged
+
+
+def _math(q, k, v, mask, scale, causal=False):  # type: ignore[no-untyped-def]
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, scale=scale, is_causal=causal, enable_gqa=True
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["bool", "additive"])
+@pytest.mark.parametrize("shape", [(B, 1, 1, SK), (1, H, SQ, SK), (SQ, SK)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fwd_bwd_masked_against_math(kind: str, shape: tuple[int, ...], causal: bool) -> None:
+    q, k, v = _qkv(torch.float64, grad=True)
+    g = torch.Generator().manual_seed(1)
+    if kind == "bool":
+        mask = torch.rand(shape, generator=g) > 0.3
+        mask[..., 0] = True  # every row keeps a key (the math path gives NaN for empty rows)
+        bias = ops_masks.additive(mask, q.dtype)
+        ref_mask = mask
+    else:
+        bias = torch.randn(shape, generator=g, dtype=torch.float64).requires_grad_(True)
+        ref_mask = bias
+    scale = 0.3
+    spec = list(flashsdpa.masks.make(causal, "top_left", None))
+    out, lse = torch.ops.flashsdpa.fwd_masked.default(q, k, v, bias, scale, spec, 0.0, None, None)
+    ref = _math(q, k, v, ref_mask if not causal else _with_causal(ref_mask), scale)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=2e-5)  # the reference accumulates in float32
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, [q, k, v] + ([bias] if kind == "additive" else []), dout)
+    ref_grads = torch.autograd.grad(ref, [q, k, v] + ([bias] if kind == "additive" else []), dout)
+    for a, b in zip(grads, ref_grads):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)
+    if kind == "additive":
+        assert grads[3].shape == bias.shape
+
+
+def _with_causal(mask: torch.Tensor) -> torch.Tensor:
+    causal = torch.ones(SQ, SK, dtype=torch.bool).tril()
+    if mask.dtype == torch.bool:
+        return mask & causal
+    return mask + torch.zeros(SQ, SK, dtype=mask.dtype).masked_fill(~causal, -math.inf)
+
+
+def test_fully_masked_rows_give_zero_and_no_nan() -> None:
+    q, k, v = _qkv(torch.float64, grad=True)
+    mask = torch.ones(B, 1, SQ, SK, dtype=torch.bool)
+    mask[:, :, 3] = False  # row 3 sees no key
+    bias = ops_masks.additive(mask, q.dtype)
+    out, lse = torch.ops.flashsdpa.fwd_masked.default(q, k, v, bias, 0.25, [-1, -1, 0], 0.0, None, None)
+    assert torch.all(out[:, :, 3] == 0) and torch.all(lse[:, :, 3] == math.inf)
+    dq, dk, dv = torch.autograd.grad(out.sum(), [q, k, v])
+    assert torch.all(dq[:, :, 3] == 0)
+    assert not any(t.isnan().any() for t in (out, dq, dk, dv))
+
+
+def test_direct_api_mask_grad_on_cpu() -> None:
+    q, k, v = _qkv(torch.float64, grad=True)
+    bias = torch.randn(B, 1, 1, SK, dtype=torch.float64, requires_grad=True)
+    out = flashsdpa.attention(q, k, v, attn_mask=bias, enable_gqa=True)
+    ref = _math(q, k, v, bias, 1 / math.sqrt(D))
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=2e-5)  # the reference accumulates in float32
+    (g,) = torch.autograd.grad(out.square().sum(), [bias])
+    (rg,) = torch.autograd.grad(ref.square().sum(), [bias])
+    torch.testing.assert_close(g, rg, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize(
+    ("bias", "error", "match"),
+    [
+        (torch.zeros(B, H, SQ, SK, dtype=torch.float16), TypeError, "attn_mask .*dtype"),
+        (torch.zeros(B, H, SQ + 1, SK), ValueError, r"attn_mask .*broadcasts"),
+        (torch.zeros(3, H, SQ, SK), ValueError, r"attn_mask .*broadcasts"),
+        (torch.zeros(1, B, H, SQ, SK), ValueError, r"attn_mask .*broadcasts"),
+    ],
+)
+def test_fwd_masked_checks_name_the_mask(bias: torch.Tensor, error: type, match: str) -> None:
+    q, k, v = _qkv()
+    with pytest.raises(error, match=match):
+        torch.ops.flashsdpa.fwd_masked.default(q, k, v, bias, 0.25, [-1, -1, 0], 0.0, None, None)
+
+
+def test_opcheck_masked_ops() -> None:
+    q, k, v = _qkv()
+    bias = torch.randn(B, 1, SQ, SK)
+    args = (q, k, v, bias, 0.25, [-1, 0, 0], 0.0, None, None)
+    torch.library.opcheck(torch.ops.flashsdpa.fwd_masked.default, args)
+    out, lse = torch.ops.flashsdpa.fwd_masked.default(*args)
+    dout = torch.randn_like(out)
+    bwd_args = (dout, q, k, v, out, lse, bias, 0.25, [-1, 0, 0], 0.0, None, None, [False, False, True])
+    torch.library.opcheck(torch.ops.flashsdpa.bwd_masked.default, bwd_args)
+    *_, d_bias = torch.ops.flashsdpa.bwd_masked.default(*bwd_args)
+    assert d_bias.shape == bias.shape
