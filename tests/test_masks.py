@@ -5,13 +5,15 @@ against PyTorch's math path."""
 from __future__ import annotations
 
 import math
+import re
+from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import flashsdpa
-from flashsdpa import _backend, ops_masks
+from flashsdpa import _backend, masks, ops_masks
 
 B, H, HKV, SQ, SK, D = 2, 4, 2, 7, 13, 16
 
@@ -99,7 +101,7 @@ def test_fwd_bwd_masked_against_math(kind: str, shape: tuple[int, ...], causal: 
         bias = torch.randn(shape, generator=g, dtype=torch.float64).requires_grad_(True)
         ref_mask = bias
     scale = 0.3
-    spec = list(flashsdpa.masks.make(causal, "top_left", None))
+    spec = list(masks.make(causal, "top_left", None))
     out, lse = torch.ops.flashsdpa.fwd_masked.default(q, k, v, bias, scale, spec, 0.0, None, None)
     ref = _math(q, k, v, ref_mask if not causal else _with_causal(ref_mask), scale)
     torch.testing.assert_close(out, ref, atol=2e-5, rtol=2e-5)  # the reference accumulates in float32
@@ -168,3 +170,107 @@ def test_opcheck_masked_ops() -> None:
     torch.library.opcheck(torch.ops.flashsdpa.bwd_masked.default, bwd_args)
     *_, d_bias = torch.ops.flashsdpa.bwd_masked.default(*bwd_args)
     assert d_bias.shape == bias.shape
+
+
+# ---- the SDPA routers of the masked ops (a fake CUDA build, FakeTensors) --------------------------
+
+F16 = torch.float16
+
+
+class _Native:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def call_boxed(self, keyset: Any, *args: Any, **kwargs: Any) -> str:
+        self.calls.append(args)
+        return "native result"
+
+
+@pytest.fixture
+def native(monkeypatch: pytest.MonkeyPatch) -> _Native:
+    from flashsdpa import routers
+
+    recorder = _Native()
+    for route in routers._ROUTES:
+        monkeypatch.setitem(routers._NATIVE, route.op, recorder)
+    return recorder
+
+
+def _same_meta(ours: torch.Tensor, meta: torch.Tensor) -> bool:
+    return ours.shape == meta.shape and ours.stride() == meta.stride() and ours.dtype == meta.dtype
+
+
+def test_efficient_router_serves_a_bias(fake_build: Any, native: _Native, fake_mode: Any,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from flashsdpa import routers
+
+    build = fake_build()
+    monkeypatch.setattr(_backend, "_current_stream", lambda device: 77)
+    q, k, v = (torch.empty(2, 4, 100, 64, dtype=F16, device="cuda") for _ in range(3))
+    bias = torch.empty(2, 1, 1, 100, dtype=F16, device="cuda").expand(2, 4, 100, 100)
+    out, lse, seed, offset = routers._eff_forward("keys", q, k, v, bias, True, 0.0, True)
+    assert not native.calls
+    meta = torch.ops.aten._scaled_dot_product_efficient_attention.default(q, k, v, bias, True, 0.0, True)
+    assert _same_meta(out, meta[0]) and _same_meta(lse, meta[1])
+    [(name, (spec,))] = build.calls
+    assert name == "fwd" and spec[3] == masks.CAUSAL_TOP_LEFT  # is_causal: top-left on this op
+    item = spec[9]
+    assert item[:4] == (0.0, 0, 0, 0) and item[4] == bias.data_ptr() and item[5:] == (100, 0, 0)
+    # The backward with grad_input_mask[3]: dS into a zeroed dense buffer, returned in attn_bias's shape.
+    dout = torch.empty_like(out)
+    grads = routers._eff_backward("keys", dout, q, k, v, bias, out, lse, seed, offset, 0.0, [True, True, True, True],
+                                  True)  # fmt: skip
+    assert not native.calls
+    meta_g = torch.ops.aten._scaled_dot_product_efficient_attention_backward.default(
+        dout, q, k, v, bias, out, lse, seed, offset, 0.0, [True, True, True, True], True
+    )
+    for ours, m in zip(grads[:3], meta_g[:3]):
+        assert _same_meta(ours, m)
+    assert grads[3].shape == bias.shape
+    name, (bspec, bgrads) = build.calls[1]
+    assert name == "bwd" and len(bgrads[4]) == 3  # (d_slopes, d_sinks, d_bias) pointers (0 for FakeTensors)
+    assert len(bspec[9]) == 8 and bspec[9][5:] == (100, 0, 0)  # the bias and its strides
+
+
+@pytest.mark.parametrize(
+    ("bias", "dropout", "reason"),
+    [
+        (torch.float32, 0.0, "attn_bias .*float32.*needs query's dtype"),
+        (F16, 0.1, "dropout"),
+        ("3d-bad", 0.0, "does not broadcast"),
+    ],
+)
+def test_efficient_router_falls_back_with_reasons(fake_build: Any, native: _Native, fake_mode: Any, bias: Any,
+                                                  dropout: float, reason: str) -> None:  # fmt: skip
+    from flashsdpa import reporting, routers
+
+    fake_build()
+    q, k, v = (torch.empty(2, 4, 100, 64, dtype=F16, device="cuda") for _ in range(3))
+    if bias == "3d-bad":
+        b = torch.empty(3, 100, 100, dtype=F16, device="cuda")
+    else:
+        b = torch.empty(2, 4, 100, 100, dtype=bias, device="cuda")
+    reporting.reset_stats()
+    assert routers._eff_forward("keys", q, k, v, b, True, dropout, False) == "native result"
+    assert len(native.calls) == 1
+    reasons = reporting.stats()["fallback_reasons"]
+    assert any(re.search(reason, key) for key in reasons), reasons
+
+
+def test_cudnn_router_outputs_match_its_meta(fake_build: Any, native: _Native, fake_mode: Any,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from flashsdpa import routers
+
+    build = fake_build()
+    monkeypatch.setattr(_backend, "_current_stream", lambda device: 77)
+    q = torch.empty(2, 100, 4, 64, dtype=F16, device="cuda").transpose(1, 2)
+    k = torch.empty(2, 80, 2, 64, dtype=F16, device="cuda").transpose(1, 2)
+    v = torch.empty(2, 80, 2, 64, dtype=F16, device="cuda").transpose(1, 2)
+    bias = torch.empty(100, 80, dtype=F16, device="cuda")
+    ours = routers._cudnn_forward("keys", q, k, v, bias, True, 0.0, False, False)
+    assert not native.calls
+    meta = torch.ops.aten._scaled_dot_product_cudnn_attention.default(q, k, v, bias, True, 0.0, False, False)
+    assert _same_meta(ours[0], meta[0]) and _same_meta(ours[1], meta[1])
+    assert ours[4:6] == (100, 80)
+    [(name, (spec,))] = build.calls
+    assert spec[3] == masks.NO_MASK and spec[9][4:] == (bias.data_ptr(), 0, 0, 80)

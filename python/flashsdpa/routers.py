@@ -468,7 +468,7 @@ def _eff_forward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     batch, heads, seqlen_q, _ = query.shape
     out = query.new_empty(batch, seqlen_q, heads, value.shape[3]).transpose(1, 2)
     lse_full = query.new_empty(batch, heads, (seqlen_q + 31) // 32 * 32 if compute_lse else 0, dtype=torch.float32)
-    lse = lse_full[:, :, :seqlen_q] if compute_lse else None
+    lse = lse_full.narrow(2, 0, seqlen_q) if compute_lse else None
     scale_ = softmax_scale(scale, query.shape[3])
     _backend.launch_fwd(query, key, value, out, lse, scale_, _EFF_MASKS[is_causal], mods=_eff_mods(attn_bias, query, key))
     _EFF_FWD_COUNTS[0] += 1
@@ -486,7 +486,7 @@ def _eff_backward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     if reason is None and (logsumexp.dtype != torch.float32 or tuple(logsumexp.shape) != lse_shape):
         reason = f"logsumexp {tuple(logsumexp.shape)} {logsumexp.dtype}: needs {lse_shape} float32"
     if reason is None:
-        reason = _bwd_tensors_reason(grad_out, out, logsumexp[:, :, :seqlen_q], query, value, tuple(query.shape[:3]))
+        reason = _bwd_tensors_reason(grad_out, out, logsumexp.narrow(2, 0, seqlen_q), query, value, tuple(query.shape[:3]))
     if reason is None:
         reason = _backend.deterministic_reason(query, value, _EFF_MASKS[is_causal], False)
     if reason is not None:
@@ -500,7 +500,7 @@ def _eff_backward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     d_full = query.new_zeros(batch, heads, seqlen_q, seqlen_k) if want_bias else None
     mods = _eff_mods(attn_bias, query, key)
     grad_out = _backend.aligned_rows(grad_out)
-    _backend.launch_bwd(grad_out, query, key, value, out, logsumexp[:, :, :seqlen_q], dq, dk, dv,
+    _backend.launch_bwd(grad_out, query, key, value, out, logsumexp.narrow(2, 0, seqlen_q), dq, dk, dv,
                         softmax_scale(scale, head_dim), _EFF_MASKS[is_causal], None, mods,
                         None if mods is None else (None, None, d_full))  # fmt: skip
     _EFF_BWD_COUNTS[0] += 1
@@ -552,7 +552,7 @@ def _cudnn_forward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     batch, heads, seqlen_q, head_dim = query.shape
     out = _like_query(query, value.shape[3])
     lse = query.new_empty(batch, heads, seqlen_q, 1, dtype=torch.float32)
-    _backend.launch_fwd(query, key, value, out, lse[..., 0], softmax_scale(scale, head_dim), _EFF_MASKS[is_causal],
+    _backend.launch_fwd(query, key, value, out, lse.select(3, 0), softmax_scale(scale, head_dim), _EFF_MASKS[is_causal],
                         mods=_eff_mods(attn_bias, query, key))  # fmt: skip
     _CUDNN_FWD_COUNTS[0] += 1
     return (out, lse, None, None, seqlen_q, key.shape[2], torch.empty((), dtype=torch.long),
@@ -578,7 +578,7 @@ def _cudnn_backward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
         bits = 0 if attn_bias is None else _backend.FEATURE_BITS["bias"]
         reason = (
             selection.features_reason(query, value, _EFF_MASKS[is_causal], bits, varlen=False, backward=True)
-            or _bwd_tensors_reason(grad_out, out, logsumexp[..., 0], query, value, tuple(query.shape[:3]))
+            or _bwd_tensors_reason(grad_out, out, logsumexp.select(3, 0), query, value, tuple(query.shape[:3]))
             or _backend.deterministic_reason(query, value, _EFF_MASKS[is_causal], False, bits)
         )
     if reason is not None:
@@ -586,7 +586,7 @@ def _cudnn_backward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     dq, dk, dv = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
     mods = _eff_mods(attn_bias, query, key)
     grad_out = _backend.aligned_rows(grad_out)
-    _backend.launch_bwd(grad_out, query, key, value, out, logsumexp[..., 0], dq, dk, dv,
+    _backend.launch_bwd(grad_out, query, key, value, out, logsumexp.select(3, 0), dq, dk, dv,
                         softmax_scale(scale, query.shape[3]), _EFF_MASKS[is_causal], None, mods)  # fmt: skip
     _CUDNN_BWD_COUNTS[0] += 1
     return dq, dk, dv
