@@ -49,8 +49,19 @@ def test_bias_view_broadcasts_without_copies_except_keys(shape: tuple[int, ...])
     for d in range(3):  # broadcast dims are stride 0 (never materialized)
         if padded[d] == 1 and view.shape[d] != 1:
             assert view.stride(d) == 0
-    if shape[-1] == SK:  # no copy when the keys are already unit-stride
-        assert view.data_ptr() == bias.data_ptr()
+    assert all(s % 2 == 0 for s in view.stride()[:3]) and view.data_ptr() % 4 == 0  # 4-byte key pairs
+    b4 = bias.reshape(padded)
+    in_place = shape[-1] == SK and all(b4.stride(d) % 2 == 0 for d in range(3) if padded[d] != 1)
+    assert (view.data_ptr() == bias.data_ptr()) == in_place  # copied only for the keys or an odd stride
+
+
+def test_bias_view_keeps_even_row_strides_in_place() -> None:
+    bias = torch.randn(SQ, SK + 3)[:, :SK]  # row stride 16: even, read in place
+    assert ops_masks.bias_view(bias, (B, H, SQ, SK)).data_ptr() == bias.data_ptr()
+    odd = torch.randn(SQ, SK)  # row stride 13: copied into padded rows
+    view = ops_masks.bias_view(odd, (B, H, SQ, SK))
+    assert view.stride(2) == 16 and view.data_ptr() != odd.data_ptr()
+    torch.testing.assert_close(view[1, 2], odd)
 
 
 def test_bias_view_copies_a_strided_key_dim() -> None:
@@ -76,7 +87,7 @@ def test_launch_items_carry_the_bias() -> None:
     assert _backend.feature_bits((0.0, None, None)) == 0
     item = _backend._mods_item(mods)
     assert item[:4] == (0.0, 0, 0, 0)
-    assert item[4:] == (bias.data_ptr(), SK, 0, 0)  # (batch, head, row) element strides
+    assert item[4:] == (bias.data_ptr(), 16, 0, 0)  # (batch, head, row) element strides (rows padded: SK odd)
     assert len(_backend._mods_item((0.0, None, None))) == 4  # the old spec, unchanged
 
 

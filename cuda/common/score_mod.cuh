@@ -179,15 +179,35 @@ __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMod
     for (int h = 0; h < 2; ++h) {
       const int row = row0 + mt * 16 + h * 8;
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
+      for (int nt = 0; nt < kNT; ++nt) {
+        if constexpr (!Tile::kKeyRows) {
+          // Query rows: elements e = 0, 1 are adjacent keys of one row, one 4-byte load (the host
+          // keeps the bias's strides even and its pointer 4-byte aligned, checks.cpp; col0 is
+          // even); a pair that ends at seqlen_k reads its first element alone. Half the loads and
+          // half the registers of 16-bit loads (those made the sm90 d64 forward spill 154 bytes).
+          const int k = col0 + nt * 8;
+          if (row < seqlen_q && k < seqlen_k) {
+            const uint16_t* at = base + static_cast<int64_t>(row) * m.bias_row_stride + k;
+            if (k + 1 < seqlen_k) {
+              const uint32_t pair = __ldg(reinterpret_cast<const unsigned int*>(at));
+              s[mt][nt][2 * h] = fmaf(bias_to_float(static_cast<uint16_t>(pair), dtype), factor, s[mt][nt][2 * h]);
+              s[mt][nt][2 * h + 1] =
+                  fmaf(bias_to_float(static_cast<uint16_t>(pair >> 16), dtype), factor, s[mt][nt][2 * h + 1]);
+            } else {
+              s[mt][nt][2 * h] = fmaf(bias_to_float(__ldg(at), dtype), factor, s[mt][nt][2 * h]);
+            }
+          }
+        } else {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int q = Tile::query(row, col0, nt * 8 + e), k = Tile::key(row, col0, nt * 8 + e);
-          if (q < seqlen_q && k < seqlen_k) {
-            const float b = bias_to_float(__ldg(base + static_cast<int64_t>(q) * m.bias_row_stride + k), dtype);
-            s[mt][nt][2 * h + e] = fmaf(b, factor, s[mt][nt][2 * h + e]);
+          for (int e = 0; e < 2; ++e) {
+            const int q = Tile::query(row, col0, nt * 8 + e), k = Tile::key(row, col0, nt * 8 + e);
+            if (q < seqlen_q && k < seqlen_k) {
+              const float b = bias_to_float(__ldg(base + static_cast<int64_t>(q) * m.bias_row_stride + k), dtype);
+              s[mt][nt][2 * h + e] = fmaf(b, factor, s[mt][nt][2 * h + e]);
+            }
           }
         }
+      }
     }
 }
 

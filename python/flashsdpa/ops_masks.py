@@ -47,11 +47,17 @@ def additive(attn_mask: Tensor, dtype: torch.dtype) -> Tensor:
 
 def bias_view(bias: Tensor, shape: tuple[int, int, int, int]) -> Tensor:
     """``bias`` as the (B, Hq, Sq, Sk) view the kernels read: broadcast dims get stride 0 (never a
-    copy), the key dim unit stride (a broadcast or strided key dim is copied along the keys only)."""
+    copy), the key dim unit stride, the other strides even and the pointer 4-byte aligned (the
+    kernels load key pairs: checks.cpp). Anything else (a broadcast or strided key dim, an odd row
+    stride such as a contiguous (S, S) mask of odd S) is copied once into rows padded to 8 keys."""
     b4 = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
-    if b4.shape[3] != shape[3] or b4.stride(3) != 1:
-        b4 = b4.expand(*b4.shape[:3], shape[3]).contiguous()
-    return b4.expand(shape)
+    view = b4.expand(shape)
+    if view.stride(3) == 1 and all(s % 2 == 0 for s in view.stride()[:3]) and view.data_ptr() % 4 == 0:
+        return view
+    keys = shape[3]
+    padded = b4.new_empty(*b4.shape[:3], (keys + 7) // 8 * 8).narrow(3, 0, keys)
+    padded.copy_(b4.expand(*b4.shape[:3], keys))
+    return padded.expand(shape)
 
 
 def reduce_to(grad: Tensor, shape: tuple[int, ...]) -> Tensor:
