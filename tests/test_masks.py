@@ -199,7 +199,7 @@ class _Native:
 
 @pytest.fixture
 def native(monkeypatch: pytest.MonkeyPatch) -> _Native:
-    from flashsdpa import routers
+    from flashsdpa import routers, routers_masked
 
     recorder = _Native()
     for route in routers._ROUTES:
@@ -213,13 +213,13 @@ def _same_meta(ours: torch.Tensor, meta: torch.Tensor) -> bool:
 
 def test_efficient_router_serves_a_bias(fake_build: Any, native: _Native, fake_mode: Any,
                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    from flashsdpa import routers
+    from flashsdpa import routers, routers_masked
 
     build = fake_build()
     monkeypatch.setattr(_backend, "_current_stream", lambda device: 77)
     q, k, v = (torch.empty(2, 4, 100, 64, dtype=F16, device="cuda") for _ in range(3))
     bias = torch.empty(2, 1, 1, 100, dtype=F16, device="cuda").expand(2, 4, 100, 100)
-    out, lse, seed, offset = routers._eff_forward("keys", q, k, v, bias, True, 0.0, True)
+    out, lse, seed, offset = routers_masked._eff_forward("keys", q, k, v, bias, True, 0.0, True)
     assert not native.calls
     meta = torch.ops.aten._scaled_dot_product_efficient_attention.default(q, k, v, bias, True, 0.0, True)
     assert _same_meta(out, meta[0]) and _same_meta(lse, meta[1])
@@ -229,7 +229,7 @@ def test_efficient_router_serves_a_bias(fake_build: Any, native: _Native, fake_m
     assert item[:4] == (0.0, 0, 0, 0) and item[4] == bias.data_ptr() and item[5:] == (100, 0, 0)
     # The backward with grad_input_mask[3]: dS into a zeroed dense buffer, returned in attn_bias's shape.
     dout = torch.empty_like(out)
-    grads = routers._eff_backward("keys", dout, q, k, v, bias, out, lse, seed, offset, 0.0, [True, True, True, True],
+    grads = routers_masked._eff_backward("keys", dout, q, k, v, bias, out, lse, seed, offset, 0.0, [True, True, True, True],
                                   True)  # fmt: skip
     assert not native.calls
     meta_g = torch.ops.aten._scaled_dot_product_efficient_attention_backward.default(
@@ -253,7 +253,7 @@ def test_efficient_router_serves_a_bias(fake_build: Any, native: _Native, fake_m
 )
 def test_efficient_router_falls_back_with_reasons(fake_build: Any, native: _Native, fake_mode: Any, bias: Any,
                                                   dropout: float, reason: str) -> None:  # fmt: skip
-    from flashsdpa import reporting, routers
+    from flashsdpa import reporting, routers_masked
 
     fake_build()
     q, k, v = (torch.empty(2, 4, 100, 64, dtype=F16, device="cuda") for _ in range(3))
@@ -262,7 +262,7 @@ def test_efficient_router_falls_back_with_reasons(fake_build: Any, native: _Nati
     else:
         b = torch.empty(2, 4, 100, 100, dtype=bias, device="cuda")
     reporting.reset_stats()
-    assert routers._eff_forward("keys", q, k, v, b, True, dropout, False) == "native result"
+    assert routers_masked._eff_forward("keys", q, k, v, b, True, dropout, False) == "native result"
     assert len(native.calls) == 1
     reasons = reporting.stats()["fallback_reasons"]
     assert any(re.search(reason, key) for key in reasons), reasons
@@ -270,7 +270,7 @@ def test_efficient_router_falls_back_with_reasons(fake_build: Any, native: _Nati
 
 def test_cudnn_router_outputs_match_its_meta(fake_build: Any, native: _Native, fake_mode: Any,
                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    from flashsdpa import routers
+    from flashsdpa import routers, routers_masked
 
     build = fake_build()
     monkeypatch.setattr(_backend, "_current_stream", lambda device: 77)
@@ -278,7 +278,7 @@ def test_cudnn_router_outputs_match_its_meta(fake_build: Any, native: _Native, f
     k = torch.empty(2, 80, 2, 64, dtype=F16, device="cuda").transpose(1, 2)
     v = torch.empty(2, 80, 2, 64, dtype=F16, device="cuda").transpose(1, 2)
     bias = torch.empty(100, 80, dtype=F16, device="cuda")
-    ours = routers._cudnn_forward("keys", q, k, v, bias, True, 0.0, False, False)
+    ours = routers_masked._cudnn_forward("keys", q, k, v, bias, True, 0.0, False, False)
     assert not native.calls
     meta = torch.ops.aten._scaled_dot_product_cudnn_attention.default(q, k, v, bias, True, 0.0, False, False)
     assert _same_meta(ours[0], meta[0]) and _same_meta(ours[1], meta[1])

@@ -522,11 +522,8 @@ def attention(
     ``softcap * tanh(s / softcap)`` before mask and bias); ``alibi_slopes`` float32 (Hq,) or (B, Hq)
     (scores gain ``-slope * |i + Sk - Sq - j|``); ``sinks`` float32 or query.dtype (Hq,), a learnable
     logit per head in each row's softmax denominator with no value row. They combine with causal masks,
-    windows and GQA. ``attn_mask``: bool (True = attend) or additive, broadcastable to (B, Hq, Sq, Sk),
-    with a gradient (reduced to its shape) when additive and requiring grad; on CUDA our kernels
-    (flashsdpa::fwd_masked: the mask as an additive bias in the query's dtype, so a float32 mask is
-    rounded to it, as SDPA's fused kernels take it), on CPU the reference. ``dropout_p`` still on CPU
-    only (flashsdpa.features, through the reference; on CUDA NotImplementedError).
+    windows and GQA. ``attn_mask`` bool (True = attend) or additive (its gradient), broadcasting to
+    (B, Hq, Sq, Sk): our kernels (in q's dtype); ``dropout_p``: CPU only (CUDA: NotImplementedError).
     """
     if (window is None and not return_lse and attn_mask is None and alibi_slopes is None and sinks is None
             and type(causal) is bool and type(causal_alignment) is str and eager.wrapped_reason(query, key, value) is None
@@ -556,17 +553,11 @@ def attention(
                 query, key, value, None, None, 0, 0, _scale(scale, head_dim), mask, extras.softcap,
                 extras.alibi_slopes, extras.sinks,
             )  # fmt: skip
-        elif query.is_cuda and extras.attn_mask is not None and extras.dropout_p == 0.0:
-            # attn_mask (with any modifiers): flashsdpa::fwd_masked (ops_masks.py), the mask as an
-            # additive bias in the query's dtype (a boolean one as 0 / -inf), as PyTorch's fused
-            # kernels take it; its gradient flows back through the conversion.
-            from flashsdpa import ops_masks
-
+        elif query.is_cuda and extras.attn_mask is not None and extras.dropout_p == 0.0:  # ops_masks.py
             _check_cuda(query, head_dim, value.shape[3])
-            out, lse = torch.ops.flashsdpa.fwd_masked.default(
-                query, key, value, ops_masks.additive(extras.attn_mask, query.dtype), _scale(scale, head_dim), mask,
-                extras.softcap, extras.alibi_slopes, extras.sinks,
-            )  # fmt: skip
+            bias = features.additive(extras.attn_mask, query.dtype)
+            out, lse = torch.ops.flashsdpa.fwd_masked.default(query, key, value, bias, _scale(scale, head_dim), mask,
+                                                              extras.softcap, extras.alibi_slopes, extras.sinks)
         else:
             out, lse = features.attention(query, key, value, mask, _scale(scale, head_dim), extras)
         return (out, lse) if return_lse else out

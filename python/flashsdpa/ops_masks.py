@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from flashsdpa import _backend, features, masks, ops, ops_mods, reporting, selection
+from flashsdpa.features import additive
 
 __all__ = ["additive", "bias_view", "reduce_to"]
 
@@ -34,15 +35,6 @@ _lib.define(
 
 _FWD_COUNTS = reporting.counter("flashsdpa::fwd_masked")
 _BWD_COUNTS = reporting.counter("flashsdpa::bwd_masked")
-
-
-def additive(attn_mask: Tensor, dtype: torch.dtype) -> Tensor:
-    """attn_mask as the kernels take it: a boolean mask (True = attend) as 0 / -inf, a float one in
-    ``dtype`` (PyTorch converts the same way before its fused kernels)."""
-    if attn_mask.dtype == torch.bool:
-        zero = torch.zeros((), dtype=dtype, device=attn_mask.device)
-        return torch.where(attn_mask, zero, torch.full((), -torch.inf, dtype=dtype, device=attn_mask.device))
-    return attn_mask.to(dtype)
 
 
 def bias_view(bias: Tensor, shape: tuple[int, int, int, int]) -> Tensor:
