@@ -175,3 +175,61 @@ _SANITIZER = [("add", "B11S", masks.CAUSAL_BOTTOM_RIGHT, 7, 113), ("bool", "BHSS
 def test_masks_sanitizer_subset(request: pytest.FixtureRequest, kind: str, shape_name: str, mask: MaskSpec, sq: int,
                                 sk: int) -> None:  # fmt: skip
     run_masked(request, kind, shape_name, mask, 2, sq, sk, torch.bfloat16, empty_row=True)
+
+
+# ---- through SDPA inside enable(): the masked ops' routers (routers_masked.py) -------------------
+
+_MASKED_OPS = (
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_cudnn_attention",
+)
+
+
+def _served(op_prefix: str) -> int:
+    ops = flashsdpa.stats()["ops"]
+    return sum(c["served"] for op, c in ops.items() if op.startswith(op_prefix))
+
+
+@pytest.mark.parametrize("kind", ["bool", "add"])
+@pytest.mark.parametrize("shape_name,sq,sk", [("B11S", 113, 1023), ("1HSS", 256, 256), ("SS", 7, 113)])
+def test_masks_through_sdpa(request: pytest.FixtureRequest, kind: str, shape_name: str, sq: int, sk: int) -> None:
+    """F.scaled_dot_product_attention(attn_mask=...) inside enable(): PyTorch sends it to its cuDNN or
+    efficient op (flash refuses masks), whose routers run our kernels forward and backward (the
+    reporting counters say so), and the results pass the rule against the float64 textbook,
+    the additive mask's gradient included (autograd's expand backward reduces ours)."""
+    import torch.nn.functional as F
+
+    dtype, batch, heads, head_dim = torch.bfloat16, 2, 4, 128
+    skip_unless_compiled(dtype, head_dim)
+    gen = _generator(request)
+    q, k, v = (torch.randn(batch, heads, s, head_dim, generator=gen, device=DEVICE).to(dtype) for s in (sq, sk, sk))
+    dout = torch.randn(batch, heads, sq, head_dim, generator=gen, device=DEVICE).to(dtype)
+    attn_mask = _make_mask(kind, _shape(shape_name, batch, heads, sq, sk), sq, sk, dtype, gen, False)
+    additive = kind != "bool"
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    m = attn_mask.detach().clone().requires_grad_(additive)
+    fwd_before = sum(_served(op) for op in _MASKED_OPS)
+    bwd_before = sum(_served(op + "_backward") for op in _MASKED_OPS)
+    with flashsdpa.enable():
+        out = F.scaled_dot_product_attention(*leaves, attn_mask=m)
+        grads = torch.autograd.grad(out, leaves + ([m] if additive else []), dout)
+    torch.cuda.synchronize()
+    fwd_served = sum(_served(op) for op in _MASKED_OPS) - fwd_before
+    bwd_served = sum(_served(op + "_backward") for op in _MASKED_OPS) - bwd_before
+    # _served(op) counts the op and its backward (same prefix): the forward alone is the difference.
+    assert fwd_served - bwd_served == 1 and bwd_served == 1, (flashsdpa.stats()["fallback_reasons"], fwd_served, bwd_served)
+
+    bias = ops_masks.additive(attn_mask, dtype)
+    scale = default_scale(head_dim)
+
+    def results(d: torch.dtype) -> list[Tensor]:
+        ls = [t.detach().to(d).requires_grad_() for t in (q, k, v)]
+        b = bias.detach().to(d).requires_grad_(additive)
+        o, _ = textbook(*ls, b, scale=scale, mask=masks.NO_MASK, dtype=d)
+        return [o.detach(), *grads_or_zeros(o, ls + ([b] if additive else []), dout.to(d))]
+
+    ref, pt = results(torch.float64), results(dtype)
+    names = ["out", "dq", "dk", "dv"] + (["d_mask"] if additive else [])
+    for name, o, p, r in zip(names, [out.detach(), *grads], pt, ref):
+        assert o.shape == r.shape, (name, tuple(o.shape), tuple(r.shape))
+        check_rule(name, o, p, r, input_dtype=dtype)
