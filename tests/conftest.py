@@ -159,8 +159,8 @@ class FakeCudaBuild:
             "layouts": ["dense", "varlen", "decode"],
             "layouts_by_direction": {"forward": ["dense", "varlen", "decode"], "backward": ["dense", "varlen"]},
             "directions": ["forward", "backward"],
-            "features": ["softcap", "alibi", "sinks"],
-            "features_by_direction": {d: ["softcap", "alibi", "sinks"] for d in ("forward", "backward")},
+            "features": ["softcap", "alibi", "sinks", "bias"],
+            "features_by_direction": {d: ["softcap", "alibi", "sinks", "bias"] for d in ("forward", "backward")},
             "smem_per_tile": [],
         }
         return {"families": [family], "reason": None}

@@ -66,9 +66,19 @@ def test_explain_served(fake_build: Any, fake_mode: Any) -> None:
 def test_explain_sdpa_arguments(fake_build: Any, fake_mode: Any) -> None:
     q, k, v = qkv()
     mask = torch.empty(16, 16, dtype=torch.bool, device="cuda")
+    assert flashsdpa.explain(q, k, v, attn_mask=mask) == []  # served through SDPA's masked ops (routers_masked.py)
+    assert flashsdpa.explain(q, k, v, attn_mask=mask.to(q.dtype)) == []
     assert_expected_inline(
-        lines(flashsdpa.explain(q, k, v, attn_mask=mask)),
-        """attn_mask given: attention masks are not supported yet (needs None; for causal masks pass is_causal=True or torch.nn.attention.bias.causal_lower_right(...))""",
+        lines(flashsdpa.explain(q, k, v, attn_mask=mask.float())),
+        """attn_mask.dtype=torch.float32: needs torch.bool or query.dtype=torch.float16""",
+    )
+    assert_expected_inline(
+        lines(flashsdpa.explain(q, k, v, attn_mask=torch.empty(3, 16, 16, dtype=torch.bool, device="cuda"))),
+        """attn_mask (3, 16, 16): does not broadcast to (B, H, Sq, Sk) = (2, 4, 16, 16)""",
+    )
+    assert_expected_inline(
+        lines(flashsdpa.explain(q, k, v, attn_mask=mask, dropout_p=0.1)),
+        """dropout_p=0.1: dropout is not supported (needs 0.0)""",
     )
     assert_expected_inline(
         lines(flashsdpa.explain(q, k, v, dropout_p=0.1)), """dropout_p=0.1: dropout is not supported (needs 0.0)"""

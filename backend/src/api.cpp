@@ -58,7 +58,9 @@ void fill_common(AttnFwdParams& p, const FwdSpec& s) {
                     s.mask.align};
   const bool softcap = s.mods.softcap > 0.f;
   p.mods = ScoreMods{s.mods.softcap, softcap ? s.scale / s.mods.softcap : 0.f, s.mods.softcap * kLog2e,
-                     ptr<const float>(s.mods.alibi_slopes), s.mods.alibi_batch_stride, ptr<const float>(s.mods.sinks)};
+                     ptr<const float>(s.mods.alibi_slopes), s.mods.alibi_batch_stride, ptr<const float>(s.mods.sinks),
+                     ptr<const void>(s.mods.bias), s.mods.bias_batch_stride, s.mods.bias_head_stride,
+                     s.mods.bias_row_stride};
   p.dtype = static_cast<DType>(s.dtype);
   p.tile_counter = ptr<int32_t>(s.tile_counter);
 }
@@ -146,6 +148,10 @@ void bwd(const BwdSpec& spec) {
   set_tensor(spec.dv, p.dv, p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride);
   p.d_alibi_slopes = ptr<float>(spec.d_alibi_slopes);
   p.d_sinks = ptr<float>(spec.d_sinks);
+  p.d_bias = ptr<void>(spec.d_bias);
+  p.d_bias_row_stride = p.seqlen_k;  // dense (B, Hq, Sq, Sk)
+  p.d_bias_head_stride = int64_t(p.seqlen_q) * p.seqlen_k;
+  p.d_bias_batch_stride = int64_t(p.heads_q) * p.d_bias_head_stride;
   check_bwd_params(p);
 
   const int64_t total_q = spec.fwd.varlen.total_q;

@@ -51,6 +51,8 @@ struct ModsArg {
   uintptr_t alibi_slopes;       // (Hq,) or (B, Hq)
   int64_t alibi_batch_stride;   // 0 for (Hq,), else the row stride of (B, Hq)
   uintptr_t sinks;              // (Hq,)
+  uintptr_t bias;               // additive attn_mask in the call's dtype, broadcast to (B, Hq, Sq, Sk); 0 = none
+  int64_t bias_batch_stride, bias_head_stride, bias_row_stride;  // elements, 0 = broadcast; unit key stride
 };
 
 // One forward call. lse.ptr may be 0 (inference: no LSE written).
@@ -83,6 +85,8 @@ struct BwdSpec {
   Workspace workspace;
   bool deterministic;  // torch.are_deterministic_algorithms_enabled(): families that add dQ in arbitrary order refuse it
   uintptr_t d_alibi_slopes, d_sinks;  // caller-zeroed float32 gradients of the modifiers, 0 = not wanted
+  // The bias's gradient: caller-zeroed, the call's dtype, dense (B, Hq, Sq, Sk) contiguous; 0 = not wanted.
+  uintptr_t d_bias;
 };
 
 void fwd(const FwdSpec& spec);

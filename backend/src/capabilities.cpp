@@ -60,8 +60,8 @@ std::vector<FamilyCaps> make_families() {
       "sm90", "compute capability 9.0 only (sm_90a: wgmma, TMA, warp specialization)", 90, 90,
       ints(FLASHSDPA_SM90_ARCHS_LIST), build_config().dtypes, ints(FLASHSDPA_SM90_FWD_HEAD_DIMS_LIST),
       ints(FLASHSDPA_SM90_BWD_HEAD_DIMS_LIST), kAllMasks, {Layout::kDense, Layout::kVarlen},
-      {Direction::kForward, Direction::kBackward}, {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks},
-      {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks}, &run_fwd_sm90, &run_bwd_sm90, &fwd_plan_sm90, &bwd_plan_sm90,
+      {Direction::kForward, Direction::kBackward}, {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias},
+      {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias}, &run_fwd_sm90, &run_bwd_sm90, &fwd_plan_sm90, &bwd_plan_sm90,
       &fwd_sm90_unsupported, &bwd_sm90_unsupported, nullptr, nullptr, /*deterministic_backward=*/true,
       /*dq_first_store=*/true});
   table.back().bwd_layouts = {Layout::kDense};  // varlen backwards: the portable family
@@ -76,8 +76,8 @@ std::vector<FamilyCaps> make_families() {
         "sm80", "compute capability " + capability_str(lowest) + " and newer (mma.sync, ldmatrix, cp.async)",
         lowest, 0, archs, build_config().dtypes, ints(FLASHSDPA_SM80_FWD_HEAD_DIMS_LIST),
         ints(FLASHSDPA_SM80_BWD_HEAD_DIMS_LIST), kAllMasks, {Layout::kDense, Layout::kVarlen, Layout::kDecode},
-        {Direction::kForward, Direction::kBackward}, {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks},
-        {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks},
+        {Direction::kForward, Direction::kBackward}, {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias},
+        {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias},
         &run_fwd_sm80, &run_bwd_sm80, &fwd_plan_sm80, &bwd_plan_sm80, nullptr, nullptr, &run_decode_sm80,
         &decode_tile_sm80});
     table.back().bwd_layouts = {Layout::kDense, Layout::kVarlen};
@@ -228,6 +228,7 @@ const char* feature_name(Feature f) {
   switch (f) {
     case Feature::kSoftcap: return "softcap";
     case Feature::kAlibi: return "alibi";
+    case Feature::kBias: return "bias";
     default: return "sinks";
   }
 }
@@ -235,7 +236,8 @@ const char* feature_name(Feature f) {
 unsigned feature_bits(const ScoreMods& m) {
   return (m.softcap > 0.f ? static_cast<unsigned>(Feature::kSoftcap) : 0u) |
          (m.alibi_slopes != nullptr ? static_cast<unsigned>(Feature::kAlibi) : 0u) |
-         (m.sinks != nullptr ? static_cast<unsigned>(Feature::kSinks) : 0u);
+         (m.sinks != nullptr ? static_cast<unsigned>(Feature::kSinks) : 0u) |
+         (m.bias != nullptr ? static_cast<unsigned>(Feature::kBias) : 0u);
 }
 
 std::vector<int> FamilyCaps::all_head_dims() const {

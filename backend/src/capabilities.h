@@ -26,10 +26,10 @@ const char* mask_kind_name(MaskKind kind);
 const char* layout_name(Layout layout);  // "dense", "varlen", "decode"
 
 
-// Issue 14's score modifiers, spelled "softcap", "alibi", "sinks"; a problem asks for a bit set of
-// them (Python's selection passes the same bits to _C.select).
-enum class Feature : unsigned { kSoftcap = 1, kAlibi = 2, kSinks = 4 };
-constexpr int kAllFeatureBits = 7;
+// Issue 14's score modifiers, spelled "softcap", "alibi", "sinks", "bias" (an additive attn_mask);
+// a problem asks for a bit set of them (Python's selection passes the same bits to _C.select).
+enum class Feature : unsigned { kSoftcap = 1, kAlibi = 2, kSinks = 4, kBias = 8 };
+constexpr int kAllFeatureBits = 15;
 const char* feature_name(Feature f);
 unsigned feature_bits(const ScoreMods& mods);
 

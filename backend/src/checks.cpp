@@ -111,6 +111,23 @@ void check_mods(const AttnFwdParams& p) {
          str(p.heads_q) + " (slopes (B, Hq))");
   if (m.alibi_slopes != nullptr && p.scale == 0.f && !(m.softcap > 0.f))
     fail("scale=0 with alibi_slopes: not served (ALiBi is applied in units of the scale)");
+  if (m.bias != nullptr) {
+    // The kernels read 16-bit elements at any (b, h, i, j) < (B, Hq, Sq, Sk): dense layout only.
+    if (p.cu_seqlens_q != nullptr) fail("attn_mask: not served with cu_seqlens (varlen); dense calls only");
+    if (p.num_splits >= 1) fail("attn_mask: not served by the decode path");
+    // The kernels load two adjacent keys at once (score_mod.cuh's add_bias): 4-byte pairs.
+    if (reinterpret_cast<uintptr_t>(m.bias) % 4 != 0) fail("attn_mask: data pointer must be 4-byte aligned");
+    if (m.bias_batch_stride < 0 || m.bias_head_stride < 0 || m.bias_row_stride < 0 ||
+        (m.bias_batch_stride | m.bias_head_stride | m.bias_row_stride) % 2 != 0)
+      fail("attn_mask strides (batch=" + str(m.bias_batch_stride) + ", head=" + str(m.bias_head_stride) +
+           ", row=" + str(m.bias_row_stride) + "): must be even and >= 0 (0 broadcasts; the key dimension has unit "
+           "stride)");
+    if (p.scale == 0.f && !(m.softcap > 0.f))
+      fail("scale=0 with attn_mask: not served (the bias is applied in units of the scale)");
+    // The softcap's backward recovers tanh from P (score_mod.cuh), which would need the bias read
+    // again per score: +184 bytes of spill stores in the sm90 d128 kMods backward (ptxas -v).
+    if (m.softcap > 0.f) fail("softcap with attn_mask: not served yet (the backward's tanh recovery)");
+  }
 }
 
 void check_common(const AttnFwdParams& p, Direction direction) {
@@ -144,6 +161,8 @@ void check_bwd_params(const AttnBwdParams& p) {
   if (p.d_alibi_slopes != nullptr && p.mods.alibi_slopes == nullptr)
     fail("d_alibi_slopes: given without alibi_slopes");
   if (p.d_sinks != nullptr && p.mods.sinks == nullptr) fail("d_sinks: given without sinks");
+  if (p.d_bias != nullptr && p.mods.bias == nullptr) fail("d_bias (grad of attn_mask): given without attn_mask");
+  if (reinterpret_cast<uintptr_t>(p.d_bias) % 2 != 0) fail("d_bias (grad of attn_mask): data pointer must be 2-byte aligned");
 }
 
 }  // namespace flashsdpa

@@ -81,7 +81,8 @@ Strides strides_item(PyObject* tuple, Py_ssize_t i, const char* name) {
 //               block_table_batch_stride, page_size, num_pages, seqused_k_add)   the decode path's
 //               arguments (decode_plan reports num_splits and the workspace bytes; pointers 0 =
 //               none; seqused_k_add: the rows a KV-cache call appends, added to seqused_k[b])
-//   mods     = (softcap, alibi_slopes, alibi_batch_stride, sinks)   issue 14's score modifiers
+//   mods     = (softcap, alibi_slopes, alibi_batch_stride, sinks[, bias, bias_batch_stride,
+//               bias_head_stride, bias_row_stride])   issue 14's score modifiers
 //              (float32 device pointers, 0 = none): absent on the plain path, which builds no
 //              tuple for them
 // Items are converted in this order, so the first bad one is the one reported.
@@ -137,7 +138,7 @@ FwdSpec fwd_spec(py::handle obj) {
     }
   }
   if (PyTuple_GET_SIZE(spec) > 9 && PyTuple_GET_ITEM(spec, 9) != Py_None) {
-    PyObject* mods = tuple_arg(PyTuple_GET_ITEM(spec, 9), 4, "spec.mods");
+    PyObject* mods = tuple_arg(PyTuple_GET_ITEM(spec, 9), 4, "spec.mods");  // 8 with a bias
     const double softcap = PyFloat_AsDouble(PyTuple_GET_ITEM(mods, 0));
     if (softcap == -1.0 && PyErr_Occurred()) {
       PyErr_Clear();
@@ -145,6 +146,13 @@ FwdSpec fwd_spec(py::handle obj) {
     }
     s.mods = ModsArg{static_cast<float>(softcap), static_cast<uintptr_t>(int_item(mods, 1, "alibi_slopes")),
                      int_item(mods, 2, "alibi_batch_stride"), static_cast<uintptr_t>(int_item(mods, 3, "sinks"))};
+    if (PyTuple_GET_SIZE(mods) > 4) {
+      tuple_arg(mods, 8, "spec.mods");
+      s.mods.bias = static_cast<uintptr_t>(int_item(mods, 4, "bias"));
+      s.mods.bias_batch_stride = int_item(mods, 5, "bias_batch_stride");
+      s.mods.bias_head_stride = int_item(mods, 6, "bias_head_stride");
+      s.mods.bias_row_stride = int_item(mods, 7, "bias_row_stride");
+    }
   }
   return s;
 }
@@ -153,7 +161,7 @@ FwdSpec fwd_spec(py::handle obj) {
 //   pointers = (dout, dq, dk, dv, dq_accum, delta); strides = (dout, dq, dk, dv);
 //   workspace_bytes = (dq_accum, delta); deterministic: run the backward deterministically (Python
 //   asks only where the capability table has a family that can); mod_grads = (d_alibi_slopes,
-//   d_sinks), 0 = not wanted
+//   d_sinks[, d_bias]), 0 = not wanted
 BwdSpec bwd_spec(py::handle fwd, py::handle grads) {
   BwdSpec s{};
   s.fwd = fwd_spec(fwd);
@@ -179,6 +187,7 @@ BwdSpec bwd_spec(py::handle fwd, py::handle grads) {
     PyObject* mod_grads = tuple_arg(PyTuple_GET_ITEM(g, 4), 2, "grads.mod_grads");
     s.d_alibi_slopes = static_cast<uintptr_t>(int_item(mod_grads, 0, "d_alibi_slopes"));
     s.d_sinks = static_cast<uintptr_t>(int_item(mod_grads, 1, "d_sinks"));
+    if (PyTuple_GET_SIZE(mod_grads) > 2) s.d_bias = static_cast<uintptr_t>(int_item(mod_grads, 2, "d_bias"));
   }
   return s;
 }
@@ -329,7 +338,7 @@ PYBIND11_MODULE(_C, m) {
         "(family or None, head-dim bucket, tile, shared memory bytes, reasons or None) for one problem on a device.\n"
         "dtype: 0 float16, 1 bfloat16; mask: 0 none, 1 causal_top_left, 2 causal_bottom_right, 3 window;\n"
         "varlen: the layout, 0 (False) dense, 1 (True) varlen, 2 decode; backward: 0 / 1, 2 deterministic;\n"
-        "features: bits 1 softcap, 2 alibi, 4 sinks.");
+        "features: bits 1 softcap, 2 alibi, 4 sinks, 8 bias (attn_mask).");
   m.def("decode_plan", &decode_plan_tuple, py::arg("device_index"), py::arg("dtype"), py::arg("sizes"), py::arg("mask"),
         py::arg("kv_cache"), py::arg("num_splits"),
         "(family or None, num_splits, o_accum_bytes, lse_accum_bytes, reasons or None) of the decode path.\n"

@@ -3,6 +3,7 @@
 //   softcap   s = softcap * tanh(scale * q.k / softcap)        a tanh per score
 //   ALiBi     s -= slope[b, h] * |i + Sk - Sq - j|             a pass per key block
 //   sinks     exp(sink[h]) joins each row's denominator        the forward's epilogue, the backward's postprocess
+//   bias      s += bias[b, h, i, j] (attn_mask)                 a 16-bit load per score; its gradient dS stored
 // The kernels' kMods instantiation serves any of them (each a uniform runtime branch inside it);
 // the plain instantiation has none of their code.
 // in that order, before the mask (mask.cuh sets -inf / 0 after). The online softmax stays in
@@ -17,7 +18,10 @@
 // (signed-scale) raw units, so it has its own policy below.
 #pragma once
 
+#include <cuda_fp16.h>
+
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include "common/seqlen.cuh"
@@ -84,8 +88,9 @@ struct ScoreTile {
   __device__ __forceinline__ static float d0(int row, int col0, float diag) {
     return static_cast<float>(row - col0) + (kKeyRows ? -diag : diag);
   }
-  // The element's query (sequence index).
+  // The element's query and key (sequence indices).
   __device__ __forceinline__ static int query(int row, int col0, int c) { return kKeyRows ? col0 + c : row; }
+  __device__ __forceinline__ static int key(int row, int col0, int c) { return kKeyRows ? row : col0 + c; }
   // ALiBi's per-key value for the elements of fragment row `row` (row_slope) and for the element
   // (row, col0 + c) (slope), 0 for queries >= q_end. Two steps so that with query rows the select
   // stays one per row (selected per element, the portable kernels' SASS changed).
@@ -135,6 +140,77 @@ __device__ __forceinline__ void add_alibi(float (&s)[kMT][kNT][4], int row0, int
   }
 }
 
+// ---- the additive bias (attn_mask) --------------------------------------------------------------
+// 16-bit values of the call's dtype <-> float (the bias and its gradient are in q's dtype, as
+// PyTorch's efficient-attention kernel takes and returns them).
+__device__ __forceinline__ float bias_to_float(uint16_t bits, DType dtype) {
+  return dtype == DType::kBFloat16 ? __uint_as_float(static_cast<uint32_t>(bits) << 16)
+                                   : __half2float(__ushort_as_half(bits));
+}
+__device__ __forceinline__ uint16_t float_to_bias(float x, DType dtype) {
+  if (dtype == DType::kBFloat16) {
+    // Round to nearest even (NaN stays NaN: the quiet bit survives the shift).
+    const uint32_t u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+    return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+  return __half_as_ushort(__float2half_rn(x));
+}
+
+// (b, h)'s plane of a (B, Hq, Sq, Sk)-broadcast 16-bit tensor at the given strides.
+__device__ __forceinline__ int64_t bias_plane(int batch, int head, int64_t batch_stride, int64_t head_stride) {
+  return static_cast<int64_t>(batch) * batch_stride + static_cast<int64_t>(head) * head_stride;
+}
+
+// s += factor * bias[b, h, query, key] over a score tile (ScoreTile's layouts), factor converting
+// natural units into the kernel's raw ones. Elements with query >= seqlen_q or key >= seqlen_k get
+// nothing and read nothing (the bias has only Sq x Sk elements per plane; the portable backward's
+// zero-filled rows must keep x = 0 there, as add_alibi's). -inf (a masked key) stays -inf
+// (+inf with the backward's signed negative scale, whose scale_log2 < 0 then makes it -inf again).
+template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT>
+__device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMods& m, DType dtype, int batch,
+                                         int head, int row0, int col0, int seqlen_q, int seqlen_k, float factor) {
+  using Tile = ScoreTile<kLayout>;
+  const uint16_t* base =
+      static_cast<const uint16_t*>(m.bias) + bias_plane(batch, head, m.bias_batch_stride, m.bias_head_stride);
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + mt * 16 + h * 8;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        if constexpr (!Tile::kKeyRows) {
+          // Query rows: elements e = 0, 1 are adjacent keys of one row, one 4-byte load (the host
+          // keeps the bias's strides even and its pointer 4-byte aligned, checks.cpp; col0 is
+          // even); a pair that ends at seqlen_k reads its first element alone. Half the loads and
+          // half the registers of 16-bit loads (those made the sm90 d64 forward spill 154 bytes).
+          const int k = col0 + nt * 8;
+          if (row < seqlen_q && k < seqlen_k) {
+            const uint16_t* at = base + static_cast<int64_t>(row) * m.bias_row_stride + k;
+            if (k + 1 < seqlen_k) {
+              const uint32_t pair = __ldg(reinterpret_cast<const unsigned int*>(at));
+              s[mt][nt][2 * h] = fmaf(bias_to_float(static_cast<uint16_t>(pair), dtype), factor, s[mt][nt][2 * h]);
+              s[mt][nt][2 * h + 1] =
+                  fmaf(bias_to_float(static_cast<uint16_t>(pair >> 16), dtype), factor, s[mt][nt][2 * h + 1]);
+            } else {
+              s[mt][nt][2 * h] = fmaf(bias_to_float(__ldg(at), dtype), factor, s[mt][nt][2 * h]);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int q = Tile::query(row, col0, nt * 8 + e), k = Tile::key(row, col0, nt * 8 + e);
+            if (q < seqlen_q && k < seqlen_k) {
+              const float b = bias_to_float(__ldg(base + static_cast<int64_t>(q) * m.bias_row_stride + k), dtype);
+              s[mt][nt][2 * h + e] = fmaf(b, factor, s[mt][nt][2 * h + e]);
+            }
+          }
+        }
+      }
+    }
+}
+
 // ---- forward ------------------------------------------------------------------------------------
 // kMods: the kernel instantiation for calls with any modifier (each a runtime branch inside it).
 // The plain instantiation (kMods = false) has none of their code: as runtime branches in one
@@ -167,6 +243,9 @@ struct ScoreModFwd {
       if (p.mods.alibi_slopes != nullptr) {
         const float per_key = -alibi_slope(p.mods, batch, head) / scale(p);
         add_alibi(s, row0, col0, static_cast<float>(seq.seqlen_k - seq.seqlen_q), per_key, seq.seqlen_q);
+      }
+      if (p.mods.bias != nullptr) {
+        add_bias(s, p.mods, p.dtype, batch, head, row0, col0, seq.seqlen_q, seq.seqlen_k, 1.f / scale(p));
       }
     }
   }
@@ -211,6 +290,37 @@ struct ScoreModBwd {
     return -alibi_slope(p.mods, batch, head) * ScoreModConst::kLog2e / scale_log2(p);
   }
 
+  // The bias's raw units per natural unit (x's: P = exp2(x scale_log2 - ..), signed).
+  __device__ __forceinline__ static float bias_per_unit(const AttnBwdParams& p) {
+    return ScoreModConst::kLog2e / scale_log2(p);
+  }
+
+  // The bias's gradient in the sm90 backward, from dS^T as its 16-bit wgmma A fragments (word
+  // [j / 2][(j % 2) * 2 + h]: fragment j's key row key0 + 8 h, queries q0 + 8 j + 0 / + 1 in the
+  // low / high half): two 16-bit stores per word. Re-using the rounded words the dK GEMM reads
+  // holds no float: stored from the float dS^T inside grads(), the d128 kMods kernel spilled
+  // 108 bytes of stores (ptxas -v, sm_90a); from these words 24 (the bias loads in apply()).
+  template <int kA, typename Head>
+  __device__ __forceinline__ static void bias_grad_t(const AttnBwdParams& p, const SeqlenInfo& seq, int batch,
+                                                     const Head& head, const uint32_t (&ds16)[kA][4], int key0, int q0) {
+    if constexpr (kMods) {
+      if (p.d_bias == nullptr) return;
+      uint16_t* out = static_cast<uint16_t*>(p.d_bias) +
+                      bias_plane(batch, lazy(head), p.d_bias_batch_stride, p.d_bias_head_stride);
+#pragma unroll
+      for (int j = 0; j < 2 * kA; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = key0 + 8 * h, q = q0 + 8 * j + e;
+            if (q < seq.seqlen_q && key < seq.seqlen_k)
+              out[static_cast<int64_t>(q) * p.d_bias_row_stride + key] =
+                  static_cast<uint16_t>(ds16[j / 2][(j % 2) * 2 + h] >> (16 * e));
+          }
+    }
+  }
+
   // S = q.k of one (query head, query block) -> x, before the probabilities, in either tile layout
   // (ScoreTile). row0() / col0(): the thread's first element's sequence row and column
   // (BlockMask::apply's, or the sm90 backward's key0 / q0), evaluated only inside the ALiBi branch.
@@ -223,6 +333,10 @@ struct ScoreModBwd {
       if (p.mods.alibi_slopes != nullptr) {
         add_alibi<kLayout>(s, row0(), col0(), static_cast<float>(seq.seqlen_k - seq.seqlen_q),
                            alibi_per_key(p, batch, lazy(head)), seq.seqlen_q);
+      }
+      if (p.mods.bias != nullptr) {
+        add_bias<kLayout>(s, p.mods, p.dtype, batch, lazy(head), row0(), col0(), seq.seqlen_q, seq.seqlen_k,
+                          bias_per_unit(p));
       }
     }
   }
@@ -328,6 +442,27 @@ struct ScoreModBwd {
     if constexpr (kMods) {
       using Tile = ScoreTile<kLayout>;
       const float diag = static_cast<float>(seq.seqlen_k - seq.seqlen_q);
+      if (!Tile::kKeyRows && p.d_bias != nullptr) {
+        // The bias is added after the ALiBi term, so its gradient is dS itself (the host refuses
+        // softcap with a bias). Each (query, key) of a (b, h) plane is one element of one tile:
+        // plain stores. The sm90 backward stores it from its 16-bit dS^T instead (bias_grad_t).
+        const int r0 = row0(), c0 = col0();
+        uint16_t* out = static_cast<uint16_t*>(p.d_bias) +
+                        bias_plane(batch, lazy(head), p.d_bias_batch_stride, p.d_bias_head_stride);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int row = r0 + mt * 16 + h * 8;
+                const int q = Tile::query(row, c0, nt * 8 + e), k = Tile::key(row, c0, nt * 8 + e);
+                if (q < seq.seqlen_q && k < seq.seqlen_k)
+                  out[static_cast<int64_t>(q) * p.d_bias_row_stride + k] = float_to_bias(ds[mt][nt][2 * h + e], p.dtype);
+              }
+      }
       if (p.d_alibi_slopes != nullptr) {
         const int r0 = row0(), c0 = col0();
         float acc = 0.f;

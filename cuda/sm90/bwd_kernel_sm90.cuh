@@ -569,6 +569,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       }
     }
     sm90::fence_async_shared();
+    if constexpr (Traits::kMods) Mod::bias_grad_t(p, seq, batch, mod_head, dst16, key0, q0);  // attn_mask's gradient
     sm90::named_sync(kBarDs, 256);  // both halves of dS^T written
 
     // dQ[:, 64 cwg .. 64 cwg + 63] = dS K over all 128 keys (M-major A, N-major B).

@@ -79,7 +79,7 @@ MAX_SPLITS = 128  # _C's MAX_SPLITS
 
 # Issue 14's score modifiers as _C's feature bits (capabilities.h's Feature) and the names the
 # capability table lists them by.
-FEATURE_BITS = {"softcap": 1, "alibi": 2, "sinks": 4}
+FEATURE_BITS = {"softcap": 1, "alibi": 2, "sinks": 4, "bias": 8}
 
 
 def _configure(module: Any, import_error: str | None = None) -> None:
@@ -349,25 +349,35 @@ _NO_LSE_STRIDES = (0, 0, 0)
 # Varlen arguments of a launch: (cu_seqlens_q, cu_seqlens_k, seqused_k or None, max_seqlen_q, max_seqlen_k).
 Varlen = tuple[Tensor, Tensor, "Tensor | None", int, int]
 
-# Score modifiers of a launch: (softcap, alibi_slopes, sinks); the tensors float32 and contiguous,
-# slopes (Hq,) or (B, Hq), sinks (Hq,), on the query's device (ops.py converts them).
-Mods = tuple[float, "Tensor | None", "Tensor | None"]
+# Score modifiers of a launch: (softcap, alibi_slopes, sinks[, bias]); the tensors float32 and
+# contiguous, slopes (Hq,) or (B, Hq), sinks (Hq,), on the query's device (ops.py converts them);
+# bias (an additive attn_mask): a (B, Hq, Sq, Sk) view in the query's dtype, unit key stride, 0
+# strides where it broadcasts (ops_masks.py builds it).
+Mods = tuple[Any, ...]
 
 
 def feature_bits(mods: Mods | None) -> int:
     """FEATURE_BITS of a launch's modifiers (0: none)."""
     if mods is None:
         return 0
-    softcap, slopes, sinks = mods
-    return (1 if softcap > 0 else 0) | (2 if slopes is not None else 0) | (4 if sinks is not None else 0)
+    softcap, slopes, sinks = mods[:3]
+    bias = mods[3] if len(mods) > 3 else None
+    return ((1 if softcap > 0 else 0) | (2 if slopes is not None else 0) | (4 if sinks is not None else 0)
+            | (8 if bias is not None else 0))  # fmt: skip
 
 
-def _mods_item(mods: Mods) -> tuple[float, int, int, int]:
-    """module.cpp's spec.mods: (softcap, alibi_slopes, alibi_batch_stride, sinks)."""
-    softcap, slopes, sinks = mods
+def _mods_item(mods: Mods) -> tuple[Any, ...]:
+    """module.cpp's spec.mods: (softcap, alibi_slopes, alibi_batch_stride, sinks[, bias,
+    bias_batch_stride, bias_head_stride, bias_row_stride])."""
+    softcap, slopes, sinks = mods[:3]
     slopes_ptr = 0 if slopes is None else slopes.data_ptr()
     batch_stride = 0 if slopes is None or slopes.dim() == 1 else slopes.stride(0)
-    return (float(softcap), slopes_ptr, batch_stride, 0 if sinks is None else sinks.data_ptr())
+    item = (float(softcap), slopes_ptr, batch_stride, 0 if sinks is None else sinks.data_ptr())
+    bias = mods[3] if len(mods) > 3 else None
+    if bias is None:
+        return item
+    sb, sh, sr, _ = bias.stride()
+    return (*item, bias.data_ptr(), sb, sh, sr)
 
 
 def _packed_strides(t: Tensor) -> tuple[int, int, int]:
@@ -553,7 +563,7 @@ def launch_bwd(
     mask: MaskSpec,
     varlen: Varlen | None = None,
     mods: Mods | None = None,
-    mod_grads: tuple[Tensor | None, Tensor | None] | None = None,
+    mod_grads: tuple[Tensor | None, ...] | None = None,
 ) -> None:
     """Backward: writes ``dq``, ``dk``, ``dv`` (dense views or packed rows, as in launch_fwd); with
     ``mods``, adds into ``mod_grads`` = (d_alibi_slopes, d_sinks): zeroed float32 tensors of the
@@ -578,7 +588,7 @@ def launch_bwd(
     # delta's floats, then with the modifiers' gradients two more per row (params.h's row_pdp and
     # row_pdist), then (dense) one int32 per (batch, head, 64-row query block): the dQ semaphores
     # of the deterministic mode (api.cpp's workspace_layout).
-    d_slopes, d_sinks = mod_grads if mods is not None and mod_grads is not None else (None, None)
+    d_slopes, d_sinks = mod_grads[:2] if mods is not None and mod_grads is not None else (None, None)
     row_floats = 1 if d_slopes is None and d_sinks is None else 3
     semaphores = 0 if varlen is not None else sizes[0] * sizes[1] * ((sizes[3] + 63) // 64) * 4
     delta_bytes = row_floats * rows * 4 + semaphores
@@ -596,6 +606,8 @@ def launch_bwd(
     if mods is None:
         _C.bwd(spec, grads)
         return
-    ptrs = tuple(0 if t is None else t.data_ptr() for t in (d_slopes, d_sinks))
+    # d_bias (optional third): dense (B, Hq, Sq, Sk) contiguous in the query's dtype, zeroed.
+    extra = mod_grads[2:] if mod_grads is not None else ()
+    ptrs = tuple(0 if t is None else t.data_ptr() for t in (d_slopes, d_sinks, *extra))
     _C.bwd((*spec, None, _mods_item(mods)), (*grads, ptrs))
 

@@ -23,7 +23,7 @@ from flashsdpa import reference
 from flashsdpa.masks import MaskSpec
 from flashsdpa.reference_features import Features
 
-__all__ = ["Grads", "attention", "attention_varlen", "backward", "backward_varlen", "forward", "forward_varlen"]
+__all__ = ["Grads", "additive", "attention", "attention_varlen", "backward", "backward_varlen", "forward", "forward_varlen"]
 
 FEATURE_NAMES = ("attn_mask", "dropout_p", "softcap", "alibi_slopes", "sinks")
 
@@ -270,7 +270,17 @@ def kernel_served(extras: Extras) -> bool:
     return extras.attn_mask is None and extras.dropout_p == 0.0
 
 
+def additive(attn_mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """attn_mask as the kernels take it (flashsdpa::fwd_masked): a boolean mask (True = attend) as
+    0 / -inf, a float one in ``dtype`` (PyTorch converts the same way before its fused kernels)."""
+    if attn_mask.dtype == torch.bool:
+        zero = torch.zeros((), dtype=dtype, device=attn_mask.device)
+        return torch.where(attn_mask, zero, torch.full((), -torch.inf, dtype=dtype, device=attn_mask.device))
+    return attn_mask.to(dtype)
+
+
 def not_served(api: str, extras: Extras) -> NotImplementedError:
+    # attn_mask alone is served on CUDA by flashsdpa::fwd_masked (dense); with dropout, or varlen, not yet.
     names = ", ".join(n for n in _given(extras) if n in ("attn_mask", "dropout_p"))
     return NotImplementedError(
         f"flashsdpa.{api} on CUDA: {names} not served by flashsdpa's kernels yet (issue 14; the CPU reference "

@@ -522,9 +522,8 @@ def attention(
     ``softcap * tanh(s / softcap)`` before mask and bias); ``alibi_slopes`` float32 (Hq,) or (B, Hq)
     (scores gain ``-slope * |i + Sk - Sq - j|``); ``sinks`` float32 or query.dtype (Hq,), a learnable
     logit per head in each row's softmax denominator with no value row. They combine with causal masks,
-    windows and GQA. Training features still on CPU only (flashsdpa.features, through the reference; on
-    CUDA they raise NotImplementedError until our kernels serve them): ``attn_mask`` bool (True =
-    attend) or additive, broadcastable to (B, Hq, Sq, Sk), with a gradient when additive; ``dropout_p``.
+    windows and GQA. ``attn_mask`` bool (True = attend) or additive (its gradient), broadcasting to
+    (B, Hq, Sq, Sk): our kernels (in q's dtype); ``dropout_p``: CPU only (CUDA: NotImplementedError).
     """
     if (window is None and not return_lse and attn_mask is None and alibi_slopes is None and sinks is None
             and type(causal) is bool and type(causal_alignment) is str and eager.wrapped_reason(query, key, value) is None
@@ -554,6 +553,11 @@ def attention(
                 query, key, value, None, None, 0, 0, _scale(scale, head_dim), mask, extras.softcap,
                 extras.alibi_slopes, extras.sinks,
             )  # fmt: skip
+        elif query.is_cuda and extras.attn_mask is not None and extras.dropout_p == 0.0:  # ops_masks.py
+            _check_cuda(query, head_dim, value.shape[3])
+            bias = features.additive(extras.attn_mask, query.dtype)
+            out, lse = torch.ops.flashsdpa.fwd_masked.default(query, key, value, bias, _scale(scale, head_dim), mask,
+                                                              extras.softcap, extras.alibi_slopes, extras.sinks)
         else:
             out, lse = features.attention(query, key, value, mask, _scale(scale, head_dim), extras)
         return (out, lse) if return_lse else out

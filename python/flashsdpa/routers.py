@@ -424,6 +424,7 @@ _FLASH_FWD_ARGS = ("query", "key", "value", "cum_seq_q", "cum_seq_k", "max_q", "
 _FLASH_BWD_ARGS = ("grad_out", "query", "key", "value", "out", "logsumexp", "cum_seq_q", "cum_seq_k", "max_q", "max_k",
                    "dropout_p", "is_causal", "rng_state", "unused")  # fmt: skip
 
+# routers_masked.py appends the masked ops' routes at its import (the package imports it).
 _ROUTES: tuple[_Route, ...] = (
     _Route(_SDPA_FWD, _sdpa_flash_forward, _SDPA_FWD_ARGS, frozenset({"scale"})),
     _Route(_SDPA_BWD, _sdpa_flash_backward, _SDPA_BWD_ARGS, frozenset({"scale"})),

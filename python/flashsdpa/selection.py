@@ -468,7 +468,7 @@ def _features_reasons(
     """explain()'s score-modifier part: whether a family serves them at all, and with this problem."""
     if not bits:
         return []
-    names = ", ".join(arg for arg, b in zip(("softcap", "alibi_slopes", "sinks"), (1, 2, 4)) if bits & b)
+    names = ", ".join(a for a, b in zip(("softcap", "alibi_slopes", "sinks", "attn_mask"), (1, 2, 4, 8)) if bits & b)
     if not _backend.CUDA_KERNELS or not any(f.get("features") for f in _backend.capabilities()):
         return [f"{names} given: no compiled kernel family serves score modifiers (the direct API runs them on CPU)"]
     if not query.is_cuda or query.dim() != 4 or value.dim() != 4 or query.dtype not in _backend.DTYPE_CODES:
@@ -482,6 +482,26 @@ def _features_reasons(
     backward = query.requires_grad or value.requires_grad
     why = features_reason(query, value, spec, bits, varlen=False, backward=backward)
     return [f"{why}; families serving score modifiers: {', '.join(feature_families())}"] if why else []
+
+
+def _attn_mask_reasons(query: Tensor, key: Tensor, attn_mask: object, softcap: float) -> tuple[list[str], int]:
+    """explain()'s attn_mask part: (reasons, feature bits). SDPA sends masked calls to its cuDNN or
+    efficient op, whose routers (routers_masked.py) run our kernels with the mask as an additive bias
+    in the query's dtype; the efficient op takes no grouped-query call."""
+    if not isinstance(attn_mask, Tensor):
+        return [f"attn_mask of type {type(attn_mask).__name__}: needs a tensor"], 0
+    if attn_mask.dtype not in (torch.bool, query.dtype):
+        return [f"attn_mask.dtype={attn_mask.dtype}: needs torch.bool or query.dtype={query.dtype}"], 0
+    if query.dim() == 4 and key.dim() == 4:
+        target = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+        if attn_mask.dim() > 4 or any(n not in (1, t) for n, t in zip(reversed(attn_mask.shape), reversed(target))):
+            return [f"attn_mask {tuple(attn_mask.shape)}: does not broadcast to (B, H, Sq, Sk) = {target}"], 0
+        if query.shape[1] != key.shape[1]:
+            return [f"attn_mask with grouped-query attention ({query.shape[1]} query heads, {key.shape[1]} key heads): "
+                    "PyTorch's masked SDPA ops take equal heads (flashsdpa.attention(attn_mask=...) serves it)"], 0
+    if softcap:
+        return ["softcap with attn_mask: not served yet (the softcap backward would re-read the bias)"], 0
+    return [], _backend.FEATURE_BITS["bias"]
 
 
 def explain(
@@ -511,8 +531,9 @@ def explain(
     family serves them with this problem (the sm80 family does; sm90 does not yet, so such calls
     take sm80 on a Hopper GPU). ``alibi_slopes`` through ``aten::_flash_attention_forward`` (its
     keyword) is forward-only: that op's backward takes no slopes, so a call whose inputs require grad
-    is left to PyTorch there (logged with that reason). Our kernels do not serve ``attn_mask`` nor
-    ``dropout_p`` yet (the direct API runs them on CPU only, through the reference).
+    is left to PyTorch there (logged with that reason). ``attn_mask`` (bool or the query's dtype, any
+    shape broadcasting to (B, H, Sq, Sk)) is served through SDPA's masked ops (cuDNN, efficient) and
+    the direct API; ``dropout_p`` not yet (the direct API runs it on CPU only).
     """
     del scale  # any scale is served; the parameter mirrors SDPA's signature
     window_reasons = _window_reasons(query, value, is_causal, window) if window is not None else []
@@ -526,17 +547,17 @@ def explain(
         ]
     reasons: list[str] = []
     causal_bias = _is_causal_bias(attn_mask)
+    mask_bits = 0
     if attn_mask is not None and not causal_bias:
-        reasons.append(
-            "attn_mask given: attention masks are not supported yet (needs None; for causal masks pass "
-            "is_causal=True or torch.nn.attention.bias.causal_lower_right(...))"
-        )
+        mask_reasons, mask_bits = _attn_mask_reasons(query, key, attn_mask, softcap)
+        reasons += mask_reasons
     if dropout_p != 0.0:
         reasons.append(f"dropout_p={dropout_p}: dropout is not supported (needs 0.0)")
     bits = (
         (_backend.FEATURE_BITS["softcap"] if softcap else 0)
         | (_backend.FEATURE_BITS["alibi"] if alibi_slopes is not None else 0)
         | (_backend.FEATURE_BITS["sinks"] if sinks is not None else 0)
+        | mask_bits
     )
     reasons += _features_reasons(query, key, value, is_causal, window, bits)
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:

@@ -26,7 +26,7 @@ fi
 if [[ "${SANITIZE:-0}" == 1 ]]; then  # our kernels' small subsets, the caching allocator off (gpu_check.sh)
   for tool in memcheck racecheck; do
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool $tool --error-exitcode 9 --target-processes all \
-      python3 -m pytest ${SANITIZE_TESTS:-tests/gpu/test_kernels.py tests/gpu/test_features_gpu.py} -q -x -p no:cacheprovider \
+      python3 -m pytest ${SANITIZE_TESTS:-tests/gpu/test_kernels.py tests/gpu/test_features_gpu.py tests/gpu/test_masks_gpu.py} -q -x -p no:cacheprovider \
       -k sanitizer_subset > "$OUT/sanitize_$tool.log" 2>&1; r=$?
     echo "sanitizer $tool rc=$r: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
     [[ $r == 0 ]] || rc=1
@@ -35,6 +35,10 @@ fi
 if [[ "${TIMING:-0}" == 1 ]]; then
   timeout 60 python3 scripts/dev/features_timing.py > "$OUT/timing.log" 2>&1; echo "features timing rc=$?"
   tail -12 "$OUT/timing.log"
+fi
+if [[ "${MASKS_TIMING:-0}" == 1 ]]; then  # attn_mask rows of issue 14 (scripts/dev/masks_timing.py)
+  timeout 120 python3 scripts/dev/masks_timing.py > "$OUT/masks_timing.log" 2>&1; echo "masks timing rc=$?"
+  tail -6 "$OUT/masks_timing.log"
 fi
 for part in ${BENCH_PARTS:-}; do
   case $part in

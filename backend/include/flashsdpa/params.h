@@ -56,7 +56,8 @@ struct MaskSpec {
 };
 
 // Score modifiers (issue 14), applied by cuda/common/score_mod.cuh in the order
-//   s = scale * q.k;  s = softcap * tanh(s / softcap);  s -= slope[b, h] * |i + Sk - Sq - j|;  mask
+//   s = scale * q.k;  s = softcap * tanh(s / softcap);  s -= slope[b, h] * |i + Sk - Sq - j|;
+//   s += bias[b, h, i, j];  mask
 // and a sink logit per query head in every row's softmax denominator (no value row). Zero / null
 // is off; the host fills them (api.cpp) and the capability table says which families serve them.
 struct ScoreMods {
@@ -70,8 +71,16 @@ struct ScoreMods {
   const float* alibi_slopes;    // float32, slope of (batch b, query head h) at b * alibi_batch_stride + h
   int64_t alibi_batch_stride;   // 0: one slope per head (shape (Hq,)); Hq: per batch (shape (B, Hq))
   const float* sinks;           // float32 (Hq,), natural-log logits; nullptr = no sinks
+  // Additive attention bias (SDPA's attn_mask; a boolean mask arrives as 0 / -inf), natural units,
+  // in the call's dtype, broadcast to (B, Hq, Sq, Sk): element (b, h, i, j) of a dense problem at
+  // b * bias_batch_stride + h * bias_head_stride + i * bias_row_stride + j (a 0 stride broadcasts;
+  // the key dimension has unit stride). Kernels read only i < Sq, j < Sk. nullptr = none.
+  const void* bias;
+  int64_t bias_batch_stride, bias_head_stride, bias_row_stride;
 
-  FLASHSDPA_HOST_DEVICE bool any() const { return softcap > 0.f || alibi_slopes != nullptr || sinks != nullptr; }
+  FLASHSDPA_HOST_DEVICE bool any() const {
+    return softcap > 0.f || alibi_slopes != nullptr || sinks != nullptr || bias != nullptr;
+  }
 };
 
 struct AttnFwdParams {
@@ -178,6 +187,11 @@ struct AttnBwdParams : AttnFwdParams {
   // when not wanted: d_alibi_slopes has alibi_slopes' layout, d_sinks (Hq,).
   float* d_alibi_slopes;
   float* d_sinks;
+  // The bias's gradient dS (the final score's), dense (B, Hq, Sq, Sk) in the call's dtype at these
+  // strides (unit key stride), caller-zeroed: each element a tile visits is stored once (plain
+  // stores), elements no tile visits (fully masked blocks) stay 0. nullptr: not wanted.
+  void* d_bias;
+  int64_t d_bias_batch_stride, d_bias_head_stride, d_bias_row_stride;
   // With either: per query row, sum_j P dP (delta computed exactly: rowsum(dO * O) from the rounded
   // O is off by ~1e-2 at |delta| ~ 8 in bf16, which the sinks' and slopes' gradients sum over whole
   // heads) and, for the slopes, sum_j P |distance|; delta's layout, in its workspace buffer (api.cpp),

@@ -1,0 +1,233 @@
+# ops_masks.py: the flashsdpa:: ops of issue 14's attention masks: fwd_masked / bwd_masked, dense
+# (B, H, S, D) views, an additive bias (attn_mask; boolean masks arrive converted to 0 / -inf) in
+# the query's dtype of any shape broadcasting to (B, Hq, Sq, Sk), together with the score modifiers
+# (softcap, ALiBi, sinks). CUDA impls (our kernels' kMods instantiations: params.h's ScoreMods.bias),
+# CPU impls (features.py's reference), fake impls and autograd (dq, dk, dv, the bias's gradient
+# reduced to its shape, the slopes' and sinks'). Separate from ops_mods.py so that its ops keep their
+# schemas. The SDPA routers of the masked ops (routers.py) call bias_view / the launches directly.
+"""The ``flashsdpa::fwd_masked`` / ``bwd_masked`` ops: attn_mask (additive bias) on our kernels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from flashsdpa import _backend, features, masks, ops, ops_mods, reporting, selection
+from flashsdpa.features import additive
+
+__all__ = ["additive", "bias_view", "reduce_to"]
+
+_lib = torch.library.Library("flashsdpa", "FRAGMENT")
+
+# bias: additive, query.dtype, broadcasting to (B, Hq, Sq, Sk). grads = (want d_alibi_slopes,
+# want d_sinks, want d_bias); an unwanted gradient comes back as an empty (0,).
+_lib.define(
+    "fwd_masked(Tensor q, Tensor k, Tensor v, Tensor bias, float scale, int[] mask, float softcap,"
+    " Tensor? alibi_slopes, Tensor? sinks) -> (Tensor out, Tensor lse)"
+)
+_lib.define(
+    "bwd_masked(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor bias, float scale,"
+    " int[] mask, float softcap, Tensor? alibi_slopes, Tensor? sinks, bool[] grads)"
+    " -> (Tensor dq, Tensor dk, Tensor dv, Tensor d_alibi_slopes, Tensor d_sinks, Tensor d_bias)"
+)
+
+_FWD_COUNTS = reporting.counter("flashsdpa::fwd_masked")
+_BWD_COUNTS = reporting.counter("flashsdpa::bwd_masked")
+
+
+def bias_view(bias: Tensor, shape: tuple[int, int, int, int]) -> Tensor:
+    """``bias`` as the (B, Hq, Sq, Sk) view the kernels read: broadcast dims get stride 0 (never a
+    copy), the key dim unit stride, the other strides even and the pointer 4-byte aligned (the
+    kernels load key pairs: checks.cpp). Anything else (a broadcast or strided key dim, an odd row
+    stride such as a contiguous (S, S) mask of odd S) is copied once into rows padded to 8 keys."""
+    b4 = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
+    view = b4.expand(shape)
+    if view.stride(3) == 1 and all(s % 2 == 0 for s in view.stride()[:3]) and view.data_ptr() % 4 == 0:
+        return view
+    keys = shape[3]
+    padded = b4.new_empty(*b4.shape[:3], (keys + 7) // 8 * 8).narrow(3, 0, keys)
+    padded.copy_(b4.expand(*b4.shape[:3], keys))
+    return padded.expand(shape)
+
+
+def reduce_to(grad: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """A dense (B, Hq, Sq, Sk) gradient summed over the dims a tensor of ``shape`` broadcasts along
+    (float32 sums, float64 for float64; the result in grad's dtype), reshaped to ``shape``."""
+    lead = 4 - len(shape)
+    s4 = (1,) * lead + tuple(shape)
+    dims = [d for d in range(4) if s4[d] == 1 and grad.shape[d] != 1]
+    if not dims:
+        return grad.reshape(shape)
+    acc = torch.float64 if grad.dtype == torch.float64 else torch.float32
+    return grad.sum(dim=dims, keepdim=True, dtype=acc).to(grad.dtype).reshape(shape)
+
+
+def _shape(q: Tensor, k: Tensor) -> tuple[int, int, int, int]:
+    return (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+
+
+def _check_bias(q: Tensor, k: Tensor, bias: Tensor) -> None:
+    target = _shape(q, k)
+    if bias.dtype != q.dtype:
+        raise TypeError(f"attn_mask (bias) dtype={bias.dtype}: needs query.dtype={q.dtype} (convert bool masks first)")
+    if bias.device != q.device:
+        raise ValueError(f"attn_mask (bias) device={bias.device}: differs from query.device={q.device}")
+    if bias.dim() > 4 or any(n not in (1, t) for n, t in zip(reversed(bias.shape), reversed(target))):
+        raise ValueError(f"attn_mask (bias) {tuple(bias.shape)}: needs a shape that broadcasts to {target}")
+
+
+def _mods(softcap: float, slopes: Tensor | None, sinks: Tensor | None, bias4: Tensor) -> _backend.Mods:
+    return (*ops_mods._launch_mods(softcap, slopes, sinks), bias4)
+
+
+def reason(q: Tensor, k: Tensor, v: Tensor, spec: masks.MaskSpec, mods: _backend.Mods, backward: bool) -> str | None:
+    """Why our kernels cannot run this masked call (dense), or None."""
+    if mods[0] > 0:  # checks.cpp refuses it too
+        return "softcap with attn_mask: not served yet (the softcap backward's tanh recovery would re-read the bias)"
+    why = selection.dense_reason(q, k, v)
+    if why is None:
+        why = selection.features_reason(q, v, spec, _backend.feature_bits(mods), varlen=False, backward=backward)
+    if why is None and backward:
+        why = ops._backward_reason(q, v)
+    return why
+
+
+def _fwd_cuda(
+    q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float, mask: list[int], softcap: float,
+    slopes: Tensor | None, sinks: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    spec = ops._check_mask(mask)
+    _check_bias(q, k, bias)
+    out, lse = ops._fwd_outputs(q, v)
+    if ops._is_empty(q, k):
+        return ops._fill_empty_fwd(out, lse)
+    q, k, v = ops._readable(q, k, v)
+    mods = _mods(softcap, slopes, sinks, bias_view(bias, _shape(q, k)))
+    ops._require_kernels(reason(q, k, v, spec, mods, backward=False))
+    _backend.launch_fwd(q, k, v, out, lse, scale, spec, None, mods=mods)
+    _FWD_COUNTS[0] += 1
+    return out, lse
+
+
+def _extras(bias: Tensor, softcap: float, slopes: Tensor | None, sinks: Tensor | None) -> features.Extras:
+    return features.Extras(attn_mask=bias, softcap=softcap, alibi_slopes=slopes, sinks=sinks)
+
+
+def _fwd_cpu(
+    q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float, mask: list[int], softcap: float,
+    slopes: Tensor | None, sinks: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    spec = ops._check_mask(mask)
+    _check_bias(q, k, bias)
+    ops._count_cpu(_FWD_COUNTS, "flashsdpa::fwd_masked")
+    out, lse = ops._fill_empty_fwd(*ops._fwd_outputs(q, v))
+    if ops._is_empty(q, k):
+        return out, lse
+    ref_out, ref_lse = features.forward(q, k, v, scale=scale, mask=spec, extras=_extras(bias, softcap, slopes, sinks))
+    return out.copy_(ref_out), lse.copy_(ref_lse)
+
+
+def _fwd_fake(
+    q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float, mask: list[int], softcap: float,
+    slopes: Tensor | None, sinks: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    return ops._fwd_outputs(q, v)
+
+
+def _grads(
+    q: Tensor, k: Tensor, v: Tensor, bias: Tensor, slopes: Tensor | None, sinks: Tensor | None, grads: list[bool]
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    dq, dk, dv, d_slopes, d_sinks = ops_mods._mods_grads(q, k, v, slopes, sinks, grads[:2])
+    d_bias = q.new_empty(bias.shape) if grads[2] else q.new_empty(0)
+    return dq, dk, dv, d_slopes, d_sinks, d_bias
+
+
+def _bwd_cuda(
+    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Tensor, scale: float,
+    mask: list[int], softcap: float, slopes: Tensor | None, sinks: Tensor | None, grads: list[bool],
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    spec = ops._check_mask(mask)
+    _check_bias(q, k, bias)
+    dq, dk, dv, d_slopes, d_sinks, d_bias = _grads(q, k, v, bias, slopes, sinks, grads)
+    if ops._is_empty(q, k):
+        return dq.zero_(), dk.zero_(), dv.zero_(), d_slopes, d_sinks, d_bias.zero_()
+    dout, q, k, v, out = ops._readable(dout, q, k, v, out)
+    shape = _shape(q, k)
+    mods = _mods(softcap, slopes, sinks, bias_view(bias, shape))
+    ops._require_kernels(reason(q, k, v, spec, mods, backward=True))
+    ops._alert_nondeterministic("flashsdpa::bwd_masked", q, v, spec, False, _backend.feature_bits(mods))
+    d_sinks32 = d_sinks if d_sinks.numel() == 0 or d_sinks.dtype == torch.float32 else d_sinks.float()
+    # The kernels store dS per visited element; the rest (blocks outside a causal mask / window)
+    # must read 0: a zeroed dense buffer, reduced to the bias's shape below.
+    d_full = q.new_zeros(shape) if grads[2] else None
+    mod_grads = (d_slopes if d_slopes.numel() else None, d_sinks32 if d_sinks32.numel() else None, d_full)
+    _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, scale, spec, None, mods, mod_grads)
+    _BWD_COUNTS[0] += 1
+    if d_full is not None:
+        d_bias = reduce_to(d_full, tuple(bias.shape))
+    return dq, dk, dv, d_slopes, d_sinks32.to(d_sinks.dtype), d_bias
+
+
+def _bwd_cpu(
+    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Tensor, scale: float,
+    mask: list[int], softcap: float, slopes: Tensor | None, sinks: Tensor | None, grads: list[bool],
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    spec = ops._check_mask(mask)
+    _check_bias(q, k, bias)
+    ops._count_cpu(_BWD_COUNTS, "flashsdpa::bwd_masked")
+    dq, dk, dv, d_slopes, d_sinks, d_bias = _grads(q, k, v, bias, slopes, sinks, grads)
+    if ops._is_empty(q, k):
+        return dq.zero_(), dk.zero_(), dv.zero_(), d_slopes, d_sinks, d_bias.zero_()
+    g = features.backward(dout, q, k, v, out, lse, scale=scale, mask=spec, extras=_extras(bias, softcap, slopes, sinks))
+    if d_slopes.numel() and g.d_alibi is not None:
+        d_slopes.copy_(g.d_alibi)
+    if d_sinks.numel() and g.d_sinks is not None:
+        d_sinks.copy_(g.d_sinks)
+    if grads[2] and g.d_mask is not None:
+        d_bias.copy_(g.d_mask)
+    return dq.copy_(g.dq), dk.copy_(g.dk), dv.copy_(g.dv), d_slopes, d_sinks, d_bias
+
+
+def _bwd_fake(
+    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Tensor, scale: float,
+    mask: list[int], softcap: float, slopes: Tensor | None, sinks: Tensor | None, grads: list[bool],
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    return _grads(q, k, v, bias, slopes, sinks, grads)
+
+
+# ---- autograd (the LSE carries no gradient, as for ops.py's ops) ---------------------------------
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+    q, k, v, bias, scale, mask, softcap, slopes, sinks = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, bias, slopes, sinks)
+    ctx.scale, ctx.mask, ctx.softcap = scale, mask, softcap
+    ctx.mark_non_differentiable(lse)
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx: Any, dout: Tensor | None, _dlse: Tensor | None) -> tuple[Tensor | None, ...]:
+    if dout is None:
+        return (None,) * 9
+    q, k, v, out, lse, bias, slopes, sinks = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    want = [bool(need[7]) and slopes is not None, bool(need[8]) and sinks is not None, bool(need[3])]
+    dq, dk, dv, d_slopes, d_sinks, d_bias = torch.ops.flashsdpa.bwd_masked.default(
+        dout, q, k, v, out, lse, bias, ctx.scale, ctx.mask, ctx.softcap, slopes, sinks, want
+    )
+    return (dq, dk, dv, d_bias if want[2] else None, None, None, None, d_slopes if want[0] else None,
+            d_sinks if want[1] else None)  # fmt: skip
+
+
+for _name, _cuda, _cpu, _fake in (
+    ("fwd_masked", _fwd_cuda, _fwd_cpu, _fwd_fake),
+    ("bwd_masked", _bwd_cuda, _bwd_cpu, _bwd_fake),
+):
+    _lib.impl(_name, _cuda, "CUDA")
+    _lib.impl(_name, _cpu, "CPU")
+    torch.library.register_fake(f"flashsdpa::{_name}", _fake, lib=_lib)
+torch.library.register_autograd("flashsdpa::fwd_masked", _backward, setup_context=_setup_context, lib=_lib)
+torch.library.register_autograd("flashsdpa::bwd_masked", ops._no_double_backward, lib=_lib)

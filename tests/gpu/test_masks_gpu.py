@@ -1,0 +1,235 @@
+# test_masks_gpu.py: attn_mask (issue 14's first item) on our CUDA kernels through the direct API
+# (flashsdpa.attention(attn_mask=...) -> flashsdpa::fwd_masked / bwd_masked): boolean and additive
+# masks of the shapes models use ((B,1,1,S) key padding, (1,H,S,S), (B,H,S,S), (S,S)), rows with every
+# key masked, Sq != Sk, awkward sizes, GQA, causal; out, lse, dq, dk, dv and the additive mask's
+# gradient against a float64 textbook with the project's rule (max|ours - ref| <= 2 max|pt - ref| +
+# 1e-5, pt = the textbook in the inputs' dtype, the mask's gradient through autograd's expand), outputs
+# NaN-poisoned in a second launch. FLASHSDPA_FAMILY=sm80 runs the same rows on the portable family.
+# test_masks_sanitizer_subset is the compute-sanitizer subset.
+from __future__ import annotations
+
+import math
+import zlib
+
+import pytest
+import torch
+from torch import Tensor
+
+import flashsdpa
+from flashsdpa import _backend, masks, ops_masks, reporting
+from flashsdpa.masks import MaskSpec
+from helpers import check_rule, default_scale, gpu_skip_reason, grads_or_zeros, skip_unless_compiled
+
+GPU_SKIP = gpu_skip_reason()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU_SKIP is not None, reason=f"GPU suite: {GPU_SKIP}")]
+
+DEVICE = "cuda"
+
+
+def _generator(request: pytest.FixtureRequest) -> torch.Generator:
+    return torch.Generator(device=DEVICE).manual_seed(zlib.crc32(request.node.nodeid.encode()))
+
+
+def textbook(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, *, scale: float, mask: MaskSpec,
+             dtype: torch.dtype) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """(B, Hq, Sq, D) attention with an additive bias, in ``dtype``: out, lse (+inf, out 0 for rows
+    that see no key)."""
+    groups = q.shape[1] // k.shape[1]
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    sq, sk = q.shape[2], k.shape[2]
+    s = (q @ k.transpose(-1, -2)) * scale + bias.to(dtype)
+    vis = masks.visible(mask, sq, sk, q.device)
+    if vis is not None:
+        s = s.masked_fill(~vis, -math.inf)
+    row_max = s.amax(dim=-1, keepdim=True)
+    seen = row_max > -math.inf
+    top = torch.where(seen, row_max, 0.0).detach()
+    e = torch.exp(s - top)
+    total = e.sum(dim=-1, keepdim=True)
+    p = torch.where(seen, e / torch.where(seen, total, 1.0), 0.0)
+    lse = torch.where(seen, top + torch.log(torch.where(seen, total, 1.0)), math.inf).squeeze(-1)
+    return p @ v, lse
+
+
+def _make_mask(kind: str, shape: tuple[int, ...], sq: int, sk: int, dtype: torch.dtype, gen: torch.Generator,
+               empty_row: bool) -> Tensor:  # fmt: skip
+    """kind "bool": True = attend (~70%), "add": N(0, 1) with ~20% -inf. With ``empty_row``, query
+    row sq // 2 sees no key (where the shape has a query dim), else every row keeps key 0."""
+    if kind == "bool":
+        m = torch.rand(shape, generator=gen, device=DEVICE) < 0.7
+        m[..., 0] = True
+        if empty_row and len(shape) >= 2 and shape[-2] == sq:
+            m[..., sq // 2, :] = False
+        return m
+    m = torch.randn(shape, generator=gen, device=DEVICE)
+    m = m.masked_fill(torch.rand(shape, generator=gen, device=DEVICE) < 0.2, -math.inf)
+    m[..., 0] = torch.randn(m[..., 0].shape, generator=gen, device=DEVICE)
+    if empty_row and len(shape) >= 2 and shape[-2] == sq:
+        m[..., sq // 2, :] = -math.inf
+    return m.to(dtype)
+
+
+def _shape(name: str, b: int, h: int, sq: int, sk: int) -> tuple[int, ...]:
+    return {"B11S": (b, 1, 1, sk), "1HSS": (1, h, sq, sk), "BHSS": (b, h, sq, sk), "SS": (sq, sk)}[name]
+
+
+def run_masked(request: pytest.FixtureRequest, kind: str, shape_name: str, mask: MaskSpec, groups: int, sq: int,
+               sk: int, dtype: torch.dtype, head_dim: int = 128, batch: int = 2, heads_kv: int = 2,
+               empty_row: bool = False) -> None:  # fmt: skip
+    skip_unless_compiled(dtype, head_dim)
+    gen = _generator(request)
+    heads = heads_kv * groups
+    q = torch.randn(batch, heads, sq, head_dim, generator=gen, device=DEVICE).to(dtype)
+    k = torch.randn(batch, heads_kv, sk, head_dim, generator=gen, device=DEVICE).to(dtype)
+    v = torch.randn(batch, heads_kv, sk, head_dim, generator=gen, device=DEVICE).to(dtype)
+    dout = torch.randn(batch, heads, sq, head_dim, generator=gen, device=DEVICE).to(dtype)
+    attn_mask = _make_mask(kind, _shape(shape_name, batch, heads, sq, sk), sq, sk, dtype, gen, empty_row)
+    additive = kind != "bool"
+    scale = default_scale(head_dim)
+    left, right, align = mask
+    kw = {"window": (left, right), "causal_alignment": "bottom_right" if align == masks.BOTTOM_RIGHT else "top_left"}
+
+    # Ours: the direct API, the additive mask a leaf that requires grad.
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    m = attn_mask.detach().clone().requires_grad_(additive)
+    fwd_before = reporting.counter("flashsdpa::fwd_masked")[0]
+    out, lse = flashsdpa.attention(*leaves, attn_mask=m, scale=scale, return_lse=True, enable_gqa=True, **kw)
+    assert reporting.counter("flashsdpa::fwd_masked")[0] == fwd_before + 1, "our masked kernel did not serve it"
+    ours = [out.detach(), lse, *torch.autograd.grad(out, leaves + ([m] if additive else []), dout)]
+    torch.cuda.synchronize()
+
+    bias = ops_masks.additive(attn_mask, dtype)
+
+    def results(d: torch.dtype) -> list[Tensor]:
+        ls = [t.detach().to(d).requires_grad_() for t in (q, k, v)]
+        b = bias.detach().to(d).requires_grad_(additive)
+        o, l = textbook(*ls, b, scale=scale, mask=mask, dtype=d)
+        g = grads_or_zeros(o, ls + ([b] if additive else []), dout.to(d))
+        return [o.detach(), l.detach().float(), *g]
+
+    ref, pt = results(torch.float64), results(dtype)
+    names = ["out", "lse", "dq", "dk", "dv"] + (["d_mask"] if additive else [])
+    for name, o, p, r in zip(names, ours, pt, ref):
+        assert o.shape == r.shape, (name, tuple(o.shape), tuple(r.shape))
+        assert not o.isnan().any(), f"{name}: NaN"
+        check_rule(name, o, p, r, input_dtype=dtype)
+    if empty_row and len(attn_mask.shape) >= 2 and attn_mask.shape[-2] == sq:
+        # out exactly 0 (LSE +inf); dq at most the portable backward's exp2_fma floor: a -inf bias in
+        # a tile without element-wise masking gives P = 2^-125, not 0 (dS ~ 1e-37).
+        assert torch.all(ours[0][:, :, sq // 2] == 0) and torch.all(ours[1][:, :, sq // 2] == math.inf)
+        assert ours[2][:, :, sq // 2].abs().max().item() <= 1e-30
+
+    # NaN-poisoned outputs: the same launches must write every element (the forward bitwise).
+    view = ops_masks.bias_view(bias, (batch, heads, sq, sk))
+    mods = (0.0, None, None, view)
+    out_p, lse_p = torch.full_like(out, math.nan), torch.full_like(lse, math.nan)
+    _backend.launch_fwd(q, k, v, out_p, lse_p, scale, mask, None, mods=mods)
+    torch.cuda.synchronize()
+    assert torch.equal(out_p, ours[0]) and torch.equal(lse_p, lse), "forward left elements unwritten (NaN)"
+    dq, dk, dv = (torch.full_like(t, math.nan) for t in (q, k, v))
+    d_full = torch.zeros(batch, heads, sq, sk, dtype=dtype, device=DEVICE) if additive else None
+    _backend.launch_bwd(dout, q, k, v, ours[0], lse, dq, dk, dv, scale, mask, None, mods, (None, None, d_full))
+    torch.cuda.synchronize()
+    poisoned = [dq, dk, dv] + ([ops_masks.reduce_to(d_full, tuple(attn_mask.shape))] if additive else [])
+    for name, o, p, r in zip(names[2:], poisoned, pt[2:], ref[2:]):
+        check_rule(name + " (poisoned)", o, p, r, input_dtype=dtype)
+
+
+_SHAPES = ["B11S", "1HSS", "BHSS", "SS"]
+_SIZES = [(1, 1), (7, 113), (113, 7), (1, 1023), (113, 1023), (1023, 1023)]
+
+
+@pytest.mark.parametrize("kind", ["bool", "add"])
+@pytest.mark.parametrize("shape_name", _SHAPES)
+@pytest.mark.parametrize("sq,sk", _SIZES)
+def test_masks(request: pytest.FixtureRequest, kind: str, shape_name: str, sq: int, sk: int) -> None:
+    run_masked(request, kind, shape_name, masks.NO_MASK, 2, sq, sk, torch.bfloat16)
+
+
+@pytest.mark.parametrize("kind", ["bool", "add"])
+@pytest.mark.parametrize("mask", [masks.CAUSAL_TOP_LEFT, masks.CAUSAL_BOTTOM_RIGHT, (64, 0, masks.BOTTOM_RIGHT)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_masks_with_causal(request: pytest.FixtureRequest, kind: str, mask: MaskSpec, dtype: torch.dtype,
+                           head_dim: int) -> None:  # fmt: skip
+    run_masked(request, kind, "BHSS", mask, 4, 300, 777, dtype, head_dim=head_dim)
+
+
+@pytest.mark.parametrize("kind", ["bool", "add"])
+@pytest.mark.parametrize("shape_name", ["1HSS", "BHSS", "SS"])
+@pytest.mark.parametrize("sq,sk", [(7, 113), (200, 200)])
+def test_masks_fully_masked_rows(request: pytest.FixtureRequest, kind: str, shape_name: str, sq: int, sk: int) -> None:
+    run_masked(request, kind, shape_name, masks.NO_MASK, 1, sq, sk, torch.float16, empty_row=True)
+
+
+def test_masks_key_padding_4k(request: pytest.FixtureRequest) -> None:
+    """A padding mask as a model passes it: (B, 1, 1, S) booleans, each sequence's kept length."""
+    run_masked(request, "bool", "B11S", masks.CAUSAL_TOP_LEFT, 1, 4096, 4096, torch.bfloat16, batch=2, heads_kv=4)
+
+
+_SANITIZER = [("add", "B11S", masks.CAUSAL_BOTTOM_RIGHT, 7, 113), ("bool", "BHSS", masks.NO_MASK, 113, 7)]
+
+
+@pytest.mark.parametrize("kind,shape_name,mask,sq,sk", _SANITIZER)
+def test_masks_sanitizer_subset(request: pytest.FixtureRequest, kind: str, shape_name: str, mask: MaskSpec, sq: int,
+                                sk: int) -> None:  # fmt: skip
+    run_masked(request, kind, shape_name, mask, 2, sq, sk, torch.bfloat16, empty_row=True)
+
+
+# ---- through SDPA inside enable(): the masked ops' routers (routers_masked.py) -------------------
+
+_MASKED_OPS = (
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_cudnn_attention",
+)
+
+
+def _served(op_prefix: str) -> int:
+    ops = flashsdpa.stats()["ops"]
+    return sum(c["served"] for op, c in ops.items() if op.startswith(op_prefix))
+
+
+@pytest.mark.parametrize("kind", ["bool", "add"])
+@pytest.mark.parametrize("shape_name,sq,sk", [("B11S", 113, 1023), ("1HSS", 256, 256), ("SS", 7, 113)])
+def test_masks_through_sdpa(request: pytest.FixtureRequest, kind: str, shape_name: str, sq: int, sk: int) -> None:
+    """F.scaled_dot_product_attention(attn_mask=...) inside enable(): PyTorch sends it to its cuDNN or
+    efficient op (flash refuses masks), whose routers run our kernels forward and backward (the
+    reporting counters say so), and the results pass the rule against the float64 textbook,
+    the additive mask's gradient included (autograd's expand backward reduces ours)."""
+    import torch.nn.functional as F
+
+    dtype, batch, heads, head_dim = torch.bfloat16, 2, 4, 128
+    skip_unless_compiled(dtype, head_dim)
+    gen = _generator(request)
+    q, k, v = (torch.randn(batch, heads, s, head_dim, generator=gen, device=DEVICE).to(dtype) for s in (sq, sk, sk))
+    dout = torch.randn(batch, heads, sq, head_dim, generator=gen, device=DEVICE).to(dtype)
+    attn_mask = _make_mask(kind, _shape(shape_name, batch, heads, sq, sk), sq, sk, dtype, gen, False)
+    additive = kind != "bool"
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    m = attn_mask.detach().clone().requires_grad_(additive)
+    fwd_before = sum(_served(op) for op in _MASKED_OPS)
+    bwd_before = sum(_served(op + "_backward") for op in _MASKED_OPS)
+    with flashsdpa.enable():
+        out = F.scaled_dot_product_attention(*leaves, attn_mask=m)
+        grads = torch.autograd.grad(out, leaves + ([m] if additive else []), dout)
+    torch.cuda.synchronize()
+    fwd_served = sum(_served(op) for op in _MASKED_OPS) - fwd_before
+    bwd_served = sum(_served(op + "_backward") for op in _MASKED_OPS) - bwd_before
+    # _served(op) counts the op and its backward (same prefix): the forward alone is the difference.
+    assert fwd_served - bwd_served == 1 and bwd_served == 1, (flashsdpa.stats()["fallback_reasons"], fwd_served, bwd_served)
+
+    bias = ops_masks.additive(attn_mask, dtype)
+    scale = default_scale(head_dim)
+
+    def results(d: torch.dtype) -> list[Tensor]:
+        ls = [t.detach().to(d).requires_grad_() for t in (q, k, v)]
+        b = bias.detach().to(d).requires_grad_(additive)
+        o, _ = textbook(*ls, b, scale=scale, mask=masks.NO_MASK, dtype=d)
+        return [o.detach(), *grads_or_zeros(o, ls + ([b] if additive else []), dout.to(d))]
+
+    ref, pt = results(torch.float64), results(dtype)
+    names = ["out", "dq", "dk", "dv"] + (["d_mask"] if additive else [])
+    for name, o, p, r in zip(names, [out.detach(), *grads], pt, ref):
+        assert o.shape == r.shape, (name, tuple(o.shape), tuple(r.shape))
+        check_rule(name, o, p, r, input_dtype=dtype)

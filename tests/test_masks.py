@@ -1,0 +1,287 @@
+"""attn_mask on our kernels, the host side (CPU): flashsdpa::fwd_masked / bwd_masked (ops_masks.py),
+the bias view the kernels read, the gradient's reduction, the launch items, and the reference
+against PyTorch's math path."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import flashsdpa
+from flashsdpa import _backend, masks, ops_masks
+
+B, H, HKV, SQ, SK, D = 2, 4, 2, 7, 13, 16
+
+
+def _qkv(dtype: torch.dtype = torch.float32, grad: bool = False) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(B, H, SQ, D, generator=g, dtype=dtype)
+    k = torch.randn(B, HKV, SK, D, generator=g, dtype=dtype)
+    v = torch.randn(B, HKV, SK, D, generator=g, dtype=dtype)
+    return tuple(t.requires_grad_(grad) for t in (q, k, v))
+
+
+def test_additive_converts_bool_and_float() -> None:
+    m = torch.tensor([[True, False], [False, True]])
+    a = ops_masks.additive(m, torch.bfloat16)
+    assert a.dtype == torch.bfloat16
+    assert a.tolist() == [[0.0, -math.inf], [-math.inf, 0.0]]
+    f = torch.randn(3, 5)
+    assert ops_masks.additive(f, torch.float16).dtype == torch.float16
+
+
+@pytest.mark.parametrize(
+    "shape", [(B, 1, 1, SK), (1, H, SQ, SK), (B, H, SQ, SK), (SQ, SK), (SK,), (B, H, SQ, 1), (1, 1, 1, 1)]
+)
+def test_bias_view_broadcasts_without_copies_except_keys(shape: tuple[int, ...]) -> None:
+    bias = torch.randn(shape)
+    view = ops_masks.bias_view(bias, (B, H, SQ, SK))
+    assert tuple(view.shape) == (B, H, SQ, SK)
+    assert view.stride(3) == 1  # the kernels' unit key stride
+    torch.testing.assert_close(view, bias.expand(B, H, SQ, SK) if bias.dim() == 4 else bias.reshape(
+        (1,) * (4 - bias.dim()) + shape).expand(B, H, SQ, SK))
+    padded = (1,) * (4 - len(shape)) + shape
+    for d in range(3):  # broadcast dims are stride 0 (never materialized)
+        if padded[d] == 1 and view.shape[d] != 1:
+            assert view.stride(d) == 0
+    assert all(s % 2 == 0 for s in view.stride()[:3]) and view.data_ptr() % 4 == 0  # 4-byte key pairs
+    b4 = bias.reshape(padded)
+    in_place = shape[-1] == SK and all(b4.stride(d) % 2 == 0 for d in range(3) if padded[d] != 1)
+    assert (view.data_ptr() == bias.data_ptr()) == in_place  # copied only for the keys or an odd stride
+
+
+def test_bias_view_keeps_even_row_strides_in_place() -> None:
+    bias = torch.randn(SQ, SK + 3)[:, :SK]  # row stride 16: even, read in place
+    assert ops_masks.bias_view(bias, (B, H, SQ, SK)).data_ptr() == bias.data_ptr()
+    odd = torch.randn(SQ, SK)  # row stride 13: copied into padded rows
+    view = ops_masks.bias_view(odd, (B, H, SQ, SK))
+    assert view.stride(2) == 16 and view.data_ptr() != odd.data_ptr()
+    torch.testing.assert_close(view[1, 2], odd)
+
+
+def test_bias_view_copies_a_strided_key_dim() -> None:
+    base = torch.randn(SQ, 2 * SK)
+    bias = base[:, ::2]  # key stride 2
+    view = ops_masks.bias_view(bias, (B, H, SQ, SK))
+    assert view.stride(3) == 1 and view.stride(0) == 0 and view.stride(1) == 0
+    torch.testing.assert_close(view[0, 0], bias)
+
+
+@pytest.mark.parametrize("shape", [(B, 1, 1, SK), (1, H, SQ, SK), (SQ, SK), (B, H, SQ, SK), (H, 1, SK)])
+def test_reduce_to_matches_expand_backward(shape: tuple[int, ...]) -> None:
+    bias = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(B, H, SQ, SK, dtype=torch.float64)
+    bias.expand(B, H, SQ, SK).backward(grad)
+    torch.testing.assert_close(ops_masks.reduce_to(grad, shape), bias.grad)
+
+
+def test_launch_items_carry_the_bias() -> None:
+    bias = ops_masks.bias_view(torch.randn(B, 1, 1, SK, dtype=torch.float16), (B, H, SQ, SK))
+    mods = (0.0, None, None, bias)
+    assert _backend.feature_bits(mods) == _backend.FEATURE_BITS["bias"] == 8
+    assert _backend.feature_bits((0.0, None, None)) == 0
+    item = _backend._mods_item(mods)
+    assert item[:4] == (0.0, 0, 0, 0)
+    assert item[4:] == (bias.data_ptr(), 16, 0, 0)  # (batch, head, row) element strides (rows padded: SK odd)
+    assert len(_backend._mods_item((0.0, None, None))) == 4  # the old spec, unchanged
+
+
+def _math(q, k, v, mask, scale, causal=False):  # type: ignore[no-untyped-def]
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, scale=scale, is_causal=causal, enable_gqa=True
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["bool", "additive"])
+@pytest.mark.parametrize("shape", [(B, 1, 1, SK), (1, H, SQ, SK), (SQ, SK)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fwd_bwd_masked_against_math(kind: str, shape: tuple[int, ...], causal: bool) -> None:
+    q, k, v = _qkv(torch.float64, grad=True)
+    g = torch.Generator().manual_seed(1)
+    if kind == "bool":
+        mask = torch.rand(shape, generator=g) > 0.3
+        mask[..., 0] = True  # every row keeps a key (the math path gives NaN for empty rows)
+        bias = ops_masks.additive(mask, q.dtype)
+        ref_mask = mask
+    else:
+        bias = torch.randn(shape, generator=g, dtype=torch.float64).requires_grad_(True)
+        ref_mask = bias
+    scale = 0.3
+    spec = list(masks.make(causal, "top_left", None))
+    out, lse = torch.ops.flashsdpa.fwd_masked.default(q, k, v, bias, scale, spec, 0.0, None, None)
+    ref = _math(q, k, v, ref_mask if not causal else _with_causal(ref_mask), scale)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=2e-5)  # the reference accumulates in float32
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, [q, k, v] + ([bias] if kind == "additive" else []), dout)
+    ref_grads = torch.autograd.grad(ref, [q, k, v] + ([bias] if kind == "additive" else []), dout)
+    for a, b in zip(grads, ref_grads):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)
+    if kind == "additive":
+        assert grads[3].shape == bias.shape
+
+
+def _with_causal(mask: torch.Tensor) -> torch.Tensor:
+    causal = torch.ones(SQ, SK, dtype=torch.bool).tril()
+    if mask.dtype == torch.bool:
+        return mask & causal
+    return mask + torch.zeros(SQ, SK, dtype=mask.dtype).masked_fill(~causal, -math.inf)
+
+
+def test_fully_masked_rows_give_zero_and_no_nan() -> None:
+    q, k, v = _qkv(torch.float64, grad=True)
+    mask = torch.ones(B, 1, SQ, SK, dtype=torch.bool)
+    mask[:, :, 3] = False  # row 3 sees no key
+    bias = ops_masks.additive(mask, q.dtype)
+    out, lse = torch.ops.flashsdpa.fwd_masked.default(q, k, v, bias, 0.25, [-1, -1, 0], 0.0, None, None)
+    assert torch.all(out[:, :, 3] == 0) and torch.all(lse[:, :, 3] == math.inf)
+    dq, dk, dv = torch.autograd.grad(out.sum(), [q, k, v])
+    assert torch.all(dq[:, :, 3] == 0)
+    assert not any(t.isnan().any() for t in (out, dq, dk, dv))
+
+
+def test_direct_api_mask_grad_on_cpu() -> None:
+    q, k, v = _qkv(torch.float64, grad=True)
+    bias = torch.randn(B, 1, 1, SK, dtype=torch.float64, requires_grad=True)
+    out = flashsdpa.attention(q, k, v, attn_mask=bias, enable_gqa=True)
+    ref = _math(q, k, v, bias, 1 / math.sqrt(D))
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=2e-5)  # the reference accumulates in float32
+    (g,) = torch.autograd.grad(out.square().sum(), [bias])
+    (rg,) = torch.autograd.grad(ref.square().sum(), [bias])
+    torch.testing.assert_close(g, rg, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize(
+    ("bias", "error", "match"),
+    [
+        (torch.zeros(B, H, SQ, SK, dtype=torch.float16), TypeError, "attn_mask .*dtype"),
+        (torch.zeros(B, H, SQ + 1, SK), ValueError, r"attn_mask .*broadcasts"),
+        (torch.zeros(3, H, SQ, SK), ValueError, r"attn_mask .*broadcasts"),
+        (torch.zeros(1, B, H, SQ, SK), ValueError, r"attn_mask .*broadcasts"),
+    ],
+)
+def test_fwd_masked_checks_name_the_mask(bias: torch.Tensor, error: type, match: str) -> None:
+    q, k, v = _qkv()
+    with pytest.raises(error, match=match):
+        torch.ops.flashsdpa.fwd_masked.default(q, k, v, bias, 0.25, [-1, -1, 0], 0.0, None, None)
+
+
+def test_opcheck_masked_ops() -> None:
+    q, k, v = _qkv()
+    bias = torch.randn(B, 1, SQ, SK)
+    args = (q, k, v, bias, 0.25, [-1, 0, 0], 0.0, None, None)
+    torch.library.opcheck(torch.ops.flashsdpa.fwd_masked.default, args)
+    out, lse = torch.ops.flashsdpa.fwd_masked.default(*args)
+    dout = torch.randn_like(out)
+    bwd_args = (dout, q, k, v, out, lse, bias, 0.25, [-1, 0, 0], 0.0, None, None, [False, False, True])
+    torch.library.opcheck(torch.ops.flashsdpa.bwd_masked.default, bwd_args)
+    *_, d_bias = torch.ops.flashsdpa.bwd_masked.default(*bwd_args)
+    assert d_bias.shape == bias.shape
+
+
+# ---- the SDPA routers of the masked ops (a fake CUDA build, FakeTensors) --------------------------
+
+F16 = torch.float16
+
+
+class _Native:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def call_boxed(self, keyset: Any, *args: Any, **kwargs: Any) -> str:
+        self.calls.append(args)
+        return "native result"
+
+
+@pytest.fixture
+def native(monkeypatch: pytest.MonkeyPatch) -> _Native:
+    from flashsdpa import routers, routers_masked
+
+    recorder = _Native()
+    for route in routers._ROUTES:
+        monkeypatch.setitem(routers._NATIVE, route.op, recorder)
+    return recorder
+
+
+def _same_meta(ours: torch.Tensor, meta: torch.Tensor) -> bool:
+    return ours.shape == meta.shape and ours.stride() == meta.stride() and ours.dtype == meta.dtype
+
+
+def test_efficient_router_serves_a_bias(fake_build: Any, native: _Native, fake_mode: Any,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from flashsdpa import routers, routers_masked
+
+    build = fake_build()
+    monkeypatch.setattr(_backend, "_current_stream", lambda device: 77)
+    q, k, v = (torch.empty(2, 4, 100, 64, dtype=F16, device="cuda") for _ in range(3))
+    bias = torch.empty(2, 1, 1, 100, dtype=F16, device="cuda").expand(2, 4, 100, 100)
+    out, lse, seed, offset = routers_masked._eff_forward("keys", q, k, v, bias, True, 0.0, True)
+    assert not native.calls
+    meta = torch.ops.aten._scaled_dot_product_efficient_attention.default(q, k, v, bias, True, 0.0, True)
+    assert _same_meta(out, meta[0]) and _same_meta(lse, meta[1])
+    [(name, (spec,))] = build.calls
+    assert name == "fwd" and spec[3] == masks.CAUSAL_TOP_LEFT  # is_causal: top-left on this op
+    item = spec[9]
+    assert item[:4] == (0.0, 0, 0, 0) and item[4] == bias.data_ptr() and item[5:] == (100, 0, 0)
+    # The backward with grad_input_mask[3]: dS into a zeroed dense buffer, returned in attn_bias's shape.
+    dout = torch.empty_like(out)
+    grads = routers_masked._eff_backward("keys", dout, q, k, v, bias, out, lse, seed, offset, 0.0, [True, True, True, True],
+                                  True)  # fmt: skip
+    assert not native.calls
+    meta_g = torch.ops.aten._scaled_dot_product_efficient_attention_backward.default(
+        dout, q, k, v, bias, out, lse, seed, offset, 0.0, [True, True, True, True], True
+    )
+    for ours, m in zip(grads[:3], meta_g[:3]):
+        assert _same_meta(ours, m)
+    assert grads[3].shape == bias.shape
+    name, (bspec, bgrads) = build.calls[1]
+    assert name == "bwd" and len(bgrads[4]) == 3  # (d_slopes, d_sinks, d_bias) pointers (0 for FakeTensors)
+    assert len(bspec[9]) == 8 and bspec[9][5:] == (100, 0, 0)  # the bias and its strides
+
+
+@pytest.mark.parametrize(
+    ("bias", "dropout", "reason"),
+    [
+        (torch.float32, 0.0, "attn_bias .*float32.*needs query's dtype"),
+        (F16, 0.1, "dropout"),
+        ("3d-bad", 0.0, "does not broadcast"),
+    ],
+)
+def test_efficient_router_falls_back_with_reasons(fake_build: Any, native: _Native, fake_mode: Any, bias: Any,
+                                                  dropout: float, reason: str) -> None:  # fmt: skip
+    from flashsdpa import reporting, routers_masked
+
+    fake_build()
+    q, k, v = (torch.empty(2, 4, 100, 64, dtype=F16, device="cuda") for _ in range(3))
+    if bias == "3d-bad":
+        b = torch.empty(3, 100, 100, dtype=F16, device="cuda")
+    else:
+        b = torch.empty(2, 4, 100, 100, dtype=bias, device="cuda")
+    reporting.reset_stats()
+    assert routers_masked._eff_forward("keys", q, k, v, b, True, dropout, False) == "native result"
+    assert len(native.calls) == 1
+    reasons = reporting.stats()["fallback_reasons"]
+    assert any(re.search(reason, key) for key in reasons), reasons
+
+
+def test_cudnn_router_outputs_match_its_meta(fake_build: Any, native: _Native, fake_mode: Any,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from flashsdpa import routers, routers_masked
+
+    build = fake_build()
+    monkeypatch.setattr(_backend, "_current_stream", lambda device: 77)
+    q = torch.empty(2, 100, 4, 64, dtype=F16, device="cuda").transpose(1, 2)
+    k = torch.empty(2, 80, 2, 64, dtype=F16, device="cuda").transpose(1, 2)
+    v = torch.empty(2, 80, 2, 64, dtype=F16, device="cuda").transpose(1, 2)
+    bias = torch.empty(100, 80, dtype=F16, device="cuda")
+    ours = routers_masked._cudnn_forward("keys", q, k, v, bias, True, 0.0, False, False)
+    assert not native.calls
+    meta = torch.ops.aten._scaled_dot_product_cudnn_attention.default(q, k, v, bias, True, 0.0, False, False)
+    assert _same_meta(ours[0], meta[0]) and _same_meta(ours[1], meta[1])
+    assert ours[4:6] == (100, 80)
+    [(name, (spec,))] = build.calls
+    assert spec[3] == masks.NO_MASK and spec[9][4:] == (bias.data_ptr(), 0, 0, 80)
