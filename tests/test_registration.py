@@ -591,6 +591,7 @@ def test_tile_counter_per_stream_and_never_allocated_under_capture(monkeypatch: 
     monkeypatch.setattr(_backend, "new_tile_counter", new_tile_counter)
     capturing = [True]
     monkeypatch.setattr(_backend.torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    monkeypatch.setattr(_backend.torch.cuda, "is_available", lambda: True)
     assert _backend._tile_counter(0, 77) == 0 and not made and not _backend._TILE_COUNTERS
     capturing[0] = False
     first = _backend._tile_counter(0, 77)

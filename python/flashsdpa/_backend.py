@@ -404,7 +404,8 @@ def _tile_counter(device: int, stream: int) -> int:
     """The address of this stream's tile counter (0 while capturing a graph before it exists)."""
     counter = _TILE_COUNTERS.get((device, stream))
     if counter is None:
-        if device < 0 or torch.cuda.is_current_stream_capturing():  # (device -1: CPU tensors, mocked _C)
+        # Device -1 (CPU tensors) or no CUDA: a mocked _C (CPU tests); neither allocates.
+        if device < 0 or not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
             return 0
         counter = _TILE_COUNTERS[(device, stream)] = new_tile_counter(device)
     return counter.data_ptr()

@@ -44,9 +44,14 @@ _EFF_BWD_COUNTS = reporting.counter(f"aten::{_EFF_BWD}")
 _EFF_MASKS = (masks.NO_MASK, masks.CAUSAL_TOP_LEFT)  # by is_causal
 
 
+# An unmasked call reaches the efficient or cuDNN op inside enable() only where the user chose that
+# backend (sdpa_kernel without flash; enable() puts flash first): that choice stands.
+NO_BIAS_REASON = "no attn_mask: an unmasked call reaches this op only where sdpa_kernel chose it over flash; left to it"
+
+
 def _bias_reason(attn_bias: Tensor | None, query: Tensor, key: Tensor) -> str | None:
     if attn_bias is None:
-        return None
+        return NO_BIAS_REASON
     target = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
     if attn_bias.dtype != query.dtype or attn_bias.device != query.device:
         return f"attn_bias {attn_bias.dtype} on {attn_bias.device}: needs query's dtype {query.dtype} on {query.device}"

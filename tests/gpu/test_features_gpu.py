@@ -337,20 +337,20 @@ def test_features_route(request: pytest.FixtureRequest) -> None:
     family, softcap's backward by sm90."""
     skip_unless_compiled(torch.bfloat16, 128)
     table = {f["family"]: f for f in flashsdpa.capabilities()}
-    assert set(table["sm80"]["features"]) == {"softcap", "alibi", "sinks"}
-    assert all(set(v) == {"softcap", "alibi", "sinks"} for v in table["sm80"]["features_by_direction"].values())
+    assert set(table["sm80"]["features"]) == {"softcap", "alibi", "sinks", "bias"}
+    assert all(set(v) == {"softcap", "alibi", "sinks", "bias"} for v in table["sm80"]["features_by_direction"].values())
     hopper = "sm90" in table and torch.cuda.get_device_capability() == (9, 0)
-    both = ["softcap", "alibi", "sinks"]
+    both = ["softcap", "alibi", "sinks", "bias"]
     if "sm90" in table:
         assert table["sm90"]["features_by_direction"] == {"forward": both, "backward": both}
     code = _backend.DTYPE_CODES[torch.bfloat16]
     for backward in (False, True):
-        for bits in (1, 2, 4, 7):
+        for bits in (1, 2, 4, 7, 8):
             family, *_ = _backend.select(torch.cuda.current_device(), code, 128, 128, 0, False, backward, bits)
             assert family == ("sm90" if hopper else "sm80"), (backward, bits, family)
-    for bits in (1, 2, 4, 7):  # deterministic backward (2)
+    for bits in (1, 2, 4, 7, 8):  # deterministic backward (2); the bias's gradient is plain stores
         family, *_ = _backend.select(torch.cuda.current_device(), code, 128, 128, 0, False, 2, bits)
-        assert family == ("sm90" if hopper and bits == 1 else None), (bits, family)
+        assert family == ("sm90" if hopper and bits in (1, 8) else None), (bits, family)
 
 
 def test_features_deterministic(request: pytest.FixtureRequest, deterministic: Callable[[bool], None]) -> None:

@@ -118,7 +118,7 @@ def test_append_with_forced_splits(page_size: int | None, num_splits: int | None
     # seqused_k_add), through every split count and Dv 64 / 128 / 256 of the combine; ragged
     # lengths with 0 and full (make_case). Sq 2: two new rows, the last query sees the last key.
     skip_unless_compiled(BF16, head_dim)
-    case = make_case(seqlen_q=2, page_size=page_size, head_dim=head_dim, capacity=300, batch=5, dtype=BF16,
+    case = make_case(seqlen_q=2, page_size=page_size, head_dim=head_dim, capacity=320, batch=5, dtype=BF16,
                      device=DEVICE, seed=head_dim + (num_splits or 0))  # fmt: skip
     _check(case, num_splits=num_splits)
 
