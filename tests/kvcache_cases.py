@@ -57,6 +57,7 @@ def make_case(
     if page_size is None:
         k_cache, v_cache = randn(batch, capacity, heads_kv, head_dim), randn(batch, capacity, heads_kv, head_dim)
     else:
+        assert capacity % page_size == 0, f"capacity={capacity}: needs whole pages of {page_size} (the reference's block table)"
         pages_per_seq = capacity // page_size
         num_pages = batch * pages_per_seq + 3
         order = torch.randperm(num_pages, generator=gen)[: batch * pages_per_seq].view(batch, pages_per_seq)

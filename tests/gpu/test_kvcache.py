@@ -375,7 +375,7 @@ def test_decode_sanitizer_subset_append(page_size: int | None) -> None:
     """The append path under compute-sanitizer: new rows written by torch ops, lengths counted by
     the kernel (seqused_k_add), 3 splits and the programmatically launched combine."""
     skip_unless_compiled(BF16, 64)
-    _check(make_case(seqlen_q=2, page_size=page_size, head_dim=64, capacity=100, batch=3, dtype=BF16, device=DEVICE),
+    _check(make_case(seqlen_q=2, page_size=page_size, head_dim=64, capacity=112, batch=3, dtype=BF16, device=DEVICE),
            num_splits=3)  # fmt: skip
 
 
