@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import flashsdpa
-from flashsdpa import _backend, masks, ops_masks
+from flashsdpa import _backend, masks, ops_masks, selection
 
 B, H, HKV, SQ, SK, D = 2, 4, 2, 7, 13, 16
 
@@ -266,6 +266,33 @@ def test_efficient_router_falls_back_with_reasons(fake_build: Any, native: _Nati
     assert len(native.calls) == 1
     reasons = reporting.stats()["fallback_reasons"]
     assert any(re.search(reason, key) for key in reasons), reasons
+
+
+@pytest.mark.parametrize("sq", [1, 16, 17])
+def test_masked_routers_leave_decode_sized_and_unmasked_calls(fake_build: Any, native: _Native, fake_mode: Any,
+                                                              monkeypatch: pytest.MonkeyPatch, sq: int) -> None:  # fmt: skip
+    """A masked call of at most DECODE_MAX_SEQLEN_Q query rows (padded batched generation) and an
+    unmasked call (under sdpa_kernel without flash) stay with PyTorch's masked ops, with the reason;
+    17 query rows are ours."""
+    from flashsdpa import reporting, routers_masked
+
+    fake_build()
+    monkeypatch.setattr(_backend, "DECODE_MAX_SEQLEN_Q", 16)
+    monkeypatch.setattr(_backend, "_current_stream", lambda device: 77)
+    q = torch.empty(2, 4, sq, 64, dtype=F16, device="cuda")
+    k = v = torch.empty(2, 4, 300, 64, dtype=F16, device="cuda")
+    bias = torch.empty(2, 1, sq, 300, dtype=F16, device="cuda")
+    reporting.reset_stats()
+    for route in (routers_masked._eff_forward, routers_masked._cudnn_forward):
+        args = (q, k, v, bias, True, 0.0, False) + ((False,) if route is routers_masked._cudnn_forward else ())
+        result = route("keys", *args)
+        assert (result == "native result") == (sq <= 16)
+    reasons = reporting.stats()["fallback_reasons"]
+    assert (sum("decode-sized" in key for key in reasons) == 2) == (sq <= 16), reasons
+    assert (any("decode-sized" in r for r in selection.explain(q, k, v, attn_mask=bias))) == (sq <= 16)
+    native.calls.clear()
+    assert routers_masked._eff_forward("keys", q, k, v, None, True, 0.0, False) == "native result"
+    assert any(routers_masked.NO_BIAS_REASON in key for key in reporting.stats()["fallback_reasons"])
 
 
 def test_cudnn_router_outputs_match_its_meta(fake_build: Any, native: _Native, fake_mode: Any,

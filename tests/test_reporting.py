@@ -117,12 +117,14 @@ def cuda_lookalike(monkeypatch: pytest.MonkeyPatch, fake_build: Any) -> None:
     [
         (lambda: torch.randn(1, 2, 8, 64), {}, contextlib.nullcontext,
          "query.dtype=torch.float32: needs float16 or bfloat16"),
-        (lambda: torch.randn(1, 2, 8, 64, dtype=torch.bfloat16), {"attn_mask": torch.ones(8, 8, dtype=torch.bool)},
+        (lambda: torch.randn(1, 2, 32, 64, dtype=torch.bfloat16), {"attn_mask": torch.ones(32, 32, dtype=torch.bool)},
          contextlib.nullcontext, "PyTorch's SDPA chose another backend"),
+        (lambda: torch.randn(1, 2, 8, 64, dtype=torch.bfloat16), {"attn_mask": torch.ones(8, 8, dtype=torch.bool)},
+         contextlib.nullcontext, "attn_mask with 8 query rows (<= 16, decode-sized)"),
         (lambda: torch.randn(1, 2, 8, 64, dtype=torch.bfloat16, requires_grad=True), {},
          lambda: sdpa_kernel([SDPBackend.MATH]), "PyTorch's flash backend is disabled"),
     ],
-    ids=["float32", "masked", "flash disabled"],
+    ids=["float32", "masked", "masked decode-sized", "flash disabled"],
 )
 def test_unserved_calls_are_counted_with_their_reason(
     make: Any, kwargs: dict[str, Any], context: Any, reason: str, cuda_lookalike: None

@@ -64,8 +64,8 @@ def test_explain_served(fake_build: Any, fake_mode: Any) -> None:
 
 
 def test_explain_sdpa_arguments(fake_build: Any, fake_mode: Any) -> None:
-    q, k, v = qkv()
-    mask = torch.empty(16, 16, dtype=torch.bool, device="cuda")
+    q, k, v = qkv(sq=32, sk=32)
+    mask = torch.empty(32, 32, dtype=torch.bool, device="cuda")
     assert flashsdpa.explain(q, k, v, attn_mask=mask) == []  # served through SDPA's masked ops (routers_masked.py)
     assert flashsdpa.explain(q, k, v, attn_mask=mask.to(q.dtype)) == []
     assert_expected_inline(
@@ -73,8 +73,13 @@ def test_explain_sdpa_arguments(fake_build: Any, fake_mode: Any) -> None:
         """attn_mask.dtype=torch.float32: needs torch.bool or query.dtype=torch.float16""",
     )
     assert_expected_inline(
-        lines(flashsdpa.explain(q, k, v, attn_mask=torch.empty(3, 16, 16, dtype=torch.bool, device="cuda"))),
-        """attn_mask (3, 16, 16): does not broadcast to (B, H, Sq, Sk) = (2, 4, 16, 16)""",
+        lines(flashsdpa.explain(q, k, v, attn_mask=torch.empty(3, 32, 32, dtype=torch.bool, device="cuda"))),
+        """attn_mask (3, 32, 32): does not broadcast to (B, H, Sq, Sk) = (2, 4, 32, 32)""",
+    )
+    q16, k16, v16 = qkv()
+    assert_expected_inline(
+        lines(flashsdpa.explain(q16, k16, v16, attn_mask=torch.empty(16, 16, dtype=torch.bool, device="cuda"))),
+        """attn_mask with 16 query rows (<= 16, decode-sized): the split-KV decode kernel takes no mask yet (flashsdpa.attention(attn_mask=...) serves it)""",
     )
     assert_expected_inline(
         lines(flashsdpa.explain(q, k, v, attn_mask=mask, dropout_p=0.1)),

@@ -52,6 +52,12 @@ NO_BIAS_REASON = "no attn_mask: an unmasked call reaches this op only where sdpa
 def _bias_reason(attn_bias: Tensor | None, query: Tensor, key: Tensor) -> str | None:
     if attn_bias is None:
         return NO_BIAS_REASON
+    if query.shape[2] <= _backend.DECODE_MAX_SEQLEN_Q:
+        # Padded batched generation (a 4-D mask, one query row): the forward kernel would run one CTA
+        # per (batch, head) over every key, where the decode kernel splits the keys but takes no mask
+        # yet; PyTorch's masked kernels serve it as before (not measured against them: kept theirs).
+        return (f"a masked call with {query.shape[2]} query rows (<= {_backend.DECODE_MAX_SEQLEN_Q}, decode-sized): "
+                "the split-KV decode kernel takes no mask yet")
     target = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
     if attn_bias.dtype != query.dtype or attn_bias.device != query.device:
         return f"attn_bias {attn_bias.dtype} on {attn_bias.device}: needs query's dtype {query.dtype} on {query.device}"

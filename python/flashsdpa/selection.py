@@ -501,6 +501,9 @@ def _attn_mask_reasons(query: Tensor, key: Tensor, attn_mask: object, softcap: f
                     "PyTorch's masked SDPA ops take equal heads (flashsdpa.attention(attn_mask=...) serves it)"], 0
     if softcap:
         return ["softcap with attn_mask: not served yet (the softcap backward would re-read the bias)"], 0
+    if query.dim() == 4 and query.shape[2] <= _backend.DECODE_MAX_SEQLEN_Q:
+        return [f"attn_mask with {query.shape[2]} query rows (<= {_backend.DECODE_MAX_SEQLEN_Q}, decode-sized): "
+                "the split-KV decode kernel takes no mask yet (flashsdpa.attention(attn_mask=...) serves it)"], 0
     return [], _backend.FEATURE_BITS["bias"]
 
 

@@ -191,7 +191,7 @@ def _served(op_prefix: str) -> int:
 
 
 @pytest.mark.parametrize("kind", ["bool", "add"])
-@pytest.mark.parametrize("shape_name,sq,sk", [("B11S", 113, 1023), ("1HSS", 256, 256), ("SS", 7, 113)])
+@pytest.mark.parametrize("shape_name,sq,sk", [("B11S", 113, 1023), ("1HSS", 256, 256), ("SS", 17, 113)])
 def test_masks_through_sdpa(request: pytest.FixtureRequest, kind: str, shape_name: str, sq: int, sk: int) -> None:
     """F.scaled_dot_product_attention(attn_mask=...) inside enable(): PyTorch sends it to its cuDNN or
     efficient op (flash refuses masks), whose routers run our kernels forward and backward (the
@@ -233,3 +233,28 @@ def test_masks_through_sdpa(request: pytest.FixtureRequest, kind: str, shape_nam
     for name, o, p, r in zip(names, [out.detach(), *grads], pt, ref):
         assert o.shape == r.shape, (name, tuple(o.shape), tuple(r.shape))
         check_rule(name, o, p, r, input_dtype=dtype)
+
+
+@pytest.mark.parametrize("sq", [1, 16])
+def test_decode_sized_masked_sdpa_stays_with_pytorch(sq: int) -> None:
+    """A masked SDPA call with at most DECODE_MAX_SEQLEN_Q query rows (padded batched generation)
+    is left to PyTorch's masked kernels with the reason counted: our forward kernel would run one
+    CTA per (batch, head) over all keys, and the split-KV decode kernel takes no mask yet."""
+    import torch.nn.functional as F
+
+    dtype, batch, heads, head_dim, sk = torch.bfloat16, 4, 8, 128, 2048
+    skip_unless_compiled(dtype, head_dim)
+    gen = torch.Generator(device=DEVICE).manual_seed(sq)
+    q, k, v = (torch.randn(batch, heads, s, head_dim, generator=gen, device=DEVICE).to(dtype) for s in (sq, sk, sk))
+    mask = torch.ones(batch, 1, sq, sk, dtype=torch.bool, device=DEVICE)
+    mask[:, :, :, : sk // 3] = False  # left padding
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    before = sum(_served(op) for op in _MASKED_OPS)
+    flashsdpa.reset_stats()
+    with flashsdpa.enable():
+        got = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert sum(_served(op) for op in _MASKED_OPS) == 0 and before >= 0
+    reasons = flashsdpa.stats()["fallback_reasons"]
+    assert any("decode-sized" in r for r in reasons), reasons
+    torch.testing.assert_close(got, expected)
+    assert any("decode-sized" in r for r in flashsdpa.explain(q, k, v, attn_mask=mask))
