@@ -407,7 +407,9 @@ def _tile_counter(device: int, stream: int) -> int:
         # Device -1 (CPU tensors) or no CUDA: a mocked _C (CPU tests); neither allocates.
         if device < 0 or not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
             return 0
-        counter = _TILE_COUNTERS[(device, stream)] = new_tile_counter(device)
+        # setdefault: two threads on one stream get the same buffer (an overwritten one could be
+        # freed under the first thread's launch).
+        counter = _TILE_COUNTERS.setdefault((device, stream), new_tile_counter(device))
     return counter.data_ptr()
 
 
