@@ -602,6 +602,10 @@ def test_tile_counter_per_stream_and_never_allocated_under_capture(monkeypatch: 
     assert _backend._tile_counter(0, 78) not in (0, first) and _backend._tile_counter(1, 77) not in (0, first)
     assert len(made) == 3 and set(_backend._TILE_COUNTERS) == {(0, 77), (0, 78), (1, 77)}
     assert _backend._tile_counter(-1, 77) == 0  # CPU tensors (mocked _C): never a buffer
+    monkeypatch.setattr(_backend, "_TILE_COUNTERS_LIMIT", 4)
+    for stream in range(100, 106):  # past the bound: the cache starts over, never grows without end
+        assert _backend._tile_counter(0, stream) != 0
+    assert len(_backend._TILE_COUNTERS) <= 4
 
 
 def test_launch_fwd_without_lse(recorded_build: Any) -> None:

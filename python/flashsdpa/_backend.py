@@ -398,6 +398,7 @@ def _packed_lse_strides(lse: Tensor) -> tuple[int, int, int]:
 # overlap); the launcher ignores the counter under CUDA-graph capture. Allocated outside capture
 # only: memory allocated during a capture belongs to the graph's pool.
 _TILE_COUNTERS: dict[tuple[int, int], Tensor] = {}
+_TILE_COUNTERS_LIMIT = 256
 
 
 def _tile_counter(device: int, stream: int) -> int:
@@ -407,6 +408,12 @@ def _tile_counter(device: int, stream: int) -> int:
         # Device -1 (CPU tensors) or no CUDA: a mocked _C (CPU tests); neither allocates.
         if device < 0 or not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
             return 0
+        if len(_TILE_COUNTERS) >= _TILE_COUNTERS_LIMIT:
+            # Streams made without end (external ones; torch's own come from a pool of 32 per
+            # priority): start over. Freeing is safe under pending launches: the caching allocator
+            # reuses a block only in its allocation stream's order (here the launch's stream), and
+            # without caching cudaFree waits for the device.
+            _TILE_COUNTERS.clear()
         # setdefault: two threads on one stream get the same buffer (an overwritten one could be
         # freed under the first thread's launch).
         counter = _TILE_COUNTERS.setdefault((device, stream), new_tile_counter(device))
