@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from flashsdpa import cli
-from flashsdpa.bench import bars, decode, gpu, models, problems, rounds, window
+from flashsdpa.bench import bars, decode, gpu, masked, models, problems, rounds, window
 from flashsdpa.bench.problems import Problem, Result
 
 
@@ -130,12 +130,28 @@ def test_model_and_decode_bars() -> None:
     assert found["decode B1 x 128k keys: ours / fastest PyTorch"].verdict == "PASS"
 
 
+def test_masked_bars() -> None:
+    summary = [
+        {"case": "key padding S 2k", "direction": "fwd", "ours_tflops": 610.0, "ours_over_best_torch": 1.4},
+        {"case": "key padding S 2k", "direction": "bwd", "ours_tflops": 400.0, "ours_over_best_torch": 0.97},
+        {"case": "additive bias S 2k", "direction": "bwd", "ours_tflops": None, "ours_over_best_torch": None},
+    ]
+    found = {b.name: b for b in bars.masked_bars(summary)}
+    assert found["key padding S 2k fwd: ours TFLOP/s"].verdict == "PASS"
+    assert found["key padding S 2k bwd: ours TFLOP/s"].target == 450.0
+    assert found["key padding S 2k bwd: ours TFLOP/s"].verdict == "FAIL"
+    assert found["key padding S 2k bwd: ours / best PyTorch"].verdict == "FAIL"
+    assert found["additive bias S 2k bwd: ours TFLOP/s"].verdict == "n/a"
+    assert found["additive bias S 2k bwd: ours TFLOP/s"].target == 300.0
+
+
 def test_parts_selection() -> None:
     ns = types.SimpleNamespace
-    none = {"sweep": False, "models": False, "decode": False, "window": False}
-    assert gpu.selected_parts(ns(quick=False, **none)) == ["sweep", "models", "decode", "window"]
+    none = {"sweep": False, "models": False, "decode": False, "window": False, "masks": False}
+    assert gpu.selected_parts(ns(quick=False, **none)) == ["sweep", "models", "decode", "window", "masks"]
     assert gpu.selected_parts(ns(quick=True, **none)) == ["sweep"]
     assert gpu.selected_parts(ns(quick=False, **{**none, "window": True})) == ["window"]
+    assert gpu.selected_parts(ns(quick=False, **{**none, "masks": True})) == ["masks"]
     assert gpu.selected_parts(ns(quick=True, sweep=False, models=True, decode=True)) == ["models", "decode"]
 
 
@@ -178,6 +194,12 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(window, "WINDOW_SHAPE", (1, 2, 64, 16))
     monkeypatch.setattr(window, "WINDOW_KEYS", 16)
     monkeypatch.setattr(window, "MASKS", (("causal", None), ("window", (15, 0))))
+    monkeypatch.setattr(masked, "TOKENS", 64)
+    monkeypatch.setattr(masked, "HEADS", 2)
+    monkeypatch.setattr(masked, "HEAD_DIM", 16)
+    monkeypatch.setattr(masked, "MASKED_REPS", 2)
+    monkeypatch.setattr(masked, "CASES", (masked.MaskCase("key padding S 2k", "padding", 32),
+                                          masked.MaskCase("additive bias S 2k", "bias", 32)))
     tiny = models.DecoderShape(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=48, vocab=64)
     monkeypatch.setattr(models, "MODELS", {k: (tiny, dt) for k, (_, dt) in models.MODELS.items()})
     monkeypatch.setattr(models, "CASES", tuple(
@@ -193,7 +215,7 @@ def test_whole_gpu_path_on_fake_cuda(fake_cuda: None, tmp_path: Path, capsys: py
     assert rc in (0, 1), captured.err[-3000:]
     assert "FAILED parts" not in captured.out, captured.out[-3000:]
     payload = json.loads((tmp_path / "results.json").read_text())
-    assert payload["failed_parts"] == {} and payload["parts"] == ["sweep", "models", "decode", "window"]
+    assert payload["failed_parts"] == {} and payload["parts"] == ["sweep", "models", "decode", "window", "masks"]
     flash = [r for r in payload["results"] if r["backend"] == "torch-flash"]
     assert flash and all(len(r["round_ms"]) == 2 for r in flash)
     assert all(len(r["ours_over_flash_rounds"]) == 2 for r in payload["ratios"])
@@ -206,6 +228,11 @@ def test_whole_gpu_path_on_fake_cuda(fake_cuda: None, tmp_path: Path, capsys: py
     assert captured.out.rstrip().splitlines()[-1].lstrip().endswith("(stretch bars and n/a not counted)")
     assert "Models (torch-llama" in captured.out and "Decode: one query token" in captured.out
     assert "Sliding window:" in captured.out and payload["window"]["summary"]["fwd"]["window_over_causal"]
+    # On CPU nothing of ours serves SDPA, so "ours" is n/a (never a PyTorch time under our label).
+    assert "Masks through SDPA:" in captured.out
+    ours = [r for r in payload["masks"]["rows"] if r["backend"] == "ours"]
+    assert len(ours) == 4 and all(r["tflops"] is None for r in ours)
+    assert any(r["tflops"] for r in payload["masks"]["rows"] if r["backend"] == "torch-default")
 
 
 def test_quick_runs_the_sweep_alone(fake_cuda: None, tmp_path: Path) -> None:

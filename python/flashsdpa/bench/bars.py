@@ -51,11 +51,15 @@ MODEL_RATIO_BARS: dict[str, list[tuple[str, float, bool]]] = {
 MODEL_MS_STRETCH = {"train B1x8k": 70.0, "train B4x2k": 61.0}
 OVERHEAD_BARS_US = {"no grad": 0.0, "grad": 2.0}  # the shim-cost issue's per-call bars
 WINDOW_MIN_RATIO = 0.9  # the window's rate on visible pairs over dense causal's (issue 8)
+# Masks through SDPA (issue 14), TFLOP/s with dense FLOPs: case -> (forward, backward); and ours
+# at least the best of PyTorch's masked backends in every case and direction.
+MASKED_MIN_TFLOPS = {"key padding S 2k": (600.0, 450.0), "key padding S 8k": (680.0, 520.0),
+                     "additive bias S 2k": (420.0, 300.0)}  # fmt: skip
 
 
 @dataclass
 class Bar:
-    part: str  # sweep | models | decode | window | overhead
+    part: str  # sweep | models | decode | window | masks | overhead
     name: str
     value: float | None
     target: float
@@ -190,6 +194,19 @@ def window_bars(summary: dict[str, Any]) -> list[Bar]:
             WINDOW_MIN_RATIO, "x")
         for direction, d in summary.items()
     ]  # fmt: skip
+
+
+def masked_bars(summary: list[dict[str, Any]]) -> list[Bar]:
+    """From masked.py's summary: ours in TFLOP/s against the issue's floors, and over the best of
+    PyTorch's masked backends (median of per-round ratios), per case and direction."""
+    bars = []
+    for s in summary:
+        floors = MASKED_MIN_TFLOPS.get(s["case"])
+        if floors is not None:
+            target = floors[0] if s["direction"] == "fwd" else floors[1]
+            bars.append(Bar("masks", f"{s['case']} {s['direction']}: ours TFLOP/s", s.get("ours_tflops"), target, "TFLOP/s"))
+        bars.append(Bar("masks", f"{s['case']} {s['direction']}: ours / best PyTorch", s.get("ours_over_best_torch"), 1.0, "x"))
+    return bars
 
 
 def overhead_bars(o: dict[str, Any] | None) -> list[Bar]:

@@ -22,8 +22,9 @@ import torch
 
 from flashsdpa.bench import problems
 from flashsdpa.bench.anchors import ANCHOR_SOURCE, load_anchors
-from flashsdpa.bench.bars import decode_bars, model_bars, overhead_bars, print_bars, sweep_bars, window_bars
+from flashsdpa.bench.bars import decode_bars, masked_bars, model_bars, overhead_bars, print_bars, sweep_bars, window_bars
 from flashsdpa.bench.decode import print_decode, run_decode
+from flashsdpa.bench.masked import print_masked, run_masked
 from flashsdpa.bench.window import print_window, run_window
 from flashsdpa.bench.memory import peak_extra_mib
 from flashsdpa.bench.models import print_models, run_models
@@ -46,12 +47,12 @@ from flashsdpa.bench.report import environment, plot, print_memory, print_overhe
 from flashsdpa.bench.sweep import sweep
 from flashsdpa.bench.timing import fa4_unavailable
 
-PARTS = ("sweep", "models", "decode", "window")
+PARTS = ("sweep", "models", "decode", "window", "masks")
 T = TypeVar("T")
 
 
 def selected_parts(args: argparse.Namespace) -> list[str]:
-    """The parts named by --sweep / --models / --decode / --window; none named: all of them (the full run)
+    """The parts named by --sweep / --models / --decode / --window / --masks; none named: all of them (the full run)
     or the sweep alone (--quick)."""
     named = [p for p in PARTS if getattr(args, p, False)]
     if named:
@@ -178,6 +179,7 @@ def run_gpu(args: argparse.Namespace) -> int:
     models = guard.run("models", lambda: run_models(args)) if "models" in parts else None
     decode = guard.run("decode", lambda: run_decode(args, backends)) if "decode" in parts else None
     window = guard.run("window", lambda: run_window(args)) if "window" in parts and kernels_ok else None
+    masked = guard.run("masks", lambda: run_masked(args)) if "masks" in parts and kernels_ok else None
     raised = [r for r in (models or {}).get("rows", []) if r["status"].startswith("error")]
     if raised:  # a case that raised inside the models part: the part ran, but not all of it
         guard.failed["models"] = "; ".join(f"{r['case']} {r['variant']}: {r['status']}" for r in raised)[:400]
@@ -188,11 +190,13 @@ def run_gpu(args: argparse.Namespace) -> int:
     print_models(models)
     print_decode(decode)
     print_window(window)
+    print_masked(masked)
     bars = [
         *sweep_bars(results, anchors, fa4_note),
         *model_bars((models or {}).get("ratios", [])),
         *decode_bars((decode or {}).get("summary", [])),
         *window_bars((window or {}).get("summary", {})),
+        *masked_bars((masked or {}).get("summary", [])),
         *overhead_bars(overhead),
     ]
     payload = {
@@ -209,6 +213,7 @@ def run_gpu(args: argparse.Namespace) -> int:
         "models": models,
         "decode": decode,
         "window": window,
+        "masks": masked,
         "bars": [b.as_dict() for b in bars],
     }
     out_dir = Path(args.out)

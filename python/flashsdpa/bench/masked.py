@@ -1,0 +1,153 @@
+# bench/masked.py: the attention-mask rows, `python -m flashsdpa bench --masks` (part of the full
+# run; issue 14's bars). SDPA with an attn_mask, as a model calls it: inside enable() (ours, through
+# the masked routers) against PyTorch's own backends for masked calls in the same process (cuDNN,
+# efficient, and its default choice). Cases: a key-padding bool mask (B, 1, 1, S) with each
+# sequence's kept length uniform in [S/2, S] (B * S = 16k, H 16, D 128, S 2k and 8k), and an
+# additive bias (1, H, S, S) that requires grad at S 2k. TFLOP/s with FLOPs counted dense (forward
+# 4 * B * H * S^2 * D; backward 2.5x that, timed alone on a retained graph), as the issue's bars
+# count them. Interleaved rounds; ratios are medians of per-round ratios. CUDA events, median of
+# the reps. Budget on an H200: ~10 s a round.
+"""The attention-mask rows: key padding and an additive bias through SDPA, ours against PyTorch's."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from flashsdpa.bench import problems
+from flashsdpa.bench.problems import DTYPES, api
+from flashsdpa.bench.rounds import median, ratio_over_rounds
+from flashsdpa.bench.timing import time_cuda_ms
+
+TOKENS, HEADS, HEAD_DIM = 16384, 16, 128
+MASKED_REPS, MASKED_WARMUP = 10, 3
+# Backends: ours is SDPA inside enable(); PyTorch's are its masked kernels, forced or as it picks.
+BACKENDS = ("ours", "torch-cudnn", "torch-efficient", "torch-default")
+THEIRS = BACKENDS[1:]
+
+
+@dataclass(frozen=True)
+class MaskCase:
+    name: str
+    kind: str  # "padding": bool (B, 1, 1, S); "bias": additive (1, H, S, S) that requires grad
+    seqlen: int
+
+
+CASES: tuple[MaskCase, ...] = (
+    MaskCase("key padding S 2k", "padding", 2048),
+    MaskCase("key padding S 8k", "padding", 8192),
+    MaskCase("additive bias S 2k", "bias", 2048),
+)
+
+
+@contextlib.contextmanager
+def _backend(name: str) -> Iterator[None]:
+    if name == "ours":
+        with api().enable():
+            yield
+    elif name == "torch-cudnn":
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            yield
+    elif name == "torch-efficient":
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+            yield
+    else:
+        yield
+
+
+def _inputs(case: MaskCase, dtype: torch.dtype, seed: int) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    """(q, k, v that require grad, the mask, dO) for one round (fresh values per round)."""
+    s = case.seqlen
+    batch = max(1, TOKENS // s)
+    gen = torch.Generator(device=problems.DEVICE).manual_seed(seed)
+    q, k, v, dout = (
+        torch.randn(batch, HEADS, s, HEAD_DIM, generator=gen, device=problems.DEVICE).to(dtype) for _ in range(4)
+    )
+    if case.kind == "padding":
+        kept = torch.randint(s // 2, s + 1, (batch,), generator=gen, device=problems.DEVICE)
+        mask = (torch.arange(s, device=problems.DEVICE)[None, :] < kept[:, None]).view(batch, 1, 1, s)
+    else:
+        mask = torch.randn(1, HEADS, s, s, generator=gen, device=problems.DEVICE).to(dtype).requires_grad_()
+    return [t.requires_grad_() for t in (q, k, v)], mask, dout
+
+
+def _times(backend: str, qkv: list[torch.Tensor], mask: torch.Tensor, dout: torch.Tensor) -> tuple[float, float]:
+    """(forward ms without grad, backward ms on a retained graph) for one backend."""
+    inputs = [*qkv, mask] if mask.requires_grad else qkv
+    served = problems.served_total()
+    with _backend(backend):
+        with torch.no_grad():
+            fwd = time_cuda_ms([lambda: F.scaled_dot_product_attention(*qkv, attn_mask=mask)],
+                               warmup=MASKED_WARMUP, reps=MASKED_REPS)  # fmt: skip
+        out = F.scaled_dot_product_attention(*qkv, attn_mask=mask)
+        bwd = time_cuda_ms([lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True)],
+                           warmup=MASKED_WARMUP, reps=MASKED_REPS)  # fmt: skip
+    if backend == "ours" and problems.served_total() == served:
+        raise RuntimeError("not served: our kernels ran none of these calls (see flashsdpa.explain)")
+    return fwd, bwd
+
+
+def run_masked(args: argparse.Namespace) -> dict[str, Any]:
+    """Per case, backend and round: forward and backward TFLOP/s (dense FLOPs); per case and
+    direction, ours over the best of PyTorch's as the median of per-round ratios."""
+    started = time.perf_counter()
+    dtype = DTYPES[args.dtype]
+    rates: dict[tuple[str, str, str], list[float | None]] = {}
+    for rnd in range(max(1, args.rounds)):
+        for i, case in enumerate(CASES):
+            qkv, mask, dout = _inputs(case, dtype, seed=1000 * rnd + i)
+            flops = 4.0 * qkv[0].shape[0] * HEADS * case.seqlen**2 * HEAD_DIM
+            order = BACKENDS[rnd % len(BACKENDS):] + BACKENDS[: rnd % len(BACKENDS)]  # rotated per round
+            for backend in order:
+                try:
+                    fwd, bwd = _times(backend, qkv, mask, dout)
+                    values: tuple[float | None, float | None] = (flops / fwd * 1e-9, 2.5 * flops / bwd * 1e-9)
+                except Exception as exc:  # noqa: BLE001 - a backend that refuses the case scores n/a
+                    print(f"bench: masks {case.name} {backend}: {type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr)
+                    values = (None, None)
+                for direction, value in zip(("fwd", "bwd"), values):
+                    rates.setdefault((case.name, backend, direction), []).append(value)
+    rows, summary = [], []
+    for case in CASES:
+        for direction in ("fwd", "bwd"):
+            for backend in BACKENDS:
+                per_round = rates.get((case.name, backend, direction), [])
+                rows.append({"case": case.name, "backend": backend, "direction": direction,
+                             "tflops": median(per_round), "round_tflops": per_round})  # fmt: skip
+            ours = rates.get((case.name, "ours", direction), [])
+            best = [max((v for v in vals if v is not None), default=None)
+                    for vals in zip(*(rates.get((case.name, b, direction), []) for b in THEIRS))]  # fmt: skip
+            value, per_round_ratio = ratio_over_rounds(ours, best)
+            summary.append({"case": case.name, "direction": direction, "ours_tflops": median(ours),
+                            "ours_over_best_torch": value, "rounds": per_round_ratio})  # fmt: skip
+    return {"rows": rows, "summary": summary, "seconds": time.perf_counter() - started}
+
+
+def print_masked(result: dict[str, Any] | None, out: Any = None) -> None:
+    out = out or sys.stdout  # bound at call time: pytest and callers may swap sys.stdout
+    if not result or not result.get("rows"):
+        return
+    print(
+        f"\nMasks through SDPA: B * S = {TOKENS}, H {HEADS}, D {HEAD_DIM}; TFLOP/s with dense FLOPs, backward "
+        f"alone (median over rounds; {result['seconds']:.0f} s)",
+        file=out,
+    )
+    print(f"  {'case':<20} {'dir':<4} " + " ".join(f"{b:>16}" for b in BACKENDS) + "   ours / best PyTorch", file=out)
+    by_key = {(r["case"], r["direction"], r["backend"]): r["tflops"] for r in result["rows"]}
+    for s in result["summary"]:
+        cells = " ".join(
+            f"{by_key[(s['case'], s['direction'], b)]:16.1f}" if by_key.get((s["case"], s["direction"], b)) else f"{'n/a':>16}"
+            for b in BACKENDS
+        )
+        ratio = f"{s['ours_over_best_torch']:.2f}x" if s["ours_over_best_torch"] else "-"
+        print(f"  {s['case']:<20} {s['direction']:<4} {cells}   {ratio}", file=out)
+
