@@ -46,6 +46,7 @@ for part in ${BENCH_PARTS:-}; do
     models) args="--models" ;;
     decode) args="--decode" ;;
     window) args="--window" ;;
+    masks) args="--masks" ;;
   esac
   timeout "${BENCH_TIMEOUT:-150}" python3 -m flashsdpa bench $args --out "$OUT/bench_$part" > "$OUT/bench_$part.log" 2>&1
   echo "bench $part rc=$?"
