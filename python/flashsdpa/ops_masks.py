@@ -4,7 +4,7 @@
 # (softcap, ALiBi, sinks). CUDA impls (our kernels' kMods instantiations: params.h's ScoreMods.bias),
 # CPU impls (features.py's reference), fake impls and autograd (dq, dk, dv, the bias's gradient
 # reduced to its shape, the slopes' and sinks'). Separate from ops_mods.py so that its ops keep their
-# schemas. The SDPA routers of the masked ops (routers.py) call bias_view / the launches directly.
+# schemas. The SDPA routers of the masked ops (routers_masked.py) call bias_view / the launches directly.
 """The ``flashsdpa::fwd_masked`` / ``bwd_masked`` ops: attn_mask (additive bias) on our kernels."""
 
 from __future__ import annotations
@@ -150,9 +150,11 @@ def _bwd_cuda(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     spec = ops._check_mask(mask)
     _check_bias(q, k, bias)
-    dq, dk, dv, d_slopes, d_sinks, d_bias = _grads(q, k, v, bias, slopes, sinks, grads)
+    # d_bias: the reduction of the kernels' dense buffer below (no placeholder allocated first).
+    dq, dk, dv, d_slopes, d_sinks = ops_mods._mods_grads(q, k, v, slopes, sinks, grads[:2])
     if ops._is_empty(q, k):
-        return dq.zero_(), dk.zero_(), dv.zero_(), d_slopes, d_sinks, d_bias.zero_()
+        d_bias = q.new_zeros(bias.shape) if grads[2] else q.new_empty(0)
+        return dq.zero_(), dk.zero_(), dv.zero_(), d_slopes, d_sinks, d_bias
     dout, q, k, v, out = ops._readable(dout, q, k, v, out)
     shape = _shape(q, k)
     mods = _mods(softcap, slopes, sinks, bias_view(bias, shape))
@@ -165,8 +167,7 @@ def _bwd_cuda(
     mod_grads = (d_slopes if d_slopes.numel() else None, d_sinks32 if d_sinks32.numel() else None, d_full)
     _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, scale, spec, None, mods, mod_grads)
     _BWD_COUNTS[0] += 1
-    if d_full is not None:
-        d_bias = reduce_to(d_full, tuple(bias.shape))
+    d_bias = q.new_empty(0) if d_full is None else reduce_to(d_full, tuple(bias.shape))
     return dq, dk, dv, d_slopes, d_sinks32.to(d_sinks.dtype), d_bias
 
 

@@ -42,6 +42,7 @@ _EFF_BWD = "_scaled_dot_product_efficient_attention_backward"
 _EFF_FWD_COUNTS = reporting.counter(f"aten::{_EFF_FWD}")
 _EFF_BWD_COUNTS = reporting.counter(f"aten::{_EFF_BWD}")
 _EFF_MASKS = (masks.NO_MASK, masks.CAUSAL_TOP_LEFT)  # by is_causal
+_BIAS_BITS = _backend.FEATURE_BITS["bias"]  # every served call's: _bias_reason leaves unmasked ones to PyTorch
 
 
 # An unmasked call reaches the efficient or cuDNN op inside enable() only where the user chose that
@@ -66,9 +67,8 @@ def _bias_reason(attn_bias: Tensor | None, query: Tensor, key: Tensor) -> str | 
     return None
 
 
-def _eff_mods(attn_bias: Tensor | None, query: Tensor, key: Tensor) -> _backend.Mods | None:
-    if attn_bias is None:
-        return None
+def _eff_mods(attn_bias: Tensor, query: Tensor, key: Tensor) -> _backend.Mods:
+    """A served call's modifiers: the mask alone (_bias_reason leaves no served call without one)."""
     return (0.0, None, None, ops_masks.bias_view(attn_bias, (query.shape[0], query.shape[1], query.shape[2], key.shape[2])))
 
 
@@ -83,8 +83,7 @@ def eff_forward_reason(query: Tensor, key: Tensor, value: Tensor, attn_bias: Ten
     if reason is None:
         reason = _bias_reason(attn_bias, query, key)
     if reason is None:
-        bits = 0 if attn_bias is None else _backend.FEATURE_BITS["bias"]
-        reason = selection.features_reason(query, value, _EFF_MASKS[is_causal], bits, varlen=False, backward=backward)
+        reason = selection.features_reason(query, value, _EFF_MASKS[is_causal], _BIAS_BITS, varlen=False, backward=backward)
     return reason
 
 
@@ -120,7 +119,7 @@ def _eff_backward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     if reason is None:
         reason = _bwd_tensors_reason(grad_out, out, logsumexp.narrow(2, 0, seqlen_q), query, value, tuple(query.shape[:3]))
     if reason is None:
-        reason = _backend.deterministic_reason(query, value, _EFF_MASKS[is_causal], False)
+        reason = _backend.deterministic_reason(query, value, _EFF_MASKS[is_causal], False, _BIAS_BITS)
     if reason is not None:
         return _fall_back(_EFF_BWD, _EFF_BWD_COUNTS, reason, keyset, args, {"scale": scale})
     batch, heads, _, head_dim = query.shape
@@ -128,17 +127,13 @@ def _eff_backward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     dq = query.new_empty(batch, seqlen_q, heads, head_dim).transpose(1, 2)
     dk = key.new_empty(batch, seqlen_k, heads, head_dim).transpose(1, 2)
     dv = value.new_empty(batch, seqlen_k, heads, value.shape[3]).transpose(1, 2)
-    want_bias = attn_bias is not None and bool(grad_input_mask[3])
-    d_full = query.new_zeros(batch, heads, seqlen_q, seqlen_k) if want_bias else None
-    mods = _eff_mods(attn_bias, query, key)
+    d_full = query.new_zeros(batch, heads, seqlen_q, seqlen_k) if grad_input_mask[3] else None
     grad_out = _backend.aligned_rows(grad_out)
     _backend.launch_bwd(grad_out, query, key, value, out, logsumexp.narrow(2, 0, seqlen_q), dq, dk, dv,
-                        softmax_scale(scale, head_dim), _EFF_MASKS[is_causal], None, mods,
-                        None if mods is None else (None, None, d_full))  # fmt: skip
+                        softmax_scale(scale, head_dim), _EFF_MASKS[is_causal], None, _eff_mods(attn_bias, query, key),
+                        (None, None, d_full))  # fmt: skip
     _EFF_BWD_COUNTS[0] += 1
-    grad_bias = None
-    if d_full is not None and attn_bias is not None:
-        grad_bias = ops_masks.reduce_to(d_full, tuple(attn_bias.shape))
+    grad_bias = None if d_full is None else ops_masks.reduce_to(d_full, tuple(attn_bias.shape))
     return dq, dk, dv, grad_bias
 
 
@@ -175,8 +170,7 @@ def _cudnn_forward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     if reason is None and dropout_p != 0.0:
         reason = _dropout_reason(dropout_p)
     if reason is None:
-        bits = 0 if attn_bias is None else _backend.FEATURE_BITS["bias"]
-        reason = selection.features_reason(query, value, _EFF_MASKS[is_causal], bits, varlen=False)
+        reason = selection.features_reason(query, value, _EFF_MASKS[is_causal], _BIAS_BITS, varlen=False)
     if reason is not None:
         return _fall_back(_CUDNN_FWD, _CUDNN_FWD_COUNTS, reason, keyset, args, {"scale": scale})
     batch, heads, seqlen_q, head_dim = query.shape
@@ -205,11 +199,10 @@ def _cudnn_backward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     if reason is None and (logsumexp.dtype != torch.float32 or tuple(logsumexp.shape) != lse_shape):
         reason = f"logsumexp {tuple(logsumexp.shape)} {logsumexp.dtype}: needs {lse_shape} float32"
     if reason is None:
-        bits = 0 if attn_bias is None else _backend.FEATURE_BITS["bias"]
         reason = (
-            selection.features_reason(query, value, _EFF_MASKS[is_causal], bits, varlen=False, backward=True)
+            selection.features_reason(query, value, _EFF_MASKS[is_causal], _BIAS_BITS, varlen=False, backward=True)
             or _bwd_tensors_reason(grad_out, out, logsumexp.select(3, 0), query, value, tuple(query.shape[:3]))
-            or _backend.deterministic_reason(query, value, _EFF_MASKS[is_causal], False, bits)
+            or _backend.deterministic_reason(query, value, _EFF_MASKS[is_causal], False, _BIAS_BITS)
         )
     if reason is not None:
         return _fall_back(_CUDNN_BWD, _CUDNN_BWD_COUNTS, reason, keyset, args, {"scale": scale})

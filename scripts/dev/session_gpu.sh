@@ -36,10 +36,6 @@ if [[ "${TIMING:-0}" == 1 ]]; then
   timeout 60 python3 scripts/dev/features_timing.py > "$OUT/timing.log" 2>&1; echo "features timing rc=$?"
   tail -12 "$OUT/timing.log"
 fi
-if [[ "${MASKS_TIMING:-0}" == 1 ]]; then  # attn_mask rows of issue 14 (scripts/dev/masks_timing.py)
-  timeout 120 python3 scripts/dev/masks_timing.py > "$OUT/masks_timing.log" 2>&1; echo "masks timing rc=$?"
-  tail -6 "$OUT/masks_timing.log"
-fi
 for part in ${BENCH_PARTS:-}; do
   case $part in
     sweep) args="--sweep --direction both --head-dims 64 128 --seqlens 2k 8k --rounds 2 --no-plot --no-memory" ;;

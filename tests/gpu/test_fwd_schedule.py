@@ -66,23 +66,27 @@ def test_dynamic_schedule_matches_reference(request: pytest.FixtureRequest, shap
     assert torch.equal(out_p, out) and torch.equal(lse_p, lse)
 
 
+def _causal2k(seed: int) -> tuple[masks.MaskSpec, float, tuple[torch.Tensor, ...]]:
+    """CASES[0] (1024 tiles, dynamic): its mask, scale and fresh q, k, v."""
+    shape, mask = CASES[0]
+    skip_unless_compiled(torch.bfloat16, shape.head_dim, shape.dv)
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    return mask, default_scale(shape.head_dim), make_qkv(shape, torch.bfloat16, DEVICE, layout="bshd", generator=gen)
+
+
 def test_dynamic_equals_static_under_graph_capture() -> None:
     """Captured launches take the static schedule (the launcher skips the counter under capture);
     eager ones the dynamic one: the same bits."""
-    shape, mask = CASES[0]
-    skip_unless_compiled(torch.bfloat16, shape.head_dim, shape.dv)
-    gen = torch.Generator(device=DEVICE).manual_seed(7)
-    q, k, v = make_qkv(shape, torch.bfloat16, DEVICE, layout="bshd", generator=gen)
-    scale = default_scale(shape.head_dim)
+    mask, scale, (q, k, v) = _causal2k(seed=7)
     eager, eager_lse = flashsdpa.attention(q, k, v, **_kwargs(mask, scale))
     out, lse = torch.full_like(eager, math.nan), torch.full_like(eager_lse, math.nan)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # a stream without a counter yet: none is allocated during capture
-        _backend.launch_fwd(q, k, v, out, lse, scale, mask)  # warm-up outside the capture
+    with torch.cuda.stream(stream):  # warm-up outside the capture, as torch.cuda.graph asks
+        _backend.launch_fwd(q, k, v, out, lse, scale, mask)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph):  # its capture stream has no counter, and none is made while capturing
         _backend.launch_fwd(q, k, v, out, lse, scale, mask)
     for _ in range(3):
         out.fill_(math.nan)
@@ -95,11 +99,7 @@ def test_dynamic_equals_static_under_graph_capture() -> None:
 def test_streams_in_parallel_keep_their_own_counters() -> None:
     """Masked forwards on two streams at once, many times: each stream has its counter, every
     result equals the sequential one bit for bit, and every counter ends at zero."""
-    shape, mask = CASES[0]
-    skip_unless_compiled(torch.bfloat16, shape.head_dim, shape.dv)
-    gen = torch.Generator(device=DEVICE).manual_seed(11)
-    q, k, v = make_qkv(shape, torch.bfloat16, DEVICE, layout="bshd", generator=gen)
-    scale = default_scale(shape.head_dim)
+    mask, scale, (q, k, v) = _causal2k(seed=11)
     ref, _ = flashsdpa.attention(q, k, v, **_kwargs(mask, scale))
     streams = [torch.cuda.Stream() for _ in range(2)]
     outs: list[list[torch.Tensor]] = [[], []]
