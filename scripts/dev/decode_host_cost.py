@@ -104,7 +104,9 @@ def main() -> None:
         if args.ops:
             _count_ops(rows[:4])
             return
-        samples = _interleaved(rows, args.rounds, args.calls)
+        # This thread's CPU time, not wall time: on a shared machine (load 8 on 2 cores, session 9) the
+        # wall clock counts other processes' slices; two runs of the same code differed by 2x.
+        samples = shim_cost._interleaved(rows, args.rounds, args.calls, lambda: None, clock=time.thread_time)
     shim_cost._print(samples)
 
 
@@ -122,23 +124,6 @@ def _count_ops(rows: list[shim_cost.Row]) -> None:
         ops = [e.name.removeprefix("aten::") for e in prof.events()
                if e.name.startswith("aten::") and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
         print(f"{name:64s} {len(ops):3d} ops: {' '.join(ops)}")
-
-
-def _interleaved(rows: list[shim_cost.Row], rounds: int, calls: int) -> dict[str, list[float]]:
-    """shim_cost._interleaved on this thread's CPU time (time.thread_time), not wall time: on a
-    shared machine (load 8 on 2 cores while measuring, session 9) the wall clock counts the other
-    processes' slices, and the medians of two runs of the same code differed by 2x."""
-    samples: dict[str, list[float]] = {name: [] for name, _, _ in rows}
-    for _ in range(rounds):
-        for name, fn, context in rows:
-            with context():
-                for _ in range(max(calls // 20, 5)):
-                    fn()
-                start = time.thread_time()
-                for _ in range(calls):
-                    fn()
-                samples[name].append((time.thread_time() - start) / calls * 1e6)
-    return samples
 
 
 if __name__ == "__main__":

@@ -46,9 +46,11 @@ from flashsdpa.info import collect_info
 Row = tuple[str, Callable[[], Any], Callable[[], contextlib.AbstractContextManager[Any]]]
 
 
-def _interleaved(rows: list[Row], rounds: int, calls: int, sync: Callable[[], None]) -> dict[str, list[float]]:
-    """Per row, one sample per round of wall microseconds per call; every round times every row in
-    turn, so clock and load drift hit all rows alike."""
+def _interleaved(
+    rows: list[Row], rounds: int, calls: int, sync: Callable[[], None], clock: Callable[[], float] = time.perf_counter
+) -> dict[str, list[float]]:
+    """Per row, one sample per round of microseconds per call on ``clock`` (wall time by default);
+    every round times every row in turn, so clock and load drift hit all rows alike."""
     samples: dict[str, list[float]] = {name: [] for name, _, _ in rows}
     for _ in range(rounds):
         for name, fn, context in rows:
@@ -56,11 +58,11 @@ def _interleaved(rows: list[Row], rounds: int, calls: int, sync: Callable[[], No
                 for _ in range(max(calls // 20, 5)):
                     fn()
                 sync()
-                start = time.perf_counter()
+                start = clock()
                 for _ in range(calls):
                     fn()
                 sync()
-                samples[name].append((time.perf_counter() - start) / calls * 1e6)
+                samples[name].append((clock() - start) / calls * 1e6)
     return samples
 
 
