@@ -278,7 +278,7 @@ __host__ __device__ __forceinline__ SingleTileScheduler bwd_scheduler_sm80(const
                              triangular ? TileOrder::kBlockMajor : TileOrder::kHeadMajor};
 }
 
-template <typename T, bool kMods>
+template <typename T, ModsKind kMods>
 __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile& tile, unsigned char* smem) {
   using Mod = ScoreModBwd<kMods>;  // softcap, ALiBi (common/score_mod.cuh)
   using Elem = typename T::Elem;
@@ -645,7 +645,7 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
 // of the GQA group and every query block that sees them streams through.
 // kMods: softcap (a tanh per score, its derivative recovered for dS) and ALiBi (score_mod.cuh), in
 // their own instantiation so that calls without them carry none of their code.
-template <typename T, bool kMods = false>
+template <typename T, ModsKind kMods = kModsNone>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flashsdpa_bwd_sm80_dkdv_kernel(const __grid_constant__ AttnBwdParams p) {
   extern __shared__ __align__(128) unsigned char smem[];

@@ -205,7 +205,7 @@ __device__ __forceinline__ void gemm_pv(float (&o)[Traits::kMTiles][Traits::kDTi
   }
 }
 
-template <typename Traits, bool kMods>
+template <typename Traits, ModsKind kMods>
 __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkTile& tile,
                                              uint32_t smem) {
   using Elem = typename Traits::Elem;
@@ -363,7 +363,7 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
   float lse[2 * kMTiles];
   // The scores are of q (negated for a negative scale: see negate_own_chunks), so the LSE is in
   // units of |scale| (or of the softcap: Mod::scale).
-  if (kMods && p.mods.sinks != nullptr) {
+  if (kMods != kModsNone && p.mods.sinks != nullptr) {
     softmax.finalize_with_sink(o, Mod::scale(p), lse, Mod::sink(p, tile.head));
   } else {
     softmax.finalize(o, Mod::scale(p), lse);
@@ -431,7 +431,7 @@ __host__ __device__ __forceinline__ SingleTileScheduler fwd_scheduler_sm80(const
 
 // kMods: the score modifiers, softcap, ALiBi and sinks (score_mod.cuh), in their own
 // instantiation so that calls without them carry none of their code (docs/kernel_notes_features.md).
-template <typename Traits, bool kMods = false>
+template <typename Traits, ModsKind kMods = kModsNone>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     flashsdpa_fwd_sm80_kernel(const __grid_constant__ AttnFwdParams params) {
   // 128-byte alignment is what the XOR swizzle of swizzled() needs (the runtime gives more).

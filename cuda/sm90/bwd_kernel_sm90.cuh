@@ -48,13 +48,14 @@ struct BwdSm90Args {
   CUtensorMap tma_v;   // box 64 columns x kBlockN rows
 };
 
-template <typename Elem_, int kHeadDim_, int kStages_ = 2, bool kMods_ = false>
+template <typename Elem_, int kHeadDim_, int kStages_ = 2, ModsKind kModsKind_ = kModsNone>
 struct BwdTraitsSm90 {
   using Elem = Elem_;
-  // The score modifiers (softcap, ALiBi, sinks' and slopes' row sums: common/score_mod.cuh's
-  // ScoreModBwd on the transposed tile), in their own instantiation as in the other kernels, so
-  // the plain kernel's code is unchanged.
-  static constexpr bool kMods = kMods_;
+  // The score modifiers (softcap, ALiBi, sinks' and slopes' row sums; the bias and its gradient:
+  // common/score_mod.cuh's ScoreModBwd on the transposed tile), in their own instantiations as in
+  // the other kernels, so the plain kernel's code is unchanged.
+  static constexpr ModsKind kModsKind = kModsKind_;
+  static constexpr bool kMods = kModsKind != kModsNone;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 64;   // query rows per step: one wgmma N of S^T, one 128-byte dS^T row
   static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
@@ -382,7 +383,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
                                         int kv_head, int batch, const SeqlenInfo& seq, const BlockMask& mask,
                                         const StepRange& range, int cwg) {
   using Elem = typename Traits::Elem;
-  using Mod = ScoreModBwd<Traits::kMods>;
+  using Mod = ScoreModBwd<Traits::kModsKind>;
   constexpr int kMTiles = Traits::kMTiles;
   constexpr int kDTiles = Traits::kDTiles;
   constexpr int kBlockM = Traits::kBlockM;
@@ -569,7 +570,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       }
     }
     sm90::fence_async_shared();
-    if constexpr (Traits::kMods) Mod::bias_grad_t(p, seq, batch, mod_head, dst16, key0, q0);  // attn_mask's gradient
+    if constexpr (Traits::kModsKind == kModsBias) Mod::bias_grad_t(p, seq, batch, mod_head, dst16, key0, q0);  // attn_mask's gradient
     sm90::named_sync(kBarDs, 256);  // both halves of dS^T written
 
     // dQ[:, 64 cwg .. 64 cwg + 63] = dS K over all 128 keys (M-major A, N-major B).

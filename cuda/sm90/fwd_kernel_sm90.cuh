@@ -70,12 +70,13 @@ constexpr FwdTileShapeSm90 fwd_tile_shape_sm90(int head_dim) {
 }
 
 template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
-          int kMaxQStages_ = 2, bool kMods_ = false>
+          int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone>
 struct FwdTraitsSm90 {
   using Elem = Elem_;
-  // The score modifiers (softcap, ALiBi, sinks: common/score_mod.cuh's ScoreModFwd), in their own
-  // instantiation as in the portable family, so the plain kernel's code is unchanged.
-  static constexpr bool kMods = kMods_;
+  // The score modifiers (softcap, ALiBi, sinks; the bias: common/score_mod.cuh's ScoreModFwd), in
+  // their own instantiations as in the portable family, so the plain kernel's code is unchanged.
+  static constexpr ModsKind kModsKind = kModsKind_;
+  static constexpr bool kMods = kModsKind != kModsNone;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -283,7 +284,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   for (int i = 0; i < Traits::kHeadDim / 2; ++i) o_acc[i] = 0.f;
   uint32_t p16[Traits::kKStepsPV][4];
   OnlineSoftmax<1> softmax;
-  using Mod = ScoreModFwd<Traits::kMods>;
+  using Mod = ScoreModFwd<Traits::kModsKind>;
   // > 0: the host sends other scales to the portable family. With softcap the raw unit is the
   // softcap's (score_mod.cuh).
   const float scale_log2 = Traits::kMods ? Mod::scale_log2(p) : p.scale_log2;
