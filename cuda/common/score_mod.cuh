@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/bias_cells.cuh"
 #include "common/seqlen.cuh"
 #include "flashsdpa/params.h"
 
@@ -168,10 +169,30 @@ __device__ __forceinline__ int64_t bias_plane(int batch, int head, int64_t batch
 // nothing and read nothing (the bias has only Sq x Sk elements per plane; the portable backward's
 // zero-filled rows must keep x = 0 there, as add_alibi's). -inf (a masked key) stays -inf
 // (+inf with the backward's signed negative scale, whose scale_log2 < 0 then makes it -inf again).
+// need (bias_cells.cuh, the tile's summary): kPlain adds nothing and loads nothing; kSkip sets the
+// elements in range to what a -inf bias gives (-inf x factor) without loading it.
 template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT>
 __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMods& m, DType dtype, int batch,
-                                         int head, int row0, int col0, int seqlen_q, int seqlen_k, float factor) {
+                                         int head, int row0, int col0, int seqlen_q, int seqlen_k, float factor,
+                                         TileNeed need = TileNeed::kBias) {
   using Tile = ScoreTile<kLayout>;
+  if (need == TileNeed::kPlain) return;
+  if (need == TileNeed::kSkip) {
+    const float hidden = factor < 0.f ? INFINITY : -INFINITY;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int row = row0 + mt * 16 + h * 8;
+            if (Tile::query(row, col0, nt * 8 + e) < seqlen_q && Tile::key(row, col0, nt * 8 + e) < seqlen_k)
+              s[mt][nt][2 * h + e] = hidden;
+          }
+    return;
+  }
   const uint16_t* base =
       static_cast<const uint16_t*>(m.bias) + bias_plane(batch, head, m.bias_batch_stride, m.bias_head_stride);
 #pragma unroll
@@ -254,9 +275,11 @@ struct ScoreModFwd {
 
   // The raw q.k scores of one key block -> the softmax's raw scores, before the mask. row0 / col0:
   // as BlockMask::apply's. The branches are uniform (params), one compare each per key block.
+  // need: the tile's (bias_cells.cuh), read by the kModsBias kernels only.
   template <int kMT, int kNT>
   __device__ __forceinline__ static void apply(const AttnFwdParams& p, const SeqlenInfo& seq, int batch, int head,
-                                               float (&s)[kMT][kNT][4], int row0, int col0) {
+                                               float (&s)[kMT][kNT][4], int row0, int col0,
+                                               TileNeed need = TileNeed::kBias) {
     if constexpr (kMods != kModsNone) {
       if (kSoftcap && p.mods.softcap > 0.f) softcap_tanh(s, fabsf(p.mods.softcap_tanh_scale));
       if (p.mods.alibi_slopes != nullptr) {
@@ -264,7 +287,7 @@ struct ScoreModFwd {
         add_alibi(s, row0, col0, static_cast<float>(seq.seqlen_k - seq.seqlen_q), per_key, seq.seqlen_q);
       }
       if constexpr (kMods == kModsBias) {  // mods_kind: the bias is set
-        add_bias(s, p.mods, p.dtype, batch, head, row0, col0, seq.seqlen_q, seq.seqlen_k, 1.f / scale(p));
+        add_bias(s, p.mods, p.dtype, batch, head, row0, col0, seq.seqlen_q, seq.seqlen_k, 1.f / scale(p), need);
       }
     }
   }
@@ -344,7 +367,8 @@ struct ScoreModBwd {
   template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT, typename Head, typename Row0,
             typename Col0>
   __device__ __forceinline__ static void apply(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, const Head& head,
-                                               float (&s)[kMT][kNT][4], Row0&& row0, Col0&& col0) {
+                                               float (&s)[kMT][kNT][4], Row0&& row0, Col0&& col0,
+                                               TileNeed need = TileNeed::kBias) {
     if constexpr (kMods != kModsNone) {
       if (kSoftcap && p.mods.softcap > 0.f) softcap_tanh(s, p.mods.softcap_tanh_scale);
       if (p.mods.alibi_slopes != nullptr) {
@@ -353,7 +377,7 @@ struct ScoreModBwd {
       }
       if constexpr (kBias) {
         add_bias<kLayout>(s, p.mods, p.dtype, batch, lazy(head), row0(), col0(), seq.seqlen_q, seq.seqlen_k,
-                          bias_per_unit(p));
+                          bias_per_unit(p), need);
       }
     }
   }

@@ -223,8 +223,11 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
   // Key blocks [n_block_min, n_block_max) hold every key a row of this block sees; a window's
   // other blocks are never loaded. Inside, [full_begin, full_end) need no element-wise mask.
   const BlockMask mask(seq, p.mask);
-  const int n_block_min = mask.template n_block_min<kBlockM, kBlockN>(m_block);
-  const int n_block_max = mask.template n_block_max<kBlockM, kBlockN>(m_block);
+  int n_block_min = mask.template n_block_min<kBlockM, kBlockN>(m_block);
+  int n_block_max = mask.template n_block_max<kBlockM, kBlockN>(m_block);
+  // The bias's summary: key blocks it hides at either end are never loaded (bias_cells.cuh).
+  const BiasCells cells(p.mods, tile.batch, tile.head, seq.seqlen_q);
+  if constexpr (kMods == kModsBias) cells.template narrow_keys<kBlockM, kBlockN>(m_block, n_block_min, n_block_max);
   const int full_begin = mask.template full_begin<kBlockM, kBlockN>(m_block);
   const int full_end = mask.template full_end<kBlockM, kBlockN>(m_block);
 
@@ -329,7 +332,10 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
       cp_async_commit();
 
       gemm_qk<Traits>(s, q_lane, k_lane);
-      Mod::apply(p, seq, tile.batch, tile.head, s, row_begin + warp_row0 + (lane >> 2), n_block * kBlockN + 2 * (lane & 3));
+      TileNeed need = TileNeed::kBias;
+      if constexpr (kMods == kModsBias) need = cells.template need<kBlockM, kBlockN>(m_block, n_block);
+      Mod::apply(p, seq, tile.batch, tile.head, s, row_begin + warp_row0 + (lane >> 2), n_block * kBlockN + 2 * (lane & 3),
+                 need);
       if constexpr (kMasked) {
         mask.apply(s, row_begin + warp_row0 + (lane >> 2), n_block * kBlockN + 2 * (lane & 3), -INFINITY);
       }

@@ -17,7 +17,7 @@ from torch import Tensor
 from flashsdpa import _backend, features, masks, ops, ops_mods, reporting, selection
 from flashsdpa.features import additive
 
-__all__ = ["additive", "bias_view", "reduce_to"]
+__all__ = ["CELL_KEYS", "CELL_NONZERO", "CELL_ROWS", "CELL_VISIBLE", "additive", "bias_cells", "bias_view", "masked_mods", "reduce_to"]
 
 _lib = torch.library.Library("flashsdpa", "FRAGMENT")
 
@@ -52,6 +52,60 @@ def bias_view(bias: Tensor, shape: tuple[int, int, int, int]) -> Tensor:
     return padded.expand(shape)
 
 
+# The bias's summary (cuda/common/bias_cells.cuh, params.h's ScoreMods::bias_cells): a byte per
+# cell of CELL_ROWS queries x CELL_KEYS keys. 64 x 16 divides every kernel tile of both families and
+# directions (sm90 fwd 192/128 x 128/64, sm90 bwd 64 x 128, sm80 fwd 128/64 x 128/64, sm80 bwd
+# 64/128 x 64/128); bias_cells.cuh static_asserts it per tile.
+CELL_ROWS = 64
+CELL_KEYS = 16
+CELL_VISIBLE = 1  # some element is not -inf (NaN counts: it must reach the output)
+CELL_NONZERO = 2  # some element is not 0
+_ROW_CELLS = 16  # cells per summary row are padded to 16 (16-byte rows: the kernels read 4-byte words)
+
+
+def bias_cells(bias: Tensor, seqlen_q: int, seqlen_k: int) -> Tensor:
+    """The per-call summary of an additive bias broadcasting to (B, H, seqlen_q, seqlen_k), computed
+    on the bias's own (un-broadcast) shape: uint8 (Bb, Hb, Qc, Kc) with Bb, Hb the bias's batch and
+    head sizes (1 where it broadcasts), Qc = ceil(seqlen_q / 64) (1 when the query dim broadcasts),
+    Kc = ceil(seqlen_k / 16) rounded up to 16. Each byte ORs CELL_VISIBLE (an element is not -inf)
+    and CELL_NONZERO (an element is not 0) over the cell's elements; elements past seqlen_q /
+    seqlen_k and the padding cells count as neither (0), so they never make a tile look partial.
+
+    Cost per call, in the call's stream (torch ops; every call, so a mask changed in place, or one
+    replayed in a CUDA graph with new contents, is summarized anew): reads the bias twice (two
+    compares: a (B, 1, 1, S) mask reads 2 x 2 B S bytes, a (1, H, S, S) one 2 x 2 H S^2), writes
+    two padded bool planes (one pad each), their two cell reductions (two `any` each) and one
+    combine (two casts, a shift, an or): 12 kernel launches, all small next to the attention
+    except for a dense (1, H, S, S) bias (read once more than the kernels read it)."""
+    b4 = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
+    for dim in range(3):  # an expanded view (SDPA's routers get one) is summarized once per broadcast row
+        if b4.stride(dim) == 0 and b4.shape[dim] > 1:
+            b4 = b4.narrow(dim, 0, 1)
+    if b4.shape[3] != seqlen_k:  # a broadcast key dim: per key the same value (a view, no copy)
+        b4 = b4.expand(*b4.shape[:3], seqlen_k)
+    bb, hb, qb = b4.shape[0], b4.shape[1], b4.shape[2]
+    qc = -(-qb // CELL_ROWS)
+    kc = -(-seqlen_k // CELL_KEYS)
+    kc_pad = -(-kc // _ROW_CELLS) * _ROW_CELLS
+
+    def cells_of(flags: Tensor) -> Tensor:
+        # constant_pad_nd: one kernel, and fake tensors (torch.compile, the routers' meta tests) take it.
+        padded = torch.nn.functional.pad(flags, (0, kc_pad * CELL_KEYS - seqlen_k, 0, qc * CELL_ROWS - qb), value=False)
+        return padded.view(bb, hb, qc, CELL_ROWS, kc_pad, CELL_KEYS).any(dim=5).any(dim=3)
+
+    visible = cells_of(b4 != float("-inf"))
+    nonzero = cells_of(b4 != 0)
+    return visible.to(torch.uint8) | (nonzero.to(torch.uint8) << 1)
+
+
+def masked_mods(softcap: float, slopes: Tensor | None, sinks: Tensor | None, bias: Tensor,
+                shape: tuple[int, int, int, int], skip: bool = True) -> _backend.Mods:  # fmt: skip
+    """A masked launch's modifiers: (softcap, slopes, sinks, the bias's kernel view[, its cells]).
+    skip=False leaves the summary out (every tile computed, as without it)."""
+    mods = (*ops_mods._launch_mods(softcap, slopes, sinks), bias_view(bias, shape))
+    return (*mods, bias_cells(bias, shape[2], shape[3])) if skip else mods
+
+
 def reduce_to(grad: Tensor, shape: tuple[int, ...]) -> Tensor:
     """A dense (B, Hq, Sq, Sk) gradient summed over the dims a tensor of ``shape`` broadcasts along
     (float32 sums, float64 for float64; the result in grad's dtype), reshaped to ``shape``."""
@@ -78,10 +132,6 @@ def _check_bias(q: Tensor, k: Tensor, bias: Tensor) -> None:
         raise ValueError(f"attn_mask (bias) {tuple(bias.shape)}: needs a shape that broadcasts to {target}")
 
 
-def _mods(softcap: float, slopes: Tensor | None, sinks: Tensor | None, bias4: Tensor) -> _backend.Mods:
-    return (*ops_mods._launch_mods(softcap, slopes, sinks), bias4)
-
-
 def reason(q: Tensor, k: Tensor, v: Tensor, spec: masks.MaskSpec, mods: _backend.Mods, backward: bool) -> str | None:
     """Why our kernels cannot run this masked call (dense), or None."""
     if mods[0] > 0:  # checks.cpp refuses it too
@@ -104,7 +154,7 @@ def _fwd_cuda(
     if ops._is_empty(q, k):
         return ops._fill_empty_fwd(out, lse)
     q, k, v = ops._readable(q, k, v)
-    mods = _mods(softcap, slopes, sinks, bias_view(bias, _shape(q, k)))
+    mods = masked_mods(softcap, slopes, sinks, bias, _shape(q, k))
     ops._require_kernels(reason(q, k, v, spec, mods, backward=False))
     _backend.launch_fwd(q, k, v, out, lse, scale, spec, None, mods=mods)
     _FWD_COUNTS[0] += 1
@@ -157,7 +207,9 @@ def _bwd_cuda(
         return dq.zero_(), dk.zero_(), dv.zero_(), d_slopes, d_sinks, d_bias
     dout, q, k, v, out = ops._readable(dout, q, k, v, out)
     shape = _shape(q, k)
-    mods = _mods(softcap, slopes, sinks, bias_view(bias, shape))
+    # No summary in deterministic mode: the host would drop it (api.cpp: the ordered dQ adds count
+    # every key block the mask lists), so it is not computed.
+    mods = masked_mods(softcap, slopes, sinks, bias, shape, skip=not torch.are_deterministic_algorithms_enabled())
     ops._require_kernels(reason(q, k, v, spec, mods, backward=True))
     ops._alert_nondeterministic("flashsdpa::bwd_masked", q, v, spec, False, _backend.feature_bits(mods))
     d_sinks32 = d_sinks if d_sinks.numel() == 0 or d_sinks.dtype == torch.float32 else d_sinks.float()

@@ -68,8 +68,12 @@ def _bias_reason(attn_bias: Tensor | None, query: Tensor, key: Tensor) -> str | 
 
 
 def _eff_mods(attn_bias: Tensor, query: Tensor, key: Tensor) -> _backend.Mods:
-    """A served call's modifiers: the mask alone (_bias_reason leaves no served call without one)."""
-    return (0.0, None, None, ops_masks.bias_view(attn_bias, (query.shape[0], query.shape[1], query.shape[2], key.shape[2])))
+    """A served call's modifiers: the mask alone (_bias_reason leaves no served call without one), with
+    its per-call summary (ops_masks.bias_cells: the tiles it hides are skipped) except in deterministic
+    mode, where the host would drop it."""
+    shape = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+    return ops_masks.masked_mods(0.0, None, None, attn_bias, shape,
+                                 skip=not torch.are_deterministic_algorithms_enabled())
 
 
 def eff_forward_reason(query: Tensor, key: Tensor, value: Tensor, attn_bias: Tensor | None, dropout_p: float,
