@@ -313,8 +313,8 @@ def test_cudnn_router_outputs_match_its_meta(fake_build: Any, native: _Native, f
     assert _same_meta(ours[0], meta[0]) and _same_meta(ours[1], meta[1])
     assert ours[4:6] == (100, 80)
     [(name, (spec,))] = build.calls
-    assert spec[3] == masks.NO_MASK and spec[9][4:8] == (bias.data_ptr(), 0, 0, 80)
-    assert len(spec[9]) == 12 and spec[9][9:] == (0, 0, 16)  # the summary of its (Sq, Sk) plane: 2 x 16 cells
+    # (Sq, Sk) broadcast 8 times over (2, 4, 100, 80): no summary (ops_masks.summary_pays).
+    assert spec[3] == masks.NO_MASK and spec[9][4:] == (bias.data_ptr(), 0, 0, 80)
 
 
 # ---- the bias's summary for tile skipping (ops_masks.bias_cells, cuda/common/bias_cells.cuh) -----
@@ -408,6 +408,20 @@ def test_masked_mods_carry_the_cells() -> None:
     item = _backend._mods_item(mods)
     assert len(item) == 12 and item[8] == mods[4].data_ptr() and item[9:] == (16, 0, 0)
     assert len(ops_masks.masked_mods(0.0, None, None, bias, (B, H, SQ, SK), skip=False)) == 4
+    # (1, H, 7, 13) is broadcast only B = 2 times: not summarized (summary_pays), unless the rule allows it.
+    per_head_bias = _random_bias((1, H, SQ, SK), seed=2)
+    assert len(ops_masks.masked_mods(0.0, None, None, per_head_bias, (B, H, SQ, SK))) == 4
+
+
+def test_summary_pays_counts_distinct_elements(monkeypatch: pytest.MonkeyPatch) -> None:
+    target = (8, 16, 2048, 2048)
+    assert ops_masks.summary_pays(torch.empty(8, 1, 1, 2048), target)  # key padding: 1 / (16 * 2048)
+    assert ops_masks.summary_pays(torch.empty(8, 1, 2048, 2048), target)  # (B, 1, S, S) at 16 heads: 1 / 16
+    assert not ops_masks.summary_pays(torch.empty(1, 16, 2048, 2048), target)  # 1 / 8
+    assert not ops_masks.summary_pays(torch.empty(8, 16, 2048, 2048), target)
+    # An expanded view counts its distinct elements (SDPA's routers get (B, H, Sq, Sk) expansions).
+    assert ops_masks.summary_pays(torch.empty(8, 1, 1, 2048).expand(target), target)
+    monkeypatch.setattr(ops_masks, "SUMMARY_MIN_BROADCAST", 1)
     per_head = ops_masks.masked_mods(0.0, None, None, _random_bias((1, H, SQ, SK), seed=2), (B, H, SQ, SK))
     assert _backend._mods_item(per_head)[9:] == (0, 16, 0)  # (1, H, 7, 13): one query cell, 16-cell rows
 

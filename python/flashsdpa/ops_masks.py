@@ -17,7 +17,10 @@ from torch import Tensor
 from flashsdpa import _backend, features, masks, ops, ops_mods, reporting, selection
 from flashsdpa.features import additive
 
-__all__ = ["CELL_KEYS", "CELL_NONZERO", "CELL_ROWS", "CELL_VISIBLE", "additive", "bias_cells", "bias_view", "masked_mods", "reduce_to"]
+__all__ = [
+    "CELL_KEYS", "CELL_NONZERO", "CELL_ROWS", "CELL_VISIBLE", "SUMMARY_MIN_BROADCAST", "additive", "bias_cells",
+    "bias_view", "masked_mods", "reduce_to", "summary_pays",
+]
 
 _lib = torch.library.Library("flashsdpa", "FRAGMENT")
 
@@ -63,47 +66,75 @@ CELL_NONZERO = 2  # some element is not 0
 _ROW_CELLS = 16  # cells per summary row are padded to 16 (16-byte rows: the kernels read 4-byte words)
 
 
+def _cells_minmax(x: Tensor, dim: int, size: int) -> tuple[Tensor, Tensor]:
+    """(min, max) over groups of ``size`` along ``dim`` (the last group ragged): one aminmax over
+    the whole groups (a view, one read of x) and one over the tail, if any."""
+    n = x.shape[dim]
+    full = n // size * size
+    parts = []
+    if full:
+        parts.append(torch.aminmax(x.narrow(dim, 0, full).unflatten(dim, (full // size, size)), dim=dim + 1))
+    if n > full:
+        parts.append(torch.aminmax(x.narrow(dim, full, n - full), dim=dim, keepdim=True))
+    if len(parts) == 1:
+        return parts[0].min, parts[0].max
+    return torch.cat([p.min for p in parts], dim), torch.cat([p.max for p in parts], dim)
+
+
 def bias_cells(bias: Tensor, seqlen_q: int, seqlen_k: int) -> Tensor:
     """The per-call summary of an additive bias broadcasting to (B, H, seqlen_q, seqlen_k), computed
     on the bias's own (un-broadcast) shape: uint8 (Bb, Hb, Qc, Kc) with Bb, Hb the bias's batch and
-    head sizes (1 where it broadcasts), Qc = ceil(seqlen_q / 64) (1 when the query dim broadcasts),
-    Kc = ceil(seqlen_k / 16) rounded up to 16. Each byte ORs CELL_VISIBLE (an element is not -inf)
-    and CELL_NONZERO (an element is not 0) over the cell's elements; elements past seqlen_q /
-    seqlen_k and the padding cells count as neither (0), so they never make a tile look partial.
+    head sizes (1 where it broadcasts, also as a 0-stride expanded view), Qc = ceil(seqlen_q / 64)
+    (1 when the query dim broadcasts), Kc = ceil(seqlen_k / 16) rounded up to 16. Each byte ORs
+    CELL_VISIBLE (an element is not -inf: the cell's max is not -inf, NaN included) and
+    CELL_NONZERO (an element is not 0: its min or max is not 0, NaN included) over the cell's
+    elements; elements past seqlen_q / seqlen_k and the padding cells count as neither (0), so they
+    never make a tile look partial.
 
-    Cost per call, in the call's stream (torch ops; every call, so a mask changed in place, or one
-    replayed in a CUDA graph with new contents, is summarized anew): reads the bias twice (two
-    compares: a (B, 1, 1, S) mask reads 2 x 2 B S bytes, a (1, H, S, S) one 2 x 2 H S^2), writes
-    two padded bool planes (one pad each), their two cell reductions (two `any` each) and one
-    combine (two casts, a shift, an or): 12 kernel launches, all small next to the attention
-    except for a dense (1, H, S, S) bias (read once more than the kernels read it)."""
+    Cost per call, in the call's stream (torch ops on every call, so a mask changed in place, or one
+    replayed in a CUDA graph with new contents, is summarized anew): one read of the bias (aminmax
+    over 16 keys: 2 bytes per element of its own shape) writing 1/8 of it, then ops on that 1/16-size
+    (min, max) pair: 12 launches when Sq is a multiple of 64 and Sk of 16, 16 otherwise (a tail
+    aminmax and a cat per ragged dim). Key padding (B, 1, 1, S) at B S = 16k: 32 KB read."""
     b4 = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
     for dim in range(3):  # an expanded view (SDPA's routers get one) is summarized once per broadcast row
         if b4.stride(dim) == 0 and b4.shape[dim] > 1:
             b4 = b4.narrow(dim, 0, 1)
     if b4.shape[3] != seqlen_k:  # a broadcast key dim: per key the same value (a view, no copy)
         b4 = b4.expand(*b4.shape[:3], seqlen_k)
-    bb, hb, qb = b4.shape[0], b4.shape[1], b4.shape[2]
-    qc = -(-qb // CELL_ROWS)
-    kc = -(-seqlen_k // CELL_KEYS)
-    kc_pad = -(-kc // _ROW_CELLS) * _ROW_CELLS
+    lo, hi = _cells_minmax(b4, 3, CELL_KEYS)
+    lo, hi = _cells_minmax(lo, 2, CELL_ROWS)[0], _cells_minmax(hi, 2, CELL_ROWS)[1]
+    visible = hi != float("-inf")
+    nonzero = (hi != 0) | (lo != 0)
+    cells = visible.to(torch.uint8) | (nonzero.to(torch.uint8) << 1)
+    kc = cells.shape[3]
+    return torch.nn.functional.pad(cells, (0, -(-kc // _ROW_CELLS) * _ROW_CELLS - kc))
 
-    def cells_of(flags: Tensor) -> Tensor:
-        # constant_pad_nd: one kernel, and fake tensors (torch.compile, the routers' meta tests) take it.
-        padded = torch.nn.functional.pad(flags, (0, kc_pad * CELL_KEYS - seqlen_k, 0, qc * CELL_ROWS - qb), value=False)
-        return padded.view(bb, hb, qc, CELL_ROWS, kc_pad, CELL_KEYS).any(dim=5).any(dim=3)
 
-    visible = cells_of(b4 != float("-inf"))
-    nonzero = cells_of(b4 != 0)
-    return visible.to(torch.uint8) | (nonzero.to(torch.uint8) << 1)
+# A summary is computed only where it costs little next to the attention: when the bias is
+# broadcast at least this many times over (B, Hq, Sq, Sk). Its one read is 2 bytes per bias
+# element (~0.7 ps at ~3 TB/s) against ~0.85 ps of forward per (b, h, i, j) pair at D 128 and
+# 600 TFLOP/s: at 16x, <= 5% of the forward where no tile is skipped (a (B, 1, S, S) mask at 16
+# heads: HF's causal + padding mask), ~0 for key padding (B, 1, 1, S). A dense (B, H, S, S) or a
+# (1, H, S, S) bias at B 8 would cost 12-80% more reading with nothing known to skip: not summarized.
+SUMMARY_MIN_BROADCAST = 16
+
+
+def summary_pays(bias: Tensor, shape: tuple[int, int, int, int]) -> bool:
+    """Whether bias_cells is worth computing for a bias broadcasting to ``shape`` (see above);
+    a 0-stride expanded view counts by its distinct elements."""
+    own = 1
+    for n, st in zip(bias.shape, bias.stride()):
+        own *= 1 if st == 0 else n
+    return own * SUMMARY_MIN_BROADCAST <= shape[0] * shape[1] * shape[2] * shape[3]
 
 
 def masked_mods(softcap: float, slopes: Tensor | None, sinks: Tensor | None, bias: Tensor,
                 shape: tuple[int, int, int, int], skip: bool = True) -> _backend.Mods:  # fmt: skip
-    """A masked launch's modifiers: (softcap, slopes, sinks, the bias's kernel view[, its cells]).
-    skip=False leaves the summary out (every tile computed, as without it)."""
+    """A masked launch's modifiers: (softcap, slopes, sinks, the bias's kernel view[, its cells]):
+    the cells where skip and summary_pays (else every tile is computed, as without them)."""
     mods = (*ops_mods._launch_mods(softcap, slopes, sinks), bias_view(bias, shape))
-    return (*mods, bias_cells(bias, shape[2], shape[3])) if skip else mods
+    return (*mods, bias_cells(bias, shape[2], shape[3])) if skip and summary_pays(bias, shape) else mods
 
 
 def reduce_to(grad: Tensor, shape: tuple[int, ...]) -> Tensor:
