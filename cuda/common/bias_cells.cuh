@@ -31,14 +31,16 @@ struct BiasCells {
   static constexpr uint32_t kVisible = 1, kNonZero = 2;
 
   const uint8_t* cells;  // this (batch, head)'s plane; nullptr: no summary (every tile kBias)
-  int64_t row_stride;
+  // In-plane offsets are int32: a plane is ceil(Sq / 64) x ceil(Sk / 256) x 16 bytes (< 2^31 below
+  // 2^41 (query, key) pairs); int64 ones made the sm90 forward's producer (24 registers) spill more.
+  int32_t row_stride;
   int seqlen_q;
 
   __device__ __forceinline__ BiasCells(const ScoreMods& m, int batch, int head, int seqlen_q_)
       : cells(m.bias_cells == nullptr ? nullptr
                                       : m.bias_cells + static_cast<int64_t>(batch) * m.bias_cells_batch_stride +
                                             static_cast<int64_t>(head) * m.bias_cells_head_stride),
-        row_stride(m.bias_cells_row_stride),
+        row_stride(static_cast<int32_t>(m.bias_cells_row_stride)),
         seqlen_q(seqlen_q_) {}
 
   // The OR of the cells of query rows [m_block kBlockM, +kBlockM) x keys [n_block kBlockN, +kBlockN):

@@ -94,8 +94,10 @@ def bias_cells(bias: Tensor, seqlen_q: int, seqlen_k: int) -> Tensor:
     Cost per call, in the call's stream (torch ops on every call, so a mask changed in place, or one
     replayed in a CUDA graph with new contents, is summarized anew): one read of the bias (aminmax
     over 16 keys: 2 bytes per element of its own shape) writing 1/8 of it, then ops on that 1/16-size
-    (min, max) pair: 12 launches when Sq is a multiple of 64 and Sk of 16, 16 otherwise (a tail
-    aminmax and a cat per ragged dim). Key padding (B, 1, 1, S) at B S = 16k: 32 KB read."""
+    (min, max) pair: 12 launches when Sq is a multiple of 64 and Sk of 16, up to 18 otherwise (a
+    tail aminmax and a cat per ragged dim); key padding (B, 1, 1, S), whose rows need no reduction:
+    10 launches reading 2 B S bytes (32 KB at B S = 16k), ~50-80 us of host time (PyTorch's ~5-8 us
+    per op), hidden behind the kernels whenever the host runs ahead of the GPU."""
     b4 = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
     for dim in range(3):  # an expanded view (SDPA's routers get one) is summarized once per broadcast row
         if b4.stride(dim) == 0 and b4.shape[dim] > 1:
@@ -103,7 +105,8 @@ def bias_cells(bias: Tensor, seqlen_q: int, seqlen_k: int) -> Tensor:
     if b4.shape[3] != seqlen_k:  # a broadcast key dim: per key the same value (a view, no copy)
         b4 = b4.expand(*b4.shape[:3], seqlen_k)
     lo, hi = _cells_minmax(b4, 3, CELL_KEYS)
-    lo, hi = _cells_minmax(lo, 2, CELL_ROWS)[0], _cells_minmax(hi, 2, CELL_ROWS)[1]
+    if lo.shape[2] > 1:  # (a broadcast query dim, key padding's, is one cell row already)
+        lo, hi = _cells_minmax(lo, 2, CELL_ROWS)[0], _cells_minmax(hi, 2, CELL_ROWS)[1]
     visible = hi != float("-inf")
     nonzero = (hi != 0) | (lo != 0)
     cells = visible.to(torch.uint8) | (nonzero.to(torch.uint8) << 1)
