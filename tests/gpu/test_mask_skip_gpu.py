@@ -189,3 +189,29 @@ def test_mask_skip_sanitizer_subset(request: pytest.FixtureRequest, sk: int, len
     skip_unless_compiled(dtype, 128)
     q, k, v, dout = _inputs(_gen(request), len(lengths), 2, 2, 200, sk, 128, dtype)
     _check(q, k, v, dout, _padding(lengths, sk), masks.CAUSAL_BOTTOM_RIGHT, dtype)
+
+
+def test_deterministic_backward_ignores_the_summary(request: pytest.FixtureRequest) -> None:
+    """A deterministic backward handed a summary anyway (launched directly) must drop it (api.cpp:
+    the sm90 family's ordered dQ adds wait for every key block the mask lists, so a skipped block
+    would hang them): it completes, bitwise the same twice, and equals the launch without one."""
+    dtype = torch.bfloat16
+    skip_unless_compiled(dtype, 128)
+    q, k, v, dout = _inputs(_gen(request), 2, 4, 2, 700, 1024, 128, dtype)
+    attn_mask = _padding([300, 1024], 1024)
+    ours = _check(q, k, v, dout, attn_mask, masks.CAUSAL_BOTTOM_RIGHT, dtype)
+    bias = ops_masks.additive(attn_mask, dtype)
+    prior = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        why = _backend.deterministic_reason(q, v, masks.CAUSAL_BOTTOM_RIGHT, False, _backend.FEATURE_BITS["bias"])
+        if why is not None:  # the portable family (FLASHSDPA_FAMILY=sm80) has no deterministic backward
+            pytest.skip(why)
+        first = _launch(q, k, v, dout, ours[0], ours[1], bias, masks.CAUSAL_BOTTOM_RIGHT, skip=True)
+        second = _launch(q, k, v, dout, ours[0], ours[1], bias, masks.CAUSAL_BOTTOM_RIGHT, skip=True)
+        plain = _launch(q, k, v, dout, ours[0], ours[1], bias, masks.CAUSAL_BOTTOM_RIGHT, skip=False)
+    finally:
+        torch.use_deterministic_algorithms(prior)
+    for name, a, b, c in zip(["dq", "dk", "dv"], first[2:], second[2:], plain[2:]):
+        assert torch.equal(a, b), f"{name}: not bitwise reproducible"
+        assert torch.equal(a, c), f"{name}: differs from the launch without a summary (it was not dropped)"
