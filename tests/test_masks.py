@@ -442,3 +442,20 @@ def test_bias_cells_recomputed_per_call(monkeypatch: pytest.MonkeyPatch) -> None
     mask[:, :, :, 4:] = -math.inf
     ops_masks.masked_mods(0.0, None, None, mask, (B, H, SQ, SK))
     assert seen[0][0, 0, 0, 0] == 1 and seen[1][0, 0, 0, 0] == 3
+
+
+def test_routers_skip_tiles_except_in_a_deterministic_backward() -> None:
+    from flashsdpa import routers_masked
+
+    q = torch.empty(2, 4, 100, 64, dtype=F16)
+    k = torch.empty(2, 4, 300, 64, dtype=F16)
+    bias = torch.zeros(2, 1, 1, 300, dtype=F16).expand(2, 4, 100, 300)
+    assert len(routers_masked._eff_mods(bias, q, k, backward=False)) == 5
+    assert len(routers_masked._eff_mods(bias, q, k, backward=True)) == 5
+    prior = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert len(routers_masked._eff_mods(bias, q, k, backward=False)) == 5  # the forward has no order to keep
+        assert len(routers_masked._eff_mods(bias, q, k, backward=True)) == 4  # api.cpp would drop it
+    finally:
+        torch.use_deterministic_algorithms(prior)
