@@ -11,7 +11,7 @@
 #      (softcap / ALiBi / sinks back on their pre-bias kernel: against the table of session 9)
 # Prints the bench's bars, the timing table and a table of the steps last; exits 1 if any step
 # failed (a test step that passed nothing fails too). Logs go to $OUT.
-#   bash scripts/dev/verify_mask_skip.sh
+#   run(command="bash scripts/dev/verify_mask_skip.sh", carry=[".whl"], timeout_s=600)   (.whl/: expecttest)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
