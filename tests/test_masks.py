@@ -459,3 +459,43 @@ def test_routers_skip_tiles_except_in_a_deterministic_backward() -> None:
         assert len(routers_masked._eff_mods(bias, q, k, backward=True)) == 4  # api.cpp would drop it
     finally:
         torch.use_deterministic_algorithms(prior)
+
+
+# Every kernel tile (block_m x block_n, both families and directions) and the 4-byte word reads of
+# bias_cells.cuh's BiasCells::bits, mirrored here: a tile's class from the cells must equal the
+# class read off the dense mask directly, ragged edges included.
+_KERNEL_TILES = [(192, 128), (128, 128), (128, 64), (64, 128), (64, 64)]
+
+
+def _tile_bits_like_the_kernel(cells: torch.Tensor, b: int, h: int, m_block: int, n_block: int, block_m: int,
+                               block_n: int, sq: int) -> int:  # fmt: skip
+    plane = cells[min(b, cells.shape[0] - 1), min(h, cells.shape[1] - 1)]
+    words = plane.contiguous().view(plane.shape[0], -1, 4)  # (query cell rows, 4-byte words, bytes)
+    acc = 0
+    for r in range(block_m // 64):
+        row = m_block * (block_m // 64) + r
+        if r > 0 and row * 64 >= sq:
+            break
+        row = min(row, plane.shape[0] - 1)  # a broadcast query dim: one row (stride 0)
+        for w in range(n_block * block_n // 64, (n_block + 1) * block_n // 64):
+            for byte in words[row, w].tolist():
+                acc |= byte
+    return acc & 3
+
+
+@pytest.mark.parametrize(("shape", "sq", "sk"), [((2, 1, 1, 1023), 300, 1023), ((1, 2, 333, 517), 333, 517),
+                                                  ((2, 1, 200, 1), 200, 700), ((129, 1000), 129, 1000)])  # fmt: skip
+def test_tile_classes_from_cells_match_the_mask(shape: tuple[int, ...], sq: int, sk: int) -> None:
+    bias = _random_bias(shape, seed=sum(shape) + 7)
+    cells = ops_masks.bias_cells(bias, sq, sk)
+    dense = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape)).float()
+    dense = dense.expand(dense.shape[0], dense.shape[1], sq, sk)
+    for block_m, block_n in _KERNEL_TILES:
+        for b in range(dense.shape[0]):
+            for h in range(dense.shape[1]):
+                for m in range(-(-sq // block_m)):
+                    for n in range(-(-sk // block_n)):
+                        tile = dense[b, h, m * block_m : (m + 1) * block_m, n * block_n : (n + 1) * block_n]
+                        want = int(bool((tile != -math.inf).any())) | 2 * int(bool((tile != 0).any()))
+                        got = _tile_bits_like_the_kernel(cells, b, h, m, n, block_m, block_n, sq)
+                        assert got == want, (block_m, block_n, b, h, m, n)
