@@ -53,6 +53,8 @@ struct ModsArg {
   uintptr_t sinks;              // (Hq,)
   uintptr_t bias;               // additive attn_mask in the call's dtype, broadcast to (B, Hq, Sq, Sk); 0 = none
   int64_t bias_batch_stride, bias_head_stride, bias_row_stride;  // elements, 0 = broadcast; unit key stride
+  uintptr_t bias_cells;         // params.h's ScoreMods::bias_cells (uint8 summary), 0 = none
+  int64_t bias_cells_batch_stride, bias_cells_head_stride, bias_cells_row_stride;  // bytes, 0 = broadcast
 };
 
 // One forward call. lse.ptr may be 0 (inference: no LSE written).

@@ -128,6 +128,16 @@ void check_mods(const AttnFwdParams& p) {
     // again per score: +184 bytes of spill stores in the sm90 d128 kMods backward (ptxas -v).
     if (m.softcap > 0.f) fail("softcap with attn_mask: not served yet (the backward's tanh recovery)");
   }
+  if (m.bias_cells != nullptr) {
+    if (m.bias == nullptr) fail("bias_cells: given without attn_mask");
+    // A tile reads its kBlockN / 16 cells of a row as 4-byte words (common/bias_cells.cuh); rows
+    // padded to 16 cells keep every block's words inside the row.
+    if (reinterpret_cast<uintptr_t>(m.bias_cells) % 16 != 0) fail("bias_cells: data pointer must be 16-byte aligned");
+    if (m.bias_cells_batch_stride < 0 || m.bias_cells_head_stride < 0 || m.bias_cells_row_stride < 0 ||
+        (m.bias_cells_batch_stride | m.bias_cells_head_stride | m.bias_cells_row_stride) % 16 != 0)
+      fail("bias_cells strides (batch=" + str(m.bias_cells_batch_stride) + ", head=" + str(m.bias_cells_head_stride) +
+           ", row=" + str(m.bias_cells_row_stride) + "): must be multiples of 16 and >= 0 (0 broadcasts)");
+  }
 }
 
 void check_common(const AttnFwdParams& p, Direction direction) {

@@ -164,7 +164,7 @@ void use_family(AttnBwdParams& params, const FamilyCaps& family) {
   params.dq_accum_batch_stride = params.delta_batch_stride * bucket;
   // A family that adds every dQ tile (the portable one) needs the whole accumulator zeroed, also
   // when it takes a call the sm90 family declined after api.cpp set this for it.
-  params.dq_first_store = family.dq_first_store && params.dq_semaphore != nullptr;
+  params.dq_first_store = family.dq_first_store && params.dq_semaphore != nullptr && params.mods.bias_cells == nullptr;
 }
 
 template <typename Params>

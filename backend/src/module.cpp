@@ -82,7 +82,8 @@ Strides strides_item(PyObject* tuple, Py_ssize_t i, const char* name) {
 //               arguments (decode_plan reports num_splits and the workspace bytes; pointers 0 =
 //               none; seqused_k_add: the rows a KV-cache call appends, added to seqused_k[b])
 //   mods     = (softcap, alibi_slopes, alibi_batch_stride, sinks[, bias, bias_batch_stride,
-//               bias_head_stride, bias_row_stride])   issue 14's score modifiers
+//               bias_head_stride, bias_row_stride[, bias_cells, cells_batch_stride,
+//               cells_head_stride, cells_row_stride]])   issue 14's score modifiers
 //              (float32 device pointers, 0 = none): absent on the plain path, which builds no
 //              tuple for them
 // Items are converted in this order, so the first bad one is the one reported.
@@ -138,7 +139,7 @@ FwdSpec fwd_spec(py::handle obj) {
     }
   }
   if (PyTuple_GET_SIZE(spec) > 9 && PyTuple_GET_ITEM(spec, 9) != Py_None) {
-    PyObject* mods = tuple_arg(PyTuple_GET_ITEM(spec, 9), 4, "spec.mods");  // 8 with a bias
+    PyObject* mods = tuple_arg(PyTuple_GET_ITEM(spec, 9), 4, "spec.mods");  // 8 with a bias, 12 with its cells
     const double softcap = PyFloat_AsDouble(PyTuple_GET_ITEM(mods, 0));
     if (softcap == -1.0 && PyErr_Occurred()) {
       PyErr_Clear();
@@ -152,6 +153,13 @@ FwdSpec fwd_spec(py::handle obj) {
       s.mods.bias_batch_stride = int_item(mods, 5, "bias_batch_stride");
       s.mods.bias_head_stride = int_item(mods, 6, "bias_head_stride");
       s.mods.bias_row_stride = int_item(mods, 7, "bias_row_stride");
+      if (PyTuple_GET_SIZE(mods) > 8) {
+        tuple_arg(mods, 12, "spec.mods");
+        s.mods.bias_cells = static_cast<uintptr_t>(int_item(mods, 8, "bias_cells"));
+        s.mods.bias_cells_batch_stride = int_item(mods, 9, "bias_cells_batch_stride");
+        s.mods.bias_cells_head_stride = int_item(mods, 10, "bias_cells_head_stride");
+        s.mods.bias_cells_row_stride = int_item(mods, 11, "bias_cells_row_stride");
+      }
     }
   }
   return s;

@@ -278,7 +278,7 @@ __host__ __device__ __forceinline__ SingleTileScheduler bwd_scheduler_sm80(const
                              triangular ? TileOrder::kBlockMajor : TileOrder::kHeadMajor};
 }
 
-template <typename T, bool kMods>
+template <typename T, ModsKind kMods>
 __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile& tile, unsigned char* smem) {
   using Mod = ScoreModBwd<kMods>;  // softcap, ALiBi (common/score_mod.cuh)
   using Elem = typename T::Elem;
@@ -305,8 +305,15 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
   // Query blocks [m_begin, m_end) see this key block; a window's others are never loaded. An empty
   // range (no row sees these keys) still writes dK = dV = 0 below.
   const BlockMask mask(seq, p.mask);
-  const int m_begin = mask.m_block_min<kBlockM, kBlockN>(n_block);
-  const int num_m = max(0, mask.m_block_max<kBlockM, kBlockN>(n_block) - m_begin);
+  int m_begin = mask.m_block_min<kBlockM, kBlockN>(n_block);
+  int m_last = mask.m_block_max<kBlockM, kBlockN>(n_block);
+  // The bias's summary: query blocks it hides from this key block for every head of the group, at
+  // either end, are never loaded (bias_cells.cuh); an emptied range writes dK = dV = 0 as above.
+  if constexpr (kMods == kModsBias) {
+    const int heads = p.heads_q / p.heads_kv;
+    narrow_queries<kBlockM, kBlockN>(p.mods, batch, kv_head * heads, heads, seq.seqlen_q, n_block, m_begin, m_last);
+  }
+  const int num_m = max(0, m_last - m_begin);
   const int group = p.heads_q / p.heads_kv;
   const int iters = group * num_m;  // (query head, query block) pairs, head-major
   const int keys_valid = seq.seqlen_k - n_block * kBlockN;
@@ -488,7 +495,10 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
     auto compute_p = [&](float (&s)[kMTS][kNTS][4]) {
       zero(s);
       warp_mma<Elem, TileQ, TileK, kMTS, kNTS, kHeadDim, false, false>(s, sQ, s_row0, sK, s_col0, lane);
-      Mod::apply(p, seq, batch, hq, s, mod_row0, mod_col0);
+      TileNeed need = TileNeed::kBias;
+      if constexpr (kMods == kModsBias)
+        need = BiasCells(p.mods, batch, hq, seq.seqlen_q).template need<kBlockM, kBlockN>(m, n_block);
+      Mod::apply(p, seq, batch, hq, s, mod_row0, mod_col0, need);
       if (mask.partial<kBlockM, kBlockN>(m, n_block)) {
         probs(s, std::true_type{});
       } else {
@@ -645,7 +655,7 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
 // of the GQA group and every query block that sees them streams through.
 // kMods: softcap (a tanh per score, its derivative recovered for dS) and ALiBi (score_mod.cuh), in
 // their own instantiation so that calls without them carry none of their code.
-template <typename T, bool kMods = false>
+template <typename T, ModsKind kMods = kModsNone>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flashsdpa_bwd_sm80_dkdv_kernel(const __grid_constant__ AttnBwdParams p) {
   extern __shared__ __align__(128) unsigned char smem[];

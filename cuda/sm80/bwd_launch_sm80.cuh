@@ -58,11 +58,15 @@ constexpr int bwd_tile_choice(int major, int optin_bytes) {
   return -1;
 }
 
-template <typename T, bool kMods = false>
+template <typename T, ModsKind kMods = kModsNone>
 cudaError_t launch_bwd_main(const AttnBwdParams& params, cudaStream_t stream, int major) {
-  if constexpr (!kMods) {
-    // Sinks too: the kMods kernel sums the rows their gradient is finished from (row_pdp).
-    if (needs_mods_kernel(params.mods)) return launch_bwd_main<T, true>(params, stream, major);
+  if constexpr (kMods == kModsNone) {
+    // Sinks too: the modifier kernels sum the rows their gradient is finished from (row_pdp).
+    switch (mods_kind(params.mods)) {
+      case kModsScore: return launch_bwd_main<T, kModsScore>(params, stream, major);
+      case kModsBias: return launch_bwd_main<T, kModsBias>(params, stream, major);
+      default: break;
+    }
   }
   const int64_t grid = bwd_scheduler_sm80<T>(params).grid_size();
   if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;

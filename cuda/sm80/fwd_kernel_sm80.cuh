@@ -205,7 +205,7 @@ __device__ __forceinline__ void gemm_pv(float (&o)[Traits::kMTiles][Traits::kDTi
   }
 }
 
-template <typename Traits, bool kMods>
+template <typename Traits, ModsKind kMods>
 __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkTile& tile,
                                              uint32_t smem) {
   using Elem = typename Traits::Elem;
@@ -223,8 +223,11 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
   // Key blocks [n_block_min, n_block_max) hold every key a row of this block sees; a window's
   // other blocks are never loaded. Inside, [full_begin, full_end) need no element-wise mask.
   const BlockMask mask(seq, p.mask);
-  const int n_block_min = mask.template n_block_min<kBlockM, kBlockN>(m_block);
-  const int n_block_max = mask.template n_block_max<kBlockM, kBlockN>(m_block);
+  int n_block_min = mask.template n_block_min<kBlockM, kBlockN>(m_block);
+  int n_block_max = mask.template n_block_max<kBlockM, kBlockN>(m_block);
+  // The bias's summary: key blocks it hides at either end are never loaded (bias_cells.cuh).
+  const BiasCells cells(p.mods, tile.batch, tile.head, seq.seqlen_q);
+  if constexpr (kMods == kModsBias) cells.template narrow_keys<kBlockM, kBlockN>(m_block, n_block_min, n_block_max);
   const int full_begin = mask.template full_begin<kBlockM, kBlockN>(m_block);
   const int full_end = mask.template full_end<kBlockM, kBlockN>(m_block);
 
@@ -329,7 +332,10 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
       cp_async_commit();
 
       gemm_qk<Traits>(s, q_lane, k_lane);
-      Mod::apply(p, seq, tile.batch, tile.head, s, row_begin + warp_row0 + (lane >> 2), n_block * kBlockN + 2 * (lane & 3));
+      TileNeed need = TileNeed::kBias;
+      if constexpr (kMods == kModsBias) need = cells.template need<kBlockM, kBlockN>(m_block, n_block);
+      Mod::apply(p, seq, tile.batch, tile.head, s, row_begin + warp_row0 + (lane >> 2), n_block * kBlockN + 2 * (lane & 3),
+                 need);
       if constexpr (kMasked) {
         mask.apply(s, row_begin + warp_row0 + (lane >> 2), n_block * kBlockN + 2 * (lane & 3), -INFINITY);
       }
@@ -363,7 +369,7 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
   float lse[2 * kMTiles];
   // The scores are of q (negated for a negative scale: see negate_own_chunks), so the LSE is in
   // units of |scale| (or of the softcap: Mod::scale).
-  if (kMods && p.mods.sinks != nullptr) {
+  if (kMods != kModsNone && p.mods.sinks != nullptr) {
     softmax.finalize_with_sink(o, Mod::scale(p), lse, Mod::sink(p, tile.head));
   } else {
     softmax.finalize(o, Mod::scale(p), lse);
@@ -431,7 +437,7 @@ __host__ __device__ __forceinline__ SingleTileScheduler fwd_scheduler_sm80(const
 
 // kMods: the score modifiers, softcap, ALiBi and sinks (score_mod.cuh), in their own
 // instantiation so that calls without them carry none of their code (docs/kernel_notes_features.md).
-template <typename Traits, bool kMods = false>
+template <typename Traits, ModsKind kMods = kModsNone>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     flashsdpa_fwd_sm80_kernel(const __grid_constant__ AttnFwdParams params) {
   // 128-byte alignment is what the XOR swizzle of swizzled() needs (the runtime gives more).

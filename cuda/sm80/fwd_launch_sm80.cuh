@@ -15,12 +15,16 @@
 
 namespace flashsdpa {
 
-// Launches the forward kernel of one traits configuration (with score modifiers: its kMods
-// instantiation).
-template <typename Traits, bool kMods = false>
+// Launches the forward kernel of one traits configuration (with score modifiers: the instantiation
+// score_mod.cuh's mods_kind picks).
+template <typename Traits, ModsKind kMods = kModsNone>
 cudaError_t launch_fwd_sm80(const AttnFwdParams& params, cudaStream_t stream) {
-  if constexpr (!kMods) {
-    if (needs_mods_kernel(params.mods)) return launch_fwd_sm80<Traits, true>(params, stream);
+  if constexpr (kMods == kModsNone) {
+    switch (mods_kind(params.mods)) {
+      case kModsScore: return launch_fwd_sm80<Traits, kModsScore>(params, stream);
+      case kModsBias: return launch_fwd_sm80<Traits, kModsBias>(params, stream);
+      default: break;
+    }
   }
   constexpr int kSmemBytes = Traits::kSmemBytes;
   auto* kernel = &flashsdpa_fwd_sm80_kernel<Traits, kMods>;

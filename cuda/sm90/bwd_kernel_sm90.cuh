@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/bias_cells.cuh"
 #include "common/bwd_prepost.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
@@ -48,13 +49,14 @@ struct BwdSm90Args {
   CUtensorMap tma_v;   // box 64 columns x kBlockN rows
 };
 
-template <typename Elem_, int kHeadDim_, int kStages_ = 2, bool kMods_ = false>
+template <typename Elem_, int kHeadDim_, int kStages_ = 2, ModsKind kModsKind_ = kModsNone>
 struct BwdTraitsSm90 {
   using Elem = Elem_;
-  // The score modifiers (softcap, ALiBi, sinks' and slopes' row sums: common/score_mod.cuh's
-  // ScoreModBwd on the transposed tile), in their own instantiation as in the other kernels, so
-  // the plain kernel's code is unchanged.
-  static constexpr bool kMods = kMods_;
+  // The score modifiers (softcap, ALiBi, sinks' and slopes' row sums; the bias and its gradient:
+  // common/score_mod.cuh's ScoreModBwd on the transposed tile), in their own instantiations as in
+  // the other kernels, so the plain kernel's code is unchanged.
+  static constexpr ModsKind kModsKind = kModsKind_;
+  static constexpr bool kMods = kModsKind != kModsNone;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 64;   // query rows per step: one wgmma N of S^T, one 128-byte dS^T row
   static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
@@ -382,7 +384,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
                                         int kv_head, int batch, const SeqlenInfo& seq, const BlockMask& mask,
                                         const StepRange& range, int cwg) {
   using Elem = typename Traits::Elem;
-  using Mod = ScoreModBwd<Traits::kMods>;
+  using Mod = ScoreModBwd<Traits::kModsKind>;
   constexpr int kMTiles = Traits::kMTiles;
   constexpr int kDTiles = Traits::kDTiles;
   constexpr int kBlockM = Traits::kBlockM;
@@ -500,7 +502,10 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     auto mod_head = [&] { return range.head(i); };
     auto mod_key0 = [&] { return key0; };
     auto mod_q0 = [&] { return q0; };
-    Mod::template apply<ScoreLayout::kKeyRows>(p, seq, batch, mod_head, st, mod_key0, mod_q0);
+    TileNeed need = TileNeed::kBias;
+    if constexpr (Traits::kModsKind == kModsBias)
+      need = BiasCells(p.mods, batch, range.head(i), seq.seqlen_q).template need<kBlockM, kBlockN>(m_block, n_block);
+    Mod::template apply<ScoreLayout::kKeyRows>(p, seq, batch, mod_head, st, mod_key0, mod_q0, need);
 
     // P^T = exp2(S^T c - LSE log2 e), masked to 0 outside the mask. In a stage with a huge LSE the
     // probabilities are then capped at 1 (softmax.cuh: 2^min(x, 0) = min(2^x, 1), NaN kept): a
@@ -569,7 +574,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       }
     }
     sm90::fence_async_shared();
-    if constexpr (Traits::kMods) Mod::bias_grad_t(p, seq, batch, mod_head, dst16, key0, q0);  // attn_mask's gradient
+    if constexpr (Traits::kModsKind == kModsBias) Mod::bias_grad_t(p, seq, batch, mod_head, dst16, key0, q0);  // attn_mask's gradient
     sm90::named_sync(kBarDs, 256);  // both halves of dS^T written
 
     // dQ[:, 64 cwg .. 64 cwg + 63] = dS K over all 128 keys (M-major A, N-major B).
@@ -635,8 +640,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   const SeqlenInfo seq(p, batch);
   const BlockMask mask(seq, p.mask);
   const int group = p.heads_q / p.heads_kv;
-  const bwd_sm90::StepRange range{kv_head * group, group, mask.template m_block_min<Traits::kBlockM, Traits::kBlockN>(n_block),
-                                  mask.template m_block_max<Traits::kBlockM, Traits::kBlockN>(n_block)};
+  int m_min = mask.template m_block_min<Traits::kBlockM, Traits::kBlockN>(n_block);
+  int m_max = mask.template m_block_max<Traits::kBlockM, Traits::kBlockN>(n_block);
+  // Query blocks the bias hides from this key block for the whole head group, at either end, are
+  // not steps at all (bias_cells.cuh): every role walks this one range. With skipped tiles the host
+  // turns first store off and deterministic mode drops the summary (api.cpp), whose protocols count
+  // every key block BlockMask lists for a query block.
+  if constexpr (Traits::kModsKind == kModsBias)
+    narrow_queries<Traits::kBlockM, Traits::kBlockN>(p.mods, batch, kv_head * group, group, seq.seqlen_q, n_block, m_min,
+                                                     m_max);
+  const bwd_sm90::StepRange range{kv_head * group, group, m_min, m_max};
 
   if (threadIdx.x == 0) {
     sm90::mbar_init(sm.kv_full(), 1);

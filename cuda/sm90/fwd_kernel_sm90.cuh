@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/bias_cells.cuh"
 #include "common/ptx.cuh"
 #include "common/mask.cuh"
 #include "common/score_mod.cuh"
@@ -70,12 +71,13 @@ constexpr FwdTileShapeSm90 fwd_tile_shape_sm90(int head_dim) {
 }
 
 template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
-          int kMaxQStages_ = 2, bool kMods_ = false>
+          int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone>
 struct FwdTraitsSm90 {
   using Elem = Elem_;
-  // The score modifiers (softcap, ALiBi, sinks: common/score_mod.cuh's ScoreModFwd), in their own
-  // instantiation as in the portable family, so the plain kernel's code is unchanged.
-  static constexpr bool kMods = kMods_;
+  // The score modifiers (softcap, ALiBi, sinks; the bias: common/score_mod.cuh's ScoreModFwd), in
+  // their own instantiations as in the portable family, so the plain kernel's code is unchanged.
+  static constexpr ModsKind kModsKind = kModsKind_;
+  static constexpr bool kMods = kModsKind != kModsNone;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -203,8 +205,14 @@ __device__ __forceinline__ TileWork tile_work(const AttnFwdParams& p, const Work
   const SeqlenInfo seq(p, tile.batch);
   // Key blocks outside the mask's range are never loaded (a 4k window on 32k keys costs 4k keys).
   const BlockMask mask(seq, p.mask);
-  const int n_block_min = mask.template n_block_min<Traits::kBlockM, Traits::kBlockN>(tile.block);
-  const int n_block_max = mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(tile.block);
+  int n_block_min = mask.template n_block_min<Traits::kBlockM, Traits::kBlockN>(tile.block);
+  int n_block_max = mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(tile.block);
+  // Key blocks the bias hides at either end are not loaded either (bias_cells.cuh). The producer
+  // and the consumers each compute this from the same summary, so they agree on every block.
+  if constexpr (Traits::kModsKind == kModsBias) {
+    BiasCells(p.mods, tile.batch, tile.head, seq.seqlen_q)
+        .template narrow_keys<Traits::kBlockM, Traits::kBlockN>(tile.block, n_block_min, n_block_max);
+  }
   const int n_unmasked_begin = max(mask.template full_begin<Traits::kBlockM, Traits::kBlockN>(tile.block), n_block_min);
   const int n_unmasked_end = min(mask.template full_end<Traits::kBlockM, Traits::kBlockN>(tile.block), n_block_max);
   const bool in_range = tile.block * Traits::kBlockM < seq.seqlen_q;
@@ -283,15 +291,24 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   for (int i = 0; i < Traits::kHeadDim / 2; ++i) o_acc[i] = 0.f;
   uint32_t p16[Traits::kKStepsPV][4];
   OnlineSoftmax<1> softmax;
-  using Mod = ScoreModFwd<Traits::kMods>;
+  using Mod = ScoreModFwd<Traits::kModsKind>;
   // > 0: the host sends other scales to the portable family. With softcap the raw unit is the
   // softcap's (score_mod.cuh).
   const float scale_log2 = Traits::kMods ? Mod::scale_log2(p) : p.scale_log2;
   // The modifiers act on the raw scores of a key block before the mask (kMods only).
-  auto modify = [&](int n) {
+  // need: the block's (bias_cells.cuh), read before its S GEMM is issued (the load's latency then
+  // runs under the GEMM, and one register holds it across the wait).
+  auto block_need = [&](int n) {
+    if constexpr (Traits::kModsKind == kModsBias) {
+      return BiasCells(p.mods, tile.batch, tile.head, w.mask.seqlen_q).template need<Traits::kBlockM, Traits::kBlockN>(tile.block, n);
+    } else {
+      return TileNeed::kBias;
+    }
+  };
+  auto modify = [&](int n, TileNeed need) {
     if constexpr (Traits::kMods) {
       const SeqlenInfo seq(p, tile.batch);
-      Mod::apply(p, seq, tile.batch, tile.head, s, first_row, n * kBlockN + 2 * (lane % 4));
+      Mod::apply(p, seq, tile.batch, tile.head, s, first_row, n * kBlockN + 2 * (lane % 4), need);
     }
   };
 
@@ -329,6 +346,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     // First block: S only (nothing to multiply with V yet).
     {
       const int slot = ring.kv % kStages;
+      const TileNeed need = block_need(n);
       sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
       turn_begin();
       gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
@@ -337,7 +355,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       sm90::fence_regs(s_acc);
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
-      modify(n);
+      modify(n, need);
       if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
       softmax.template online_step<kNTiles>(s, scale_log2, correction);  // o is zero: no rescale needed
@@ -347,6 +365,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     for (--n; n >= w.n_block_min; --n, ++ring.kv) {
       const int slot = ring.kv % kStages;
       const int prev = (ring.kv - 1) % kStages;
+      const TileNeed need = block_need(n);
       sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
       turn_begin();
       gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
@@ -357,7 +376,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       sm90::fence_regs(s_acc);
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
-      modify(n);
+      modify(n, need);
       if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
       const bool rescale = softmax.template online_step<kNTiles>(s, scale_log2, correction);

@@ -368,7 +368,8 @@ def feature_bits(mods: Mods | None) -> int:
 
 def _mods_item(mods: Mods) -> tuple[Any, ...]:
     """module.cpp's spec.mods: (softcap, alibi_slopes, alibi_batch_stride, sinks[, bias,
-    bias_batch_stride, bias_head_stride, bias_row_stride])."""
+    bias_batch_stride, bias_head_stride, bias_row_stride[, bias_cells, its batch, head, row byte
+    strides]]); the cells (ops_masks.bias_cells) are the optional fifth item of mods."""
     softcap, slopes, sinks = mods[:3]
     slopes_ptr = 0 if slopes is None else slopes.data_ptr()
     batch_stride = 0 if slopes is None or slopes.dim() == 1 else slopes.stride(0)
@@ -377,7 +378,13 @@ def _mods_item(mods: Mods) -> tuple[Any, ...]:
     if bias is None:
         return item
     sb, sh, sr, _ = bias.stride()
-    return (*item, bias.data_ptr(), sb, sh, sr)
+    item = (*item, bias.data_ptr(), sb, sh, sr)
+    cells = mods[4] if len(mods) > 4 else None
+    if cells is None:
+        return item
+    bb, hb, qc, _ = cells.shape
+    cb, ch, cr, _ = cells.stride()
+    return (*item, cells.data_ptr(), cb if bb > 1 else 0, ch if hb > 1 else 0, cr if qc > 1 else 0)
 
 
 def _packed_strides(t: Tensor) -> tuple[int, int, int]:

@@ -67,9 +67,13 @@ def _bias_reason(attn_bias: Tensor | None, query: Tensor, key: Tensor) -> str | 
     return None
 
 
-def _eff_mods(attn_bias: Tensor, query: Tensor, key: Tensor) -> _backend.Mods:
-    """A served call's modifiers: the mask alone (_bias_reason leaves no served call without one)."""
-    return (0.0, None, None, ops_masks.bias_view(attn_bias, (query.shape[0], query.shape[1], query.shape[2], key.shape[2])))
+def _eff_mods(attn_bias: Tensor, query: Tensor, key: Tensor, backward: bool) -> _backend.Mods:
+    """A served call's modifiers: the mask alone (_bias_reason leaves no served call without one), with
+    its per-call summary (ops_masks.bias_cells: the tiles it hides are skipped) except for a
+    deterministic backward, whose host drops it (api.cpp)."""
+    shape = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+    skip = not (backward and torch.are_deterministic_algorithms_enabled())
+    return ops_masks.masked_mods(0.0, None, None, attn_bias, shape, skip=skip)
 
 
 def eff_forward_reason(query: Tensor, key: Tensor, value: Tensor, attn_bias: Tensor | None, dropout_p: float,
@@ -101,7 +105,8 @@ def _eff_forward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     lse_full = query.new_empty(batch, heads, (seqlen_q + 31) // 32 * 32 if compute_lse else 0, dtype=torch.float32)
     lse = lse_full.narrow(2, 0, seqlen_q) if compute_lse else None
     scale_ = softmax_scale(scale, query.shape[3])
-    _backend.launch_fwd(query, key, value, out, lse, scale_, _EFF_MASKS[is_causal], mods=_eff_mods(attn_bias, query, key))
+    _backend.launch_fwd(query, key, value, out, lse, scale_, _EFF_MASKS[is_causal],
+                        mods=_eff_mods(attn_bias, query, key, backward=False))
     _EFF_FWD_COUNTS[0] += 1
     return out, lse_full, torch.empty((), dtype=torch.long), torch.empty((), dtype=torch.long)
 
@@ -129,9 +134,9 @@ def _eff_backward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     dv = value.new_empty(batch, seqlen_k, heads, value.shape[3]).transpose(1, 2)
     d_full = query.new_zeros(batch, heads, seqlen_q, seqlen_k) if grad_input_mask[3] else None
     grad_out = _backend.aligned_rows(grad_out)
+    mods = _eff_mods(attn_bias, query, key, backward=True)
     _backend.launch_bwd(grad_out, query, key, value, out, logsumexp.narrow(2, 0, seqlen_q), dq, dk, dv,
-                        softmax_scale(scale, head_dim), _EFF_MASKS[is_causal], None, _eff_mods(attn_bias, query, key),
-                        (None, None, d_full))  # fmt: skip
+                        softmax_scale(scale, head_dim), _EFF_MASKS[is_causal], None, mods, (None, None, d_full))
     _EFF_BWD_COUNTS[0] += 1
     grad_bias = None if d_full is None else ops_masks.reduce_to(d_full, tuple(attn_bias.shape))
     return dq, dk, dv, grad_bias
@@ -177,7 +182,7 @@ def _cudnn_forward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     out = _like_query(query, value.shape[3])
     lse = query.new_empty(batch, heads, seqlen_q, 1, dtype=torch.float32)
     _backend.launch_fwd(query, key, value, out, lse.select(3, 0), softmax_scale(scale, head_dim), _EFF_MASKS[is_causal],
-                        mods=_eff_mods(attn_bias, query, key))  # fmt: skip
+                        mods=_eff_mods(attn_bias, query, key, backward=False))  # fmt: skip
     _CUDNN_FWD_COUNTS[0] += 1
     return (out, lse, None, None, seqlen_q, key.shape[2], torch.empty((), dtype=torch.long),
             torch.empty((), dtype=torch.long), None)  # fmt: skip
@@ -207,7 +212,7 @@ def _cudnn_backward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     if reason is not None:
         return _fall_back(_CUDNN_BWD, _CUDNN_BWD_COUNTS, reason, keyset, args, {"scale": scale})
     dq, dk, dv = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
-    mods = _eff_mods(attn_bias, query, key)
+    mods = _eff_mods(attn_bias, query, key, backward=True)
     grad_out = _backend.aligned_rows(grad_out)
     _backend.launch_bwd(grad_out, query, key, value, out, logsumexp.select(3, 0), dq, dk, dv,
                         softmax_scale(scale, query.shape[3]), _EFF_MASKS[is_causal], None, mods)  # fmt: skip

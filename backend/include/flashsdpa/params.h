@@ -77,6 +77,14 @@ struct ScoreMods {
   // the key dimension has unit stride). Kernels read only i < Sq, j < Sk. nullptr = none.
   const void* bias;
   int64_t bias_batch_stride, bias_head_stride, bias_row_stride;
+  // The bias's summary (issue 14's tile skipping; cuda/common/bias_cells.cuh): one byte per cell of
+  // 64 queries x 16 keys, bit 0 "some element is not -inf" (visible), bit 1 "some element is not 0",
+  // elements past Sq / Sk counting as neither. Cell (b, h, qc, kc) at b * batch + h * head + qc * row
+  // + kc (0 strides broadcast; rows padded to 16 cells and 16-byte aligned, checks.cpp). Computed by
+  // Python in the call's stream on every call (ops_masks.bias_cells); nullptr = no summary (every
+  // tile loads and adds its bias; a deterministic backward ignores it: api.cpp).
+  const uint8_t* bias_cells;
+  int64_t bias_cells_batch_stride, bias_cells_head_stride, bias_cells_row_stride;
 
   FLASHSDPA_HOST_DEVICE bool any() const {
     return softcap > 0.f || alibi_slopes != nullptr || sinks != nullptr || bias != nullptr;
