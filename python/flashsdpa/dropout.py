@@ -40,18 +40,13 @@ class DropoutRng:
     philox_offset: Tensor
 
 
-def _native_flash_forward() -> Any:
-    """PyTorch's own CUDA kernel of aten::_flash_attention_forward (not a router of ours)."""
-    from flashsdpa import routers  # routers imports this module's users; import late
-
-    native = routers._NATIVE.get(_FLASH_FWD)
-    return native if native is not None else routers._native_kernel(_FLASH_FWD)
-
-
-def _via_torch(p: float, batch: int, heads: int, device: torch.device) -> DropoutRng:
-    """The generator state through PyTorch's flash kernel on a dummy (capture-safe, see above)."""
+def _via_torch(p: float, batch: int, heads: int, device: torch.device, native: Any) -> DropoutRng:
+    """The generator state through PyTorch's flash kernel on a dummy (capture-safe, see above).
+    ``native``: PyTorch's own CUDA kernel of the op (routers.py captured it before registering
+    ours); None: looked up, which is PyTorch's while no router of ours is registered there."""
     global _CUDA_KEYSET
-    native = _native_flash_forward()
+    if native is None:
+        native = torch.library.get_kernel(f"aten::{_FLASH_FWD}", "CUDA")
     if native is None:
         raise RuntimeError("flashsdpa: dropout under CUDA-graph capture needs PyTorch's flash kernel")
     if _CUDA_KEYSET is None:
@@ -63,14 +58,17 @@ def _via_torch(p: float, batch: int, heads: int, device: torch.device) -> Dropou
     return DropoutRng((p, 0, 0, addr, addr + 8, 0), rng_state, unused)
 
 
-def take(p: float, batch: int, heads: int, device: torch.device, *, via_torch: bool | None = None) -> DropoutRng:
+def take(
+    p: float, batch: int, heads: int, device: torch.device, native: Any = None, *, via_torch: bool | None = None
+) -> DropoutRng:
     """Consume a dropout call's share of the device's default CUDA generator (B * Hq * 32, as
-    PyTorch's flash kernel does) and return its state for our kernels. ``via_torch`` (tests):
-    force the capture-safe path (True) or the eager one (False); None picks by capture status."""
+    PyTorch's flash kernel does) and return its state for our kernels. ``native``: see
+    _via_torch. ``via_torch`` (tests): force the capture-safe path (True) or the eager one
+    (False); None picks by capture status."""
     if via_torch is None:
         via_torch = torch.cuda.is_current_stream_capturing()
     if via_torch:
-        return _via_torch(p, batch, heads, device)
+        return _via_torch(p, batch, heads, device, native)
     index = device.index if device.index is not None else torch.cuda.current_device()
     gen = torch.cuda.default_generators[index]
     seed, offset = gen.initial_seed(), gen.get_offset()

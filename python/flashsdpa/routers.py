@@ -7,6 +7,9 @@
 # registered); the outputs they allocate in each op's meta contract; the route table, checked
 # against the live schemas; and the one torch.library.Library that holds them.
 #
+# Over 500 lines: the five routers share their plans, fallback and output contracts here, and
+# splitting the dense flash ops from SDPA's would put one route table in two modules.
+#
 # Routers never override aten::scaled_dot_product_attention itself (that breaks autograd and is
 # ignored by torch.compile) and never register at Meta / Autograd: autograd, autocast, fake
 # tensors and Inductor stay PyTorch's; only the CUDA kernel behind the flash ops changes.
@@ -26,7 +29,7 @@ from torch import Tensor
 from flashsdpa import _backend, dropout, masks, reporting, selection
 from flashsdpa.reporting import log
 
-__all__ = ["OVERRIDE_WARNING", "ROUTED", "capture_native", "register_routers", "routable", "schema_mismatch",
+__all__ = ["OVERRIDE_WARNING", "ROUTED", "capture_native", "register_routers", "routable", "schema_mismatch", "sdpa_forward_unrouted",
            "sdpa_backward_reason", "sdpa_forward_reason", "softmax_scale", "unregister_routers"]  # fmt: skip
 
 # Forward calls that reached a router, served or not: the SDPA entry (entry.py) reads it around
@@ -96,6 +99,11 @@ def _fall_back(
     # call_boxed with our keyset runs the captured kernel directly: calling torch.ops.aten.<op>
     # here would dispatch back into this router.
     return native.call_boxed(keyset, *args, **kwargs)
+
+
+def _dropout_reason(dropout_p: float) -> str:
+    # The masked routers' (routers_masked.py): dropout kernels exist beside the plain ones only.
+    return f"dropout_p={dropout_p}: dropout is not served with attn_mask (without a mask it is)"
 
 
 _DEBUG_MASK_REASON = "return_debug_mask=True: the debug attention mask is not supported"
@@ -187,6 +195,15 @@ def _sdpa_flash_forward(
 ) -> Any:
     # Named parameters rather than *args: this is the hottest router, and binding is free here.
     ROUTED[0] += 1
+    return sdpa_forward_unrouted(keyset, query, key, value, dropout_p, is_causal, return_debug_mask, scale)
+
+
+def sdpa_forward_unrouted(
+    keyset: Any, query: Tensor, key: Tensor, value: Tensor, dropout_p: float, is_causal: bool,
+    return_debug_mask: bool, scale: float | None,
+) -> Any:
+    """The SDPA forward router's work after it counted the call in ROUTED: also what the C++
+    router's fallback op runs for dropout calls (cxx_routers.py; the C++ router counted them)."""
     reason = sdpa_forward_reason(query, key, value, dropout_p, return_debug_mask)
     if reason is not None:
         args = (query, key, value, dropout_p, is_causal, return_debug_mask)
@@ -195,7 +212,7 @@ def _sdpa_flash_forward(
     out = torch.empty_like(query)
     lse = query.new_empty(batch, heads, seqlen_q, dtype=torch.float32)
     if dropout_p != 0.0:  # PyTorch's generator use and rng state format (dropout.py)
-        rng = dropout.take(dropout_p, batch, heads, query.device)
+        rng = dropout.take(dropout_p, batch, heads, query.device, _NATIVE.get(_FLASH_FWD))
         _backend.launch_fwd(query, key, value, out, lse, softmax_scale(scale, head_dim), _SDPA_MASKS[is_causal],
                             dropout=rng.item)  # fmt: skip
         _SDPA_FWD_COUNTS[0] += 1
@@ -373,7 +390,7 @@ def _flash_forward(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         return _fall_back(_FLASH_FWD, _FLASH_FWD_COUNTS, str(reason), keyset, args, kwargs)
     out = torch.empty_like(query)
     if plan.dropout_p != 0.0:  # PyTorch's generator use and rng state format (dropout.py)
-        rng = dropout.take(plan.dropout_p, plan.q.shape[0], plan.q.shape[1], query.device)
+        rng = dropout.take(plan.dropout_p, plan.q.shape[0], plan.q.shape[1], query.device, _NATIVE.get(_FLASH_FWD))
         lse = _flash_forward_run(plan, out, args, kwargs, rng.item)
         _FLASH_FWD_COUNTS[0] += 1
         return (out, lse, rng.philox_seed, rng.philox_offset, _unused_outputs(query)[2])
