@@ -103,7 +103,8 @@ def test_mask_hand_worked_element() -> None:
 def test_mask_depends_on_the_state() -> None:
     base = reference_dropout.keep_mask(7, 0, 1, 2, 64, 64, 0.5)
     assert torch.equal(base, reference_dropout.keep_mask(7, 0, 1, 2, 64, 64, 0.5))
-    for other in (reference_dropout.keep_mask(8, 0, 1, 2, 64, 64, 0.5), reference_dropout.keep_mask(7, 4, 1, 2, 64, 64, 0.5)):
+    for seed, offset in ((8, 0), (7, 4)):
+        other = reference_dropout.keep_mask(seed, offset, 1, 2, 64, 64, 0.5)
         assert (other != base).float().mean() > 0.4  # independent masks differ on half the elements
     # Offsets of one call's heads never overlap the next call's: B * H * 32 apart.
     first = reference_dropout.keep_mask(7, 0, 1, 2, 16, 32, 0.5)
@@ -125,8 +126,11 @@ def test_keep_rate_within_four_standard_errors(p: float) -> None:
     assert (per_position - rate).abs().max() < 5 * se_pos
 
 
-def reference_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p: float, keep: torch.Tensor | None) -> torch.Tensor:
-    features = None if keep is None else Features(tuple(keep.shape), dropout_p=p, dropout_keep=keep)  # type: ignore[arg-type]
+def reference_out(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p: float, keep: torch.Tensor | None
+) -> torch.Tensor:
+    shape = tuple(q.shape[:3]) + (k.shape[2],)
+    features = None if keep is None else Features(shape, dropout_p=p, dropout_keep=keep)  # type: ignore[arg-type]
     out, _ = reference.attention_forward(q, k, v, scale=q.shape[-1] ** -0.5, features=features)
     return out
 
@@ -174,7 +178,9 @@ def generator(monkeypatch: pytest.MonkeyPatch) -> FakeGenerator:
     return gen
 
 
-def test_flash_forward_router_serves_dropout(launches: LaunchRecorder, generator: FakeGenerator, fake_mode: Any) -> None:
+def test_flash_forward_router_serves_dropout(
+    launches: LaunchRecorder, generator: FakeGenerator, fake_mode: Any
+) -> None:
     q, k, v = (torch.empty(2, s, 4, 64, dtype=F16, device="cuda:0") for s in (16, 24, 24))
     ours = routers._flash_forward(None, q, k, v, None, None, 16, 24, 0.1, True, False)
     meta = torch.ops.aten._flash_attention_forward.default(q, k, v, None, None, 16, 24, 0.1, True, False)
@@ -241,7 +247,9 @@ def test_backward_falls_back_on_another_rng_format(
         (dict(debug=True), "return_debug_mask=True"),
     ],
 )
-def test_dropout_fallbacks(call: dict[str, Any], reason: str, fake_build: Any, native: NativeRecorder, fake_mode: Any) -> None:
+def test_dropout_fallbacks(
+    call: dict[str, Any], reason: str, fake_build: Any, native: NativeRecorder, fake_mode: Any
+) -> None:
     flashsdpa.reset_stats()
     if call.get("cum"):
         q = torch.empty(30, 4, 64, dtype=F16, device="cuda")
@@ -259,7 +267,8 @@ def test_dropout_with_alibi_falls_back(fake_build: Any, native: NativeRecorder, 
     flashsdpa.reset_stats()
     q = torch.empty(2, 16, 4, 64, dtype=F16, device="cuda")
     slopes = torch.empty(4, dtype=torch.float32, device="cuda")
-    assert routers._flash_forward("keys", q, q, q, None, None, 16, 16, 0.1, False, False, alibi_slopes=slopes) == "native result"
+    args = (q, q, q, None, None, 16, 16, 0.1, False, False)
+    assert routers._flash_forward("keys", *args, alibi_slopes=slopes) == "native result"
     assert "with alibi_slopes: no kernel serves both" in next(iter(flashsdpa.stats()["fallback_reasons"]))
 
 

@@ -82,7 +82,8 @@ def rng_state_reason(philox_seed: Any, device: torch.device) -> str | None:
     """Why a backward cannot read this rng state (PyTorch's flash format: a uint64[2] (seed,
     offset) tensor on the inputs' device), or None."""
     if not isinstance(philox_seed, Tensor) or philox_seed.dtype != torch.uint64 or philox_seed.numel() != 2:
-        kind = type(philox_seed).__name__ if not isinstance(philox_seed, Tensor) else f"{philox_seed.dtype} {tuple(philox_seed.shape)}"
+        kind = (f"{philox_seed.dtype} {tuple(philox_seed.shape)}" if isinstance(philox_seed, Tensor)
+                else type(philox_seed).__name__)  # fmt: skip
         return f"rng state {kind}: needs PyTorch's flash format, a uint64[2] (seed, offset) tensor"
     if philox_seed.device != device or not philox_seed.is_contiguous():
         return f"rng state on {philox_seed.device}: needs a contiguous tensor on {device}"

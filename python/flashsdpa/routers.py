@@ -29,8 +29,9 @@ from torch import Tensor
 from flashsdpa import _backend, dropout, masks, reporting, selection
 from flashsdpa.reporting import log
 
-__all__ = ["OVERRIDE_WARNING", "ROUTED", "capture_native", "register_routers", "routable", "schema_mismatch", "sdpa_forward_unrouted",
-           "sdpa_backward_reason", "sdpa_forward_reason", "softmax_scale", "unregister_routers"]  # fmt: skip
+__all__ = ["OVERRIDE_WARNING", "ROUTED", "capture_native", "register_routers", "routable", "schema_mismatch",
+           "sdpa_backward_reason", "sdpa_forward_reason", "sdpa_forward_unrouted", "softmax_scale",
+           "unregister_routers"]  # fmt: skip
 
 # Forward calls that reached a router, served or not: the SDPA entry (entry.py) reads it around
 # PyTorch's SDPA to learn, for one index read and compare, whether a router saw the call (it then
@@ -422,7 +423,8 @@ def _flash_forward_inplace(keyset: Any, *args: Any, **kwargs: Any) -> Any:
 def _flash_backward(keyset: Any, *args: Any, **kwargs: Any) -> Any:
     # (grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
     #  is_causal, rng_state, unused)
-    grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, seed, _ = args
+    grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal = args[:12]
+    seed = args[12]  # the forward's rng state
     reason, plan = _flash_plan(
         query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, kwargs, backward=True
     )
