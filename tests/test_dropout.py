@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import flashsdpa
-from flashsdpa import _backend, dropout, masks, reference, reference_dropout, routers
+from flashsdpa import _backend, dropout, masks, ops_dropout, reference, reference_dropout, routers
 from flashsdpa.reference_features import Features
 from test_registration import LaunchRecorder, NativeRecorder, launches, native, same_meta  # noqa: F401
 
@@ -302,3 +302,28 @@ def test_rng_state_values_reads_pytorchs_format() -> None:
     state = torch.tensor([2**64 - 1, 96], dtype=torch.uint64)
     assert reference_dropout.rng_state_values(state) == (2**64 - 1, 96)
     assert dropout.rng_state_reason(state, torch.device("cpu")) is None
+
+
+# ---- the direct API's ops (ops_dropout.py), the launches mocked --------------------------------------
+
+
+def test_direct_api_dropout_ops_plumbing(launches: LaunchRecorder, generator: FakeGenerator, fake_mode: Any) -> None:
+    q = torch.empty(2, 4, 40, 64, dtype=F16, device="cuda:0")
+    k = torch.empty(2, 2, 50, 64, dtype=F16, device="cuda:0")
+    out, lse, rng = ops_dropout._fwd_cuda(q, k, k, 0.125, [-1, 0, 0], 0.2)
+    assert out.shape == (2, 4, 40, 64) and lse.shape == (2, 4, 40) and rng.dtype == torch.uint64 and rng.shape == (2,)
+    assert generator.sets == [128 + 2 * 4 * 32]  # B * Hq * 32, as PyTorch's flash op takes it
+    assert launches.kwargs[0]["dropout"] == (0.2, 2**63 + 5, 128, 0, 0, rng.data_ptr())
+    assert launches.calls[0][1][6] == (-1, 0, 0)  # the direct API's masks (top-left causal here) pass through
+    ops_dropout._bwd_cuda(q, q, k, k, out, lse, rng, 0.125, [-1, 0, 0], 0.2)
+    assert launches.kwargs[1]["dropout"] == (0.2, 0, 0, rng.data_ptr(), rng.data_ptr() + 8, 0)
+
+
+def test_attention_takes_the_dropout_op_on_cuda(fake_build: Any, fake_mode: Any) -> None:
+    """flashsdpa.attention(dropout_p=...) on CUDA: the fwd_dropout op (its fake kernel here); with
+    attn_mask as well it is not served (NotImplementedError, never a silent other mask)."""
+    q = torch.empty(1, 2, 32, 64, dtype=F16, device="cuda")
+    out = flashsdpa.attention(q, q, q, dropout_p=0.1, causal=True)
+    assert out.shape == q.shape
+    with pytest.raises(NotImplementedError, match="dropout_p"):
+        flashsdpa.attention(q, q, q, dropout_p=0.1, attn_mask=torch.ones(32, 32, dtype=torch.bool, device="cuda"))

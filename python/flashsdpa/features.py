@@ -270,6 +270,12 @@ def kernel_served(extras: Extras) -> bool:
     return extras.attn_mask is None and extras.dropout_p == 0.0
 
 
+def dropout_only(extras: Extras) -> bool:
+    """Whether dropout is the only feature given: ops_dropout.py's ops serve that on CUDA."""
+    return (extras.dropout_p != 0.0 and extras.attn_mask is None and extras.softcap == 0.0
+            and extras.alibi_slopes is None and extras.sinks is None)  # fmt: skip
+
+
 def additive(attn_mask: Tensor, dtype: torch.dtype) -> Tensor:
     """attn_mask as the kernels take it (flashsdpa::fwd_masked): a boolean mask (True = attend) as
     0 / -inf, a float one in ``dtype`` (PyTorch converts the same way before its fused kernels)."""
@@ -280,7 +286,8 @@ def additive(attn_mask: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 def not_served(api: str, extras: Extras) -> NotImplementedError:
-    # attn_mask alone is served on CUDA by flashsdpa::fwd_masked (dense); with dropout, or varlen, not yet.
+    # attn_mask alone is served on CUDA by flashsdpa::fwd_masked (dense), dropout alone by
+    # flashsdpa::fwd_dropout (dense); both together, or varlen, not yet.
     names = ", ".join(n for n in _given(extras) if n in ("attn_mask", "dropout_p"))
     return NotImplementedError(
         f"flashsdpa.{api} on CUDA: {names} not served by flashsdpa's kernels yet (issue 14; the CPU reference "

@@ -330,3 +330,25 @@ def test_dropout_sanitizer_subset(causal: bool, restore_generator: None) -> None
     for name, a, b, c in zip(("out", "dq", "dk", "dv"), (out, dq, dk, dv), pt, ref):
         assert not a.isnan().any(), f"{name}: NaN left (unwritten)"
         check_rule(name, a, b, c)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_direct_api_against_reference(causal: bool) -> None:
+    """flashsdpa.attention(dropout_p=...): our kernels (flashsdpa::fwd_dropout / bwd_dropout), the
+    mask of the generator state at the call, GQA and Sq != Sk (bottom-right causal)."""
+    skip_unless_compiled(torch.bfloat16, 128)
+    gen = torch.Generator(device=DEVICE).manual_seed(12)
+    q, dout = (torch.randn(2, 4, 100, 128, generator=gen, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(2, 2, 300, 128, generator=gen, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    torch.manual_seed(31)
+    state = (torch.cuda.initial_seed(), torch.cuda.default_generators[torch.cuda.current_device()].get_offset())
+    before = _served("flashsdpa::fwd_dropout"), _served("flashsdpa::bwd_dropout")
+    out = flashsdpa.attention(*leaves, dropout_p=0.2, causal=causal, causal_alignment="bottom_right")
+    grads = torch.autograd.grad(out, leaves, dout)
+    assert (_served("flashsdpa::fwd_dropout"), _served("flashsdpa::bwd_dropout")) == (before[0] + 1, before[1] + 1)
+    keep = reference_dropout.keep_mask(*state, 2, 4, 100, 300, 0.2, device=DEVICE)
+    ref = _reference_grads(q, k, v, dout, keep, 0.2, causal, torch.float64)
+    pt = _reference_grads(q, k, v, dout, keep, 0.2, causal, torch.bfloat16)
+    for name, a, b, c in zip(("out", "dq", "dk", "dv"), (out.detach(), *grads), pt, ref):
+        check_rule(name, a, b, c)
