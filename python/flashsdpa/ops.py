@@ -523,11 +523,7 @@ def attention(
     (scores gain ``-slope * |i + Sk - Sq - j|``); ``sinks`` float32 or query.dtype (Hq,), a learnable
     logit per head in each row's softmax denominator with no value row. They combine with causal masks,
     windows and GQA. ``attn_mask`` bool (True = attend) or additive (its gradient), broadcasting to
-    (B, Hq, Sq, Sk): our kernels (in q's dtype). ``dropout_p`` alone (no attn_mask, no modifiers):
-    on CUDA our kernels with PyTorch's flash dropout (ops_dropout.py: the same mask as PyTorch's
-    flash kernel for the same generator state, reproducible under torch.manual_seed, CUDA-graph
-    safe; torch.ops.flashsdpa.fwd_dropout returns the rng state); on CPU the reference with a mask
-    from the default generator; with attn_mask or a modifier on CUDA: NotImplementedError.
+    (B, Hq, Sq, Sk): our kernels (in q's dtype); ``dropout_p`` alone: our kernels too (ops_dropout.py).
     """
     if (window is None and not return_lse and attn_mask is None and alibi_slopes is None and sinks is None
             and type(causal) is bool and type(causal_alignment) is str and eager.wrapped_reason(query, key, value) is None
@@ -557,11 +553,6 @@ def attention(
                 query, key, value, None, None, 0, 0, _scale(scale, head_dim), mask, extras.softcap,
                 extras.alibi_slopes, extras.sinks,
             )  # fmt: skip
-        elif query.is_cuda and features.dropout_only(extras):  # ops_dropout.py
-            _check_cuda(query, head_dim, value.shape[3])
-            out, lse, _ = torch.ops.flashsdpa.fwd_dropout.default(
-                query, key, value, _scale(scale, head_dim), list(mask), extras.dropout_p
-            )
         elif query.is_cuda and extras.attn_mask is not None and extras.dropout_p == 0.0:  # ops_masks.py
             _check_cuda(query, head_dim, value.shape[3])
             bias = features.additive(extras.attn_mask, query.dtype)

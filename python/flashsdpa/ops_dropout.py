@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from flashsdpa import _backend, dropout, masks, reporting, routers, selection
-from flashsdpa.ops import _check_mask
+from flashsdpa.ops import _check_cuda, _check_mask
 
 __all__ = ["attention_dropout"]
 
@@ -44,6 +44,7 @@ def _reason(q: Tensor, k: Tensor, v: Tensor, spec: masks.MaskSpec, p: float, bac
 
 def _fwd_cuda(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: list[int], dropout_p: float) -> tuple[Tensor, ...]:
     spec = _check_mask(mask)
+    _check_cuda(q, q.shape[3], v.shape[3])  # dtype, head dims, device: the direct API's errors
     out, lse = _outputs(q, v)
     rng = dropout.take(dropout_p, q.shape[0], q.shape[1], q.device, routers._NATIVE.get(routers._FLASH_FWD))
     if q.shape[0] * q.shape[1] * q.shape[2] == 0 or k.shape[2] == 0:  # no launch: PyTorch's empty results
