@@ -302,6 +302,9 @@ def test_rng_state_values_reads_pytorchs_format() -> None:
     state = torch.tensor([2**64 - 1, 96], dtype=torch.uint64)
     assert reference_dropout.rng_state_values(state) == (2**64 - 1, 96)
     assert dropout.rng_state_reason(state, torch.device("cpu")) is None
+    # The debug option: the mask of a call from its rng state.
+    mask = reference_dropout.keep_mask_of(state, 1, 2, 20, 40, 0.3)
+    assert torch.equal(mask, reference_dropout.keep_mask(2**64 - 1, 96, 1, 2, 20, 40, 0.3))
 
 
 # ---- the direct API's ops (ops_dropout.py), the launches mocked --------------------------------------

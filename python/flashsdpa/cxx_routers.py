@@ -109,10 +109,12 @@ def _sdpa_forward_fallback(keyset: Any, *args: Any, scale: float | None = None, 
         # The C++ routers leave dropout to the Python router, which serves it (dropout.py's
         # generator use needs Python) or falls back itself.
         try:
-            result = routers.sdpa_forward_unrouted(keyset, query, key, value, dropout_p, is_causal, False, scale)
+            result = routers._sdpa_flash_forward(keyset, query, key, value, dropout_p, is_causal, False, scale=scale)
         except Exception as exc:  # noqa: BLE001 - handed to the C++ router, which raises it
             _LIB.flashsdpa_routers_fail(str(exc).encode())
             return _FORWARD_PLACEHOLDER
+        finally:
+            routers.ROUTED[0] -= 1  # the C++ router counted the call already
         return tuple(result[i] for i in RETURN_ORDER[routers._SDPA_FWD])
     # The Python router's sentence where it has one (the C++ reason is a few words); the C++ one where
     # only the C++ predicate refused (they agree on the verdict: tests/gpu/test_cxx_routers.py).

@@ -17,7 +17,8 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["FA2_PHILOX_ROUNDS", "keep_mask", "keep_threshold", "keep_rate", "philox4x32", "rng_state_values"]
+__all__ = ["FA2_PHILOX_ROUNDS", "keep_mask", "keep_mask_of", "keep_rate", "keep_threshold", "philox4x32",
+           "rng_state_values"]
 
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57  # Philox4x32 round multipliers (Salmon et al., SC'11)
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85  # key schedule (Weyl) increments
@@ -127,3 +128,11 @@ def keep_mask(
     blocks = flat[..., (lane * 16 + byte).flatten()].view(batch, heads, rows16, cols32, 16, 32)
     keep = (blocks <= threshold).permute(0, 1, 2, 4, 3, 5).reshape(batch, heads, rows16 * 16, cols32 * 32)
     return keep[:, :, :seqlen_q, :seqlen_k].contiguous()
+
+
+def keep_mask_of(philox_seed: Tensor, batch: int, heads: int, seqlen_q: int, seqlen_k: int, dropout_p: float) -> Tensor:
+    """The debug option: the keep-mask a call applied, from the rng state it returned (the flash
+    ops' ``philox_seed`` output, ours or PyTorch's, or torch.ops.flashsdpa.fwd_dropout's third
+    output), on that tensor's device. Reads the state on the host (a sync): for tests and debugging."""
+    seed, offset = rng_state_values(philox_seed)
+    return keep_mask(seed, offset, batch, heads, seqlen_q, seqlen_k, dropout_p, philox_seed.device)

@@ -30,8 +30,7 @@ from flashsdpa import _backend, dropout, masks, reporting, selection
 from flashsdpa.reporting import log
 
 __all__ = ["OVERRIDE_WARNING", "ROUTED", "capture_native", "register_routers", "routable", "schema_mismatch",
-           "sdpa_backward_reason", "sdpa_forward_reason", "sdpa_forward_unrouted", "softmax_scale",
-           "unregister_routers"]  # fmt: skip
+           "sdpa_backward_reason", "sdpa_forward_reason", "softmax_scale", "unregister_routers"]  # fmt: skip
 
 # Forward calls that reached a router, served or not: the SDPA entry (entry.py) reads it around
 # PyTorch's SDPA to learn, for one index read and compare, whether a router saw the call (it then
@@ -195,16 +194,8 @@ def _sdpa_flash_forward(
     scale: float | None = None,
 ) -> Any:
     # Named parameters rather than *args: this is the hottest router, and binding is free here.
+    # (The C++ routers' fallback op calls it for dropout calls, which it serves: cxx_routers.py.)
     ROUTED[0] += 1
-    return sdpa_forward_unrouted(keyset, query, key, value, dropout_p, is_causal, return_debug_mask, scale)
-
-
-def sdpa_forward_unrouted(
-    keyset: Any, query: Tensor, key: Tensor, value: Tensor, dropout_p: float, is_causal: bool,
-    return_debug_mask: bool, scale: float | None,
-) -> Any:
-    """The SDPA forward router's work after it counted the call in ROUTED: also what the C++
-    router's fallback op runs for dropout calls (cxx_routers.py; the C++ router counted them)."""
     reason = sdpa_forward_reason(query, key, value, dropout_p, return_debug_mask)
     if reason is not None:
         args = (query, key, value, dropout_p, is_causal, return_debug_mask)

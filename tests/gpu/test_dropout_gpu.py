@@ -101,8 +101,7 @@ def test_mask_equals_pytorch_flash(shape: tuple[int, ...], p: float) -> None:
     # The same generator use: the same (seed, offset), in PyTorch's format.
     assert state_ours.dtype == state_pt.dtype == torch.uint64 and state_ours.shape == state_pt.shape == (2,)
     assert torch.equal(state_ours, state_pt)
-    seed_, offset = reference_dropout.rng_state_values(state_pt)
-    kept_ref = reference_dropout.keep_mask(seed_, offset, batch, hq, sq, sk, p, device=DEVICE)
+    kept_ref = reference_dropout.keep_mask_of(state_pt, batch, hq, sq, sk, p)  # the debug option
     vis = _visible(sq, sk, causal).expand_as(kept_ref)
     assert torch.equal(kept_pt[vis], kept_ref[vis]), "reference_dropout differs from PyTorch's flash kernel"
     assert torch.equal(kept_ours[vis], kept_ref[vis]), "our kernel's mask differs from PyTorch's"
