@@ -330,3 +330,22 @@ def test_attention_takes_the_dropout_op_on_cuda(fake_build: Any, fake_mode: Any)
     assert out.shape == q.shape
     with pytest.raises(NotImplementedError, match="dropout_p"):
         flashsdpa.attention(q, q, q, dropout_p=0.1, attn_mask=torch.ones(32, 32, dtype=torch.bool, device="cuda"))
+
+
+def test_capture_path_uses_pytorchs_kernel(monkeypatch: pytest.MonkeyPatch, fake_build: Any, fake_mode: Any) -> None:
+    """The capture-safe path: PyTorch's flash kernel on a (B, 1, H, 8) dummy with the call's p
+    advances the generator; our kernel reads (seed, offset) from its rng state on the device."""
+    calls: list[tuple[Any, ...]] = []
+
+    class Native:
+        def call_boxed(self, keyset: Any, *args: Any) -> tuple[Any, ...]:
+            calls.append(args)
+            q = args[0]
+            return (None, None, torch.empty(2, dtype=torch.uint64, device=q.device),
+                    torch.empty((), dtype=torch.uint64, device=q.device), None)  # fmt: skip
+
+    rng = dropout.take(0.3, 3, 5, torch.device("cuda:0"), Native(), via_torch=True)
+    [args] = calls
+    assert tuple(args[0].shape) == (3, 1, 5, 8) and args[3:] == (None, None, 1, 1, 0.3, False, False)
+    addr = rng.philox_seed.data_ptr()
+    assert rng.item == (0.3, 0, 0, addr, addr + 8, 0)  # pointers, no values, no rng state write

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,10 @@ __all__ = ["DropoutRng", "from_rng_state", "rng_state_reason", "take"]
 
 _FLASH_FWD = "_flash_attention_forward"
 _CUDA_KEYSET: Any = None
+# FLASHSDPA_DROPOUT_RNG=torch: the capture-safe path in eager mode too (A/B, or a torch whose
+# generator offset API disagrees with its philox_cuda_state; tests/gpu/test_dropout_gpu.py checks
+# both paths against PyTorch's kernel). Read once, at import.
+_ALWAYS_VIA_TORCH = os.environ.get("FLASHSDPA_DROPOUT_RNG", "").strip().lower() == "torch"
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ def take(
     _via_torch. ``via_torch`` (tests): force the capture-safe path (True) or the eager one
     (False); None picks by capture status."""
     if via_torch is None:
-        via_torch = torch.cuda.is_current_stream_capturing()
+        via_torch = _ALWAYS_VIA_TORCH or torch.cuda.is_current_stream_capturing()
     if via_torch:
         return _via_torch(p, batch, heads, device, native)
     index = device.index if device.index is not None else torch.cuda.current_device()
