@@ -159,8 +159,10 @@ class FakeCudaBuild:
             "layouts": ["dense", "varlen", "decode"],
             "layouts_by_direction": {"forward": ["dense", "varlen", "decode"], "backward": ["dense", "varlen"]},
             "directions": ["forward", "backward"],
-            "features": ["softcap", "alibi", "sinks", "bias"],
-            "features_by_direction": {d: ["softcap", "alibi", "sinks", "bias"] for d in ("forward", "backward")},
+            "features": ["softcap", "alibi", "sinks", "bias", "dropout"],
+            "features_by_direction": {
+                d: ["softcap", "alibi", "sinks", "bias", "dropout"] for d in ("forward", "backward")
+            },
             "smem_per_tile": [],
         }
         return {"families": [family], "reason": None}
@@ -183,8 +185,11 @@ class FakeCudaBuild:
             return (None, 0, -1, 0, f"family sm80: head_dim_qk={head_dim_qk}: no bucket")
         if backward and max(head_dim_qk, head_dim_v) > 128 and self.smem_optin_bytes < 232448:
             return (None, 0, -1, 0, f"family sm80: no tile fits the device's {self.smem_optin_bytes // 1024} KB")
+        if features & 16 and features & 15:  # capabilities.cpp's check_features
+            return (None, 0, -1, 0, "family sm80: dropout with score modifiers or a bias: no kernel of the sm80 "
+                    "family has both")  # fmt: skip
         if backward == 2:
-            if self.deterministic_backward and not varlen:
+            if self.deterministic_backward and not varlen and not features & 16:  # sm90: no dropout
                 return ("sm90", bucket, 0, 231528, None)
             return (None, 0, -1, 0, "family sm80: torch.use_deterministic_algorithms(True): the sm80 family's "
                     "backward adds dQ with float atomics in any order (not bitwise reproducible)")  # fmt: skip

@@ -3,6 +3,7 @@
 #include "api.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -62,6 +63,18 @@ void fill_common(AttnFwdParams& p, const FwdSpec& s) {
                      ptr<const void>(s.mods.bias), s.mods.bias_batch_stride, s.mods.bias_head_stride,
                      s.mods.bias_row_stride, ptr<const uint8_t>(s.mods.bias_cells), s.mods.bias_cells_batch_stride,
                      s.mods.bias_cells_head_stride, s.mods.bias_cells_row_stride};
+  if (s.dropout.p > 0.f) {
+    // FlashAttention-2's arithmetic (flash_api.cpp), in float32: keep = 1 - p, the byte threshold
+    // floor(keep * 255) (kept when a byte is <= it), the kept values' scale 1 / keep.
+    const float keep = 1.f - s.dropout.p;
+    p.dropout.threshold_plus1 = static_cast<uint32_t>(std::floor(keep * 255.f)) + 1u;
+    p.dropout.rp_keep = 1.f / keep;
+    p.dropout.seed = s.dropout.seed;
+    p.dropout.offset = s.dropout.offset;
+    p.dropout.seed_ptr = ptr<const uint64_t>(s.dropout.seed_ptr);
+    p.dropout.offset_ptr = ptr<const uint64_t>(s.dropout.offset_ptr);
+    p.dropout.rng_state = ptr<uint64_t>(s.dropout.rng_state);
+  }
   p.dtype = static_cast<DType>(s.dtype);
   p.tile_counter = ptr<int32_t>(s.tile_counter);
 }

@@ -41,7 +41,7 @@ void check_head_dim(const char* name, int d) {
 // (the device's own limits are judged when launch.cpp picks the family).
 void check_served(const AttnFwdParams& p, Direction direction) {
   const Problem problem{0, 0, p.dtype, p.head_dim_qk, p.head_dim_v, mask_kind(p.mask), layout_of(p), direction,
-                        false, feature_bits(p.mods)};
+                        false, feature_bits(p)};
   if (select_family(problem) == nullptr) fail(refusal(problem));
 }
 

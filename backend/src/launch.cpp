@@ -143,11 +143,11 @@ Problem problem_of(const DeviceInfo& info, const AttnFwdParams& params, Directio
   // The score modifiers are part of the problem: a family that does not list one (sm90 today)
   // fails check_features, so first_taker hands the call to the next row (sm80).
   return problem_on(info, params.dtype, params.head_dim_qk, params.head_dim_v, mask_kind(params.mask),
-                    layout_of(params), direction, false, feature_bits(params.mods));
+                    layout_of(params), direction, false, feature_bits(params));
 }
 Problem problem_of(const DeviceInfo& info, const AttnBwdParams& params, Direction direction) {
   return problem_on(info, params.dtype, params.head_dim_qk, params.head_dim_v, mask_kind(params.mask),
-                    layout_of(params), direction, params.deterministic, feature_bits(params.mods));
+                    layout_of(params), direction, params.deterministic, feature_bits(params));
 }
 
 // What the params take from the family: its head-dim bucket and, for a backward, its tile and the

@@ -86,6 +86,8 @@ Strides strides_item(PyObject* tuple, Py_ssize_t i, const char* name) {
 //               cells_head_stride, cells_row_stride]])   issue 14's score modifiers
 //              (float32 device pointers, 0 = none): absent on the plain path, which builds no
 //              tuple for them
+//   dropout  = (p, seed, offset, seed_ptr, offset_ptr, rng_state)   p in (0, 1); seed / offset uint64
+//              values, the pointers device uint64 addresses (0 = none; params.h's DropoutSpec)
 // Items are converted in this order, so the first bad one is the one reported.
 FwdSpec fwd_spec(py::handle obj) {
   PyObject* spec = tuple_arg(obj, 8, "spec");
@@ -161,6 +163,27 @@ FwdSpec fwd_spec(py::handle obj) {
         s.mods.bias_cells_row_stride = int_item(mods, 11, "bias_cells_row_stride");
       }
     }
+  }
+  if (PyTuple_GET_SIZE(spec) > 10 && PyTuple_GET_ITEM(spec, 10) != Py_None) {
+    PyObject* d = tuple_arg(PyTuple_GET_ITEM(spec, 10), 6, "spec.dropout");
+    const double p = PyFloat_AsDouble(PyTuple_GET_ITEM(d, 0));
+    if ((p == -1.0 && PyErr_Occurred()) || !(p >= 0.0 && p < 1.0)) {
+      PyErr_Clear();
+      bad_spec("dropout_p", PyTuple_GET_ITEM(d, 0), "a float in [0, 1)");
+    }
+    const char* names[] = {"dropout seed", "dropout offset"};
+    uint64_t values[2];
+    for (int i = 0; i < 2; ++i) {  // uint64: PyTorch's seeds use all 64 bits
+      values[i] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(d, 1 + i));
+      if (values[i] == static_cast<uint64_t>(-1) && PyErr_Occurred()) {
+        PyErr_Clear();
+        bad_spec(names[i], PyTuple_GET_ITEM(d, 1 + i), "an int in [0, 2**64)");
+      }
+    }
+    s.dropout = DropoutArg{static_cast<float>(p), values[0], values[1],
+                           static_cast<uintptr_t>(int_item(d, 3, "dropout seed_ptr")),
+                           static_cast<uintptr_t>(int_item(d, 4, "dropout offset_ptr")),
+                           static_cast<uintptr_t>(int_item(d, 5, "rng_state"))};
   }
   return s;
 }

@@ -58,9 +58,11 @@ constexpr int bwd_tile_choice(int major, int optin_bytes) {
   return -1;
 }
 
-template <typename T, ModsKind kMods = kModsNone>
+template <typename T, ModsKind kMods = kModsNone, bool kDropout = false>
 cudaError_t launch_bwd_main(const AttnBwdParams& params, cudaStream_t stream, int major) {
-  if constexpr (kMods == kModsNone) {
+  if constexpr (kMods == kModsNone && !kDropout) {
+    // Dropout: its own kernel (the host never pairs it with the score modifiers).
+    if (params.dropout.enabled()) return launch_bwd_main<T, kModsNone, true>(params, stream, major);
     // Sinks too: the modifier kernels sum the rows their gradient is finished from (row_pdp).
     switch (mods_kind(params.mods)) {
       case kModsScore: return launch_bwd_main<T, kModsScore>(params, stream, major);
@@ -72,7 +74,7 @@ cudaError_t launch_bwd_main(const AttnBwdParams& params, cudaStream_t stream, in
   if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;
   // Runs even when no query row sees a key block: it must still write dK = dV = 0 there.
   if (grid == 0) return cudaSuccess;
-  auto kernel = flashsdpa_bwd_sm80_dkdv_kernel<T, kMods>;
+  auto kernel = flashsdpa_bwd_sm80_dkdv_kernel<T, kMods, kDropout>;
   const int smem_bytes = smem_bytes_on<T>(major);
   // Set on every call (about a microsecond): the attribute is per device, and a static
   // "done once" flag would be wrong on the second GPU of a multi-GPU process.

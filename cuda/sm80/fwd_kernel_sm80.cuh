@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "common/ptx.cuh"
+#include "common/dropout.cuh"
 #include "common/mask.cuh"
 #include "common/score_mod.cuh"
 #include "common/seqlen.cuh"
@@ -205,7 +206,7 @@ __device__ __forceinline__ void gemm_pv(float (&o)[Traits::kMTiles][Traits::kDTi
   }
 }
 
-template <typename Traits, ModsKind kMods>
+template <typename Traits, ModsKind kMods, bool kDropout>
 __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkTile& tile,
                                              uint32_t smem) {
   using Elem = typename Traits::Elem;
@@ -276,6 +277,9 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
   // score modifiers (softcap, ALiBi, sinks) own the softmax's units: common/score_mod.cuh.
   using Mod = ScoreModFwd<kMods>;
   const float scale_log2 = Mod::scale_log2(p);
+  // Dropout (common/dropout.cuh): this lane's Philox stream for the (batch, head).
+  DropoutRng rng;
+  if constexpr (kDropout) rng = DropoutRng(p.dropout, tile.batch, tile.head, p.heads_q, lane);
 
   if (n_block_max > n_block_min) {
     const int q_chunks = p.scale == 0.f ? 0 : p.head_dim_qk / 8;
@@ -348,6 +352,8 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
       }
 
       softmax.update(s, o, scale_log2);
+      // Dropped P are zeroed after the row sums took them (the softmax is of the whole row).
+      if constexpr (kDropout) apply_dropout(rng, s, row_begin + warp_row0, n_block * kBlockN);
       gemm_pv<Traits>(o, s, v_lane);
     };
 
@@ -367,6 +373,14 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
 
   // ---- epilogue: normalize, stage O through shared memory (the Q tile's space), store -------------
   float lse[2 * kMTiles];
+  if constexpr (kDropout) {  // the kept P's 1 / (1 - p), once on O (FlashAttention-2's place)
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+      for (int d = 0; d < Traits::kDTiles; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[i][d][e] *= p.dropout.rp_keep;
+  }
   // The scores are of q (negated for a negative scale: see negate_own_chunks), so the LSE is in
   // units of |scale| (or of the softcap: Mod::scale).
   if (kMods != kModsNone && p.mods.sinks != nullptr) {
@@ -437,14 +451,19 @@ __host__ __device__ __forceinline__ SingleTileScheduler fwd_scheduler_sm80(const
 
 // kMods: the score modifiers, softcap, ALiBi and sinks (score_mod.cuh), in their own
 // instantiation so that calls without them carry none of their code (docs/kernel_notes_features.md).
-template <typename Traits, ModsKind kMods = kModsNone>
+// kDropout: dropout on P (common/dropout.cuh), its own instantiation too (without kMods): a
+// Philox of 7 rounds per 16 elements of P is ~14 IMAD.WIDE per 16 exp2, not a runtime branch.
+template <typename Traits, ModsKind kMods = kModsNone, bool kDropout = false>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     flashsdpa_fwd_sm80_kernel(const __grid_constant__ AttnFwdParams params) {
   // 128-byte alignment is what the XOR swizzle of swizzled() needs (the runtime gives more).
   extern __shared__ __align__(128) char fwd_smem[];
+  if constexpr (kDropout) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) write_rng_state(params.dropout);
+  }
   const SingleTileScheduler sched = fwd_scheduler_sm80<Traits>(params);
   for (WorkTile tile = sched.initial_tile(); tile.valid(); tile = sched.next_tile(tile)) {
-    fwd_sm80::compute_tile<Traits, kMods>(params, tile, smem_u32(fwd_smem));
+    fwd_sm80::compute_tile<Traits, kMods, kDropout>(params, tile, smem_u32(fwd_smem));
   }
 }
 

@@ -31,6 +31,7 @@
 #include "common/mask.cuh"
 #include "common/score_mod.cuh"
 #include "common/seqlen.cuh"
+#include "common/dropout.cuh"
 #include "common/softmax.cuh"
 #include "common/tile_scheduler.cuh"
 #include "flashsdpa/params.h"
@@ -71,13 +72,16 @@ constexpr FwdTileShapeSm90 fwd_tile_shape_sm90(int head_dim) {
 }
 
 template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
-          int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone>
+          int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone, bool kDropout_ = false>
 struct FwdTraitsSm90 {
   using Elem = Elem_;
   // The score modifiers (softcap, ALiBi, sinks; the bias: common/score_mod.cuh's ScoreModFwd), in
   // their own instantiations as in the portable family, so the plain kernel's code is unchanged.
   static constexpr ModsKind kModsKind = kModsKind_;
   static constexpr bool kMods = kModsKind != kModsNone;
+  // Dropout on P (common/dropout.cuh), its own instantiation (never with kMods): each consumer
+  // warp's 16-row slice of the wgmma accumulator has the m16n8 C layout, one Philox per 32 keys.
+  static constexpr bool kDropout = kDropout_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -123,6 +127,7 @@ struct FwdTraitsSm90 {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head-dim buckets are whole 128-byte column blocks");
   static_assert(kBlockM % 64 == 0 && kConsumerWGs >= 1 && kConsumerWGs <= 3, "64 rows per consumer warpgroup");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma N: multiple of 16 (P V steps), at most 256");
+  static_assert(!kDropout || (kBlockN % 32 == 0 && !kMods), "dropout: whole 32-key blocks, no modifiers");
   static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared memory limit");
 };
 
@@ -291,6 +296,10 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   for (int i = 0; i < Traits::kHeadDim / 2; ++i) o_acc[i] = 0.f;
   uint32_t p16[Traits::kKStepsPV][4];
   OnlineSoftmax<1> softmax;
+  // Dropout: this lane's Philox stream for the (batch, head); the warp's 16 rows start at warp_row.
+  DropoutRng rng;
+  if constexpr (Traits::kDropout) rng = DropoutRng(p.dropout, tile.batch, tile.head, p.heads_q, lane);
+  const int warp_row = first_row - lane / 4;
   using Mod = ScoreModFwd<Traits::kModsKind>;
   // > 0: the host sends other scales to the portable family. With softcap the raw unit is the
   // softcap's (score_mod.cuh).
@@ -359,6 +368,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
       softmax.template online_step<kNTiles>(s, scale_log2, correction);  // o is zero: no rescale needed
+      if constexpr (Traits::kDropout) apply_dropout(rng, s, warp_row, n * kBlockN);  // after the row sums
       sm90::accumulator_to_a<Elem, kNTiles>(p16, s);
       ++ring.kv;
     }
@@ -380,6 +390,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
       const bool rescale = softmax.template online_step<kNTiles>(s, scale_log2, correction);
+      if constexpr (Traits::kDropout) apply_dropout(rng, s, warp_row, n * kBlockN);
       sm90::wgmma_wait<0>();
       sm90::fence_regs(o_acc);
       if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
@@ -405,6 +416,10 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       softmax.finalize(o, Mod::scale(p), lse);
     }
   } else {
+    if constexpr (Traits::kDropout) {  // the kept P's 1 / (1 - p), once on O
+#pragma unroll
+      for (int i = 0; i < Traits::kHeadDim / 2; ++i) o_acc[i] *= p.dropout.rp_keep;
+    }
     softmax.finalize(o, p.scale, lse);
   }
   // O through shared memory: a TMA store (dense), or the valid rows copied out (varlen).
@@ -649,6 +664,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
   const fwd_sm90::PersistentTileScheduler scheduler = fwd_sm90::fwd_sm90_scheduler<Traits>(p, args.sched_group);
   const int num_tiles = static_cast<int>(scheduler.num_tiles());  // < 2^31: the launcher checked
   const fwd_sm90::TileQueue queue{sm.tile_queue()};
+  if constexpr (Traits::kDropout) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) write_rng_state(p.dropout);
+  }
 
   if (threadIdx.x == 0) {
 #pragma unroll

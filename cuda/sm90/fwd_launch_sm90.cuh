@@ -62,6 +62,8 @@ cudaError_t run_fwd_sm90_(const AttnFwdParams& params, cudaStream_t stream) {
   constexpr int kM = kShape.block_m, kN = kShape.block_n, kS = kShape.stages;
   // The score modifiers' instantiations (softcap, ALiBi, sinks; the bias: score_mod.cuh's mods_kind).
   constexpr bool kPingPong = kHeadDim <= 128;
+  if (params.dropout.enabled())  // dropout: its own instantiation (the host pairs it with no modifier)
+    return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kM, kN, kS, kPingPong, 2, kModsNone, true>>(params, stream);
   switch (mods_kind(params.mods)) {
     case kModsScore:
       return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kM, kN, kS, kPingPong, 2, kModsScore>>(params, stream);

@@ -79,7 +79,7 @@ MAX_SPLITS = 128  # _C's MAX_SPLITS
 
 # Issue 14's score modifiers as _C's feature bits (capabilities.h's Feature) and the names the
 # capability table lists them by.
-FEATURE_BITS = {"softcap": 1, "alibi": 2, "sinks": 4, "bias": 8}
+FEATURE_BITS = {"softcap": 1, "alibi": 2, "sinks": 4, "bias": 8, "dropout": 16}
 
 
 def _configure(module: Any, import_error: str | None = None) -> None:
@@ -500,6 +500,7 @@ def _decode_item(
 def launch_fwd(
     q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor | None, scale: float, mask: MaskSpec,
     varlen: Varlen | None = None, num_splits: int = 0, mods: Mods | None = None,
+    dropout: tuple[float, int, int, int, int, int] | None = None,
 ) -> None:
     """Forward: writes ``out`` and ``lse``. Dense: (B, H, S, D) views, ``lse`` (B, Hq, Sq) or None
     (inference: nothing will read it, and its allocation is a tenth of the host time of a small
@@ -509,12 +510,17 @@ def launch_fwd(
     GQA-packed) where the capability table has one; ``num_splits`` (0: heuristic) is its split
     count and changes nothing else. ``mods``: the score modifiers (softcap, ALiBi, sinks), appended
     to the spec only when given (the decode kernel takes none: such calls run the forward kernel).
+    ``dropout``: module.cpp's spec.dropout (dropout.py builds it); the forward kernel, never the
+    decode one, and never with ``mods``.
     Callers have checked the problem (``selection``) and that it is non-empty.
     """
     # Masked calls (causal, windows) get the stream's tile counter: the sm90 family schedules their
     # unequal tiles dynamically (fwd_kernel_sm90.cuh); decode-sized calls take the decode kernel.
     dynamic = (mask[1] >= 0 or mask[0] >= 0) and (varlen is not None or q.shape[2] > DECODE_MAX_SEQLEN_Q)
     spec = _spec(q, k, v, out, lse, scale, mask, varlen, dynamic)
+    if dropout is not None:
+        _C.fwd((*spec, None, None, dropout))
+        return
     if mods is not None:
         _C.fwd((*spec, None, _mods_item(mods)))
         return
@@ -581,10 +587,12 @@ def launch_bwd(
     varlen: Varlen | None = None,
     mods: Mods | None = None,
     mod_grads: tuple[Tensor | None, ...] | None = None,
+    dropout: tuple[float, int, int, int, int, int] | None = None,
 ) -> None:
     """Backward: writes ``dq``, ``dk``, ``dv`` (dense views or packed rows, as in launch_fwd); with
     ``mods``, adds into ``mod_grads`` = (d_alibi_slopes, d_sinks): zeroed float32 tensors of the
-    slopes' and the sinks' shapes, or None where not wanted.
+    slopes' and the sinks' shapes, or None where not wanted. ``dropout``: spec.dropout with the
+    forward's rng state (dropout.from_rng_state); never with ``mods``.
 
     One _C call: the workspace is sized here from the head-dim bucket the capability table picks
     for the problem (cached per problem), rows x heads x bucket float32 for dq_accum and rows x heads
@@ -595,7 +603,7 @@ def launch_bwd(
     sizes = spec[2]
     # Deterministic when the user asked and a family of ours can (else the caller has already
     # raised, or warned under warn_only, as PyTorch does for an op without a deterministic kernel).
-    bits = feature_bits(mods)
+    bits = feature_bits(mods) | (FEATURE_BITS["dropout"] if dropout is not None else 0)
     problem = (spec[6], spec[5], sizes[5], sizes[6], masks.kind(mask), varlen is not None)
     asked = torch.are_deterministic_algorithms_enabled()
     verdict = select(*problem, BACKWARD_DETERMINISTIC, bits) if asked else (None,)
@@ -620,6 +628,9 @@ def launch_bwd(
         (rows * bucket * 4, delta_bytes),
         deterministic,
     )  # fmt: skip
+    if dropout is not None:
+        _C.bwd((*spec, None, None, dropout), grads)
+        return
     if mods is None:
         _C.bwd(spec, grads)
         return

@@ -314,6 +314,21 @@ def features_reason(
     return f"{names}: {why}"
 
 
+def dropout_reason(
+    query: Tensor, value: Tensor, mask: masks.MaskSpec, dropout_p: object, *, varlen: bool, backward: bool = False
+) -> str | None:
+    """Why no kernel family of ours runs this call's dropout (PyTorch's FlashAttention-2 mask,
+    python/flashsdpa/dropout.py's generator use), or None. Dense calls only: PyTorch's varlen
+    kernel offsets the mask per sequence start, which no test of ours pins down yet. The caller
+    has checked the tensors; ``dropout_p`` > 0."""
+    if type(dropout_p) is not float or not 0.0 < dropout_p < 1.0:
+        return f"dropout_p={dropout_p!r}: needs a float in (0, 1)"
+    if varlen:
+        return f"dropout_p={dropout_p} with packed (varlen) inputs: not served (dense inputs are)"
+    why = features_reason(query, value, mask, _backend.FEATURE_BITS["dropout"], varlen=False, backward=backward)
+    return None if why is None else f"dropout_p={dropout_p}: {why}"
+
+
 def feature_families() -> list[str]:
     """The compiled kernel families that serve score modifiers, with the ones they serve."""
     return [
@@ -484,6 +499,24 @@ def _features_reasons(
     return [f"{why}; families serving score modifiers: {', '.join(feature_families())}"] if why else []
 
 
+def _dropout_reasons(
+    query: Tensor, key: Tensor, value: Tensor, dropout_p: float, is_causal: bool, bits: int
+) -> list[str]:
+    """explain()'s dropout part: served alone (no attn_mask, no modifiers) where a family lists it."""
+    if bits:
+        return [f"dropout_p={dropout_p} with attn_mask or score modifiers: no kernel serves both"]
+    if not _backend.CUDA_KERNELS or not any("dropout" in f.get("features", []) for f in _backend.capabilities()):
+        return [f"dropout_p={dropout_p}: no compiled kernel family serves dropout"]
+    if not query.is_cuda or query.dim() != 4 or value.dim() != 4 or query.dtype not in _backend.DTYPE_CODES:
+        return []  # the tensor checks say why
+    if dense_reason(query, key, value) is not None:
+        return []
+    backward = query.requires_grad or key.requires_grad or value.requires_grad
+    mask = masks.CAUSAL_BOTTOM_RIGHT if is_causal else masks.NO_MASK
+    why = dropout_reason(query, value, mask, float(dropout_p), varlen=False, backward=backward)
+    return [why] if why else []
+
+
 def _attn_mask_reasons(query: Tensor, key: Tensor, attn_mask: object, softcap: float) -> tuple[list[str], int]:
     """explain()'s attn_mask part: (reasons, feature bits). SDPA sends masked calls to its cuDNN or
     efficient op, whose routers (routers_masked.py) run our kernels with the mask as an additive bias
@@ -536,7 +569,10 @@ def explain(
     keyword) is forward-only: that op's backward takes no slopes, so a call whose inputs require grad
     is left to PyTorch there (logged with that reason). ``attn_mask`` (bool or the query's dtype, any
     shape broadcasting to (B, H, Sq, Sk)) is served through SDPA's masked ops (cuDNN, efficient) and
-    the direct API; ``dropout_p`` not yet (the direct API runs it on CPU only).
+    the direct API; ``dropout_p`` is served in dense calls of SDPA's flash op and
+    ``aten::_flash_attention_forward`` with PyTorch's FlashAttention-2 mask (the same mask for
+    the same generator state) by the families whose table lists "dropout", without attn_mask or
+    the direct API's modifiers.
     """
     del scale  # any scale is served; the parameter mirrors SDPA's signature
     window_reasons = _window_reasons(query, value, is_causal, window) if window is not None else []
@@ -555,7 +591,8 @@ def explain(
         mask_reasons, mask_bits = _attn_mask_reasons(query, key, attn_mask, softcap)
         reasons += mask_reasons
     if dropout_p != 0.0:
-        reasons.append(f"dropout_p={dropout_p}: dropout is not supported (needs 0.0)")
+        reasons += _dropout_reasons(query, key, value, dropout_p, is_causal, bits=mask_bits | (1 if softcap else 0)
+                                    | (2 if alibi_slopes is not None else 0) | (4 if sinks is not None else 0))
     bits = (
         (_backend.FEATURE_BITS["softcap"] if softcap else 0)
         | (_backend.FEATURE_BITS["alibi"] if alibi_slopes is not None else 0)
