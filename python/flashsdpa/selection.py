@@ -591,8 +591,12 @@ def explain(
         mask_reasons, mask_bits = _attn_mask_reasons(query, key, attn_mask, softcap)
         reasons += mask_reasons
     if dropout_p != 0.0:
-        reasons += _dropout_reasons(query, key, value, dropout_p, is_causal, bits=mask_bits | (1 if softcap else 0)
-                                    | (2 if alibi_slopes is not None else 0) | (4 if sinks is not None else 0))
+        # Any attn_mask left (mask_bits is 0 where the mask's own reason already refuses it, e.g. a
+        # decode-sized one) or modifier: no kernel serves it beside dropout.
+        mask_left = attn_mask is not None and not causal_bias
+        reasons += _dropout_reasons(query, key, value, dropout_p, is_causal, bits=(1 if mask_left else 0)
+                                    | (2 if softcap else 0) | (4 if alibi_slopes is not None else 0)
+                                    | (8 if sinks is not None else 0))
     bits = (
         (_backend.FEATURE_BITS["softcap"] if softcap else 0)
         | (_backend.FEATURE_BITS["alibi"] if alibi_slopes is not None else 0)
