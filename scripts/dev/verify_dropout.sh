@@ -17,46 +17,15 @@ cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 export PYTHONPATH="$PWD/python:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
 
-t0=$(date +%s)
-FLASHSDPA_BUILD_DIR=/tmp/dropout_build FLASHSDPA_DTYPES="bf16;fp16" FLASHSDPA_HEAD_DIMS="64;128" \
-  FLASHSDPA_ARCHS=90 FLASHSDPA_BUILD_JOBS="$(nproc)" FLASHSDPA_PTXAS_VERBOSE=1 \
-  timeout 200 $PY setup.py build_ext --inplace > "$OUT/build.log" 2>&1
-rc=$?
-if [[ $rc != 0 ]]; then
-  tail -30 "$OUT/build.log"; step build "FAILED rc=$rc (build.log)"; failed+=(build); finish
-fi
-step build "ok in $(( $(date +%s) - t0 )) s; spill warnings: $(grep -c 'bytes spill stores' "$OUT/build.log")"
-grep -E "spill stores" "$OUT/build.log" | sed -E 's/.*function .(_Z[^ ]*). ([0-9]+ bytes spill stores.*)/\2 \1/' \
-  | sort -u | cut -c1-220 > "$OUT/spills.txt"
+narrow_build 200 "64;128"
 
-t0=$(date +%s)
-timeout 110 $PY -m pytest tests/gpu/test_dropout_gpu.py -q -p no:cacheprovider -rs --durations=5 2>&1 \
-  | tee "$OUT/tests.log" | tail -25
-rc=${PIPESTATUS[0]}
-step "dropout tests" "rc=$rc $(grep -E '(passed|failed|error)' "$OUT/tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
-check "dropout tests" "$rc"
-grep -qE '[0-9]+ passed' "$OUT/tests.log" || failed+=("dropout tests (none passed)")
-
-t0=$(date +%s)
-FLASHSDPA_FAMILY=sm80 timeout 70 $PY -m pytest tests/gpu/test_dropout_gpu.py -q -p no:cacheprovider \
-  -k "mask_equals or forward_backward or capture or graph or direct_api" > "$OUT/tests_sm80.log" 2>&1
-rc=$?
-step "dropout tests, sm80 only" "rc=$rc $(grep -E '(passed|failed|error)' "$OUT/tests_sm80.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
-check "dropout tests, sm80 only" "$rc"
-grep -E "^(FAILED|ERROR) " "$OUT/tests_sm80.log" | cut -c1-200 | head -10
-
-t0=$(date +%s)
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
-  --target-processes all $PY -m pytest tests/gpu/test_dropout_gpu.py -q -x -p no:cacheprovider \
-  -k sanitizer_subset > "$OUT/sanitize_memcheck.log" 2>&1
-rc=$?
-step "sanitizer memcheck" "rc=$rc $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_memcheck.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
-check "sanitizer memcheck" "$rc"
-
-t0=$(date +%s)
-timeout 60 $PY scripts/dev/dropout_timing.py > "$OUT/timing.log" 2>&1
-rc=$?
-check timing "$rc"
-step timing "rc=$rc ($(( $(date +%s) - t0 )) s; table below)"
+tests "dropout tests" 110 tests.log $PY -m pytest tests/gpu/test_dropout_gpu.py -q -p no:cacheprovider -rs --durations=5
+tests "dropout tests, sm80 only" 70 tests_sm80.log env FLASHSDPA_FAMILY=sm80 $PY -m pytest tests/gpu/test_dropout_gpu.py \
+  -q -p no:cacheprovider -k "mask_equals or forward_backward or capture or graph or direct_api"
+timed "sanitizer memcheck" 90 sanitize_memcheck.log env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+  compute-sanitizer --tool memcheck --error-exitcode 9 --target-processes all \
+  $PY -m pytest tests/gpu/test_dropout_gpu.py -q -x -p no:cacheprovider -k sanitizer_subset
+timed timing 60 timing.log $PY scripts/dev/dropout_timing.py
+tail -25 "$OUT/tests.log"
 cat "$OUT/timing.log"
 finish

@@ -16,27 +16,8 @@ cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 export PYTHONPATH="$PWD/python:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
 
-t0=$(date +%s)
-FLASHSDPA_BUILD_DIR=/tmp/features_build FLASHSDPA_DTYPES="bf16;fp16" FLASHSDPA_HEAD_DIMS="64;128;256" \
-  FLASHSDPA_ARCHS=90 FLASHSDPA_BUILD_JOBS="$(nproc)" FLASHSDPA_PTXAS_VERBOSE=1 \
-  timeout 180 $PY setup.py build_ext --inplace > "$OUT/build.log" 2>&1
-rc=$?
-if [[ $rc != 0 ]]; then
-  tail -30 "$OUT/build.log"; step build "FAILED rc=$rc (build.log)"; failed+=(build); finish
-fi
-step build "ok in $(( $(date +%s) - t0 )) s; spill warnings: $(grep -c 'bytes spill stores' "$OUT/build.log")"
-grep -E "spill stores" "$OUT/build.log" | sed -E 's/.*function .(_Z[^ ]*). ([0-9]+ bytes spill stores.*)/\2 \1/' \
-  | sort -u | cut -c1-220 > "$OUT/spills.txt"
+narrow_build 180 "64;128;256"
 
-# timed NAME LIMIT LOG CMD...: one step, its row and its verdict.
-timed() {
-  local name=$1 limit=$2 log=$3; shift 3
-  local t=$(date +%s)
-  timeout "$limit" "$@" > "$OUT/$log" 2>&1
-  local r=$?
-  step "$name" "rc=$r ($(( $(date +%s) - t )) s) $(grep -E 'ERROR SUMMARY|[0-9]+ passed' "$OUT/$log" | tail -1 | cut -c1-80)"
-  check "$name" "$r"
-}
 timed "sanitizer memcheck" 150 sanitize_memcheck.log env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
   compute-sanitizer --tool memcheck --error-exitcode 9 --target-processes all \
   $PY -m pytest tests/gpu/test_masks_gpu.py tests/gpu/test_mask_skip_gpu.py tests/gpu/test_dropout_gpu.py \

@@ -17,53 +17,19 @@ cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 
-t0=$(date +%s)
-FLASHSDPA_BUILD_DIR=/tmp/mask_skip_build FLASHSDPA_DTYPES="bf16;fp16" FLASHSDPA_HEAD_DIMS="64;128;256" \
-  FLASHSDPA_ARCHS=90 FLASHSDPA_BUILD_JOBS="$(nproc)" FLASHSDPA_PTXAS_VERBOSE=1 \
-  timeout 180 $PY setup.py build_ext --inplace > "$OUT/build.log" 2>&1
-rc=$?
-if [[ $rc != 0 ]]; then
-  tail -30 "$OUT/build.log"; step build "FAILED rc=$rc (build.log)"; failed+=(build); finish
-fi
-step build "ok in $(( $(date +%s) - t0 )) s; spill warnings: $(grep -c 'bytes spill stores' "$OUT/build.log")"
-grep -E "spill stores" "$OUT/build.log" | sed -E 's/.*function .(_Z[^ ]*). ([0-9]+ bytes spill stores.*)/\2 \1/' \
-  | sort -u | cut -c1-200 > "$OUT/spills.txt"
+narrow_build 180 "64;128;256"
 
 MASK_TESTS="tests/gpu/test_mask_skip_gpu.py tests/gpu/test_masks_gpu.py"
-# pytest NAME LIMIT LOG ARGS...: one test step (xdist over 10 workers), its row and its verdict.
-run_tests() {
-  local name=$1 limit=$2 log=$3; shift 3
-  local t=$(date +%s)
-  timeout "$limit" "$@" > "$OUT/$log" 2>&1
-  local r=$?
-  step "$name" "rc=$r $(grep -E '[0-9]+ (passed|failed|error)' "$OUT/$log" | tail -1) ($(( $(date +%s) - t )) s)"
-  check "$name" "$r"
-  grep -qE '[0-9]+ passed' "$OUT/$log" || failed+=("$name (none passed)")
-  grep -E "^(FAILED|ERROR) " "$OUT/$log" | cut -c1-180 | head -15
-}
-run_tests "mask + features tests" 120 tests.log \
+tests "mask + features tests" 120 tests.log \
   $PY -m pytest $MASK_TESTS tests/gpu/test_features_gpu.py -q -p no:cacheprovider -rs -n 10
-run_tests "mask tests, sm80 forced" 75 tests_sm80.log \
+tests "mask tests, sm80 forced" 75 tests_sm80.log \
   env FLASHSDPA_FAMILY=sm80 $PY -m pytest $MASK_TESTS -q -p no:cacheprovider -rs -n 10
 
-t0=$(date +%s)
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 75 compute-sanitizer --tool memcheck --error-exitcode 9 --target-processes all \
-  $PY -m pytest $MASK_TESTS -q -x -p no:cacheprovider -k sanitizer_subset > "$OUT/sanitize_memcheck.log" 2>&1
-rc=$?
-step "sanitizer memcheck" "rc=$rc $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_memcheck.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
-check "sanitizer memcheck" "$rc"
-
-t0=$(date +%s)
-timeout 75 $PY -m flashsdpa bench --masks --out "$OUT/bench_masks" > "$OUT/bench_masks.log" 2>&1
-rc=$?
-step "bench --masks" "rc=$rc ($(( $(date +%s) - t0 )) s; bars below)"
-check "bench --masks" "$rc"
-
-t0=$(date +%s)
-timeout 45 $PY scripts/dev/features_timing.py > "$OUT/timing.log" 2>&1
-rc=$?
-step "features timing" "rc=$rc ($(( $(date +%s) - t0 )) s; table below)"
-check "features timing" "$rc"
+timed "sanitizer memcheck" 75 sanitize_memcheck.log env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+  compute-sanitizer --tool memcheck --error-exitcode 9 --target-processes all \
+  $PY -m pytest $MASK_TESTS -q -x -p no:cacheprovider -k sanitizer_subset
+timed "bench --masks" 75 bench_masks.log $PY -m flashsdpa bench --masks --out "$OUT/bench_masks"
+timed "features timing" 45 timing.log $PY scripts/dev/features_timing.py
 
 echo "==== bench --masks"; tail -25 "$OUT/bench_masks.log"
 echo "==== features_timing.py"; tail -14 "$OUT/timing.log"
