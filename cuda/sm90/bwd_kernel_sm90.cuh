@@ -436,12 +436,6 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   constexpr uint64_t kSlot = Traits::kQBytes >> 4;
   constexpr uint64_t kDsBuf = Traits::kDsBytes >> 4;
   const float scale_log2 = Mod::scale_log2(p);  // p.scale_log2 but with softcap (its raw unit)
-  // Dropout: seed and offset resolved once (device reads when captured), the stream per step's head.
-  uint64_t drop_seed = 0, drop_offset = 0;
-  if constexpr (Traits::kDropout) {
-    drop_seed = DropoutRng::seed_of(p.dropout);
-    drop_offset = DropoutRng::offset_of(p.dropout);
-  }
   const int drop_k16 = n_block * kBlockN + cwg * 64 + warp * 16;  // the warp's first key (m16 slice of S^T)
 
   // Step i's dQ tile into staging buffer i % 2 in dq_accum's (permuted) row order, for the writer
@@ -545,7 +539,9 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       // -0 included): dS^T below needs the undropped value and the mask, and holding the 8 words
       // of bytes across the dP^T wait instead (computed during both GEMMs) spilled 64 bytes at
       // d128. dV takes Z P^T = max(P^T, 0) now and its 1 / keep in the epilogue.
-      const DropoutRng rng(drop_seed, drop_offset, p.dropout.threshold_plus1, batch, range.head(i), p.heads_q,
+      // Seed and offset re-read every step (device reads under capture: L1 hits after the first):
+      // held across the loop instead, ptxas spilled 12 bytes at d128 (one LDL per step).
+      const DropoutRng rng(p.dropout, batch, range.head(i), p.heads_q,
                            dropout_stream_lane_t(lane, Traits::kDropoutShuffle ? (lane >> 2) & 1 : 0));
       uint32_t bytes[kMTiles / 2][2];
       dropout_bytes_t<kMTiles, Traits::kDropoutShuffle>(rng, m_block * kBlockM, drop_k16, lane, bytes);
