@@ -48,6 +48,11 @@ def prmt(a: Tensor, b: Tensor, sel: Tensor | int) -> Tensor:
     return out
 
 
+def keep_bound(threshold_plus1: int) -> int:
+    """dropout_keep_bound: (threshold_plus1 - 1) << 24 | 0xffffff, as uint32 (threshold_plus1 <= 256)."""
+    return (((threshold_plus1 - 1) << 24) | 0xFFFFFF) & _MASK32
+
+
 def philox_words(seed: int, lo: Tensor, hi: Tensor, row16: Tensor, col32: Tensor) -> tuple[Tensor, ...]:
     return reference_dropout.philox4x32((lo, hi, row16, col32), (seed & _MASK32, seed >> 32),
                                         reference_dropout.FA2_PHILOX_ROUNDS)  # fmt: skip
@@ -95,8 +100,10 @@ def device_keep(seed: int, offset: int, bh: int, heads_q: int, threshold: int, n
     key_row = cwg * 64 + warp * 16 + lane // 4  # consume()'s key_row
     for jt in range(N_TILES):
         for x in range(4):
-            byte = bytes_[..., jt // 2, x % 2].bitwise_right_shift(8 * (2 * (x // 2) + jt % 2)).bitwise_and(0xFF)
-            keep[..., jt, x] = byte < threshold + 1  # DropoutRng::keep: byte < threshold_plus1
+            # dropout_keep_t: the element's byte k moved to the top, compared with dropout_keep_bound.
+            k = 2 * (x // 2) + jt % 2
+            top = bytes_[..., jt // 2, x % 2].bitwise_left_shift(24 - 8 * k).bitwise_and(_MASK32)
+            keep[..., jt, x] = top <= keep_bound(threshold + 1)
             # The C fragment of S^T: element x of n8 tile jt at row g + 8 (x / 2), column 8 jt + 2 (L % 4) + x % 2.
             query[..., jt, x] = q0 + 8 * jt + 2 * (lane % 4) + x % 2
             key[..., jt, x] = n_block * BLOCK_N + key_row + 8 * (x // 2)
@@ -110,6 +117,8 @@ CASES = [
     # offset + (b H + h) * 32 + lane crosses 2**32: the high word and the no-shuffle carry.
     (2**64 - 3, 2**32 - 100, 2, 2, 192, 256, 0.3),
     (12345, 2**33 + 4, 3, 1, 100, 129, 0.25),
+    # 1 - p rounds to 1.0f: threshold_plus1 = 256, everything kept (256 << 24 would wrap to 0).
+    (99, 64, 1, 1, 64, 128, 1e-9),
 ]
 
 
@@ -151,6 +160,19 @@ def test_stream_lanes_and_partner() -> None:
     # The 32 lanes' two streams are all 32 lanes, each needed by exactly 2 lanes.
     both = torch.cat([stream_lane_t(lanes, 0), stream_lane_t(lanes, 1)])
     assert torch.equal(torch.bincount(both, minlength=32), torch.full((32,), 2))
+
+
+def test_keep_bound_equals_the_byte_compare() -> None:
+    """dropout_keep_t's shifted compare equals DropoutRng::keep's byte < threshold_plus1 for every
+    byte value, byte position, threshold (1..256) and junk in the other bytes."""
+    gen = torch.Generator().manual_seed(0)
+    junk = torch.randint(0, 2**32, (4096,), generator=gen, dtype=torch.int64)
+    for threshold_plus1 in (1, 2, 26, 128, 230, 255, 256):
+        for k in range(4):
+            byte = junk.bitwise_right_shift(8 * k).bitwise_and(0xFF)
+            top = junk.bitwise_left_shift(24 - 8 * k).bitwise_and(_MASK32)
+            assert torch.equal(top <= keep_bound(threshold_plus1), byte < threshold_plus1), (threshold_plus1, k)
+    assert reference_dropout.keep_threshold(1e-9) + 1 == 256
 
 
 def test_prmt_emulation() -> None:

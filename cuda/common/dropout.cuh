@@ -175,11 +175,19 @@ __device__ __forceinline__ void dropout_bytes_t(const DropoutRng& rng, int q0, i
   }
 }
 
-// Element (jt, x) of the transposed fragments: kept?
+// The keep test on a byte moved to the top of its word: byte b of word w is kept when b <
+// threshold_plus1 (1..256), i.e. b <= t with t = threshold_plus1 - 1 <= 255, i.e. (w << (24 - 8 k))
+// <= (t << 24 | 0xffffff) as uint32: one shift and one compare per element (none for byte 3),
+// where the byte extract of DropoutRng::keep costs a shift, a mask and a compare.
+__host__ __device__ __forceinline__ constexpr uint32_t dropout_keep_bound(uint32_t threshold_plus1) {
+  return ((threshold_plus1 - 1u) << 24) | 0xffffffu;
+}
+
+// Element (jt, x) of the transposed fragments: kept? `bound`: dropout_keep_bound of the threshold.
 template <int kNT>
-__device__ __forceinline__ bool dropout_keep_t(const DropoutRng& rng, const uint32_t (&bytes)[kNT / 2][2], int jt,
-                                               int x) {
-  return rng.keep(bytes[jt / 2][x % 2], 2 * (x / 2) + jt % 2);
+__device__ __forceinline__ bool dropout_keep_t(uint32_t bound, const uint32_t (&bytes)[kNT / 2][2], int jt, int x) {
+  const int k = 2 * (x / 2) + jt % 2;  // the element's byte in bytes[jt / 2][x % 2]
+  return (bytes[jt / 2][x % 2] << (24 - 8 * k)) <= bound;
 }
 
 // The forward's one thread that reports the call's (seed, offset) in PyTorch's rng state format.

@@ -545,12 +545,13 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
                            dropout_stream_lane_t(lane, Traits::kDropoutShuffle ? (lane >> 2) & 1 : 0));
       uint32_t bytes[kMTiles / 2][2];
       dropout_bytes_t<kMTiles, Traits::kDropoutShuffle>(rng, m_block * kBlockM, drop_k16, lane, bytes);
+      const uint32_t bound = dropout_keep_bound(p.dropout.threshold_plus1);
       float zpt[1][kMTiles][4];
 #pragma unroll
       for (int j = 0; j < kMTiles; ++j) {
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
-          const bool keep = dropout_keep_t<kMTiles>(rng, bytes, j, x);
+          const bool keep = dropout_keep_t<kMTiles>(bound, bytes, j, x);
           zpt[0][j][x] = keep ? st[0][j][x] : 0.f;
           st[0][j][x] = keep ? st[0][j][x] : -st[0][j][x];
         }
