@@ -1,4 +1,5 @@
-# test_dropout_transposed.py: the sm90 backward's dropout map, emulated lane by lane on the CPU.
+# test_dropout_transposed.py: the sm90 backward's dropout map (and the row map of the other
+# kernels), emulated lane by lane on the CPU.
 #
 # cuda/sm90/bwd_kernel_sm90.cuh computes S^T = K Q^T with keys as the wgmma M dimension, so each
 # consumer warp holds 16 keys x 64 queries of the transposed tile, and cuda/common/dropout.cuh's
@@ -182,3 +183,51 @@ def test_prmt_emulation() -> None:
     assert int(prmt(a, b, 0x3210)) == 0x33221100
     # nibble 0 = 8: a's byte 0 (0x80) sign-replicated; nibbles 1-3 = 0: that byte as is
     assert int(prmt(torch.tensor([0x80]), b, 0x0008)) == 0x808080FF
+
+
+def row_layout_keep(seed: int, offset: int, bh: int, threshold: int, row0: int, col0: int, n_tiles: int
+                    ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """dropout.cuh's for_each_dropout_word<1, n_tiles> + DropoutRng::keep for one warp's m16 row
+    slice (the forwards and the sm80 backward, rows = queries): (keep, row, col), each (32 lanes,
+    n_tiles, 4). n_tiles % 4 == 0: col0 % 32 == 0, one Philox per 4 n8 tiles, word t to tile t;
+    n_tiles == 2: col0 % 16 == 0, words 2, 3 for the block's second 16 columns."""
+    lane = torch.arange(32)
+    thread_offset = offset + bh * 32 + lane  # DropoutRng(spec, batch, head, heads_q, lane)
+    lo, hi = thread_offset.bitwise_and(_MASK32), thread_offset.bitwise_right_shift(32)
+    row16 = torch.full_like(lo, row0 // 16)
+    keep = torch.zeros(32, n_tiles, 4, dtype=torch.bool)
+    row, col = torch.zeros(32, n_tiles, 4, dtype=torch.int64), torch.zeros(32, n_tiles, 4, dtype=torch.int64)
+    words: list[Tensor] = []
+    if n_tiles % 4 == 0:
+        for nt in range(0, n_tiles, 4):
+            r = philox_words(seed, lo, hi, row16, torch.full_like(lo, (col0 + nt * 8) // 32))
+            words += list(r)
+    else:
+        r = philox_words(seed, lo, hi, row16, torch.full_like(lo, col0 // 32))
+        words = [r[2], r[3]] if col0 & 16 else [r[0], r[1]]
+    for nt in range(n_tiles):
+        for e in range(4):
+            keep[:, nt, e] = words[nt].bitwise_right_shift(8 * e).bitwise_and(0xFF) < threshold + 1
+            row[:, nt, e] = row0 + lane // 4 + 8 * (e // 2)
+            col[:, nt, e] = col0 + 8 * nt + 2 * (lane % 4) + e % 2
+    return keep, row, col
+
+
+@pytest.mark.parametrize("n_tiles, col_step", [(16, 128), (8, 64), (2, 16)], ids=["128-cols", "64-cols", "16-cols"])
+def test_row_layout_equals_reference(n_tiles: int, col_step: int) -> None:
+    """The forwards' (sm80, and sm90's per-warp m16 slices of the wgmma accumulator) and the sm80
+    backward's (its 16-column small tile too) row map against reference_dropout's mask, every warp
+    row slice and column block of a problem, so the transposed map above and this one read one mask."""
+    seed, offset, batch, heads, seqlen_q, seqlen_k, p = 2**40 + 3, 2**32 - 64, 2, 2, 70, 150, 0.4
+    ref = reference_dropout.keep_mask(seed, offset, batch, heads, seqlen_q, seqlen_k, p)
+    threshold = reference_dropout.keep_threshold(p)
+    for b in range(batch):
+        for h in range(heads):
+            covered = torch.zeros(seqlen_q, seqlen_k, dtype=torch.int64)
+            for row0 in range(0, seqlen_q, 16):
+                for col0 in range(0, seqlen_k, col_step):
+                    keep, row, col = row_layout_keep(seed, offset, b * heads + h, threshold, row0, col0, n_tiles)
+                    inside = (row < seqlen_q) & (col < seqlen_k)
+                    assert torch.equal(keep[inside], ref[b, h, row[inside], col[inside]]), (b, h, row0, col0)
+                    covered.index_put_((row[inside], col[inside]), torch.ones_like(row[inside]), accumulate=True)
+            assert bool((covered == 1).all())
