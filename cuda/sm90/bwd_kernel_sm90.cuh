@@ -490,6 +490,19 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       OpS::template ss<0>(dpt_acc, v_desc + off_v, do_kmaj0 + s * kSlot + off_do, kk > 0);
     }
     sm90::wgmma_commit();
+    // Dropout's bytes of the step (dropout.cuh's transposed map) while both GEMMs run: the Philox
+    // (4 per thread, ~150 instructions per warp) in the integer pipes beside the S^T GEMM (512
+    // tensor clocks at d128) instead of in the chain from the exponentials to the dV GEMM's issue,
+    // where it sat first (same SASS count, +7); 8 words held until the marking below: 0 spills at
+    // d64 and d128 (64 bytes at d128 while seed and offset were also held across the loop).
+    // Seed and offset are re-read every step (L1 hits; device reads under capture): held, ptxas
+    // spilled 12 bytes at d128 even with the Philox after the exponentials.
+    uint32_t bytes[kMTiles / 2][2];
+    if constexpr (Traits::kDropout) {
+      const DropoutRng rng(p.dropout, batch, range.head(i), p.heads_q,
+                           dropout_stream_lane_t(lane, Traits::kDropoutShuffle ? (lane >> 2) & 1 : 0));
+      dropout_bytes_t<kMTiles, Traits::kDropoutShuffle>(rng, m_block * kBlockM, drop_k16, lane, bytes);
+    }
 
     // The stage's per-query floats (LSE * log2 e, delta) of this thread's columns 8 j + c0, + 1.
     auto load_columns = [&](float2 (&v)[kMTiles], uint32_t slot) {
@@ -534,17 +547,10 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     }
     if (mask.template partial<kBlockM, kBlockN>(m_block, n_block)) apply_mask_t<kMTiles>(st, mask, key0, q0, seq.seqlen_q, 0.f);
     if constexpr (Traits::kDropout) {
-      // The step's bytes (dropout.cuh's transposed map) while the dP^T GEMM runs. A dropped P^T is
-      // kept negated, as FlashAttention-2's backward does (P >= 0, so the sign bit is the mask,
-      // -0 included): dS^T below needs the undropped value and the mask, and holding the 8 words
-      // of bytes across the dP^T wait instead (computed during both GEMMs) spilled 64 bytes at
-      // d128. dV takes Z P^T = max(P^T, 0) now and its 1 / keep in the epilogue.
-      // Seed and offset re-read every step (device reads under capture: L1 hits after the first):
-      // held across the loop instead, ptxas spilled 12 bytes at d128 (one LDL per step).
-      const DropoutRng rng(p.dropout, batch, range.head(i), p.heads_q,
-                           dropout_stream_lane_t(lane, Traits::kDropoutShuffle ? (lane >> 2) & 1 : 0));
-      uint32_t bytes[kMTiles / 2][2];
-      dropout_bytes_t<kMTiles, Traits::kDropoutShuffle>(rng, m_block * kBlockM, drop_k16, lane, bytes);
+      // A dropped P^T is kept negated, as FlashAttention-2's backward does (P >= 0, so the sign
+      // bit is the mask, -0 included): dS^T below needs the undropped value and the mask, and the
+      // sign frees the 8 words of bytes across the dP^T wait. dV takes Z P^T now and its 1 / keep
+      // in the epilogue.
       const uint32_t bound = dropout_keep_bound(p.dropout.threshold_plus1);
       float zpt[1][kMTiles][4];
 #pragma unroll
