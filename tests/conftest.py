@@ -189,7 +189,7 @@ class FakeCudaBuild:
             return (None, 0, -1, 0, "family sm80: dropout with score modifiers or a bias: no kernel of the sm80 "
                     "family has both")  # fmt: skip
         if backward == 2:
-            if self.deterministic_backward and not varlen and not features & 16:  # sm90: no dropout
+            if self.deterministic_backward and not varlen:  # sm90 (dropout included: its kDropout backward)
                 return ("sm90", bucket, 0, 231528, None)
             return (None, 0, -1, 0, "family sm80: torch.use_deterministic_algorithms(True): the sm80 family's "
                     "backward adds dQ with float atomics in any order (not bitwise reproducible)")  # fmt: skip

@@ -270,20 +270,29 @@ def test_dropout_with_alibi_falls_back(fake_build: Any, native: NativeRecorder, 
     assert "with alibi_slopes: no kernel serves both" in next(iter(flashsdpa.stats()["fallback_reasons"]))
 
 
-def test_deterministic_dropout_backward_is_pytorchs(
-    fake_build: Any, native: NativeRecorder, fake_mode: Any, deterministic: Any
+@pytest.mark.parametrize("sm90", [True, False], ids=["deterministic-family", "portable-only"])
+def test_deterministic_dropout_backward(
+    launches: LaunchRecorder, fake_build: Any, native: NativeRecorder, fake_mode: Any, deterministic: Any, sm90: bool
 ) -> None:
-    """The sm90 family's deterministic backward has no dropout: under deterministic algorithms a
-    dropout backward goes to PyTorch (whose flash backward is deterministic)."""
-    fake_build(deterministic_backward=True)
+    """Under deterministic algorithms a dropout backward runs ours where the table has a family
+    with a deterministic backward (the sm90 one, whose kDropout backward keeps the ordered dQ adds),
+    with the forward's rng state; without one it goes to PyTorch (whose flash backward is
+    deterministic)."""
+    fake_build(deterministic_backward=sm90)
     deterministic(False)
     flashsdpa.reset_stats()
     q = torch.empty(2, 16, 4, 64, dtype=F16, device="cuda")
     lse = torch.empty(2, 4, 16, dtype=torch.float32, device="cuda")
     rng = torch.empty(2, dtype=torch.uint64, device="cuda")
     args = (q, q, q, q, q, lse, None, None, 16, 16, 0.1, False, rng, rng)
-    assert routers._flash_backward("keys", *args) == "native result"
-    assert "deterministic" in next(iter(flashsdpa.stats()["fallback_reasons"]))
+    result = routers._flash_backward("keys", *args)
+    if sm90:
+        assert not native.calls and [name for name, _ in launches.calls] == ["launch_bwd"]
+        assert launches.kwargs[0]["dropout"] == (0.1, 0, 0, rng.data_ptr(), rng.data_ptr() + 8, 0)
+        assert len(result) == 3
+    else:
+        assert result == "native result" and not launches.calls
+        assert "deterministic" in next(iter(flashsdpa.stats()["fallback_reasons"]))
 
 
 def test_dropout_feature_bit_reaches_select(fake_build: Any, fake_mode: Any) -> None:

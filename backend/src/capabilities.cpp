@@ -60,10 +60,11 @@ std::vector<FamilyCaps> make_families() {
       "sm90", "compute capability 9.0 only (sm_90a: wgmma, TMA, warp specialization)", 90, 90,
       ints(FLASHSDPA_SM90_ARCHS_LIST), build_config().dtypes, ints(FLASHSDPA_SM90_FWD_HEAD_DIMS_LIST),
       ints(FLASHSDPA_SM90_BWD_HEAD_DIMS_LIST), kAllMasks, {Layout::kDense, Layout::kVarlen},
-      // Dropout in the forward only (its backward: the portable family's kDropout kernel).
+      // Dropout in both directions (the backward's kDropout kernel reads FA2's mask transposed:
+      // common/dropout.cuh's dropout_bytes_t), deterministic backward and first-store dQ included.
       {Direction::kForward, Direction::kBackward},
       {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias, Feature::kDropout},
-      {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias}, &run_fwd_sm90, &run_bwd_sm90, &fwd_plan_sm90, &bwd_plan_sm90,
+      {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias, Feature::kDropout}, &run_fwd_sm90, &run_bwd_sm90, &fwd_plan_sm90, &bwd_plan_sm90,
       &fwd_sm90_unsupported, &bwd_sm90_unsupported, nullptr, nullptr, /*deterministic_backward=*/true,
       /*dq_first_store=*/true});
   table.back().bwd_layouts = {Layout::kDense};  // varlen backwards: the portable family

@@ -51,14 +51,18 @@ struct DropoutRng {
     return (d.offset_ptr != nullptr ? *d.offset_ptr : 0ull) + d.offset;
   }
 
-  __device__ __forceinline__ DropoutRng() = default;
-  __device__ __forceinline__ DropoutRng(const DropoutSpec& d, int batch, int head, int heads_q, int lane) {
-    const uint64_t seed = seed_of(d);
-    const uint64_t offset = offset_of(d) + static_cast<uint64_t>(batch * heads_q + head) * 32u + lane;
+  DropoutRng() = default;
+  __device__ __forceinline__ DropoutRng(const DropoutSpec& d, int batch, int head, int heads_q, int lane)
+      : DropoutRng(seed_of(d), offset_of(d), d.threshold_plus1, batch, head, heads_q, lane) {}
+  // From a seed and offset resolved once (a kernel that changes heads every step, the sm90
+  // backward, reads the spec's device pointers once instead of once per step).
+  __device__ __forceinline__ DropoutRng(uint64_t seed, uint64_t offset0, uint32_t threshold_plus1_, int batch, int head,
+                                        int heads_q, int lane) {
+    const uint64_t offset = offset0 + static_cast<uint64_t>(batch * heads_q + head) * 32u + lane;
     key = make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
     offset_lo = static_cast<uint32_t>(offset);
     offset_hi = static_cast<uint32_t>(offset >> 32);
-    threshold_plus1 = d.threshold_plus1;
+    threshold_plus1 = threshold_plus1_;
   }
 
   // The lane's 16 random bytes of the 16 x 32 block (row16, col32) of its (batch, head).
@@ -106,6 +110,84 @@ __device__ __forceinline__ void apply_dropout(const DropoutRng& rng, float (&acc
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[mt][nt][e] = rng.keep(word, e) ? acc[mt][nt][e] : 0.f;
   });
+}
+
+// ---- The transposed layout: the sm90 backward's S^T = K Q^T ------------------------------------
+// There keys are the wgmma M dimension: warp w of a consumer warpgroup holds 16 keys [k16, k16 + 16)
+// (k16 % 16 == 0) x the step's queries [q0, q0 + 8 kNT) (q0 % 16 == 0) in the m16n8 C layout, lane
+// L holding keys k16 + L / 4 + 8 h and queries q0 + 8 jt + 2 (L % 4) + c (element x = 2 h + c of
+// n8 tile jt). Element (query i, key j) is FA2's byte 4 ((j % 32) / 8) + 2 ((i % 16) / 8) + j % 2
+// of lane (i % 8) * 4 + (j % 8) / 2 of the 16-query x 32-key block (i / 16, j / 32). For this
+// thread: i % 8 = 2 (L % 4) + c, j % 8 = L / 4 (so (j % 8) / 2 = L / 8, j % 2 = bit 2 of L),
+// (j % 32) / 8 = 2 ((k16 / 16) % 2) + h, (i % 16) / 8 = jt % 2, i / 16 = q0 / 16 + jt / 2,
+// j / 32 = k16 / 32. So the thread needs two streams, lanes L'(c) = (2 (L % 4) + c) * 4 + L / 8:
+// per m16 query tile, of each stream's 16 bytes the 2 words of its key half (x, y for the block's
+// first 16 keys, z, w for the second) and of each word bytes 2 (jt % 2) + (L / 4) % 2. Lanes L and
+// L ^ 4 (the other key parity) need the same two streams and the other byte of each pair, so each
+// computes one of them (c = (L / 4) % 2) and hands the partner its 4 bytes by one shuffle: half the
+// Philox of computing both (tests/test_dropout.py emulates both ways lane by lane against
+// reference_dropout's mask; docs/kernel_notes_dropout.md section 4 has the counts).
+
+// The stream lane L'(c) of lane L in the transposed layout.
+__host__ __device__ __forceinline__ constexpr int dropout_stream_lane_t(int lane, int c) {
+  return (2 * (lane % 4) + c) * 4 + lane / 8;
+}
+
+// prmt selector gathering the bytes of key parity `kpar` from (word of key half h = 0, word of
+// h = 1): result byte 2 h + t <- byte 2 t + kpar of word h (t = jt % 2).
+__host__ __device__ __forceinline__ constexpr uint32_t dropout_prmt_t(int kpar) { return 0x6420u + 0x1111u * kpar; }
+
+__device__ __forceinline__ uint32_t prmt_b32(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+
+// The thread's dropout bytes of one step in the transposed layout: bytes[mt][c] holds, as byte
+// 2 h + t, the byte of element x = 2 h + c of n8 tile jt = 2 mt + t. `rng` is the stream of lane
+// dropout_stream_lane_t(lane, kShuffle ? (lane / 4) % 2 : 0); without kShuffle the thread computes
+// the other stream too (lane + 4: offset + 4). Warp-uniform control flow required with kShuffle.
+template <int kNT, bool kShuffle>
+__device__ __forceinline__ void dropout_bytes_t(const DropoutRng& rng, int q0, int k16, int lane,
+                                                uint32_t (&bytes)[kNT / 2][2]) {
+  static_assert(kNT % 2 == 0, "m16 query tiles");
+  const int kpar = (lane >> 2) & 1;
+  const bool upper = (k16 & 16) != 0;  // the 32-key block's second 16 keys: words z, w
+  const uint32_t col32 = static_cast<uint32_t>(k16 / 32);
+#pragma unroll
+  for (int mt = 0; mt < kNT / 2; ++mt) {
+    const uint32_t row16 = static_cast<uint32_t>(q0 / 16 + mt);
+    const uint4 r = rng.bits(row16, col32);
+    const uint32_t w0 = upper ? r.z : r.x, w1 = upper ? r.w : r.y;
+    if constexpr (kShuffle) {
+      // This lane's stream is c = kpar; the partner (lane ^ 4, parity 1 - kpar) computed c = 1 - kpar.
+      const uint32_t mine = prmt_b32(w0, w1, dropout_prmt_t(kpar));
+      const uint32_t theirs = __shfl_xor_sync(0xffffffffu, prmt_b32(w0, w1, dropout_prmt_t(kpar ^ 1)), 4);
+      bytes[mt][0] = kpar ? theirs : mine;
+      bytes[mt][1] = kpar ? mine : theirs;
+    } else {
+      const uint32_t lo1 = rng.offset_lo + 4u;  // lane L'(1) = L'(0) + 4, with the 64-bit carry
+      const uint32_t hi1 = rng.offset_hi + (lo1 < 4u ? 1u : 0u);
+      const uint4 r1 = philox4x32_7(rng.key, make_uint4(lo1, hi1, row16, col32));
+      bytes[mt][0] = prmt_b32(w0, w1, dropout_prmt_t(kpar));
+      bytes[mt][1] = prmt_b32(upper ? r1.z : r1.x, upper ? r1.w : r1.y, dropout_prmt_t(kpar));
+    }
+  }
+}
+
+// The keep test on a byte moved to the top of its word: byte b of word w is kept when b <
+// threshold_plus1 (1..256), i.e. b <= t with t = threshold_plus1 - 1 <= 255, i.e. (w << (24 - 8 k))
+// <= (t << 24 | 0xffffff) as uint32: one shift and one compare per element (none for byte 3),
+// where the byte extract of DropoutRng::keep costs a shift, a mask and a compare.
+__host__ __device__ __forceinline__ constexpr uint32_t dropout_keep_bound(uint32_t threshold_plus1) {
+  return ((threshold_plus1 - 1u) << 24) | 0xffffffu;
+}
+
+// Element (jt, x) of the transposed fragments: kept? `bound`: dropout_keep_bound of the threshold.
+template <int kNT>
+__device__ __forceinline__ bool dropout_keep_t(uint32_t bound, const uint32_t (&bytes)[kNT / 2][2], int jt, int x) {
+  const int k = 2 * (x / 2) + jt % 2;  // the element's byte in bytes[jt / 2][x % 2]
+  return (bytes[jt / 2][x % 2] << (24 - 8 * k)) <= bound;
 }
 
 // The forward's one thread that reports the call's (seed, offset) in PyTorch's rng state format.

@@ -51,14 +51,20 @@ cudaError_t run_bwd_sm90_(const AttnBwdParams& params, cudaStream_t stream) {
   // the portable ones.
   using ScoreTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsScore>;
   using BiasTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsBias>;
+  // Dropout: its own instantiation, plain otherwise (the host pairs it with no modifier).
+  using DropoutTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsNone, true>;
   BwdSm90Args args;
   cudaError_t err = encode_bwd_sm90<Traits>(params, args);
   if (err != cudaSuccess) return err;
   if ((err = launch_bwd_prepost<Elem, kHeadDim, false>(params, stream)) != cudaSuccess) return err;
-  switch (mods_kind(params.mods)) {
-    case kModsScore: err = launch_bwd_sm90_main<ScoreTraits>(args, stream); break;
-    case kModsBias: err = launch_bwd_sm90_main<BiasTraits>(args, stream); break;
-    default: err = launch_bwd_sm90_main<Traits>(args, stream);
+  if (params.dropout.enabled()) {
+    err = launch_bwd_sm90_main<DropoutTraits>(args, stream);
+  } else {
+    switch (mods_kind(params.mods)) {
+      case kModsScore: err = launch_bwd_sm90_main<ScoreTraits>(args, stream); break;
+      case kModsBias: err = launch_bwd_sm90_main<BiasTraits>(args, stream); break;
+      default: err = launch_bwd_sm90_main<Traits>(args, stream);
+    }
   }
   if (err != cudaSuccess) return err;
   AttnBwdParams post = params;

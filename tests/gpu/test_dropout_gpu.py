@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -207,6 +208,106 @@ def test_pytorch_forward_then_our_backward() -> None:
     pt = _reference_grads(q, k, v, dout, keep, 0.3, False, torch.bfloat16)
     check_rule("out (PyTorch's)", out.detach(), pt[0], ref[0])
     for name, a, b, c in zip(("dq", "dk", "dv"), grads, pt[1:], ref[1:]):
+        check_rule(name, a, b, c)
+
+
+def _dropout_backward_family(
+    dtype: torch.dtype, d: int, mask: masks.MaskSpec, deterministic: bool = False
+) -> str | None:
+    """The family the capability table gives a dense dropout backward (what launch_bwd runs)."""
+    mode = _backend.BACKWARD_DETERMINISTIC if deterministic else 1
+    verdict = _backend.select(torch.cuda.current_device(), _backend.DTYPE_CODES[dtype], d, d, masks.kind(mask), False,
+                              mode, _backend.FEATURE_BITS["dropout"])  # fmt: skip
+    return verdict[0]
+
+
+def _expect_sm90_backward(dtype: torch.dtype, d: int, mask: masks.MaskSpec, deterministic: bool = False) -> None:
+    """On an H100/H200 with the sm90 family built for d (and no FLASHSDPA_FAMILY), the dropout
+    backward must be the sm90 kernel's: else these tests could pass on the portable one alone
+    after a table regression. FLASHSDPA_FAMILY=sm80 (verify_dropout.sh's second run) takes sm80."""
+    rows = [f for f in _backend.capabilities() if f["family"] == "sm90"]
+    forced = os.environ.get("FLASHSDPA_FAMILY")
+    family = _dropout_backward_family(dtype, d, mask, deterministic)
+    if forced is not None:
+        assert family == forced
+    elif torch.cuda.get_device_capability() == (9, 0) and rows and d in rows[0]["head_dims_by_direction"]["backward"]:
+        assert family == "sm90", f"the table gives this dropout backward to {family}, not sm90"
+
+
+# (batch, heads, seqlen_q, seqlen_k, head_dim, causal): several 128-key blocks (both consumer
+# warpgroups, both 16-key halves of a 32-key block per warp), partial last blocks, bottom-right
+# causal with Sq != Sk.
+BWD_MASK_SHAPES = [
+    (1, 2, 113, 1023, 128, False),
+    (2, 3, 200, 300, 64, True),
+    (1, 1, 7, 7, 64, False),
+    (1, 2, 300, 250, 128, True),
+]
+
+
+@pytest.mark.parametrize("shape", BWD_MASK_SHAPES, ids=[f"b{b}h{h}-{sq}x{sk}-d{d}{'-causal' if c else ''}"
+                                                         for b, h, sq, sk, d, c in BWD_MASK_SHAPES])  # fmt: skip
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_backward_applies_the_reference_mask(
+    shape: tuple[Any, ...], dtype: torch.dtype, restore_generator: None
+) -> None:
+    """The mask our backward applies, read back bit for bit: q = 0 makes P uniform over the visible
+    keys (never 0), and dO one-hot over a block of d query rows makes dV[j, c] = Z[r0 + c, j] P / keep
+    (dV sums Z P^T dO: one row per column). On Hopper this is the sm90 kernel's transposed byte map
+    (common/dropout.cuh's dropout_bytes_t), on the portable family its row map."""
+    batch, heads, sq, sk, d, causal = shape
+    skip_unless_compiled(dtype, d)
+    mask = masks.CAUSAL_BOTTOM_RIGHT if causal else masks.NO_MASK
+    _expect_sm90_backward(dtype, d, mask)
+    p = 0.3
+    q = torch.zeros(batch, heads, sq, d, dtype=dtype, device=DEVICE)
+    k, v = (torch.randn(batch, heads, sk, d, dtype=dtype, device=DEVICE) for _ in range(2))
+    torch.manual_seed(17)
+    rng = dropout.take(p, batch, heads, q.device)
+    out = torch.empty_like(q)
+    lse = torch.empty(batch, heads, sq, device=DEVICE)
+    _backend.launch_fwd(q, k, v, out, lse, d**-0.5, mask, dropout=rng.item)
+    drop = dropout.from_rng_state(p, rng.philox_seed)
+    kept = torch.zeros(batch, heads, sq, sk, dtype=torch.bool, device=DEVICE)
+    for r0 in range(0, sq, d):
+        n = min(d, sq - r0)
+        dout = torch.zeros_like(q)
+        idx = torch.arange(r0, r0 + n, device=DEVICE)
+        dout[:, :, idx, idx - r0] = 1
+        dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+        _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, d**-0.5, mask, dropout=drop)
+        kept[:, :, r0 : r0 + n, :] = dv[..., :n].transpose(-1, -2) > 0
+    seed, offset = reference_dropout.rng_state_values(rng.philox_seed)
+    keep = reference_dropout.keep_mask(seed, offset, batch, heads, sq, sk, p, device=DEVICE)
+    vis = _visible(sq, sk, causal).expand_as(keep)
+    assert torch.equal(kept[vis], keep[vis]), "the backward's mask differs from the reference (PyTorch's)"
+    assert not kept[~vis].any()  # nothing outside the causal mask reaches dV
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_deterministic_dropout_backward(causal: bool, restore_generator: None,
+                                       deterministic: Callable[[bool], None]) -> None:  # fmt: skip
+    """Under torch.use_deterministic_algorithms(True) our backward serves dropout (the sm90 family's
+    ordered dQ adds, dS^T carrying the mask): two runs bitwise equal, and right against the textbook."""
+    skip_unless_compiled(torch.bfloat16, 128)
+    mask = masks.CAUSAL_BOTTOM_RIGHT if causal else masks.NO_MASK
+    if _dropout_backward_family(torch.bfloat16, 128, mask, deterministic=True) is None:
+        pytest.skip("no family of this build and GPU has a deterministic backward (the sm90 one: Hopper)")
+    _expect_sm90_backward(torch.bfloat16, 128, mask, deterministic=True)
+    gen = torch.Generator(device=DEVICE).manual_seed(23)
+    q, dout = (torch.randn(1, 4, 1023, 128, generator=gen, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(1, 2, 1023, 128, generator=gen, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+    deterministic(False)  # not warn_only (the fixture restores the caller's setting)
+    served = _served("aten::_scaled_dot_product_flash_attention_backward")
+    first, keep = _sdpa_with_dropout(q, k, v, dout, 0.15, causal, seed=3)
+    second, _ = _sdpa_with_dropout(q, k, v, dout, 0.15, causal, seed=3)
+    assert _served("aten::_scaled_dot_product_flash_attention_backward") == served + 2, (
+        flashsdpa.stats()["fallback_reasons"])  # fmt: skip
+    for name, a, b in zip(("out", "dq", "dk", "dv"), first, second):
+        assert torch.equal(a, b), f"{name}: two deterministic runs differ"
+    ref = _reference_grads(q, k, v, dout, keep, 0.15, causal, torch.float64)
+    pt = _reference_grads(q, k, v, dout, keep, 0.15, causal, torch.bfloat16)
+    for name, a, b, c in zip(("out", "dq", "dk", "dv"), first, pt, ref):
         check_rule(name, a, b, c)
 
 
