@@ -164,6 +164,23 @@ __device__ __forceinline__ int64_t bias_plane(int batch, int head, int64_t batch
   return static_cast<int64_t>(batch) * batch_stride + static_cast<int64_t>(head) * head_stride;
 }
 
+// s0 += factor * at[0], and s1 += factor * at[1] when pair (the second key is < seqlen_k): one query
+// row's two adjacent keys, one 4-byte load (the host keeps the bias's strides even and its pointer
+// 4-byte aligned, checks.cpp; the key is even); a pair that ends at seqlen_k reads its first
+// element alone. Half the loads and half the registers of 16-bit loads (those made the sm90 d64
+// forward spill 154 bytes). The one load policy of the query-row tiles: add_bias and the decode
+// kernel's GQA-packed rows (add_bias_packed).
+__device__ __forceinline__ void add_bias_pair(float& s0, float& s1, const uint16_t* at, bool pair, DType dtype,
+                                              float factor) {
+  if (pair) {
+    const uint32_t bits = __ldg(reinterpret_cast<const unsigned int*>(at));
+    s0 = fmaf(bias_to_float(static_cast<uint16_t>(bits), dtype), factor, s0);
+    s1 = fmaf(bias_to_float(static_cast<uint16_t>(bits >> 16), dtype), factor, s1);
+  } else {
+    s0 = fmaf(bias_to_float(__ldg(at), dtype), factor, s0);
+  }
+}
+
 // s += factor * bias[b, h, query, key] over a score tile (ScoreTile's layouts), factor converting
 // natural units into the kernel's raw ones. Elements with query >= seqlen_q or key >= seqlen_k get
 // nothing and read nothing (the bias has only Sq x Sk elements per plane; the portable backward's
@@ -203,21 +220,11 @@ __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMod
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
         if constexpr (!Tile::kKeyRows) {
-          // Query rows: elements e = 0, 1 are adjacent keys of one row, one 4-byte load (the host
-          // keeps the bias's strides even and its pointer 4-byte aligned, checks.cpp; col0 is
-          // even); a pair that ends at seqlen_k reads its first element alone. Half the loads and
-          // half the registers of 16-bit loads (those made the sm90 d64 forward spill 154 bytes).
+          // Query rows: elements e = 0, 1 are adjacent keys of one row (add_bias_pair).
           const int k = col0 + nt * 8;
           if (row < seqlen_q && k < seqlen_k) {
-            const uint16_t* at = base + static_cast<int64_t>(row) * m.bias_row_stride + k;
-            if (k + 1 < seqlen_k) {
-              const uint32_t pair = __ldg(reinterpret_cast<const unsigned int*>(at));
-              s[mt][nt][2 * h] = fmaf(bias_to_float(static_cast<uint16_t>(pair), dtype), factor, s[mt][nt][2 * h]);
-              s[mt][nt][2 * h + 1] =
-                  fmaf(bias_to_float(static_cast<uint16_t>(pair >> 16), dtype), factor, s[mt][nt][2 * h + 1]);
-            } else {
-              s[mt][nt][2 * h] = fmaf(bias_to_float(__ldg(at), dtype), factor, s[mt][nt][2 * h]);
-            }
+            add_bias_pair(s[mt][nt][2 * h], s[mt][nt][2 * h + 1],
+                          base + static_cast<int64_t>(row) * m.bias_row_stride + k, k + 1 < seqlen_k, dtype, factor);
           }
         } else {
 #pragma unroll
@@ -231,6 +238,25 @@ __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMod
         }
       }
     }
+}
+
+// The decode kernel's GQA-packed m16 tile (decode_kernel_sm80.cuh): a thread's fragment rows g and
+// g + 8 are packed rows whose (query head, query row) differ row by row, so the caller resolves each
+// to its bias row once per tile (rows[h] = the row's element 0, nullptr for a padding row past the
+// packed rows: nothing added, nothing read) and the key loop adds factor * rows[h][key] for keys
+// col0 + nt * 8 + e < seqlen_k, with add_bias's pair loads.
+template <int kNT>
+__device__ __forceinline__ void add_bias_packed(float (&s)[1][kNT][4], const uint16_t* const (&rows)[2], DType dtype,
+                                                int col0, int seqlen_k, float factor) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (rows[h] == nullptr) continue;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int k = col0 + nt * 8;
+      if (k < seqlen_k) add_bias_pair(s[0][nt][2 * h], s[0][nt][2 * h + 1], rows[h] + k, k + 1 < seqlen_k, dtype, factor);
+    }
+  }
 }
 
 // ---- which instantiation ------------------------------------------------------------------------
