@@ -270,31 +270,79 @@ def test_efficient_router_falls_back_with_reasons(fake_build: Any, native: _Nati
     assert any(re.search(reason, key) for key in reasons), reasons
 
 
+@pytest.mark.parametrize("decode_features", [8, 0])
 @pytest.mark.parametrize("sq", [1, 16, 17])
-def test_masked_routers_leave_decode_sized_and_unmasked_calls(fake_build: Any, native: _Native, fake_mode: Any,
-                                                              monkeypatch: pytest.MonkeyPatch, sq: int) -> None:  # fmt: skip
-    """A masked call of at most DECODE_MAX_SEQLEN_Q query rows (padded batched generation) and an
-    unmasked call (under sdpa_kernel without flash) stay with PyTorch's masked ops, with the reason;
-    17 query rows are ours."""
+def test_masked_routers_send_decode_sized_calls_to_the_decode_path(
+    fake_build: Any, native: _Native, fake_mode: Any, monkeypatch: pytest.MonkeyPatch, sq: int, decode_features: int
+) -> None:
+    """A masked call of at most DECODE_MAX_SEQLEN_Q query rows (padded batched generation, key
+    padding (B, 1, 1, Sk)) runs the split-KV decode kernel with the bias where the table's decode
+    path takes it (decode_features 8: the spec carries the decode item and the bias); where it takes
+    no modifier (0) the call stays with PyTorch's masked ops with the reason, in both routers and in
+    explain. 17 query rows run the forward kernel (no decode item) either way. The backward follows
+    the forward: the dense masked backward where ours ran the forward, PyTorch's where PyTorch's did.
+    An unmasked call is left to the op SDPA chose."""
     from flashsdpa import reporting, routers_masked
 
-    fake_build()
+    build = fake_build(decode_features=decode_features)
     monkeypatch.setattr(_backend, "DECODE_MAX_SEQLEN_Q", 16)
     monkeypatch.setattr(_backend, "_current_stream", lambda device: 77)
     q = torch.empty(2, 4, sq, 64, dtype=F16, device="cuda")
     k = v = torch.empty(2, 4, 300, 64, dtype=F16, device="cuda")
-    bias = torch.empty(2, 1, sq, 300, dtype=F16, device="cuda")
+    bias = torch.empty(2, 1, 1, 300, dtype=F16, device="cuda").expand(2, 4, sq, 300)
+    left = sq <= 16 and not decode_features
     reporting.reset_stats()
     for route in (routers_masked._eff_forward, routers_masked._cudnn_forward):
         args = (q, k, v, bias, True, 0.0, False) + ((False,) if route is routers_masked._cudnn_forward else ())
         result = route("keys", *args)
-        assert (result == "native result") == (sq <= 16)
+        assert (type(result) is str and result == "native result") == left
     reasons = reporting.stats()["fallback_reasons"]
-    assert (sum("decode-sized" in key for key in reasons) == 2) == (sq <= 16), reasons
-    assert (any("decode-sized" in r for r in selection.explain(q, k, v, attn_mask=bias))) == (sq <= 16)
+    assert (sum("decode-sized" in key for key in reasons) == 2) == left, reasons
+    assert any("decode-sized" in r for r in selection.explain(q, k, v, attn_mask=bias)) == left
+    fwd_specs = [args[0] for name, args in build.calls if name == "fwd"]
+    assert len(fwd_specs) == (0 if left else 2)
+    for spec in fwd_specs:
+        decode, mods = spec[8], spec[9]
+        assert (decode is not None) == (sq <= 16), decode  # the decode item: (num_splits, ...)
+        assert decode is None or decode[0] == 3  # the stand-in plan's split count
+        assert mods[:4] == (0.0, 0, 0, 0) and mods[4] == bias.data_ptr()  # the bias alone
+    # The backward of such a call (grad_input_mask as SDPA's autograd asks).
+    meta = torch.ops.aten._scaled_dot_product_efficient_attention.default(q, k, v, bias, True, 0.0, False)
+    build.calls.clear()
+    native.calls.clear()
+    grads = routers_masked._eff_backward("keys", torch.empty_like(meta[0]), q, k, v, bias, meta[0], meta[1], meta[2],
+                                         meta[3], 0.0, [True, True, True, False], False)  # fmt: skip
+    assert (type(grads) is str) == left
+    assert [name for name, _ in build.calls] == ([] if left else ["bwd"])
+    assert len(native.calls) == (1 if left else 0)
     native.calls.clear()
     assert routers_masked._eff_forward("keys", q, k, v, None, True, 0.0, False) == "native result"
     assert any(routers_masked.NO_BIAS_REASON in key for key in reporting.stats()["fallback_reasons"])
+
+
+@pytest.mark.parametrize("softcap", [0.0, 30.0])
+def test_launch_fwd_takes_the_decode_path_for_the_bias_alone(fake_build: Any, fake_mode: Any,
+                                                             monkeypatch: pytest.MonkeyPatch, softcap: float) -> None:  # fmt: skip
+    """flashsdpa.attention's masked decode-sized launch: the bias alone takes the decode kernel (its
+    plan asked with the bias's feature bit, the decode item and the bias both in the spec); softcap
+    with it has no decode kernel (decode_features), so the forward kernel runs it (no decode item)."""
+    from flashsdpa import ops_masks
+
+    build = fake_build()
+    monkeypatch.setattr(_backend, "_current_stream", lambda device: 77)
+    planned: list[int] = []
+    plan = build.decode_plan
+    monkeypatch.setattr(build, "decode_plan", lambda *args: planned.append(args[6]) or plan(*args))
+    q = torch.empty(3, 8, 1, 128, dtype=F16, device="cuda")
+    k = v = torch.empty(3, 2, 1000, 128, dtype=F16, device="cuda")
+    bias = torch.empty(3, 1, 1, 1000, dtype=F16, device="cuda")
+    out = torch.empty_like(q)
+    mods = ops_masks.masked_mods(softcap, None, None, bias, (3, 8, 1, 1000), skip=False)
+    _backend.launch_fwd(q, k, v, out, None, 0.125, masks.NO_MASK, mods=mods)
+    [(name, (spec,))] = build.calls
+    assert name == "fwd" and (spec[8] is not None) == (softcap == 0.0)
+    assert spec[9][4] == bias.data_ptr() and spec[9][0] == softcap
+    assert planned == [_backend.FEATURE_BITS["bias"] | (_backend.FEATURE_BITS["softcap"] if softcap else 0)]
 
 
 def test_cudnn_router_outputs_match_its_meta(fake_build: Any, native: _Native, fake_mode: Any,

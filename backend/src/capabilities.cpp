@@ -87,6 +87,9 @@ std::vector<FamilyCaps> make_families() {
         &run_fwd_sm80, &run_bwd_sm80, &fwd_plan_sm80, &bwd_plan_sm80, nullptr, nullptr, &run_decode_sm80,
         &decode_tile_sm80});
     table.back().bwd_layouts = {Layout::kDense, Layout::kVarlen};
+    // A masked decode-sized call (padded batched generation): decode_kernel_sm80.cuh's kModsBias
+    // kernel. Softcap / ALiBi / sinks have no decode kernel: those calls run the forward.
+    table.back().decode_features = {Feature::kBias};
   }
 #endif
   return table;
@@ -173,6 +176,15 @@ bool check_deterministic(const FamilyCaps& f, const Problem& p, std::string* why
 
 bool check_features(const FamilyCaps& f, const Problem& p, std::string* why) {
   std::string missing;
+  if (p.layout == Layout::kDecode) {  // the decode path's own list, the bias included
+    for (Feature x : {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias, Feature::kDropout}) {
+      if ((p.features & static_cast<unsigned>(x)) != 0 && !contains(f.decode_features, x))
+        missing += (missing.empty() ? "" : ", ") + std::string(feature_name(x));
+    }
+    if (missing.empty()) return true;
+    if (why) *why = missing + ": not served by the " + f.name + " family's decode path";
+    return false;
+  }
   for (Feature x : {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kDropout}) {
     if ((p.features & static_cast<unsigned>(x)) != 0 && !contains(f.features(p.direction), x))
       missing += (missing.empty() ? "" : ", ") + std::string(feature_name(x));

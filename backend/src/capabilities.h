@@ -87,6 +87,10 @@ struct FamilyCaps {
   // The backward's layouts (make_families sets them for every family; the sm90 family's backward
   // is dense only while its forward also takes varlen).
   std::vector<Layout> bwd_layouts;
+  // The features its decode path (Layout::kDecode) takes: a subset of fwd_features, as the decode
+  // kernel has its own instantiations (the sm80 family's: plain and kModsBias, the bias alone).
+  // Empty: the decode path serves unmodified calls only.
+  std::vector<Feature> decode_features;
 
   const std::vector<Layout>& layouts_of(Direction d) const { return d == Direction::kForward ? layouts : bwd_layouts; }
 

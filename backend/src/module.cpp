@@ -323,7 +323,8 @@ py::tuple select_tuple(int device, int dtype, int head_dim_qk, int head_dim_v, i
 
 // The decode path's plan for one call: (family or None, num_splits, o_accum_bytes, lse_accum_bytes,
 // reasons or None). Shapes only: Python caches it per shape and allocates the workspace.
-py::tuple decode_plan_tuple(int device, int dtype, py::tuple sizes, int mask, bool kv_cache, int num_splits) {
+py::tuple decode_plan_tuple(int device, int dtype, py::tuple sizes, int mask, bool kv_cache, int num_splits,
+                            unsigned features) {
   if (dtype != 0 && dtype != 1) throw std::invalid_argument("dtype=" + std::to_string(dtype) + ": must be 0 or 1");
   if (mask < 0 || mask > 3) throw std::invalid_argument("mask=" + std::to_string(mask) + ": must be 0..3");
   PyObject* t = tuple_arg(sizes, 7, "sizes");
@@ -331,7 +332,7 @@ py::tuple decode_plan_tuple(int device, int dtype, py::tuple sizes, int mask, bo
                           int32_item(t, 3, "seqlen_q"), int32_item(t, 4, "seqlen_k"),    int32_item(t, 5, "head_dim_qk"),
                           int32_item(t, 6, "head_dim_v")};
   const DecodePlan plan =
-      decode_plan(device, static_cast<DType>(dtype), shape, static_cast<MaskKind>(mask), kv_cache, num_splits);
+      decode_plan(device, static_cast<DType>(dtype), shape, static_cast<MaskKind>(mask), kv_cache, num_splits, features);
   if (plan.family == nullptr) return py::make_tuple(py::none(), 0, 0, 0, plan.reasons);
   return py::make_tuple(plan.family->name, plan.num_splits, plan.o_accum_bytes, plan.lse_accum_bytes, py::none());
 }
@@ -371,10 +372,11 @@ PYBIND11_MODULE(_C, m) {
         "varlen: the layout, 0 (False) dense, 1 (True) varlen, 2 decode; backward: 0 / 1, 2 deterministic;\n"
         "features: bits 1 softcap, 2 alibi, 4 sinks, 8 bias (attn_mask).");
   m.def("decode_plan", &decode_plan_tuple, py::arg("device_index"), py::arg("dtype"), py::arg("sizes"), py::arg("mask"),
-        py::arg("kv_cache"), py::arg("num_splits"),
+        py::arg("kv_cache"), py::arg("num_splits"), py::arg("features") = 0u,
         "(family or None, num_splits, o_accum_bytes, lse_accum_bytes, reasons or None) of the decode path.\n"
         "sizes = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v); kv_cache: a KV-cache call\n"
-        "(always the decode kernel), else dense (seqlen_q <= 16 only); num_splits: 0 = heuristic, 1..128 forced.");
+        "(always the decode kernel), else dense (seqlen_q <= 16 only); num_splits: 0 = heuristic, 1..128 forced;\n"
+        "features: as select's (8: a masked call's bias; the family's decode_features).");
   m.attr("MAX_SPLITS") = kMaxSplits;
   m.attr("DECODE_MAX_SEQLEN_Q") = kDecodeMaxSeqlenQ;
   // The C++ routers' entry points (router_table.h): the table's address, handed by Python to the

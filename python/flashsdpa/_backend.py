@@ -63,12 +63,13 @@ _BWD_REASON: dict[tuple[int, int, int], str | None] = {}  # (device, head_dim_qk
 # verdict: (family or None, head-dim bucket, tile, shared memory bytes, reasons or None). layout: 0
 # dense, 1 varlen (callers pass the bool), 2 decode; backward: 0, 1, 2 deterministic.
 _SELECT: dict[tuple[int, int, int, int, int, int, int, int], tuple[Any, ...]] = {}
-# (device, dtype code, spec sizes, mask, kv_cache, forced splits) -> what a decode launch of that
+# (device, dtype code, spec sizes, mask, kv_cache, forced splits[, feature bits]) -> what a decode launch of that
 # problem needs, from _C.decode_plan once: (num_splits, o_accum_bytes, lse_accum_bytes, LSE offset
 # in the workspace, workspace bytes), or the plan's reasons (a str) where no decode kernel serves
 # it. One flat lookup a call, keyed on the spec's own sizes tuple and the mask as given (no
 # re-slicing, no mask-kind call: session 9). Bounded: a dense decode loop grows seqlen_k by one per
-# token, a new key each step.
+# token, a new key each step. Feature bits (a masked call's bias) are in the key only when nonzero,
+# so the plain calls' key is as before.
 _DECODE: dict[tuple[Any, ...], tuple[int, int, int, int, int] | str] = {}
 _DECODE_CACHE_SIZE = 4096
 LAYOUT_DECODE = 2
@@ -267,26 +268,28 @@ def deterministic_reason(q: Tensor, v: Tensor, mask: MaskSpec, varlen: bool, fea
 
 
 def decode_plan(index: int, dtype_code: int, sizes: tuple[int, ...], mask_kind: int, kv_cache: bool,
-                num_splits: int) -> tuple[Any, ...]:
+                num_splits: int, features: int = 0) -> tuple[Any, ...]:
     """The decode path's plan for one call (``_C.decode_plan``, not cached: launches read
     decode_layout's cache): (family or None, num_splits, o_accum_bytes, lse_accum_bytes, reasons or
     None). ``sizes`` = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v);
-    shapes only, never a device read."""
-    return tuple(_C.decode_plan(index, dtype_code, sizes, mask_kind, kv_cache, num_splits))
+    shapes only, never a device read. ``features``: FEATURE_BITS of the call's modifiers, checked
+    against the family's decode path (the bias only, today)."""
+    args = (index, dtype_code, sizes, mask_kind, kv_cache, num_splits)
+    return tuple(_C.decode_plan(*args, features) if features else _C.decode_plan(*args))
 
 
 def decode_layout(index: int, dtype_code: int, sizes: tuple[int, ...], mask: MaskSpec, kv_cache: bool,
-                  num_splits: int) -> tuple[int, int, int, int, int] | str:
+                  num_splits: int, features: int = 0) -> tuple[int, int, int, int, int] | str:
     """What a decode launch needs (cached per problem, ``_DECODE``): (num_splits, o_accum_bytes,
     lse_accum_bytes, LSE offset, workspace bytes), the split partials' workspace being one
     allocation, float32 outputs first, then the LSEs at a 256-byte boundary; or, where no decode
     kernel serves the call, the plan's reasons. ``sizes``: the spec's (its first 7 items are
     decode_plan's)."""
-    key = (index, dtype_code, sizes, mask, kv_cache, num_splits)
+    key = (index, dtype_code, sizes, mask, kv_cache, num_splits) + ((features,) if features else ())
     layout = _DECODE.get(key)
     if layout is None:
         family, splits, o_bytes, lse_bytes, reasons = decode_plan(
-            index, dtype_code, tuple(sizes[:7]), masks.kind(mask), kv_cache, num_splits
+            index, dtype_code, tuple(sizes[:7]), masks.kind(mask), kv_cache, num_splits, features
         )  # fmt: skip
         if family is None:
             layout = str(reasons)
@@ -471,6 +474,7 @@ def new_workspace(nbytes: int, device: torch.device) -> Tensor:
 def _decode_item(
     spec: tuple[Any, ...], mask: MaskSpec, kv_cache: bool, num_splits: int, device: torch.device,
     block_table: Tensor | None = None, page_size: int = 0, num_pages: int = 0, seqused_k_add: int = 0,
+    features: int = 0,
 ) -> tuple[tuple[Any, ...], Tensor | None] | None:
     """The decode item of a spec (module.cpp's fwd_spec, 9th item) and the split workspace behind
     its pointers (decode_layout: one allocation from the caching allocator), or None when no
@@ -478,9 +482,9 @@ def _decode_item(
     tensor until the launch is queued (stream-ordered reuse after that is safe, and graph-safe);
     dropped before, the memory is free while the kernel writes it (compute-sanitizer memcheck with
     the caching allocator off caught exactly that)."""
-    layout = _DECODE.get((spec[6], spec[5], spec[2], mask, kv_cache, num_splits))
+    layout = _DECODE.get((spec[6], spec[5], spec[2], mask, kv_cache, num_splits) + ((features,) if features else ()))
     if layout is None:
-        layout = decode_layout(spec[6], spec[5], spec[2], mask, kv_cache, num_splits)
+        layout = decode_layout(spec[6], spec[5], spec[2], mask, kv_cache, num_splits, features)
     if type(layout) is str:
         if kv_cache:
             raise ValueError(f"flashsdpa.attention_with_kvcache: no decode kernel serves this call: {layout}")
@@ -508,8 +512,10 @@ def launch_fwd(
 
     Dense calls with at most ``DECODE_MAX_SEQLEN_Q`` query rows take the decode kernel (split-KV,
     GQA-packed) where the capability table has one; ``num_splits`` (0: heuristic) is its split
-    count and changes nothing else. ``mods``: the score modifiers (softcap, ALiBi, sinks), appended
-    to the spec only when given (the decode kernel takes none: such calls run the forward kernel).
+    count and changes nothing else. ``mods``: the score modifiers (softcap, ALiBi, sinks, the bias),
+    appended to the spec only when given; a decode-sized call with the bias alone takes the decode
+    kernel where the table's decode path lists it (capabilities.cpp's decode_features), any other
+    modifier runs the forward kernel.
     ``dropout``: module.cpp's spec.dropout (dropout.py builds it); the forward kernel, never the
     decode one, and never with ``mods``.
     Callers have checked the problem (``selection``) and that it is non-empty.
@@ -522,6 +528,15 @@ def launch_fwd(
         _C.fwd((*spec, None, None, dropout))
         return
     if mods is not None:
+        if varlen is None and spec[2][3] <= DECODE_MAX_SEQLEN_Q:
+            # A masked decode-sized call (the routers send one only where the table's decode path
+            # takes its bias: selection.decode_sized_mask_reason); the plan refuses the others.
+            decode = _decode_item(spec, mask, False, num_splits, q.device, features=feature_bits(mods))
+            if decode is not None:
+                item, workspace = decode
+                _C.fwd((*spec, item, _mods_item(mods)))
+                del workspace  # only now: the launch is queued
+                return
         _C.fwd((*spec, None, _mods_item(mods)))
         return
     if varlen is None and spec[2][3] <= DECODE_MAX_SEQLEN_Q:  # seqlen_q

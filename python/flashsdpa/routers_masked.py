@@ -50,21 +50,15 @@ _BIAS_BITS = _backend.FEATURE_BITS["bias"]  # every served call's: _bias_reason 
 NO_BIAS_REASON = "no attn_mask: an unmasked call reaches this op only where sdpa_kernel chose it over flash; left to it"
 
 
-def _bias_reason(attn_bias: Tensor | None, query: Tensor, key: Tensor) -> str | None:
+def _bias_reason(attn_bias: Tensor | None, query: Tensor, key: Tensor, value: Tensor, is_causal: bool) -> str | None:
     if attn_bias is None:
         return NO_BIAS_REASON
-    if query.shape[2] <= _backend.DECODE_MAX_SEQLEN_Q:
-        # Padded batched generation (a 4-D mask, one query row): the forward kernel would run one CTA
-        # per (batch, head) over every key, where the decode kernel splits the keys but takes no mask
-        # yet; PyTorch's masked kernels serve it as before (not measured against them: kept theirs).
-        return (f"a masked call with {query.shape[2]} query rows (<= {_backend.DECODE_MAX_SEQLEN_Q}, decode-sized): "
-                "the split-KV decode kernel takes no mask yet")
     target = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
     if attn_bias.dtype != query.dtype or attn_bias.device != query.device:
         return f"attn_bias {attn_bias.dtype} on {attn_bias.device}: needs query's dtype {query.dtype} on {query.device}"
     if attn_bias.dim() > 4 or any(n not in (1, t) for n, t in zip(reversed(attn_bias.shape), reversed(target))):
         return f"attn_bias {tuple(attn_bias.shape)}: does not broadcast to {target}"
-    return None
+    return selection.decode_sized_mask_reason(query, value, _EFF_MASKS[is_causal])
 
 
 def _eff_mods(attn_bias: Tensor, query: Tensor, key: Tensor, backward: bool) -> _backend.Mods:
@@ -85,7 +79,7 @@ def eff_forward_reason(query: Tensor, key: Tensor, value: Tensor, attn_bias: Ten
     if reason is None and key.shape[1] != query.shape[1]:
         reason = f"key heads={key.shape[1]}: this op takes as many as query's ({query.shape[1]})"
     if reason is None:
-        reason = _bias_reason(attn_bias, query, key)
+        reason = _bias_reason(attn_bias, query, key, value, is_causal)
     if reason is None:
         reason = selection.features_reason(query, value, _EFF_MASKS[is_causal], _BIAS_BITS, varlen=False, backward=backward)
     return reason
@@ -171,7 +165,7 @@ def _cudnn_forward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     ROUTED[0] += 1
     reason = _DEBUG_MASK_REASON if return_debug_mask else None
     if reason is None:
-        reason = selection.dense_reason(query, key, value) or _bias_reason(attn_bias, query, key)
+        reason = selection.dense_reason(query, key, value) or _bias_reason(attn_bias, query, key, value, is_causal)
     if reason is None and dropout_p != 0.0:
         reason = _dropout_reason(dropout_p)
     if reason is None:
@@ -197,7 +191,7 @@ def _cudnn_backward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
         reason = "cum_seq_q / cum_seq_k given: the dense SDPA backward takes none"
     attn_bias = attn_bias if attn_bias is not None and attn_bias.numel() else None
     if reason is None:
-        reason = selection.dense_reason(query, key, value) or _bias_reason(attn_bias, query, key)
+        reason = selection.dense_reason(query, key, value) or _bias_reason(attn_bias, query, key, value, is_causal)
     if reason is None and dropout_p != 0.0:
         reason = _dropout_reason(dropout_p)
     lse_shape = (*query.shape[:3], 1)

@@ -296,10 +296,11 @@ def mask_reason(
 
 
 def features_reason(
-    query: Tensor, value: Tensor, mask: masks.MaskSpec, bits: int, *, varlen: bool, backward: bool = False
+    query: Tensor, value: Tensor, mask: masks.MaskSpec, bits: int, *, varlen: bool | int, backward: bool = False
 ) -> str | None:
     """Why no kernel family serves the score modifiers ``bits`` (_backend.FEATURE_BITS) together
-    with ``mask`` for these tensors on their GPU, or None. The capability table lists them per
+    with ``mask`` for these tensors on their GPU, or None. ``varlen``: the layout as
+    ``_backend.select`` takes it (``_backend.LAYOUT_DECODE`` asks the decode path's features). The capability table lists them per
     family (today sm80 serves all three and sm90 none, so such calls take sm80 on a Hopper GPU);
     asked once per problem and cached. The caller has checked the tensors."""
     if not bits:
@@ -517,7 +518,27 @@ def _dropout_reasons(
     return [why] if why else []
 
 
-def _attn_mask_reasons(query: Tensor, key: Tensor, attn_mask: object, softcap: float) -> tuple[list[str], int]:
+def decode_sized_mask_reason(query: Tensor, value: Tensor, mask: masks.MaskSpec) -> str | None:
+    """Why a masked (B, H, S, D) call of at most DECODE_MAX_SEQLEN_Q query rows (padded batched
+    generation: a (B, 1, 1, Sk) or (B, 1, Sq, Sk) mask, 1..16 rows) is left to PyTorch, or None:
+    served where the capability table's decode path takes the bias (capabilities.cpp's
+    decode_features; the sm80 family's kModsBias decode kernel). Elsewhere the forward kernel would
+    run one 128-row CTA per (batch, head) over every key (1/128 of its mma rows used, ~B H CTAs on
+    132 SMs), so such calls stay with PyTorch's masked kernels as before. The same answer in both
+    directions: the backward of a served call is the dense masked one (the decode path is forward
+    only), and of a call left to PyTorch, PyTorch's, so forward and backward are one kernel's pair.
+    The caller has checked the tensors and the bias."""
+    if query.shape[2] > _backend.DECODE_MAX_SEQLEN_Q:
+        return None
+    why = features_reason(query, value, mask, _backend.FEATURE_BITS["bias"], varlen=_backend.LAYOUT_DECODE)
+    if why is None:
+        return None
+    return (f"a masked call with {query.shape[2]} query rows (<= {_backend.DECODE_MAX_SEQLEN_Q}, decode-sized): "
+            f"the split-KV decode kernel does not take its mask here ({why})")
+
+
+def _attn_mask_reasons(query: Tensor, key: Tensor, value: Tensor, attn_mask: object,
+                       softcap: float) -> tuple[list[str], int]:  # fmt: skip
     """explain()'s attn_mask part: (reasons, feature bits). SDPA sends masked calls to its cuDNN or
     efficient op, whose routers (routers_masked.py) run our kernels with the mask as an additive bias
     in the query's dtype; the efficient op takes no grouped-query call."""
@@ -534,9 +555,8 @@ def _attn_mask_reasons(query: Tensor, key: Tensor, attn_mask: object, softcap: f
                     "PyTorch's masked SDPA ops take equal heads (flashsdpa.attention(attn_mask=...) serves it)"], 0
     if softcap:
         return ["softcap with attn_mask: not served yet (the softcap backward would re-read the bias)"], 0
-    if query.dim() == 4 and query.shape[2] <= _backend.DECODE_MAX_SEQLEN_Q:
-        return [f"attn_mask with {query.shape[2]} query rows (<= {_backend.DECODE_MAX_SEQLEN_Q}, decode-sized): "
-                "the split-KV decode kernel takes no mask yet (flashsdpa.attention(attn_mask=...) serves it)"], 0
+    if query.dim() == 4 and (why := decode_sized_mask_reason(query, value, masks.NO_MASK)) is not None:
+        return [f"attn_mask{why.removeprefix('a masked call')} (flashsdpa.attention(attn_mask=...) serves it)"], 0
     return [], _backend.FEATURE_BITS["bias"]
 
 
@@ -588,7 +608,7 @@ def explain(
     causal_bias = _is_causal_bias(attn_mask)
     mask_bits = 0
     if attn_mask is not None and not causal_bias:
-        mask_reasons, mask_bits = _attn_mask_reasons(query, key, attn_mask, softcap)
+        mask_reasons, mask_bits = _attn_mask_reasons(query, key, value, attn_mask, softcap)
         reasons += mask_reasons
     if dropout_p != 0.0:
         # Any attn_mask left (mask_bits is 0 where the mask's own reason already refuses it, e.g. a
