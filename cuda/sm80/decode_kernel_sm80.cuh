@@ -308,7 +308,10 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
 
   // ---- epilogue: merge the warps' softmax results, store out / lse or the split's partials --------
   float lse[2];
-  softmax.finalize(o, fabsf(p.scale), lse);  // LSE in units of |scale| (q negated for a negative one)
+  // LSE in units of |scale| (q negated for a negative one). At scale 0 the plain kernel's raw row
+  // max is exactly 0 (q loaded as zeros), so the unit does not matter; the bias's raw scores are
+  // bias / ln 2 there (ScoreModFwd::scale), so the bias kernel converts with ln 2, as the forward.
+  softmax.finalize(o, kMods == kModsBias ? ScoreModFwd<kModsBias>::scale(p) : fabsf(p.scale), lse);
   __syncthreads();                           // every warp is done with the K/V stages
   float* merge_o = reinterpret_cast<float*>(smem_ptr + Traits::kSmemQBytes);
   float* merge_lse = reinterpret_cast<float*>(smem_ptr + Traits::kSmemQBytes + Traits::kSmemMergeOBytes);

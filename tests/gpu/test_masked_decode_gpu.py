@@ -184,3 +184,23 @@ def test_masked_decode_with_alibi_runs_the_forward_kernel(spy: _DecodeSpy) -> No
     torch.cuda.synchronize()
     assert spy.decode_with_bias == 0 and spy.other == 1, (spy.decode_with_bias, spy.other)
     assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.09, 0.3])
+def test_masked_decode_scales(request: pytest.FixtureRequest, spy: _DecodeSpy, scale: float) -> None:
+    """The bias in raw units at any scale: 1 / |scale| (q negated for a negative one) and, at scale
+    0 (q loaded as zeros), 1 / ln 2, with the LSE converted back in the same unit (ScoreModFwd::scale:
+    the plain kernel's |scale| would give a wrong LSE there, its raw row max being the bias's)."""
+    dtype, batch, hq, hkv, head_dim, sq, sk = torch.bfloat16, 2, 8, 2, 64, 3, 777
+    skip_unless_compiled(dtype, head_dim)
+    gen = _gen(request)
+    q = torch.randn(batch, hq, sq, head_dim, generator=gen, device=DEVICE).to(dtype)
+    k, v = (torch.randn(batch, hkv, sk, head_dim, generator=gen, device=DEVICE).to(dtype) for _ in range(2))
+    bias = _mask("add", "BHSS", batch, hq, sq, sk, dtype, gen)
+    out = torch.full_like(q, math.nan)
+    lse = torch.full((batch, hq, sq), math.nan, dtype=torch.float32, device=DEVICE)
+    mods = ops_masks.masked_mods(0.0, None, None, bias, (batch, hq, sq, sk))
+    _backend.launch_fwd(q, k, v, out, lse, scale, masks.NO_MASK, None, mods=mods)
+    torch.cuda.synchronize()
+    assert spy.decode_with_bias == 1
+    _check([out, lse], q, k, v, bias, scale, dtype)
