@@ -68,8 +68,7 @@ _SELECT: dict[tuple[int, int, int, int, int, int, int, int], tuple[Any, ...]] = 
 # in the workspace, workspace bytes), or the plan's reasons (a str) where no decode kernel serves
 # it. One flat lookup a call, keyed on the spec's own sizes tuple and the mask as given (no
 # re-slicing, no mask-kind call: session 9). Bounded: a dense decode loop grows seqlen_k by one per
-# token, a new key each step. Feature bits (a masked call's bias) are in the key only when nonzero,
-# so the plain calls' key is as before.
+# token, a new key each step. Feature bits (a masked call's bias): in the key only when nonzero.
 _DECODE: dict[tuple[Any, ...], tuple[int, int, int, int, int] | str] = {}
 _DECODE_CACHE_SIZE = 4096
 LAYOUT_DECODE = 2
@@ -272,8 +271,7 @@ def decode_plan(index: int, dtype_code: int, sizes: tuple[int, ...], mask_kind: 
     """The decode path's plan for one call (``_C.decode_plan``, not cached: launches read
     decode_layout's cache): (family or None, num_splits, o_accum_bytes, lse_accum_bytes, reasons or
     None). ``sizes`` = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v);
-    shapes only, never a device read. ``features``: FEATURE_BITS of the call's modifiers, checked
-    against the family's decode path (the bias only, today)."""
+    shapes only, never a device read. ``features``: FEATURE_BITS, checked against the decode path's."""
     args = (index, dtype_code, sizes, mask_kind, kv_cache, num_splits)
     return tuple(_C.decode_plan(*args, features) if features else _C.decode_plan(*args))
 
@@ -527,26 +525,17 @@ def launch_fwd(
     if dropout is not None:
         _C.fwd((*spec, None, None, dropout))
         return
-    if mods is not None:
-        if varlen is None and spec[2][3] <= DECODE_MAX_SEQLEN_Q:
-            # A masked decode-sized call (the routers send one only where the table's decode path
-            # takes its bias: selection.decode_sized_mask_reason); the plan refuses the others.
-            decode = _decode_item(spec, mask, False, num_splits, q.device, features=feature_bits(mods))
-            if decode is not None:
-                item, workspace = decode
-                _C.fwd((*spec, item, _mods_item(mods)))
-                del workspace  # only now: the launch is queued
-                return
-        _C.fwd((*spec, None, _mods_item(mods)))
-        return
+    # mods: a masked decode-sized call takes the decode kernel where its plan (asked with the
+    # call's feature bits: the table's decode_features) accepts them; any other, the forward.
+    extra = () if mods is None else (_mods_item(mods),)
     if varlen is None and spec[2][3] <= DECODE_MAX_SEQLEN_Q:  # seqlen_q
-        decode = _decode_item(spec, mask, False, num_splits, q.device)
+        decode = _decode_item(spec, mask, False, num_splits, q.device, features=feature_bits(mods) if extra else 0)
         if decode is not None:
             item, workspace = decode
-            _C.fwd((*spec, item))
+            _C.fwd((*spec, item, *extra))
             del workspace  # only now: the launch is queued
             return
-    _C.fwd(spec)
+    _C.fwd((*spec, None, *extra) if extra else spec)
 
 
 def launch_kvcache(

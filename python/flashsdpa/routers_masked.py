@@ -51,6 +51,11 @@ NO_BIAS_REASON = "no attn_mask: an unmasked call reaches this op only where sdpa
 
 
 def _bias_reason(attn_bias: Tensor | None, query: Tensor, key: Tensor, value: Tensor, is_causal: bool) -> str | None:
+    # A decode-sized call (padded batched generation: 1..16 query rows) is ours where the table's
+    # decode path takes the bias (decode_kernel_sm80.cuh's kModsBias): the forward kernel would run
+    # one 128-row CTA per (batch, head) over every key, so elsewhere PyTorch's masked kernels keep
+    # it. Forward and backward ask the same rule: a served call's backward is the dense masked one
+    # (the decode path is forward only), a left call's PyTorch's, never one paired with the other's.
     if attn_bias is None:
         return NO_BIAS_REASON
     target = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])

@@ -298,11 +298,9 @@ def mask_reason(
 def features_reason(
     query: Tensor, value: Tensor, mask: masks.MaskSpec, bits: int, *, varlen: bool | int, backward: bool = False
 ) -> str | None:
-    """Why no kernel family serves the score modifiers ``bits`` (_backend.FEATURE_BITS) together
-    with ``mask`` for these tensors on their GPU, or None. ``varlen``: the layout as
-    ``_backend.select`` takes it (``_backend.LAYOUT_DECODE`` asks the decode path's features). The capability table lists them per
-    family (today sm80 serves all three and sm90 none, so such calls take sm80 on a Hopper GPU);
-    asked once per problem and cached. The caller has checked the tensors."""
+    """Why no kernel family serves the score modifiers ``bits`` (_backend.FEATURE_BITS) with ``mask``
+    for these tensors on their GPU (``varlen``: the layout, 2 decode), or None; the capability
+    table's verdict, cached per problem. The caller has checked the tensors."""
     if not bits:
         return mask_reason(query, value, mask, varlen=varlen, backward=backward)
     family, *_, why = _backend.select(
@@ -519,26 +517,15 @@ def _dropout_reasons(
 
 
 def decode_sized_mask_reason(query: Tensor, value: Tensor, mask: masks.MaskSpec) -> str | None:
-    """Why a masked (B, H, S, D) call of at most DECODE_MAX_SEQLEN_Q query rows (padded batched
-    generation: a (B, 1, 1, Sk) or (B, 1, Sq, Sk) mask, 1..16 rows) is left to PyTorch, or None:
-    served where the capability table's decode path takes the bias (capabilities.cpp's
-    decode_features; the sm80 family's kModsBias decode kernel). Elsewhere the forward kernel would
-    run one 128-row CTA per (batch, head) over every key (1/128 of its mma rows used, ~B H CTAs on
-    132 SMs), so such calls stay with PyTorch's masked kernels as before. The same answer in both
-    directions: the backward of a served call is the dense masked one (the decode path is forward
-    only), and of a call left to PyTorch, PyTorch's, so forward and backward are one kernel's pair.
-    The caller has checked the tensors and the bias."""
+    """Why a masked call of <= DECODE_MAX_SEQLEN_Q query rows is left to PyTorch, or None (routers_masked.py)."""
     if query.shape[2] > _backend.DECODE_MAX_SEQLEN_Q:
         return None
     why = features_reason(query, value, mask, _backend.FEATURE_BITS["bias"], varlen=_backend.LAYOUT_DECODE)
-    if why is None:
-        return None
-    return (f"a masked call with {query.shape[2]} query rows (<= {_backend.DECODE_MAX_SEQLEN_Q}, decode-sized): "
-            f"the split-KV decode kernel does not take its mask here ({why})")
+    return why and (f"a masked call with {query.shape[2]} query rows (<= {_backend.DECODE_MAX_SEQLEN_Q}, "
+                    f"decode-sized): the split-KV decode kernel does not take its mask here ({why})")
 
 
-def _attn_mask_reasons(query: Tensor, key: Tensor, value: Tensor, attn_mask: object,
-                       softcap: float) -> tuple[list[str], int]:  # fmt: skip
+def _attn_mask_reasons(query: Tensor, key: Tensor, value: Tensor, attn_mask: object, softcap: float) -> tuple[list[str], int]:
     """explain()'s attn_mask part: (reasons, feature bits). SDPA sends masked calls to its cuDNN or
     efficient op, whose routers (routers_masked.py) run our kernels with the mask as an additive bias
     in the query's dtype; the efficient op takes no grouped-query call."""
