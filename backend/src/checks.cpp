@@ -114,7 +114,11 @@ void check_mods(const AttnFwdParams& p) {
   if (m.bias != nullptr) {
     // The kernels read 16-bit elements at any (b, h, i, j) < (B, Hq, Sq, Sk): dense layout only.
     if (p.cu_seqlens_q != nullptr) fail("attn_mask: not served with cu_seqlens (varlen); dense calls only");
-    if (p.num_splits >= 1) fail("attn_mask: not served by the decode path");
+    // The decode path takes it on dense decode-sized calls (decode_kernel_sm80.cuh's kModsBias);
+    // a KV-cache call's keys are the cache's rows (paged or per-sequence lengths), which no bias
+    // layout of ours names: refused.
+    if (p.num_splits >= 1 && (p.block_table != nullptr || p.seqused_k != nullptr))
+      fail("attn_mask: not served with a KV cache (the decode path takes it on dense calls)");
     // The kernels load two adjacent keys at once (score_mod.cuh's add_bias): 4-byte pairs.
     if (reinterpret_cast<uintptr_t>(m.bias) % 4 != 0) fail("attn_mask: data pointer must be 4-byte aligned");
     if (m.bias_batch_stride < 0 || m.bias_head_stride < 0 || m.bias_row_stride < 0 ||
