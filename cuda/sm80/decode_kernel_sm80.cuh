@@ -292,8 +292,8 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
         for (int e = 0; e < 4; ++e) s[0][j][e] = 0.f;
       gemm_qk<Traits>(s, q_lane, k_lane + stage_offset);
       if constexpr (kMods == kModsBias) {
-        // Natural units -> raw ones, as the forward's ScoreModFwd::apply (1 / |scale|, 1 / ln 2 at
-        // scale 0); before the mask, so a masked key stays -inf whatever its bias.
+        // Natural units -> raw ones, as the forward's ScoreModFwd::apply (1 / |scale|); before the
+        // mask, so a masked key stays -inf whatever its bias.
         add_bias_packed(s, bias_rows, p.dtype, n * kBlockN + warp * Traits::kWarpKeys + 2 * (lane & 3), seq.seqlen_k,
                         1.f / ScoreModFwd<kModsBias>::scale(p));
       }
@@ -308,9 +308,9 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
 
   // ---- epilogue: merge the warps' softmax results, store out / lse or the split's partials --------
   float lse[2];
-  // LSE in units of |scale| (q negated for a negative one). At scale 0 the plain kernel's raw row
-  // max is exactly 0 (q loaded as zeros), so the unit does not matter; the bias's raw scores are
-  // bias / ln 2 there (ScoreModFwd::scale), so the bias kernel converts with ln 2, as the forward.
+  // LSE in units of |scale| (q negated for a negative one); the bias kernel asks the forward's
+  // ScoreModFwd::scale, the unit its bias was converted with (|scale| on every call served:
+  // checks.cpp refuses scale 0 with a mask, where that function would say ln 2).
   softmax.finalize(o, kMods == kModsBias ? ScoreModFwd<kModsBias>::scale(p) : fabsf(p.scale), lse);
   __syncthreads();                           // every warp is done with the K/V stages
   float* merge_o = reinterpret_cast<float*>(smem_ptr + Traits::kSmemQBytes);
