@@ -20,7 +20,7 @@ from torch import Tensor
 import flashsdpa
 from flashsdpa import _backend, masks, ops_masks
 from helpers import check_rule, default_scale, gpu_skip_reason, grads_or_zeros, skip_unless_compiled
-from test_masks_gpu import _MASKED_OPS, _served, textbook
+from .test_masks_gpu import _MASKED_OPS, _served, textbook
 
 GPU_SKIP = gpu_skip_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU_SKIP is not None, reason=f"GPU suite: {GPU_SKIP}")]
