@@ -525,7 +525,9 @@ def decode_sized_mask_reason(query: Tensor, value: Tensor, mask: masks.MaskSpec)
                     f"decode-sized): the split-KV decode kernel does not take its mask here ({why})")
 
 
-def _attn_mask_reasons(query: Tensor, key: Tensor, value: Tensor, attn_mask: object, softcap: float) -> tuple[list[str], int]:
+def _attn_mask_reasons(
+    query: Tensor, key: Tensor, value: Tensor, attn_mask: object, softcap: float
+) -> tuple[list[str], int]:
     """explain()'s attn_mask part: (reasons, feature bits). SDPA sends masked calls to its cuDNN or
     efficient op, whose routers (routers_masked.py) run our kernels with the mask as an additive bias
     in the query's dtype; the efficient op takes no grouped-query call."""
