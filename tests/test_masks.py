@@ -320,6 +320,28 @@ def test_masked_routers_send_decode_sized_calls_to_the_decode_path(
     assert any(routers_masked.NO_BIAS_REASON in key for key in reporting.stats()["fallback_reasons"])
 
 
+def test_decode_sized_masked_call_in_float32_falls_back_with_its_dtype(
+    fake_build: Any, native: _Native, fake_mode: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A float32 (or CPU) decode-sized masked call is no question for the capability table (it has
+    no float32 row): the routers leave it to PyTorch naming the dtype, explain says so too, and
+    neither raises (CI's CUDA build once raised KeyError: torch.float32 in explain)."""
+    from flashsdpa import reporting, routers_masked
+
+    fake_build(decode_features=8)
+    monkeypatch.setattr(_backend, "DECODE_MAX_SEQLEN_Q", 16)
+    q = torch.empty(2, 4, 1, 64, dtype=torch.float32, device="cuda")
+    k = v = torch.empty(2, 4, 300, 64, dtype=torch.float32, device="cuda")
+    bias = torch.empty(2, 1, 1, 300, dtype=torch.float32, device="cuda")
+    reporting.reset_stats()
+    assert routers_masked._eff_forward("keys", q, k, v, bias, True, 0.0, False) == "native result"
+    assert any("float32" in key for key in reporting.stats()["fallback_reasons"]), reporting.stats()
+    assert selection.decode_sized_mask_reason(q, v, masks.NO_MASK) is None
+    cpu = torch.randn(1, 2, 1, 16)
+    assert selection.decode_sized_mask_reason(cpu, cpu, masks.NO_MASK) is None
+    assert any("float32" in r for r in selection.explain(q, k, v, attn_mask=bias))
+
+
 @pytest.mark.parametrize("softcap", [0.0, 30.0])
 def test_launch_fwd_takes_the_decode_path_for_the_bias_alone(fake_build: Any, fake_mode: Any,
                                                              monkeypatch: pytest.MonkeyPatch, softcap: float) -> None:  # fmt: skip

@@ -520,6 +520,8 @@ def decode_sized_mask_reason(query: Tensor, value: Tensor, mask: masks.MaskSpec)
     """Why a masked call of <= DECODE_MAX_SEQLEN_Q query rows is left to PyTorch, or None (routers_masked.py)."""
     if query.shape[2] > _backend.DECODE_MAX_SEQLEN_Q:
         return None
+    if not query.is_cuda or query.dtype not in _backend.DTYPE_CODES or query.dim() != 4 or value.dim() != 4:
+        return None  # not a question for the table: the tensor checks after this one give the reason
     why = features_reason(query, value, mask, _backend.FEATURE_BITS["bias"], varlen=_backend.LAYOUT_DECODE)
     return why and (f"a masked call with {query.shape[2]} query rows (<= {_backend.DECODE_MAX_SEQLEN_Q}, "
                     f"decode-sized): the split-KV decode kernel does not take its mask here ({why})")
