@@ -39,6 +39,7 @@ __all__ = [
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 _DTYPE_FLAG = {"float16": "fp16", "bfloat16": "bf16"}  # FLASHSDPA_DTYPES spelling
+_Bits = tuple[list[str], int]  # explain()'s parts: reasons, feature bits
 
 
 # ---- the dense predicate: the routers' hot path ---------------------------------------------------
@@ -527,9 +528,7 @@ def decode_sized_mask_reason(query: Tensor, value: Tensor, mask: masks.MaskSpec)
                     f"decode-sized): the split-KV decode kernel does not take its mask here ({why})")
 
 
-def _attn_mask_reasons(
-    query: Tensor, key: Tensor, value: Tensor, attn_mask: object, softcap: float
-) -> tuple[list[str], int]:
+def _attn_mask_reasons(query: Tensor, key: Tensor, value: Tensor, attn_mask: object, softcap: float) -> _Bits:
     """explain()'s attn_mask part: (reasons, feature bits). SDPA sends masked calls to its cuDNN or
     efficient op, whose routers (routers_masked.py) run our kernels with the mask as an additive bias
     in the query's dtype; the efficient op takes no grouped-query call."""
@@ -602,8 +601,7 @@ def explain(
         mask_reasons, mask_bits = _attn_mask_reasons(query, key, value, attn_mask, softcap)
         reasons += mask_reasons
     if dropout_p != 0.0:
-        # Any attn_mask left (mask_bits is 0 where the mask's own reason already refuses it, e.g. a
-        # decode-sized one) or modifier: no kernel serves it beside dropout.
+        # Any attn_mask left (even one whose own reason refused it: mask_bits 0) bars dropout.
         mask_left = attn_mask is not None and not causal_bias
         reasons += _dropout_reasons(query, key, value, dropout_p, is_causal, bits=(1 if mask_left else 0)
                                     | (2 if softcap else 0) | (4 if alibi_slopes is not None else 0)
