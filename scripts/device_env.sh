@@ -22,3 +22,36 @@ finish() {
   echo "all steps passed"
   exit 0
 }
+# narrow_build LIMIT HEAD_DIMS: the dev scripts' in-place build (bf16 + fp16, the given head dims,
+# sm_90 SASS: the portable family and the sm90 family), ptxas -v into build.log and the spilling
+# kernels into spills.txt; its row in the table; on failure the table is printed and the script exits.
+narrow_build() {
+  local limit=$1 dims=$2 t0=$(date +%s)
+  FLASHSDPA_BUILD_DIR=/tmp/narrow_build FLASHSDPA_DTYPES="bf16;fp16" FLASHSDPA_HEAD_DIMS="$dims" \
+    FLASHSDPA_ARCHS=90 FLASHSDPA_BUILD_JOBS="$(nproc)" FLASHSDPA_PTXAS_VERBOSE=1 \
+    timeout "$limit" $PY setup.py build_ext --inplace > "$OUT/build.log" 2>&1
+  local rc=$?
+  if [[ $rc != 0 ]]; then
+    tail -30 "$OUT/build.log"; step build "FAILED rc=$rc (build.log)"; failed+=(build); finish
+  fi
+  step build "ok in $(( $(date +%s) - t0 )) s; spill warnings: $(grep -c 'bytes spill stores' "$OUT/build.log")"
+  grep -E "spill stores" "$OUT/build.log" | sed -E 's/.*function .(_Z[^ ]*). ([0-9]+ bytes spill stores.*)/\2 \1/' \
+    | sort -u | cut -c1-220 > "$OUT/spills.txt"
+}
+# timed NAME LIMIT LOG CMD...: one step under a time limit, its output in $OUT/LOG, its row (exit
+# code, seconds, the log's last pass count or sanitizer summary) and its verdict.
+timed() {
+  local name=$1 limit=$2 log=$3; shift 3
+  local t=$(date +%s)
+  timeout "$limit" "$@" > "$OUT/$log" 2>&1
+  local r=$?
+  step "$name" "rc=$r ($(( $(date +%s) - t )) s) $(grep -E 'ERROR SUMMARY|[0-9]+ (passed|failed|error)' "$OUT/$log" | tail -1 | cut -c1-90)"
+  check "$name" "$r"
+}
+# tests NAME LIMIT LOG CMD...: a pytest step (timed); one that passed nothing fails too; its
+# failures listed.
+tests() {
+  timed "$@"
+  grep -qE '[0-9]+ passed' "$OUT/$3" || failed+=("$1 (none passed)")
+  grep -E "^(FAILED|ERROR) " "$OUT/$3" | cut -c1-180 | head -15
+}

@@ -102,7 +102,12 @@ class FakeCudaBuild:
         smem_optin_bytes: int = 232448,
         decode_max_seqlen_q: int = 16,
         deterministic_backward: bool = False,
+        decode_features: int = 8,
     ) -> None:
+        # decode_features: the feature bits the decode path takes (capabilities.cpp's
+        # decode_features; the sm80 family's: the bias, 8); 0 mimics a table whose decode path
+        # takes no modifier (the masked routers then leave decode-sized calls to PyTorch).
+        self.decode_features = decode_features
         # deterministic_backward: a family with a bitwise-reproducible backward (the sm90 one on a
         # Hopper part) serves every backward the table serves; False: the portable family alone.
         self.deterministic_backward = deterministic_backward
@@ -159,8 +164,10 @@ class FakeCudaBuild:
             "layouts": ["dense", "varlen", "decode"],
             "layouts_by_direction": {"forward": ["dense", "varlen", "decode"], "backward": ["dense", "varlen"]},
             "directions": ["forward", "backward"],
-            "features": ["softcap", "alibi", "sinks", "bias"],
-            "features_by_direction": {d: ["softcap", "alibi", "sinks", "bias"] for d in ("forward", "backward")},
+            "features": ["softcap", "alibi", "sinks", "bias", "dropout"],
+            "features_by_direction": {
+                d: ["softcap", "alibi", "sinks", "bias", "dropout"] for d in ("forward", "backward")
+            },
             "smem_per_tile": [],
         }
         return {"families": [family], "reason": None}
@@ -183,20 +190,31 @@ class FakeCudaBuild:
             return (None, 0, -1, 0, f"family sm80: head_dim_qk={head_dim_qk}: no bucket")
         if backward and max(head_dim_qk, head_dim_v) > 128 and self.smem_optin_bytes < 232448:
             return (None, 0, -1, 0, f"family sm80: no tile fits the device's {self.smem_optin_bytes // 1024} KB")
+        if varlen == 2 and features & ~self.decode_features:  # check_features' decode list
+            names = ", ".join(n for n, b in (("softcap", 1), ("alibi", 2), ("sinks", 4), ("bias", 8), ("dropout", 16))
+                              if features & ~self.decode_features & b)  # fmt: skip
+            return (None, 0, -1, 0, f"family sm80: {names}: not served by the sm80 family's decode path")
+        if features & 16 and features & 15:  # capabilities.cpp's check_features
+            return (None, 0, -1, 0, "family sm80: dropout with score modifiers or a bias: no kernel of the sm80 "
+                    "family has both")  # fmt: skip
         if backward == 2:
-            if self.deterministic_backward and not varlen:
+            if self.deterministic_backward and not varlen:  # sm90 (dropout included: its kDropout backward)
                 return ("sm90", bucket, 0, 231528, None)
             return (None, 0, -1, 0, "family sm80: torch.use_deterministic_algorithms(True): the sm80 family's "
                     "backward adds dQ with float atomics in any order (not bitwise reproducible)")  # fmt: skip
         return ("sm80", bucket, 0, 163840, None)
 
     def decode_plan(
-        self, device: int, dtype: int, sizes: tuple[int, ...], mask: int, kv_cache: bool, num_splits: int
+        self, device: int, dtype: int, sizes: tuple[int, ...], mask: int, kv_cache: bool, num_splits: int,
+        features: int = 0,
     ) -> tuple[Any, ...]:
-        # Like _C's: dense calls only up to DECODE_MAX_SEQLEN_Q query rows; 3 splits unless forced.
+        # Like _C's: dense calls only up to DECODE_MAX_SEQLEN_Q query rows, the decode path's
+        # features only; 3 splits unless forced.
         batch, heads_q, _, seqlen_q, _, _, head_dim_v = sizes
         if not kv_cache and seqlen_q > self.DECODE_MAX_SEQLEN_Q:
             return (None, 0, 0, 0, f"seqlen_q={seqlen_q} > {self.DECODE_MAX_SEQLEN_Q}")
+        if features & ~self.decode_features:
+            return (None, 0, 0, 0, f"features {features}: not served by the sm80 family's decode path")
         splits = num_splits or 3
         rows = batch * heads_q * seqlen_q * splits if splits > 1 else 0
         return ("sm80", splits, rows * head_dim_v * 4, rows * 4, None)

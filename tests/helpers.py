@@ -502,3 +502,23 @@ def flashsdpa_entries(step: Callable[[], object]) -> dict[str, int]:
     finally:
         sys.setprofile(None)
     return entered
+
+
+def assert_unbiased(outs: Tensor, expected: Tensor, directions: int = 8) -> None:
+    """outs (seeds, ...) is an unbiased sample of ``expected``, judged as the issue asks, within 4
+    standard errors: for each of a few fixed random projections w of the output, mean_seeds(w . out)
+    against w . expected (a bias in any direction shows in them; each is one test, so 8 of them
+    fail by chance with probability 8 x 6.3e-5). Per element, as a second view: the mean |z| is
+    ~0.80 for unbiased Gaussian means (bound 1.0), and the largest of n |z| stays below the
+    Bonferroni bound for a 0.1% family-wise false failure (4.8 at n = 768, 5.1 at n = 8k): a flat
+    4 over n elements would fail unbiased samples by chance (768 elements: 5%)."""
+    seeds = outs.shape[0]
+    flat, want = outs.reshape(seeds, -1).double(), expected.reshape(-1).double()
+    w = torch.randn(directions, want.numel(), generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    w = w.to(flat.device)
+    proj = flat @ w.T  # (seeds, directions)
+    zp = (proj.mean(0) - w @ want).abs() / (proj.std(0) / math.sqrt(seeds))
+    assert zp.max() < 4.0, zp.tolist()
+    z = (flat.mean(0) - want).abs() / (flat.std(0) / math.sqrt(seeds))
+    bound = -torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(0.001 / (2 * want.numel()))).item()
+    assert z.mean() < 1.0 and z.max() < bound, (z.mean().item(), z.max().item(), bound)

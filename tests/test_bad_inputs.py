@@ -388,7 +388,7 @@ sdpa float64: query.dtype=torch.float64: needs float16 or bfloat16
 sdpa head_dim 100 (padded to 104): served
 sdpa head_dim 264: head_dim=264: exceeds 256
 sdpa head_dim 512: head_dim=512: exceeds 256
-sdpa dropout: dropout_p=0.1: dropout is not supported (needs 0.0)
+sdpa dropout: served
 sdpa float mask: attn_mask with grouped-query attention (4 query heads, 2 key heads): PyTorch's masked SDPA ops take equal heads (flashsdpa.attention(attn_mask=...) serves it)
 sdpa gqa without the flag: query has 4 heads, key and value 2: SDPA needs enable_gqa=True for grouped-query attention
 sdpa storage offset 4 elements: query strides (4096, 1024, 64) and storage offset 4: need multiples of 8 elements (16-byte aligned rows); key strides (4096, 1024, 64) and storage offset 4: need multiples of 8 elements (16-byte aligned rows); value strides (4096, 1024, 64) and storage offset 4: need multiples of 8 elements (16-byte aligned rows)

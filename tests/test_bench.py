@@ -198,6 +198,9 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(masked, "HEADS", 2)
     monkeypatch.setattr(masked, "HEAD_DIM", 16)
     monkeypatch.setattr(masked, "MASKED_REPS", 2)
+    monkeypatch.setattr(masked, "DECODE_BATCH", 2)
+    monkeypatch.setattr(masked, "DECODE_HEADS", 2)
+    monkeypatch.setattr(masked, "DECODE_KEYS", 64)
     monkeypatch.setattr(masked, "CASES", (masked.MaskCase("key padding S 2k", "padding", 32),
                                           masked.MaskCase("additive bias S 2k", "bias", 32)))
     tiny = models.DecoderShape(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=48, vocab=64)
@@ -233,6 +236,9 @@ def test_whole_gpu_path_on_fake_cuda(fake_cuda: None, tmp_path: Path, capsys: py
     ours = [r for r in payload["masks"]["rows"] if r["backend"] == "ours"]
     assert len(ours) == 4 and all(r["tflops"] is None for r in ours)
     assert any(r["tflops"] for r in payload["masks"]["rows"] if r["backend"] == "torch-default")
+    decode_rows = {r["backend"]: r for r in payload["masks"]["decode"]["rows"]}
+    assert decode_rows["ours"]["us"] is None and decode_rows["torch-default"]["us"] > 0  # ours n/a on CPU
+    assert masked.DECODE_NAME in captured.out
 
 
 def test_quick_runs_the_sweep_alone(fake_cuda: None, tmp_path: Path) -> None:

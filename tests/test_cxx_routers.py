@@ -209,7 +209,7 @@ def test_backward_fallback_keeps_the_cxx_reason_where_python_has_none(
     monkeypatch.setitem(routers._NATIVE, routers._SDPA_BWD, native)
     monkeypatch.setattr(routers, "sdpa_backward_reason", lambda args: None)
     flashsdpa.reset_stats()
-    args = tuple(range(14))
+    args = (*range(10), 0.0, *range(11, 14))  # dropout_p 0: dropout calls go to the Python router
     assert cxx_routers._sdpa_backward_fallback("keys", *args, reason="some C++ refusal") == "native result"
     assert flashsdpa.stats()["fallback_reasons"] == {f"aten::{routers._SDPA_BWD}: some C++ refusal": 1}
 

@@ -442,19 +442,19 @@ def test_flash_backward_router(varlen: bool, launches: LaunchRecorder, fake_mode
 def test_router_fallback_forwards_the_call_untouched(fake_build: Any, native: NativeRecorder, fake_mode: Any) -> None:
     flashsdpa.reset_stats()
     q, k, v = bhsd(2, 4, 16, 64), bhsd(2, 4, 16, 64), bhsd(2, 4, 16, 64)
-    assert routers._sdpa_flash_forward("keys", q, k, v, 0.1, True, scale=0.3) == "native result"
-    assert native.calls == [("keys", (q, k, v, 0.1, True, False), {"scale": 0.3})]
+    assert routers._sdpa_flash_forward("keys", q, k, v, 0.1, True, True, scale=0.3) == "native result"
+    assert native.calls == [("keys", (q, k, v, 0.1, True, True), {"scale": 0.3})]
     stats = flashsdpa.stats()
     assert stats["ops"]["aten::_scaled_dot_product_flash_attention"] == {"served": 0, "fallback": 1}
     assert stats["fallback_reasons"] == {
-        "aten::_scaled_dot_product_flash_attention: dropout_p=0.1: dropout is not supported (needs 0.0)": 1
+        "aten::_scaled_dot_product_flash_attention: return_debug_mask=True: the debug attention mask is not supported": 1
     }
 
 
 @pytest.mark.parametrize(
     "kwargs, reason",
     [
-        (dict(dropout_p=0.1), "dropout_p=0.1: dropout is not supported (needs 0.0)"),
+        (dict(dropout_p=1.5), "dropout_p=1.5: needs a float in (0, 1)"),
         (dict(return_debug_mask=True), "return_debug_mask=True: the debug attention mask is not supported"),
         # ALiBi is served forward-only (routers._ALIBI_GRAD_REASON); a bad slopes argument is PyTorch's.
         (dict(alibi_slopes="slopes"), "alibi_slopes: needs a float32 tensor on cuda:0"),

@@ -107,6 +107,19 @@ def test_cpu_calls_inside_enable_are_counted(caplog: pytest.LogCaptureFixture) -
     ] * 2
 
 
+@contextlib.contextmanager
+def _decode_path_without_bias() -> Any:
+    """A stand-in build whose decode path takes no modifier: a decode-sized masked call keeps its
+    reason (the default stand-in's decode path takes the bias, and serves it). The fake_build
+    fixture restores the build afterwards."""
+    from conftest import FakeCudaBuild
+
+    from flashsdpa import _backend
+
+    _backend._configure(FakeCudaBuild(decode_features=0))
+    yield
+
+
 @pytest.fixture
 def cuda_lookalike(monkeypatch: pytest.MonkeyPatch, fake_build: Any) -> None:
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
@@ -120,7 +133,7 @@ def cuda_lookalike(monkeypatch: pytest.MonkeyPatch, fake_build: Any) -> None:
         (lambda: torch.randn(1, 2, 32, 64, dtype=torch.bfloat16), {"attn_mask": torch.ones(32, 32, dtype=torch.bool)},
          contextlib.nullcontext, "PyTorch's SDPA chose another backend"),
         (lambda: torch.randn(1, 2, 8, 64, dtype=torch.bfloat16), {"attn_mask": torch.ones(8, 8, dtype=torch.bool)},
-         contextlib.nullcontext, "attn_mask with 8 query rows (<= 16, decode-sized)"),
+         _decode_path_without_bias, "attn_mask with 8 query rows (<= 16, decode-sized)"),
         (lambda: torch.randn(1, 2, 8, 64, dtype=torch.bfloat16, requires_grad=True), {},
          lambda: sdpa_kernel([SDPBackend.MATH]), "PyTorch's flash backend is disabled"),
     ],

@@ -77,17 +77,19 @@ def test_explain_sdpa_arguments(fake_build: Any, fake_mode: Any) -> None:
         """attn_mask (3, 32, 32): does not broadcast to (B, H, Sq, Sk) = (2, 4, 32, 32)""",
     )
     q16, k16, v16 = qkv()
+    mask16 = torch.empty(16, 16, dtype=torch.bool, device="cuda")
+    assert flashsdpa.explain(q16, k16, v16, attn_mask=mask16) == []  # the decode path takes the bias
+    fake_build(decode_features=0)  # a table whose decode path takes no modifier
     assert_expected_inline(
-        lines(flashsdpa.explain(q16, k16, v16, attn_mask=torch.empty(16, 16, dtype=torch.bool, device="cuda"))),
-        """attn_mask with 16 query rows (<= 16, decode-sized): the split-KV decode kernel takes no mask yet (flashsdpa.attention(attn_mask=...) serves it)""",
+        lines(flashsdpa.explain(q16, k16, v16, attn_mask=mask16)),
+        """attn_mask with 16 query rows (<= 16, decode-sized): the split-KV decode kernel does not take its mask here (bias: family sm80: bias: not served by the sm80 family's decode path) (flashsdpa.attention(attn_mask=...) serves it)""",
     )
+    fake_build()
     assert_expected_inline(
         lines(flashsdpa.explain(q, k, v, attn_mask=mask, dropout_p=0.1)),
-        """dropout_p=0.1: dropout is not supported (needs 0.0)""",
+        """dropout_p=0.1 with attn_mask or score modifiers: no kernel serves both""",
     )
-    assert_expected_inline(
-        lines(flashsdpa.explain(q, k, v, dropout_p=0.1)), """dropout_p=0.1: dropout is not supported (needs 0.0)"""
-    )
+    assert flashsdpa.explain(q, k, v, dropout_p=0.1) == []  # dropout alone is served (sm80's table lists it)
     assert_expected_inline(
         lines(flashsdpa.explain(*qkv(hq=8, hkv=2))),
         """query has 8 heads, key and value 2: SDPA needs enable_gqa=True for grouped-query attention""",

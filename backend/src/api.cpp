@@ -3,6 +3,7 @@
 #include "api.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -60,7 +61,20 @@ void fill_common(AttnFwdParams& p, const FwdSpec& s) {
   p.mods = ScoreMods{s.mods.softcap, softcap ? s.scale / s.mods.softcap : 0.f, s.mods.softcap * kLog2e,
                      ptr<const float>(s.mods.alibi_slopes), s.mods.alibi_batch_stride, ptr<const float>(s.mods.sinks),
                      ptr<const void>(s.mods.bias), s.mods.bias_batch_stride, s.mods.bias_head_stride,
-                     s.mods.bias_row_stride};
+                     s.mods.bias_row_stride, ptr<const uint8_t>(s.mods.bias_cells), s.mods.bias_cells_batch_stride,
+                     s.mods.bias_cells_head_stride, s.mods.bias_cells_row_stride};
+  if (s.dropout.p > 0.f) {
+    // FlashAttention-2's arithmetic (flash_api.cpp), in float32: keep = 1 - p, the byte threshold
+    // floor(keep * 255) (kept when a byte is <= it), the kept values' scale 1 / keep.
+    const float keep = 1.f - s.dropout.p;
+    p.dropout.threshold_plus1 = static_cast<uint32_t>(std::floor(keep * 255.f)) + 1u;
+    p.dropout.rp_keep = 1.f / keep;
+    p.dropout.seed = s.dropout.seed;
+    p.dropout.offset = s.dropout.offset;
+    p.dropout.seed_ptr = ptr<const uint64_t>(s.dropout.seed_ptr);
+    p.dropout.offset_ptr = ptr<const uint64_t>(s.dropout.offset_ptr);
+    p.dropout.rng_state = ptr<uint64_t>(s.dropout.rng_state);
+  }
   p.dtype = static_cast<DType>(s.dtype);
   p.tile_counter = ptr<int32_t>(s.tile_counter);
 }
@@ -167,6 +181,9 @@ void bwd(const BwdSpec& spec) {
   p.delta_head_stride = rows;
   p.delta_batch_stride = varlen_mode ? 0 : int64_t(spec.fwd.shape.heads_q) * rows;
   p.deterministic = spec.deterministic;  // before the family is picked: the sm90 family refuses it
+  // No tile skipping in deterministic mode: the ordered dQ adds wait for every key block BlockMask
+  // lists for a query block (sm90's turns), so every such block must take its turn.
+  if (p.deterministic) p.mods.bias_cells = nullptr;
   const FamilyCaps& family = plan_bwd(p, spec.fwd.device);
   const bool mod_rows = p.d_alibi_slopes != nullptr || p.d_sinks != nullptr;
   const WorkspaceLayout w = workspace_layout(spec.fwd.shape, total_q, p.head_dim_bucket, mod_rows);
@@ -191,7 +208,9 @@ void bwd(const BwdSpec& spec) {
   p.dq_semaphore = (ordered || family.dq_first_store) && w.semaphore_bytes > 0
                        ? reinterpret_cast<int32_t*>(ws.delta + w.delta_bytes - w.semaphore_bytes)
                        : nullptr;
-  p.dq_first_store = family.dq_first_store && p.dq_semaphore != nullptr;
+  // Skipped tiles (bias_cells) leave query blocks unvisited by key blocks BlockMask says visit
+  // them: the first-store protocol would wait for them, so the preprocess zeroes all of dq_accum.
+  p.dq_first_store = family.dq_first_store && p.dq_semaphore != nullptr && p.mods.bias_cells == nullptr;
   launch_bwd(family, p, spec.fwd.device, reinterpret_cast<void*>(spec.fwd.stream));
 }
 

@@ -53,6 +53,16 @@ struct ModsArg {
   uintptr_t sinks;              // (Hq,)
   uintptr_t bias;               // additive attn_mask in the call's dtype, broadcast to (B, Hq, Sq, Sk); 0 = none
   int64_t bias_batch_stride, bias_head_stride, bias_row_stride;  // elements, 0 = broadcast; unit key stride
+  uintptr_t bias_cells;         // params.h's ScoreMods::bias_cells (uint8 summary), 0 = none
+  int64_t bias_cells_batch_stride, bias_cells_head_stride, bias_cells_row_stride;  // bytes, 0 = broadcast
+};
+
+// Dropout of one call (params.h's DropoutSpec): p = 0 is off. seed / offset as values, or device
+// uint64 pointers (0 = none) read by the kernels; rng_state: where the forward writes (seed, offset).
+struct DropoutArg {
+  float p;
+  uint64_t seed, offset;
+  uintptr_t seed_ptr, offset_ptr, rng_state;
 };
 
 // One forward call. lse.ptr may be 0 (inference: no LSE written).
@@ -64,6 +74,7 @@ struct FwdSpec {
   MaskSpec mask;  // normalized by fill (a bound no row reaches becomes -1)
   float scale;
   ModsArg mods;  // all zero without score modifiers
+  DropoutArg dropout;  // all zero without dropout
   uintptr_t tile_counter;  // params.h's tile_counter, 0 = none (the static schedule)
   int32_t dtype;  // DType
   int32_t device;

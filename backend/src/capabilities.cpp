@@ -60,8 +60,11 @@ std::vector<FamilyCaps> make_families() {
       "sm90", "compute capability 9.0 only (sm_90a: wgmma, TMA, warp specialization)", 90, 90,
       ints(FLASHSDPA_SM90_ARCHS_LIST), build_config().dtypes, ints(FLASHSDPA_SM90_FWD_HEAD_DIMS_LIST),
       ints(FLASHSDPA_SM90_BWD_HEAD_DIMS_LIST), kAllMasks, {Layout::kDense, Layout::kVarlen},
-      {Direction::kForward, Direction::kBackward}, {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias},
-      {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias}, &run_fwd_sm90, &run_bwd_sm90, &fwd_plan_sm90, &bwd_plan_sm90,
+      // Dropout in both directions (the backward's kDropout kernel reads FA2's mask transposed:
+      // common/dropout.cuh's dropout_bytes_t), deterministic backward and first-store dQ included.
+      {Direction::kForward, Direction::kBackward},
+      {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias, Feature::kDropout},
+      {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias, Feature::kDropout}, &run_fwd_sm90, &run_bwd_sm90, &fwd_plan_sm90, &bwd_plan_sm90,
       &fwd_sm90_unsupported, &bwd_sm90_unsupported, nullptr, nullptr, /*deterministic_backward=*/true,
       /*dq_first_store=*/true});
   table.back().bwd_layouts = {Layout::kDense};  // varlen backwards: the portable family
@@ -76,11 +79,17 @@ std::vector<FamilyCaps> make_families() {
         "sm80", "compute capability " + capability_str(lowest) + " and newer (mma.sync, ldmatrix, cp.async)",
         lowest, 0, archs, build_config().dtypes, ints(FLASHSDPA_SM80_FWD_HEAD_DIMS_LIST),
         ints(FLASHSDPA_SM80_BWD_HEAD_DIMS_LIST), kAllMasks, {Layout::kDense, Layout::kVarlen, Layout::kDecode},
-        {Direction::kForward, Direction::kBackward}, {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias},
-        {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias},
+        // Dropout: FlashAttention-2's mask in both directions (common/dropout.cuh), dense only (checked in
+        // Python: the routers' varlen calls keep PyTorch's kernel, which owns that layout's offsets).
+        {Direction::kForward, Direction::kBackward},
+        {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias, Feature::kDropout},
+        {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias, Feature::kDropout},
         &run_fwd_sm80, &run_bwd_sm80, &fwd_plan_sm80, &bwd_plan_sm80, nullptr, nullptr, &run_decode_sm80,
         &decode_tile_sm80});
     table.back().bwd_layouts = {Layout::kDense, Layout::kVarlen};
+    // A masked decode-sized call (padded batched generation): decode_kernel_sm80.cuh's kModsBias
+    // kernel. Softcap / ALiBi / sinks have no decode kernel: those calls run the forward.
+    table.back().decode_features = {Feature::kBias};
   }
 #endif
   return table;
@@ -167,9 +176,24 @@ bool check_deterministic(const FamilyCaps& f, const Problem& p, std::string* why
 
 bool check_features(const FamilyCaps& f, const Problem& p, std::string* why) {
   std::string missing;
-  for (Feature x : {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks}) {
+  if (p.layout == Layout::kDecode) {  // the decode path's own list, the bias included
+    for (Feature x : {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias, Feature::kDropout}) {
+      if ((p.features & static_cast<unsigned>(x)) != 0 && !contains(f.decode_features, x))
+        missing += (missing.empty() ? "" : ", ") + std::string(feature_name(x));
+    }
+    if (missing.empty()) return true;
+    if (why) *why = missing + ": not served by the " + f.name + " family's decode path";
+    return false;
+  }
+  for (Feature x : {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kDropout}) {
     if ((p.features & static_cast<unsigned>(x)) != 0 && !contains(f.features(p.direction), x))
       missing += (missing.empty() ? "" : ", ") + std::string(feature_name(x));
+  }
+  // Dropout kernels exist beside the plain ones only: no family pairs it with a score modifier.
+  const unsigned dropout = static_cast<unsigned>(Feature::kDropout);
+  if (missing.empty() && (p.features & dropout) != 0 && (p.features & ~dropout) != 0) {
+    if (why) *why = "dropout with score modifiers or a bias: no kernel of the " + f.name + " family has both";
+    return false;
   }
   if (missing.empty()) return true;
   if (why) *why = missing + ": not served by the " + f.name + " family's " + direction_name(p.direction);
@@ -229,6 +253,7 @@ const char* feature_name(Feature f) {
     case Feature::kSoftcap: return "softcap";
     case Feature::kAlibi: return "alibi";
     case Feature::kBias: return "bias";
+    case Feature::kDropout: return "dropout";
     default: return "sinks";
   }
 }
@@ -238,6 +263,10 @@ unsigned feature_bits(const ScoreMods& m) {
          (m.alibi_slopes != nullptr ? static_cast<unsigned>(Feature::kAlibi) : 0u) |
          (m.sinks != nullptr ? static_cast<unsigned>(Feature::kSinks) : 0u) |
          (m.bias != nullptr ? static_cast<unsigned>(Feature::kBias) : 0u);
+}
+
+unsigned feature_bits(const AttnFwdParams& params) {
+  return feature_bits(params.mods) | (params.dropout.enabled() ? static_cast<unsigned>(Feature::kDropout) : 0u);
 }
 
 std::vector<int> FamilyCaps::all_head_dims() const {

@@ -28,10 +28,14 @@ const char* layout_name(Layout layout);  // "dense", "varlen", "decode"
 
 // Issue 14's score modifiers, spelled "softcap", "alibi", "sinks", "bias" (an additive attn_mask);
 // a problem asks for a bit set of them (Python's selection passes the same bits to _C.select).
-enum class Feature : unsigned { kSoftcap = 1, kAlibi = 2, kSinks = 4, kBias = 8 };
-constexpr int kAllFeatureBits = 15;
+// kDropout: dropout on P (params.h's DropoutSpec), served only without the other features (its
+// kernels are instantiated beside the plain ones, not beside kMods: check_features).
+enum class Feature : unsigned { kSoftcap = 1, kAlibi = 2, kSinks = 4, kBias = 8, kDropout = 16 };
+constexpr int kAllFeatureBits = 31;
 const char* feature_name(Feature f);
 unsigned feature_bits(const ScoreMods& mods);
+// The modifiers' bits and kDropout when the call drops out.
+unsigned feature_bits(const AttnFwdParams& params);
 
 using RunFwd = int (*)(const AttnFwdParams&, void*);
 using RunBwd = int (*)(const AttnBwdParams&, void*);
@@ -83,6 +87,10 @@ struct FamilyCaps {
   // The backward's layouts (make_families sets them for every family; the sm90 family's backward
   // is dense only while its forward also takes varlen).
   std::vector<Layout> bwd_layouts;
+  // The features its decode path (Layout::kDecode) takes: a subset of fwd_features, as the decode
+  // kernel has its own instantiations (the sm80 family's: plain and kModsBias, the bias alone).
+  // Empty: the decode path serves unmodified calls only.
+  std::vector<Feature> decode_features;
 
   const std::vector<Layout>& layouts_of(Direction d) const { return d == Direction::kForward ? layouts : bwd_layouts; }
 

@@ -41,7 +41,7 @@ void check_head_dim(const char* name, int d) {
 // (the device's own limits are judged when launch.cpp picks the family).
 void check_served(const AttnFwdParams& p, Direction direction) {
   const Problem problem{0, 0, p.dtype, p.head_dim_qk, p.head_dim_v, mask_kind(p.mask), layout_of(p), direction,
-                        false, feature_bits(p.mods)};
+                        false, feature_bits(p)};
   if (select_family(problem) == nullptr) fail(refusal(problem));
 }
 
@@ -114,7 +114,11 @@ void check_mods(const AttnFwdParams& p) {
   if (m.bias != nullptr) {
     // The kernels read 16-bit elements at any (b, h, i, j) < (B, Hq, Sq, Sk): dense layout only.
     if (p.cu_seqlens_q != nullptr) fail("attn_mask: not served with cu_seqlens (varlen); dense calls only");
-    if (p.num_splits >= 1) fail("attn_mask: not served by the decode path");
+    // The decode path takes it on dense decode-sized calls (decode_kernel_sm80.cuh's kModsBias);
+    // a KV-cache call's keys are the cache's rows (paged or per-sequence lengths), which no bias
+    // layout of ours names: refused.
+    if (p.num_splits >= 1 && (p.block_table != nullptr || p.seqused_k != nullptr))
+      fail("attn_mask: not served with a KV cache (the decode path takes it on dense calls)");
     // The kernels load two adjacent keys at once (score_mod.cuh's add_bias): 4-byte pairs.
     if (reinterpret_cast<uintptr_t>(m.bias) % 4 != 0) fail("attn_mask: data pointer must be 4-byte aligned");
     if (m.bias_batch_stride < 0 || m.bias_head_stride < 0 || m.bias_row_stride < 0 ||
@@ -127,6 +131,16 @@ void check_mods(const AttnFwdParams& p) {
     // The softcap's backward recovers tanh from P (score_mod.cuh), which would need the bias read
     // again per score: +184 bytes of spill stores in the sm90 d128 kMods backward (ptxas -v).
     if (m.softcap > 0.f) fail("softcap with attn_mask: not served yet (the backward's tanh recovery)");
+  }
+  if (m.bias_cells != nullptr) {
+    if (m.bias == nullptr) fail("bias_cells: given without attn_mask");
+    // A tile reads its kBlockN / 16 cells of a row as 4-byte words (common/bias_cells.cuh); rows
+    // padded to 16 cells keep every block's words inside the row.
+    if (reinterpret_cast<uintptr_t>(m.bias_cells) % 16 != 0) fail("bias_cells: data pointer must be 16-byte aligned");
+    if (m.bias_cells_batch_stride < 0 || m.bias_cells_head_stride < 0 || m.bias_cells_row_stride < 0 ||
+        (m.bias_cells_batch_stride | m.bias_cells_head_stride | m.bias_cells_row_stride) % 16 != 0)
+      fail("bias_cells strides (batch=" + str(m.bias_cells_batch_stride) + ", head=" + str(m.bias_cells_head_stride) +
+           ", row=" + str(m.bias_cells_row_stride) + "): must be multiples of 16 and >= 0 (0 broadcasts)");
   }
 }
 

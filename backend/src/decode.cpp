@@ -34,7 +34,7 @@ void decode_workspace(const DecodeShape& shape, int splits, int64_t* o_accum_byt
 }
 
 DecodePlan decode_plan(int device, DType dtype, const DecodeShape& shape, MaskKind mask, bool kv_cache,
-                       int forced_splits) {
+                       int forced_splits, unsigned features) {
   DecodePlan plan;
   if (forced_splits < 0 || forced_splits > kMaxSplits)
     throw std::invalid_argument("num_splits=" + std::to_string(forced_splits) + ": needs 0 (heuristic) to " +
@@ -48,7 +48,8 @@ DecodePlan decode_plan(int device, DType dtype, const DecodeShape& shape, MaskKi
     plan.reasons = "empty or malformed shape";
     return plan;
   }
-  const Selection s = select(device, dtype, shape.head_dim_qk, shape.head_dim_v, mask, Layout::kDecode, Direction::kForward);
+  const Selection s = select(device, dtype, shape.head_dim_qk, shape.head_dim_v, mask, Layout::kDecode, Direction::kForward,
+                             false, features);
   if (s.family == nullptr) {
     plan.reasons = s.reasons;
     return plan;

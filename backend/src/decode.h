@@ -40,8 +40,9 @@ void decode_workspace(const DecodeShape& shape, int splits, int64_t* o_accum_byt
 
 // The plan for one call on `device`. kv_cache: a flashsdpa.attention_with_kvcache call (always the
 // decode kernel: it reads paged caches and cache lengths); else a dense call, which takes it only
-// for seqlen_q <= kDecodeMaxSeqlenQ. forced_splits: 0 = heuristic, else 1..kMaxSplits.
+// for seqlen_q <= kDecodeMaxSeqlenQ. forced_splits: 0 = heuristic, else 1..kMaxSplits. features:
+// the call's Feature bits (a masked call's kBias), checked against the family's decode_features.
 DecodePlan decode_plan(int device, DType dtype, const DecodeShape& shape, MaskKind mask, bool kv_cache,
-                       int forced_splits);
+                       int forced_splits, unsigned features = 0);
 
 }  // namespace flashsdpa

@@ -143,11 +143,11 @@ Problem problem_of(const DeviceInfo& info, const AttnFwdParams& params, Directio
   // The score modifiers are part of the problem: a family that does not list one (sm90 today)
   // fails check_features, so first_taker hands the call to the next row (sm80).
   return problem_on(info, params.dtype, params.head_dim_qk, params.head_dim_v, mask_kind(params.mask),
-                    layout_of(params), direction, false, feature_bits(params.mods));
+                    layout_of(params), direction, false, feature_bits(params));
 }
 Problem problem_of(const DeviceInfo& info, const AttnBwdParams& params, Direction direction) {
   return problem_on(info, params.dtype, params.head_dim_qk, params.head_dim_v, mask_kind(params.mask),
-                    layout_of(params), direction, params.deterministic, feature_bits(params.mods));
+                    layout_of(params), direction, params.deterministic, feature_bits(params));
 }
 
 // What the params take from the family: its head-dim bucket and, for a backward, its tile and the
@@ -164,7 +164,7 @@ void use_family(AttnBwdParams& params, const FamilyCaps& family) {
   params.dq_accum_batch_stride = params.delta_batch_stride * bucket;
   // A family that adds every dQ tile (the portable one) needs the whole accumulator zeroed, also
   // when it takes a call the sm90 family declined after api.cpp set this for it.
-  params.dq_first_store = family.dq_first_store && params.dq_semaphore != nullptr;
+  params.dq_first_store = family.dq_first_store && params.dq_semaphore != nullptr && params.mods.bias_cells == nullptr;
 }
 
 template <typename Params>

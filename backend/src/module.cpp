@@ -82,9 +82,12 @@ Strides strides_item(PyObject* tuple, Py_ssize_t i, const char* name) {
 //               arguments (decode_plan reports num_splits and the workspace bytes; pointers 0 =
 //               none; seqused_k_add: the rows a KV-cache call appends, added to seqused_k[b])
 //   mods     = (softcap, alibi_slopes, alibi_batch_stride, sinks[, bias, bias_batch_stride,
-//               bias_head_stride, bias_row_stride])   issue 14's score modifiers
+//               bias_head_stride, bias_row_stride[, bias_cells, cells_batch_stride,
+//               cells_head_stride, cells_row_stride]])   issue 14's score modifiers
 //              (float32 device pointers, 0 = none): absent on the plain path, which builds no
 //              tuple for them
+//   dropout  = (p, seed, offset, seed_ptr, offset_ptr, rng_state)   p in (0, 1); seed / offset uint64
+//              values, the pointers device uint64 addresses (0 = none; params.h's DropoutSpec)
 // Items are converted in this order, so the first bad one is the one reported.
 FwdSpec fwd_spec(py::handle obj) {
   PyObject* spec = tuple_arg(obj, 8, "spec");
@@ -138,7 +141,7 @@ FwdSpec fwd_spec(py::handle obj) {
     }
   }
   if (PyTuple_GET_SIZE(spec) > 9 && PyTuple_GET_ITEM(spec, 9) != Py_None) {
-    PyObject* mods = tuple_arg(PyTuple_GET_ITEM(spec, 9), 4, "spec.mods");  // 8 with a bias
+    PyObject* mods = tuple_arg(PyTuple_GET_ITEM(spec, 9), 4, "spec.mods");  // 8 with a bias, 12 with its cells
     const double softcap = PyFloat_AsDouble(PyTuple_GET_ITEM(mods, 0));
     if (softcap == -1.0 && PyErr_Occurred()) {
       PyErr_Clear();
@@ -152,7 +155,35 @@ FwdSpec fwd_spec(py::handle obj) {
       s.mods.bias_batch_stride = int_item(mods, 5, "bias_batch_stride");
       s.mods.bias_head_stride = int_item(mods, 6, "bias_head_stride");
       s.mods.bias_row_stride = int_item(mods, 7, "bias_row_stride");
+      if (PyTuple_GET_SIZE(mods) > 8) {
+        tuple_arg(mods, 12, "spec.mods");
+        s.mods.bias_cells = static_cast<uintptr_t>(int_item(mods, 8, "bias_cells"));
+        s.mods.bias_cells_batch_stride = int_item(mods, 9, "bias_cells_batch_stride");
+        s.mods.bias_cells_head_stride = int_item(mods, 10, "bias_cells_head_stride");
+        s.mods.bias_cells_row_stride = int_item(mods, 11, "bias_cells_row_stride");
+      }
     }
+  }
+  if (PyTuple_GET_SIZE(spec) > 10 && PyTuple_GET_ITEM(spec, 10) != Py_None) {
+    PyObject* d = tuple_arg(PyTuple_GET_ITEM(spec, 10), 6, "spec.dropout");
+    const double p = PyFloat_AsDouble(PyTuple_GET_ITEM(d, 0));
+    if ((p == -1.0 && PyErr_Occurred()) || !(p >= 0.0 && p < 1.0)) {
+      PyErr_Clear();
+      bad_spec("dropout_p", PyTuple_GET_ITEM(d, 0), "a float in [0, 1)");
+    }
+    const char* names[] = {"dropout seed", "dropout offset"};
+    uint64_t values[2];
+    for (int i = 0; i < 2; ++i) {  // uint64: PyTorch's seeds use all 64 bits
+      values[i] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(d, 1 + i));
+      if (values[i] == static_cast<uint64_t>(-1) && PyErr_Occurred()) {
+        PyErr_Clear();
+        bad_spec(names[i], PyTuple_GET_ITEM(d, 1 + i), "an int in [0, 2**64)");
+      }
+    }
+    s.dropout = DropoutArg{static_cast<float>(p), values[0], values[1],
+                           static_cast<uintptr_t>(int_item(d, 3, "dropout seed_ptr")),
+                           static_cast<uintptr_t>(int_item(d, 4, "dropout offset_ptr")),
+                           static_cast<uintptr_t>(int_item(d, 5, "rng_state"))};
   }
   return s;
 }
@@ -292,7 +323,8 @@ py::tuple select_tuple(int device, int dtype, int head_dim_qk, int head_dim_v, i
 
 // The decode path's plan for one call: (family or None, num_splits, o_accum_bytes, lse_accum_bytes,
 // reasons or None). Shapes only: Python caches it per shape and allocates the workspace.
-py::tuple decode_plan_tuple(int device, int dtype, py::tuple sizes, int mask, bool kv_cache, int num_splits) {
+py::tuple decode_plan_tuple(int device, int dtype, py::tuple sizes, int mask, bool kv_cache, int num_splits,
+                            unsigned features) {
   if (dtype != 0 && dtype != 1) throw std::invalid_argument("dtype=" + std::to_string(dtype) + ": must be 0 or 1");
   if (mask < 0 || mask > 3) throw std::invalid_argument("mask=" + std::to_string(mask) + ": must be 0..3");
   PyObject* t = tuple_arg(sizes, 7, "sizes");
@@ -300,7 +332,7 @@ py::tuple decode_plan_tuple(int device, int dtype, py::tuple sizes, int mask, bo
                           int32_item(t, 3, "seqlen_q"), int32_item(t, 4, "seqlen_k"),    int32_item(t, 5, "head_dim_qk"),
                           int32_item(t, 6, "head_dim_v")};
   const DecodePlan plan =
-      decode_plan(device, static_cast<DType>(dtype), shape, static_cast<MaskKind>(mask), kv_cache, num_splits);
+      decode_plan(device, static_cast<DType>(dtype), shape, static_cast<MaskKind>(mask), kv_cache, num_splits, features);
   if (plan.family == nullptr) return py::make_tuple(py::none(), 0, 0, 0, plan.reasons);
   return py::make_tuple(plan.family->name, plan.num_splits, plan.o_accum_bytes, plan.lse_accum_bytes, py::none());
 }
@@ -340,10 +372,11 @@ PYBIND11_MODULE(_C, m) {
         "varlen: the layout, 0 (False) dense, 1 (True) varlen, 2 decode; backward: 0 / 1, 2 deterministic;\n"
         "features: bits 1 softcap, 2 alibi, 4 sinks, 8 bias (attn_mask).");
   m.def("decode_plan", &decode_plan_tuple, py::arg("device_index"), py::arg("dtype"), py::arg("sizes"), py::arg("mask"),
-        py::arg("kv_cache"), py::arg("num_splits"),
+        py::arg("kv_cache"), py::arg("num_splits"), py::arg("features") = 0u,
         "(family or None, num_splits, o_accum_bytes, lse_accum_bytes, reasons or None) of the decode path.\n"
         "sizes = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v); kv_cache: a KV-cache call\n"
-        "(always the decode kernel), else dense (seqlen_q <= 16 only); num_splits: 0 = heuristic, 1..128 forced.");
+        "(always the decode kernel), else dense (seqlen_q <= 16 only); num_splits: 0 = heuristic, 1..128 forced;\n"
+        "features: as select's (8: a masked call's bias; the family's decode_features).");
   m.attr("MAX_SPLITS") = kMaxSplits;
   m.attr("DECODE_MAX_SEQLEN_Q") = kDecodeMaxSeqlenQ;
   // The C++ routers' entry points (router_table.h): the table's address, handed by Python to the

@@ -4,8 +4,9 @@
 //   ALiBi     s -= slope[b, h] * |i + Sk - Sq - j|             a pass per key block
 //   sinks     exp(sink[h]) joins each row's denominator        the forward's epilogue, the backward's postprocess
 //   bias      s += bias[b, h, i, j] (attn_mask)                 a 16-bit load per score; its gradient dS stored
-// The kernels' kMods instantiation serves any of them (each a uniform runtime branch inside it);
-// the plain instantiation has none of their code.
+// Three instantiations of every kernel (ModsKind, chosen on the host by mods_kind() alone): the
+// plain one has none of their code; kModsScore serves softcap, ALiBi and sinks, kModsBias the bias
+// with ALiBi and sinks (each a uniform runtime branch inside it; the host refuses softcap with a bias).
 // in that order, before the mask (mask.cuh sets -inf / 0 after). The online softmax stays in
 // softmax.cuh: the forward hands it raw scores and a scale_log2, as before, only both now come
 // from here. docs/kernel_notes_features.md has the derivation and the costs.
@@ -24,6 +25,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/bias_cells.cuh"
 #include "common/seqlen.cuh"
 #include "flashsdpa/params.h"
 
@@ -162,15 +164,52 @@ __device__ __forceinline__ int64_t bias_plane(int batch, int head, int64_t batch
   return static_cast<int64_t>(batch) * batch_stride + static_cast<int64_t>(head) * head_stride;
 }
 
+// s0 += factor * at[0], and s1 += factor * at[1] when pair (the second key is < seqlen_k): one query
+// row's two adjacent keys, one 4-byte load (the host keeps the bias's strides even and its pointer
+// 4-byte aligned, checks.cpp; the key is even); a pair that ends at seqlen_k reads its first
+// element alone. Half the loads and half the registers of 16-bit loads (those made the sm90 d64
+// forward spill 154 bytes). The one load policy of the query-row tiles: add_bias and the decode
+// kernel's GQA-packed rows (add_bias_packed).
+__device__ __forceinline__ void add_bias_pair(float& s0, float& s1, const uint16_t* at, bool pair, DType dtype,
+                                              float factor) {
+  if (pair) {
+    const uint32_t bits = __ldg(reinterpret_cast<const unsigned int*>(at));
+    s0 = fmaf(bias_to_float(static_cast<uint16_t>(bits), dtype), factor, s0);
+    s1 = fmaf(bias_to_float(static_cast<uint16_t>(bits >> 16), dtype), factor, s1);
+  } else {
+    s0 = fmaf(bias_to_float(__ldg(at), dtype), factor, s0);
+  }
+}
+
 // s += factor * bias[b, h, query, key] over a score tile (ScoreTile's layouts), factor converting
 // natural units into the kernel's raw ones. Elements with query >= seqlen_q or key >= seqlen_k get
 // nothing and read nothing (the bias has only Sq x Sk elements per plane; the portable backward's
 // zero-filled rows must keep x = 0 there, as add_alibi's). -inf (a masked key) stays -inf
 // (+inf with the backward's signed negative scale, whose scale_log2 < 0 then makes it -inf again).
+// need (bias_cells.cuh, the tile's summary): kPlain adds nothing and loads nothing; kSkip sets the
+// elements in range to what a -inf bias gives (-inf x factor) without loading it.
 template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT>
 __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMods& m, DType dtype, int batch,
-                                         int head, int row0, int col0, int seqlen_q, int seqlen_k, float factor) {
+                                         int head, int row0, int col0, int seqlen_q, int seqlen_k, float factor,
+                                         TileNeed need = TileNeed::kBias) {
   using Tile = ScoreTile<kLayout>;
+  if (need == TileNeed::kPlain) return;
+  if (need == TileNeed::kSkip) {
+    const float hidden = factor < 0.f ? INFINITY : -INFINITY;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int row = row0 + mt * 16 + h * 8;
+            if (Tile::query(row, col0, nt * 8 + e) < seqlen_q && Tile::key(row, col0, nt * 8 + e) < seqlen_k)
+              s[mt][nt][2 * h + e] = hidden;
+          }
+    return;
+  }
   const uint16_t* base =
       static_cast<const uint16_t*>(m.bias) + bias_plane(batch, head, m.bias_batch_stride, m.bias_head_stride);
 #pragma unroll
@@ -181,21 +220,11 @@ __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMod
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
         if constexpr (!Tile::kKeyRows) {
-          // Query rows: elements e = 0, 1 are adjacent keys of one row, one 4-byte load (the host
-          // keeps the bias's strides even and its pointer 4-byte aligned, checks.cpp; col0 is
-          // even); a pair that ends at seqlen_k reads its first element alone. Half the loads and
-          // half the registers of 16-bit loads (those made the sm90 d64 forward spill 154 bytes).
+          // Query rows: elements e = 0, 1 are adjacent keys of one row (add_bias_pair).
           const int k = col0 + nt * 8;
           if (row < seqlen_q && k < seqlen_k) {
-            const uint16_t* at = base + static_cast<int64_t>(row) * m.bias_row_stride + k;
-            if (k + 1 < seqlen_k) {
-              const uint32_t pair = __ldg(reinterpret_cast<const unsigned int*>(at));
-              s[mt][nt][2 * h] = fmaf(bias_to_float(static_cast<uint16_t>(pair), dtype), factor, s[mt][nt][2 * h]);
-              s[mt][nt][2 * h + 1] =
-                  fmaf(bias_to_float(static_cast<uint16_t>(pair >> 16), dtype), factor, s[mt][nt][2 * h + 1]);
-            } else {
-              s[mt][nt][2 * h] = fmaf(bias_to_float(__ldg(at), dtype), factor, s[mt][nt][2 * h]);
-            }
+            add_bias_pair(s[mt][nt][2 * h], s[mt][nt][2 * h + 1],
+                          base + static_cast<int64_t>(row) * m.bias_row_stride + k, k + 1 < seqlen_k, dtype, factor);
           }
         } else {
 #pragma unroll
@@ -211,41 +240,80 @@ __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMod
     }
 }
 
+// The decode kernel's GQA-packed m16 tile (decode_kernel_sm80.cuh): a thread's fragment rows g and
+// g + 8 are packed rows whose (query head, query row) differ row by row, so the caller resolves each
+// to its bias row once per tile (rows[h] = the row's element 0, nullptr for a padding row past the
+// packed rows: nothing added, nothing read) and the key loop adds factor * rows[h][key] for keys
+// col0 + nt * 8 + e < seqlen_k, with add_bias's pair loads.
+template <int kNT>
+__device__ __forceinline__ void add_bias_packed(float (&s)[1][kNT][4], const uint16_t* const (&rows)[2], DType dtype,
+                                                int col0, int seqlen_k, float factor) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (rows[h] == nullptr) continue;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int k = col0 + nt * 8;
+      if (k < seqlen_k) add_bias_pair(s[0][nt][2 * h], s[0][nt][2 * h + 1], rows[h] + k, k + 1 < seqlen_k, dtype, factor);
+    }
+  }
+}
+
+// ---- which instantiation ------------------------------------------------------------------------
+// The kernels' template argument (it replaced a bool kMods: true is now kModsScore or kModsBias;
+// the traits keep `kMods` as "any modifier"). As runtime branches in the plain kernel the modifiers cost the plain d32 / d64 /
+// d96 forwards new spills (ptxas -v, sm_90: d64 from 0 to 80 bytes), because a branch keeps its
+// operands live through the mainloop; for the same reason the bias, whose loads made the one
+// modifier kernel spill (sm90 fwd d64 0 -> 82 bytes of stores, bwd d128 0 -> 24), has a kernel of
+// its own, so softcap / ALiBi / sinks calls run the pre-bias kModsScore code
+// (docs/kernel_notes_features.md, "The bias in its own instantiation").
+enum ModsKind : int {
+  kModsNone = 0,   // no modifier: the plain kernel
+  kModsScore = 1,  // softcap, ALiBi, sinks (no bias)
+  kModsBias = 2,   // the additive bias (attn_mask), with ALiBi and sinks alongside; never softcap
+};
+
+// The one place that picks the instantiation of a call (both directions; the backward's main kernel
+// sums the rows the sinks' gradient is finished from, so sinks alone need a modifier kernel too).
+FLASHSDPA_HOST_DEVICE ModsKind mods_kind(const ScoreMods& m) {
+  return m.bias != nullptr ? kModsBias : m.any() ? kModsScore : kModsNone;
+}
+
 // ---- forward ------------------------------------------------------------------------------------
-// kMods: the kernel instantiation for calls with any modifier (each a runtime branch inside it).
-// The plain instantiation (kMods = false) has none of their code: as runtime branches in one
-// kernel they cost the plain d32 / d64 / d96 forwards new spills (ptxas -v, sm_90: d64 from 0 to
-// 80 bytes), because a branch keeps its operands live through the mainloop.
-// Stateless otherwise: every value is read from the params (constant bank) where it is used.
-template <bool kMods>
+// Stateless: every value is read from the params (constant bank) where it is used. Softcap's code
+// is in kModsScore only, the bias's in kModsBias only.
+template <ModsKind kMods>
 struct ScoreModFwd {
+  static constexpr bool kSoftcap = kMods == kModsScore;
   // The natural-log value of one raw score unit (the LSE is max * scale + ln(sum)) and that times
   // log2(e) (> 0: OnlineSoftmax's multiplier). Without softcap the kernel negates q for a negative
   // scale and loads zeros for a zero one; then any positive scale_log2 keeps exp2(-inf) = 0 for
   // masked keys, and 1 makes a raw unit ln 2 (which matters only with ALiBi: without it a
   // zero-scale row max is exactly 0).
   __device__ __forceinline__ static float scale(const AttnFwdParams& p) {
-    if (kMods && p.mods.softcap > 0.f) return p.mods.softcap;
+    if (kSoftcap && p.mods.softcap > 0.f) return p.mods.softcap;
     return p.scale == 0.f ? ScoreModConst::kLn2 : fabsf(p.scale);
   }
   __device__ __forceinline__ static float scale_log2(const AttnFwdParams& p) {
-    if (kMods && p.mods.softcap > 0.f) return p.mods.softcap_log2;
+    if (kSoftcap && p.mods.softcap > 0.f) return p.mods.softcap_log2;
     return p.scale == 0.f ? 1.f : fabsf(p.scale_log2);
   }
 
   // The raw q.k scores of one key block -> the softmax's raw scores, before the mask. row0 / col0:
   // as BlockMask::apply's. The branches are uniform (params), one compare each per key block.
+  // need: the tile's (bias_cells.cuh), read by the kModsBias kernels only.
   template <int kMT, int kNT>
   __device__ __forceinline__ static void apply(const AttnFwdParams& p, const SeqlenInfo& seq, int batch, int head,
-                                               float (&s)[kMT][kNT][4], int row0, int col0) {
-    if constexpr (kMods) {
-      if (p.mods.softcap > 0.f) softcap_tanh(s, fabsf(p.mods.softcap_tanh_scale));
+                                               float (&s)[kMT][kNT][4], int row0, int col0,
+                                               TileNeed need = TileNeed::kBias) {
+    if constexpr (kMods != kModsNone) {
+      if (kSoftcap && p.mods.softcap > 0.f) softcap_tanh(s, fabsf(p.mods.softcap_tanh_scale));
       if (p.mods.alibi_slopes != nullptr) {
         const float per_key = -alibi_slope(p.mods, batch, head) / scale(p);
         add_alibi(s, row0, col0, static_cast<float>(seq.seqlen_k - seq.seqlen_q), per_key, seq.seqlen_q);
       }
-      if (p.mods.bias != nullptr) {
-        add_bias(s, p.mods, p.dtype, batch, head, row0, col0, seq.seqlen_q, seq.seqlen_k, 1.f / scale(p));
+      if constexpr (kMods == kModsBias) {  // mods_kind: the bias is set
+        add_bias(s, p.mods, p.dtype, batch, head, row0, col0, seq.seqlen_q, seq.seqlen_k, 1.f / scale(p), need);
       }
     }
   }
@@ -255,10 +323,6 @@ struct ScoreModFwd {
     return p.mods.sinks == nullptr ? -INFINITY : p.mods.sinks[head];
   }
 };
-
-// Whether a call needs the kMods instantiation (both directions; the backward's main kernel sums
-// the rows the sinks' gradient is finished from, so sinks alone need it too).
-FLASHSDPA_HOST_DEVICE bool needs_mods_kernel(const ScoreMods& m) { return m.any(); }
 
 // ---- backward -----------------------------------------------------------------------------------
 // P = exp2(x * scale_log2 - lse * log2(e)) with x = q.k (scale signed: the backward does not negate
@@ -272,15 +336,17 @@ FLASHSDPA_HOST_DEVICE bool needs_mods_kernel(const ScoreMods& m) { return m.any(
 // sm_90). exp2 and log2 are accurate to ~2^-17 relative (exp2_fma) or better, so t is off by
 // < 1e-5 / softcap; t is clamped to [-1, 1], which also maps P = 0 (masked, or a row with LSE +inf,
 // where dS is 0 anyway) to 1 - t^2 = 0 instead of NaN.
-// kMods as the forward's. A zero scale without softcap (scale_log2 = 0) cannot carry ALiBi in
-// these units: the host refuses that combination (checks.cpp).
+// kMods as the forward's (softcap in kModsScore only, the bias and its gradient in kModsBias only).
+// A zero scale without softcap (scale_log2 = 0) cannot carry ALiBi in these units: the host refuses that combination (checks.cpp).
 // Both layouts (ScoreTile): the portable backward's S (query rows, per-row LSE) and the sm90
 // backward's S^T (key rows: its wgmma M is the key block; per-column LSE), selected by the hooks'
 // kLayout argument; the arithmetic of each modifier is the same code for both.
-template <bool kMods>
+template <ModsKind kMods>
 struct ScoreModBwd {
+  static constexpr bool kSoftcap = kMods == kModsScore;
+  static constexpr bool kBias = kMods == kModsBias;
   __device__ __forceinline__ static float scale_log2(const AttnBwdParams& p) {
-    if (kMods && p.mods.softcap > 0.f) return p.mods.softcap_log2;
+    if (kSoftcap && p.mods.softcap > 0.f) return p.mods.softcap_log2;
     return p.scale_log2;  // the plain kernel: a constant-bank operand of the probabilities' FFMA, as before
   }
 
@@ -303,7 +369,7 @@ struct ScoreModBwd {
   template <int kA, typename Head>
   __device__ __forceinline__ static void bias_grad_t(const AttnBwdParams& p, const SeqlenInfo& seq, int batch,
                                                      const Head& head, const uint32_t (&ds16)[kA][4], int key0, int q0) {
-    if constexpr (kMods) {
+    if constexpr (kBias) {
       if (p.d_bias == nullptr) return;
       uint16_t* out = static_cast<uint16_t*>(p.d_bias) +
                       bias_plane(batch, lazy(head), p.d_bias_batch_stride, p.d_bias_head_stride);
@@ -327,16 +393,17 @@ struct ScoreModBwd {
   template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT, typename Head, typename Row0,
             typename Col0>
   __device__ __forceinline__ static void apply(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, const Head& head,
-                                               float (&s)[kMT][kNT][4], Row0&& row0, Col0&& col0) {
-    if constexpr (kMods) {
-      if (p.mods.softcap > 0.f) softcap_tanh(s, p.mods.softcap_tanh_scale);
+                                               float (&s)[kMT][kNT][4], Row0&& row0, Col0&& col0,
+                                               TileNeed need = TileNeed::kBias) {
+    if constexpr (kMods != kModsNone) {
+      if (kSoftcap && p.mods.softcap > 0.f) softcap_tanh(s, p.mods.softcap_tanh_scale);
       if (p.mods.alibi_slopes != nullptr) {
         add_alibi<kLayout>(s, row0(), col0(), static_cast<float>(seq.seqlen_k - seq.seqlen_q),
                            alibi_per_key(p, batch, lazy(head)), seq.seqlen_q);
       }
-      if (p.mods.bias != nullptr) {
+      if constexpr (kBias) {
         add_bias<kLayout>(s, p.mods, p.dtype, batch, lazy(head), row0(), col0(), seq.seqlen_q, seq.seqlen_k,
-                          bias_per_unit(p));
+                          bias_per_unit(p), need);
       }
     }
   }
@@ -354,7 +421,7 @@ struct ScoreModBwd {
   __device__ __forceinline__ static void row_sums(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, const Head& head,
                                                   const float (&prob)[kMT][kNT][4], const float (&dp)[kMT][kNT][4],
                                                   Row0&& row0, Col0&& col0) {
-    if constexpr (kMods) {
+    if constexpr (kMods != kModsNone) {
       using Tile = ScoreTile<kLayout>;
       if (p.row_pdp == nullptr) return;
       const bool slopes = p.d_alibi_slopes != nullptr;  // uniform
@@ -439,10 +506,10 @@ struct ScoreModBwd {
   __device__ __forceinline__ static void grads(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, const Head& head,
                                                float (&ds)[kMT][kNT][4], const float (&prob)[kMT][kNT][4],
                                                const Lse2& lse2, Row0&& row0, Col0&& col0) {
-    if constexpr (kMods) {
+    if constexpr (kMods != kModsNone) {
       using Tile = ScoreTile<kLayout>;
       const float diag = static_cast<float>(seq.seqlen_k - seq.seqlen_q);
-      if (!Tile::kKeyRows && p.d_bias != nullptr) {
+      if (kBias && !Tile::kKeyRows && p.d_bias != nullptr) {
         // The bias is added after the ALiBi term, so its gradient is dS itself (the host refuses
         // softcap with a bias). Each (query, key) of a (b, h) plane is one element of one tile:
         // plain stores. The sm90 backward stores it from its 16-bit dS^T instead (bias_grad_t).
@@ -482,7 +549,7 @@ struct ScoreModBwd {
         if ((threadIdx.x & 31) == 0)
           atomicAdd(p.d_alibi_slopes + static_cast<int64_t>(batch) * p.mods.alibi_batch_stride + lazy(head), -acc);
       }
-      if (p.mods.softcap > 0.f) {
+      if (kSoftcap && p.mods.softcap > 0.f) {
         const float inv_scale_log2 = 1.f / p.mods.softcap_log2;
         const float per_key = alibi_per_key(p, batch, lazy(head));
         const int r0 = row0(), c0 = col0();

@@ -15,6 +15,7 @@
 
 #include "common/ptx.cuh"
 #include "common/bwd_prepost.cuh"
+#include "common/dropout.cuh"
 #include "common/mask.cuh"
 #include "common/score_mod.cuh"
 #include "common/seqlen.cuh"
@@ -278,7 +279,7 @@ __host__ __device__ __forceinline__ SingleTileScheduler bwd_scheduler_sm80(const
                              triangular ? TileOrder::kBlockMajor : TileOrder::kHeadMajor};
 }
 
-template <typename T, bool kMods>
+template <typename T, ModsKind kMods, bool kDropout>
 __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile& tile, unsigned char* smem) {
   using Mod = ScoreModBwd<kMods>;  // softcap, ALiBi (common/score_mod.cuh)
   using Elem = typename T::Elem;
@@ -305,8 +306,15 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
   // Query blocks [m_begin, m_end) see this key block; a window's others are never loaded. An empty
   // range (no row sees these keys) still writes dK = dV = 0 below.
   const BlockMask mask(seq, p.mask);
-  const int m_begin = mask.m_block_min<kBlockM, kBlockN>(n_block);
-  const int num_m = max(0, mask.m_block_max<kBlockM, kBlockN>(n_block) - m_begin);
+  int m_begin = mask.m_block_min<kBlockM, kBlockN>(n_block);
+  int m_last = mask.m_block_max<kBlockM, kBlockN>(n_block);
+  // The bias's summary: query blocks it hides from this key block for every head of the group, at
+  // either end, are never loaded (bias_cells.cuh); an emptied range writes dK = dV = 0 as above.
+  if constexpr (kMods == kModsBias) {
+    const int heads = p.heads_q / p.heads_kv;
+    narrow_queries<kBlockM, kBlockN>(p.mods, batch, kv_head * heads, heads, seq.seqlen_q, n_block, m_begin, m_last);
+  }
+  const int num_m = max(0, m_last - m_begin);
   const int group = p.heads_q / p.heads_kv;
   const int iters = group * num_m;  // (query head, query block) pairs, head-major
   const int keys_valid = seq.seqlen_k - n_block * kBlockN;
@@ -488,7 +496,10 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
     auto compute_p = [&](float (&s)[kMTS][kNTS][4]) {
       zero(s);
       warp_mma<Elem, TileQ, TileK, kMTS, kNTS, kHeadDim, false, false>(s, sQ, s_row0, sK, s_col0, lane);
-      Mod::apply(p, seq, batch, hq, s, mod_row0, mod_col0);
+      TileNeed need = TileNeed::kBias;
+      if constexpr (kMods == kModsBias)
+        need = BiasCells(p.mods, batch, hq, seq.seqlen_q).template need<kBlockM, kBlockN>(m, n_block);
+      Mod::apply(p, seq, batch, hq, s, mod_row0, mod_col0, need);
       if (mask.partial<kBlockM, kBlockN>(m, n_block)) {
         probs(s, std::true_type{});
       } else {
@@ -577,12 +588,30 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
     }
     Mod::row_sums(p, seq, batch, hq, s, dp, mod_row0, mod_col0);  // the sinks' and slopes' exact delta
     // dS = P * (dP - delta) in place of dP; masked elements have P = 0, so dS = 0 there.
+    if constexpr (kDropout) {
+      // The forward's O is (Z P / keep) V with Z the mask (common/dropout.cuh), so dP_ij is
+      // Z_ij (dO V^T)_ij / keep and delta (rowsum(dO O)) is unchanged: dS = P (Z dP / keep - delta).
+      // dV takes Z P here and its 1 / keep in the epilogue.
+      const DropoutRng rng(p.dropout, batch, hq, p.heads_q, lane);
+      const float rp_keep = p.dropout.rp_keep;
+      for_each_dropout_word<kMTS, kNTS>(
+          rng, m * kBlockM + static_cast<int>(s_row0), n_block * kBlockN + static_cast<int>(s_col0),
+          [&](int mt, int nt, uint32_t word) {
 #pragma unroll
-    for (int mt = 0; mt < kMTS; ++mt)
+            for (int e = 0; e < 4; ++e) {
+              const bool keep = rng.keep(word, e);
+              dp[mt][nt][e] = s[mt][nt][e] * ((keep ? dp[mt][nt][e] * rp_keep : 0.f) - dlt[mt][e / 2]);
+              s[mt][nt][e] = keep ? s[mt][nt][e] : 0.f;
+            }
+          });
+    } else {
 #pragma unroll
-      for (int nt = 0; nt < kNTS; ++nt)
+      for (int mt = 0; mt < kMTS; ++mt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dp[mt][nt][e] = s[mt][nt][e] * (dp[mt][nt][e] - dlt[mt][e / 2]);
+        for (int nt = 0; nt < kNTS; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dp[mt][nt][e] = s[mt][nt][e] * (dp[mt][nt][e] - dlt[mt][e / 2]);
+    }
     Mod::grads(p, seq, batch, hq, dp, s, lse2, mod_row0, mod_col0);  // ALiBi's slope gradient, softcap's factor
     store_frag<Elem, TileP>(smem + T::kOffP, s, s_row0, s_col0, lane, 1.f);
     store_frag<Elem, TileP>(smem + T::kOffdS, dp, s_row0, s_col0, lane, 1.f);
@@ -618,7 +647,7 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
   }
 #endif
   store_frag<Elem, TileK>(smem + T::kOffK, acc_dk, kv_row0, kv_col0, lane, p.scale);
-  store_frag<Elem, TileK>(smem + T::kOffV, acc_dv, kv_row0, kv_col0, lane, 1.f);
+  store_frag<Elem, TileK>(smem + T::kOffV, acc_dv, kv_row0, kv_col0, lane, kDropout ? p.dropout.rp_keep : 1.f);
   __syncthreads();
   Elem* dk = static_cast<Elem*>(p.dk) + batch_offset(p, batch, p.dk_batch_stride) +
              kv_head * p.dk_head_stride + key_row0 * p.dk_row_stride;
@@ -645,12 +674,15 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
 // of the GQA group and every query block that sees them streams through.
 // kMods: softcap (a tanh per score, its derivative recovered for dS) and ALiBi (score_mod.cuh), in
 // their own instantiation so that calls without them carry none of their code.
-template <typename T, bool kMods = false>
+// kDropout: dropout's mask re-created from the forward's rng state (common/dropout.cuh), its own
+// instantiation (without kMods).
+template <typename T, ModsKind kMods = kModsNone, bool kDropout = false>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flashsdpa_bwd_sm80_dkdv_kernel(const __grid_constant__ AttnBwdParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const SingleTileScheduler sched = bwd_scheduler_sm80<T>(p);
-  for (WorkTile tile = sched.initial_tile(); tile.valid(); tile = sched.next_tile(tile)) dkdv_tile<T, kMods>(p, tile, smem);
+  for (WorkTile tile = sched.initial_tile(); tile.valid(); tile = sched.next_tile(tile))
+    dkdv_tile<T, kMods, kDropout>(p, tile, smem);
 }
 
 }  // namespace bwd_sm80

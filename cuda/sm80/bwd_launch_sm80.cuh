@@ -58,17 +58,23 @@ constexpr int bwd_tile_choice(int major, int optin_bytes) {
   return -1;
 }
 
-template <typename T, bool kMods = false>
+template <typename T, ModsKind kMods = kModsNone, bool kDropout = false>
 cudaError_t launch_bwd_main(const AttnBwdParams& params, cudaStream_t stream, int major) {
-  if constexpr (!kMods) {
-    // Sinks too: the kMods kernel sums the rows their gradient is finished from (row_pdp).
-    if (needs_mods_kernel(params.mods)) return launch_bwd_main<T, true>(params, stream, major);
+  if constexpr (kMods == kModsNone && !kDropout) {
+    // Dropout: its own kernel (the host never pairs it with the score modifiers).
+    if (params.dropout.enabled()) return launch_bwd_main<T, kModsNone, true>(params, stream, major);
+    // Sinks too: the modifier kernels sum the rows their gradient is finished from (row_pdp).
+    switch (mods_kind(params.mods)) {
+      case kModsScore: return launch_bwd_main<T, kModsScore>(params, stream, major);
+      case kModsBias: return launch_bwd_main<T, kModsBias>(params, stream, major);
+      default: break;
+    }
   }
   const int64_t grid = bwd_scheduler_sm80<T>(params).grid_size();
   if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;
   // Runs even when no query row sees a key block: it must still write dK = dV = 0 there.
   if (grid == 0) return cudaSuccess;
-  auto kernel = flashsdpa_bwd_sm80_dkdv_kernel<T, kMods>;
+  auto kernel = flashsdpa_bwd_sm80_dkdv_kernel<T, kMods, kDropout>;
   const int smem_bytes = smem_bytes_on<T>(major);
   // Set on every call (about a microsecond): the attribute is per device, and a static
   // "done once" flag would be wrong on the second GPU of a multi-GPU process.

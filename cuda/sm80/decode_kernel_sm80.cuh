@@ -16,6 +16,7 @@
 //     loaded, so the loop is a copy loop and its depth decides the bandwidth.
 #pragma once
 
+#include "common/bias_cells.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
 #include "common/seqlen.cuh"
@@ -92,7 +93,28 @@ namespace decode_sm80 {
 using fwd_sm80::gemm_pv;
 using fwd_sm80::gemm_qk;
 
-template <typename Traits>
+// Whether any element of keys [n_block kBlockN, +kBlockN) of the tile's packed rows may be visible
+// under the bias (BiasCells: a cell is 64 queries x 16 keys, read as 64-key words, so a 32-key d256
+// block asks its enclosing 64 keys: a superset, never a wrong skip). The tile's heads are those of
+// packed rows row_begin .. + min(group, rows_here) - 1 (every head of the KV group once the tile
+// holds a whole group); its query rows first_q .. last_q (< 16 on the dense decode path: one cell row).
+template <int kBlockN>
+__device__ __forceinline__ bool bias_visible(const ScoreMods& m, int batch, int kv_head, int group, int row_begin,
+                                             int rows_here, int first_q, int last_q, int seqlen_q, int n_block) {
+  constexpr int kCellBlockN = kBlockN < 64 ? 64 : kBlockN;
+  const int cell_block = n_block * kBlockN / kCellBlockN;
+  const int heads = min(group, rows_here);
+  for (int i = 0; i < heads; ++i) {
+    const BiasCells cells(m, batch, kv_head * group + (row_begin + i) % group, seqlen_q);
+    for (int mb = first_q / BiasCells::kRows; mb <= last_q / BiasCells::kRows; ++mb)
+      if (cells.template visible<BiasCells::kRows, kCellBlockN>(mb, cell_block)) return true;
+  }
+  return false;
+}
+
+// kMods: kModsNone (the plain kernel, no bias code at all) or kModsBias (the additive bias alone:
+// the host sends no softcap / ALiBi / sinks call here, decode.cpp's plan and the routers).
+template <typename Traits, ModsKind kMods = kModsNone>
 __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkTile& tile, char* smem_ptr) {
   using Elem = typename Traits::Elem;
   constexpr int kBlockM = Traits::kBlockM;
@@ -113,8 +135,22 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
   // shares. Inside, [full_begin, full_end) need no element-wise mask.
   const BlockMask mask(seq, p.mask);
   const int first_q = row_begin / group, last_q = (row_begin + rows_here - 1) / group;
-  const BlockRange range = split_range(mask.template n_block_min_rows<kBlockN>(first_q),
-                                       mask.template n_block_max_rows<kBlockN>(last_q), tile.split, p.num_splits);
+  int n_min = mask.template n_block_min_rows<kBlockN>(first_q);
+  int n_max = mask.template n_block_max_rows<kBlockN>(last_q);
+  if constexpr (kMods == kModsBias) {
+    // Key blocks that every row of the tile hides at either end (key padding: the blocks past the
+    // sequence's kept length) are not split, loaded or computed: every split shares what is left,
+    // and a split left empty gives weight 0 in the combine (LSE -inf), as a causal call's do.
+    if (p.mods.bias_cells != nullptr) {
+      while (n_max > n_min && !bias_visible<kBlockN>(p.mods, tile.batch, kv_head, group, row_begin, rows_here, first_q,
+                                                     last_q, seq.seqlen_q, n_max - 1))
+        --n_max;
+      while (n_min < n_max && !bias_visible<kBlockN>(p.mods, tile.batch, kv_head, group, row_begin, rows_here, first_q,
+                                                     last_q, seq.seqlen_q, n_min))
+        ++n_min;
+    }
+  }
+  const BlockRange range = split_range(n_min, n_max, tile.split, p.num_splits);
   const int full_begin = mask.template full_begin_rows<kBlockN>(last_q);
   const int full_end = mask.template full_end_rows<kBlockN>(first_q);
 
@@ -219,6 +255,20 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
 
     // The query rows of this thread's two fragment rows (g and g + 8), for the mask.
     const int frag_rows[1][2] = {{(row_begin + (lane >> 2)) / group, (row_begin + (lane >> 2) + 8) / group}};
+    // The bias rows of those two packed rows: (head, query row) = (kv_head * group + packed % group,
+    // packed / group), as the epilogue maps them for its stores; nullptr past the packed rows.
+    const uint16_t* bias_rows[2] = {nullptr, nullptr};
+    if constexpr (kMods == kModsBias) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int packed = row_begin + (lane >> 2) + 8 * h;
+        if (packed < packed_rows)
+          bias_rows[h] = static_cast<const uint16_t*>(p.mods.bias) +
+                         bias_plane(tile.batch, kv_head * group + packed % group, p.mods.bias_batch_stride,
+                                    p.mods.bias_head_stride) +
+                         static_cast<int64_t>(packed / group) * p.mods.bias_row_stride;
+      }
+    }
 
     // Prologue: tiles begin .. begin + kStages - 2. One commit group per tile slot, empty or not,
     // so that "tile j landed" is always "at most kStages - 2 groups pending".
@@ -241,6 +291,12 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[0][j][e] = 0.f;
       gemm_qk<Traits>(s, q_lane, k_lane + stage_offset);
+      if constexpr (kMods == kModsBias) {
+        // Natural units -> raw ones, as the forward's ScoreModFwd::apply (1 / |scale|); before the
+        // mask, so a masked key stays -inf whatever its bias.
+        add_bias_packed(s, bias_rows, p.dtype, n * kBlockN + warp * Traits::kWarpKeys + 2 * (lane & 3), seq.seqlen_k,
+                        1.f / ScoreModFwd<kModsBias>::scale(p));
+      }
       if (n >= full_end || n < full_begin) {  // a ragged end, the causal diagonal, a window's edge
         mask.apply_rows(s, frag_rows, n * kBlockN + warp * Traits::kWarpKeys + 2 * (lane & 3), -INFINITY);
       }
@@ -252,7 +308,10 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
 
   // ---- epilogue: merge the warps' softmax results, store out / lse or the split's partials --------
   float lse[2];
-  softmax.finalize(o, fabsf(p.scale), lse);  // LSE in units of |scale| (q negated for a negative one)
+  // LSE in units of |scale| (q negated for a negative one); the bias kernel asks the forward's
+  // ScoreModFwd::scale, the unit its bias was converted with (|scale| on every call served:
+  // checks.cpp refuses scale 0 with a mask, where that function would say ln 2).
+  softmax.finalize(o, kMods == kModsBias ? ScoreModFwd<kModsBias>::scale(p) : fabsf(p.scale), lse);
   __syncthreads();                           // every warp is done with the K/V stages
   float* merge_o = reinterpret_cast<float*>(smem_ptr + Traits::kSmemQBytes);
   float* merge_lse = reinterpret_cast<float*>(smem_ptr + Traits::kSmemQBytes + Traits::kSmemMergeOBytes);
@@ -342,7 +401,7 @@ __host__ __device__ __forceinline__ SplitKvScheduler decode_scheduler_sm80(const
   return SplitKvScheduler{ceil_div(packed_rows, Traits::kBlockM), p.num_splits, p.heads_kv, p.batch};
 }
 
-template <typename Traits>
+template <typename Traits, ModsKind kMods = kModsNone>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashsdpa_decode_sm80_kernel(const __grid_constant__ AttnFwdParams params) {
   extern __shared__ __align__(128) char decode_smem[];
@@ -352,7 +411,7 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   grid_dependents_launch();
   const SplitKvScheduler sched = decode_scheduler_sm80<Traits>(params);
   for (WorkTile tile = sched.initial_tile(); tile.valid(); tile = sched.next_tile(tile)) {
-    decode_sm80::compute_tile<Traits>(params, tile, decode_smem);
+    decode_sm80::compute_tile<Traits, kMods>(params, tile, decode_smem);
   }
 }
 

@@ -24,19 +24,28 @@ template <typename Elem, int kHeadDim>
 using DecodeTraitsSm80For = DecodeTraitsSm80<Elem, kHeadDim, decode_tile_shape_sm80(kHeadDim).warps,
                                              decode_tile_shape_sm80(kHeadDim).stages>;
 
-template <typename Elem, int kHeadDim>
-cudaError_t run_decode_sm80_(const AttnFwdParams& params, cudaStream_t stream) {
+template <typename Elem, int kHeadDim, ModsKind kMods>
+cudaError_t run_decode_sm80_mods(const AttnFwdParams& params, cudaStream_t stream) {
   using Traits = DecodeTraitsSm80For<Elem, kHeadDim>;
-  auto* kernel = &flashsdpa_decode_sm80_kernel<Traits>;
+  auto* kernel = &flashsdpa_decode_sm80_kernel<Traits, kMods>;
   const int64_t grid = decode_scheduler_sm80<Traits>(params).grid_size();
   if (grid == 0) return cudaSuccess;
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
-  if (const cudaError_t err = opt_in_dynamic_smem<&flashsdpa_decode_sm80_kernel<Traits>>(Traits::kSmemBytes);
+  if (const cudaError_t err = opt_in_dynamic_smem<&flashsdpa_decode_sm80_kernel<Traits, kMods>>(Traits::kSmemBytes);
       err != cudaSuccess)
     return err;
   kernel<<<static_cast<unsigned>(grid), Traits::kNThreads, Traits::kSmemBytes, stream>>>(params);
   if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   return params.num_splits > 1 ? launch_split_combine<Elem>(params, stream) : cudaSuccess;
+}
+
+// The bias (a masked decode-sized call, issue 14) has a kernel of its own, as in the forward
+// (score_mod.cuh's ModsKind): the plain kernel keeps its SASS, and only the bias one pays for the
+// bias rows' registers. The host sends no other modifier here (decode.cpp, capabilities.cpp).
+template <typename Elem, int kHeadDim>
+cudaError_t run_decode_sm80_(const AttnFwdParams& params, cudaStream_t stream) {
+  return params.mods.bias != nullptr ? run_decode_sm80_mods<Elem, kHeadDim, kModsBias>(params, stream)
+                                     : run_decode_sm80_mods<Elem, kHeadDim, kModsNone>(params, stream);
 }
 
 }  // namespace flashsdpa

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "common/ptx.cuh"
+#include "common/dropout.cuh"
 #include "common/mask.cuh"
 #include "common/score_mod.cuh"
 #include "common/seqlen.cuh"
@@ -205,7 +206,7 @@ __device__ __forceinline__ void gemm_pv(float (&o)[Traits::kMTiles][Traits::kDTi
   }
 }
 
-template <typename Traits, bool kMods>
+template <typename Traits, ModsKind kMods, bool kDropout>
 __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkTile& tile,
                                              uint32_t smem) {
   using Elem = typename Traits::Elem;
@@ -223,8 +224,11 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
   // Key blocks [n_block_min, n_block_max) hold every key a row of this block sees; a window's
   // other blocks are never loaded. Inside, [full_begin, full_end) need no element-wise mask.
   const BlockMask mask(seq, p.mask);
-  const int n_block_min = mask.template n_block_min<kBlockM, kBlockN>(m_block);
-  const int n_block_max = mask.template n_block_max<kBlockM, kBlockN>(m_block);
+  int n_block_min = mask.template n_block_min<kBlockM, kBlockN>(m_block);
+  int n_block_max = mask.template n_block_max<kBlockM, kBlockN>(m_block);
+  // The bias's summary: key blocks it hides at either end are never loaded (bias_cells.cuh).
+  const BiasCells cells(p.mods, tile.batch, tile.head, seq.seqlen_q);
+  if constexpr (kMods == kModsBias) cells.template narrow_keys<kBlockM, kBlockN>(m_block, n_block_min, n_block_max);
   const int full_begin = mask.template full_begin<kBlockM, kBlockN>(m_block);
   const int full_end = mask.template full_end<kBlockM, kBlockN>(m_block);
 
@@ -273,6 +277,9 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
   // score modifiers (softcap, ALiBi, sinks) own the softmax's units: common/score_mod.cuh.
   using Mod = ScoreModFwd<kMods>;
   const float scale_log2 = Mod::scale_log2(p);
+  // Dropout (common/dropout.cuh): this lane's Philox stream for the (batch, head).
+  DropoutRng rng;
+  if constexpr (kDropout) rng = DropoutRng(p.dropout, tile.batch, tile.head, p.heads_q, lane);
 
   if (n_block_max > n_block_min) {
     const int q_chunks = p.scale == 0.f ? 0 : p.head_dim_qk / 8;
@@ -329,7 +336,10 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
       cp_async_commit();
 
       gemm_qk<Traits>(s, q_lane, k_lane);
-      Mod::apply(p, seq, tile.batch, tile.head, s, row_begin + warp_row0 + (lane >> 2), n_block * kBlockN + 2 * (lane & 3));
+      TileNeed need = TileNeed::kBias;
+      if constexpr (kMods == kModsBias) need = cells.template need<kBlockM, kBlockN>(m_block, n_block);
+      Mod::apply(p, seq, tile.batch, tile.head, s, row_begin + warp_row0 + (lane >> 2), n_block * kBlockN + 2 * (lane & 3),
+                 need);
       if constexpr (kMasked) {
         mask.apply(s, row_begin + warp_row0 + (lane >> 2), n_block * kBlockN + 2 * (lane & 3), -INFINITY);
       }
@@ -342,6 +352,8 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
       }
 
       softmax.update(s, o, scale_log2);
+      // Dropped P are zeroed after the row sums took them (the softmax is of the whole row).
+      if constexpr (kDropout) apply_dropout(rng, s, row_begin + warp_row0, n_block * kBlockN);
       gemm_pv<Traits>(o, s, v_lane);
     };
 
@@ -361,9 +373,17 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
 
   // ---- epilogue: normalize, stage O through shared memory (the Q tile's space), store -------------
   float lse[2 * kMTiles];
+  if constexpr (kDropout) {  // the kept P's 1 / (1 - p), once on O (FlashAttention-2's place)
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+      for (int d = 0; d < Traits::kDTiles; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[i][d][e] *= p.dropout.rp_keep;
+  }
   // The scores are of q (negated for a negative scale: see negate_own_chunks), so the LSE is in
   // units of |scale| (or of the softcap: Mod::scale).
-  if (kMods && p.mods.sinks != nullptr) {
+  if (kMods != kModsNone && p.mods.sinks != nullptr) {
     softmax.finalize_with_sink(o, Mod::scale(p), lse, Mod::sink(p, tile.head));
   } else {
     softmax.finalize(o, Mod::scale(p), lse);
@@ -431,14 +451,19 @@ __host__ __device__ __forceinline__ SingleTileScheduler fwd_scheduler_sm80(const
 
 // kMods: the score modifiers, softcap, ALiBi and sinks (score_mod.cuh), in their own
 // instantiation so that calls without them carry none of their code (docs/kernel_notes_features.md).
-template <typename Traits, bool kMods = false>
+// kDropout: dropout on P (common/dropout.cuh), its own instantiation too (without kMods): a
+// Philox of 7 rounds per 16 elements of P is ~14 IMAD.WIDE per 16 exp2, not a runtime branch.
+template <typename Traits, ModsKind kMods = kModsNone, bool kDropout = false>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     flashsdpa_fwd_sm80_kernel(const __grid_constant__ AttnFwdParams params) {
   // 128-byte alignment is what the XOR swizzle of swizzled() needs (the runtime gives more).
   extern __shared__ __align__(128) char fwd_smem[];
+  if constexpr (kDropout) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) write_rng_state(params.dropout);
+  }
   const SingleTileScheduler sched = fwd_scheduler_sm80<Traits>(params);
   for (WorkTile tile = sched.initial_tile(); tile.valid(); tile = sched.next_tile(tile)) {
-    fwd_sm80::compute_tile<Traits, kMods>(params, tile, smem_u32(fwd_smem));
+    fwd_sm80::compute_tile<Traits, kMods, kDropout>(params, tile, smem_u32(fwd_smem));
   }
 }
 

@@ -15,22 +15,28 @@
 
 namespace flashsdpa {
 
-// Launches the forward kernel of one traits configuration (with score modifiers: its kMods
-// instantiation).
-template <typename Traits, bool kMods = false>
+// Launches the forward kernel of one traits configuration (with score modifiers: the instantiation
+// score_mod.cuh's mods_kind picks; with dropout: its kDropout one, which the host never pairs with
+// modifiers).
+template <typename Traits, ModsKind kMods = kModsNone, bool kDropout = false>
 cudaError_t launch_fwd_sm80(const AttnFwdParams& params, cudaStream_t stream) {
-  if constexpr (!kMods) {
-    if (needs_mods_kernel(params.mods)) return launch_fwd_sm80<Traits, true>(params, stream);
+  if constexpr (kMods == kModsNone && !kDropout) {
+    if (params.dropout.enabled()) return launch_fwd_sm80<Traits, kModsNone, true>(params, stream);
+    switch (mods_kind(params.mods)) {
+      case kModsScore: return launch_fwd_sm80<Traits, kModsScore>(params, stream);
+      case kModsBias: return launch_fwd_sm80<Traits, kModsBias>(params, stream);
+      default: break;
+    }
   }
   constexpr int kSmemBytes = Traits::kSmemBytes;
-  auto* kernel = &flashsdpa_fwd_sm80_kernel<Traits, kMods>;
+  auto* kernel = &flashsdpa_fwd_sm80_kernel<Traits, kMods, kDropout>;
 
   // One CTA per (query block, head, batch), in the order of the kernel's scheduler.
   const int64_t grid = fwd_scheduler_sm80<Traits>(params).grid_size();
   if (grid == 0) return cudaSuccess;  // no query rows: nothing to write
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
 
-  if (const cudaError_t err = opt_in_dynamic_smem<&flashsdpa_fwd_sm80_kernel<Traits, kMods>>(kSmemBytes); err != cudaSuccess)
+  if (const cudaError_t err = opt_in_dynamic_smem<&flashsdpa_fwd_sm80_kernel<Traits, kMods, kDropout>>(kSmemBytes); err != cudaSuccess)
     return err;
 
   kernel<<<static_cast<unsigned>(grid), Traits::kNThreads, kSmemBytes, stream>>>(params);

@@ -29,7 +29,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/bias_cells.cuh"
 #include "common/bwd_prepost.cuh"
+#include "common/dropout.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
 #include "common/score_mod.cuh"
@@ -48,13 +50,21 @@ struct BwdSm90Args {
   CUtensorMap tma_v;   // box 64 columns x kBlockN rows
 };
 
-template <typename Elem_, int kHeadDim_, int kStages_ = 2, bool kMods_ = false>
+template <typename Elem_, int kHeadDim_, int kStages_ = 2, ModsKind kModsKind_ = kModsNone, bool kDropout_ = false>
 struct BwdTraitsSm90 {
   using Elem = Elem_;
-  // The score modifiers (softcap, ALiBi, sinks' and slopes' row sums: common/score_mod.cuh's
-  // ScoreModBwd on the transposed tile), in their own instantiation as in the other kernels, so
-  // the plain kernel's code is unchanged.
-  static constexpr bool kMods = kMods_;
+  // The score modifiers (softcap, ALiBi, sinks' and slopes' row sums; the bias and its gradient:
+  // common/score_mod.cuh's ScoreModBwd on the transposed tile), in their own instantiations as in
+  // the other kernels, so the plain kernel's code is unchanged.
+  static constexpr ModsKind kModsKind = kModsKind_;
+  static constexpr bool kMods = kModsKind != kModsNone;
+  // Dropout (common/dropout.cuh's transposed map), its own instantiation beside the plain one only
+  // (the host never pairs it with a modifier: capabilities.cpp's check_features).
+  static constexpr bool kDropout = kDropout_;
+  // Each lane computes one of the two Philox streams its transposed fragment needs and trades 4
+  // bytes per m16 tile with lane ^ 4 (dropout_bytes_t), instead of computing both.
+  static constexpr bool kDropoutShuffle = true;
+  static_assert(!(kDropout && kMods), "dropout: plain instantiation only");
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 64;   // query rows per step: one wgmma N of S^T, one 128-byte dS^T row
   static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
@@ -382,7 +392,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
                                         int kv_head, int batch, const SeqlenInfo& seq, const BlockMask& mask,
                                         const StepRange& range, int cwg) {
   using Elem = typename Traits::Elem;
-  using Mod = ScoreModBwd<Traits::kMods>;
+  using Mod = ScoreModBwd<Traits::kModsKind>;
   constexpr int kMTiles = Traits::kMTiles;
   constexpr int kDTiles = Traits::kDTiles;
   constexpr int kBlockM = Traits::kBlockM;
@@ -426,6 +436,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   constexpr uint64_t kSlot = Traits::kQBytes >> 4;
   constexpr uint64_t kDsBuf = Traits::kDsBytes >> 4;
   const float scale_log2 = Mod::scale_log2(p);  // p.scale_log2 but with softcap (its raw unit)
+  const int drop_k16 = n_block * kBlockN + cwg * 64 + warp * 16;  // the warp's first key (m16 slice of S^T)
 
   // Step i's dQ tile into staging buffer i % 2 in dq_accum's (permuted) row order, for the writer
   // warp. Rows: this thread's queries (the M dimension of the dQ product). Called after step i + 1's
@@ -479,6 +490,19 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       OpS::template ss<0>(dpt_acc, v_desc + off_v, do_kmaj0 + s * kSlot + off_do, kk > 0);
     }
     sm90::wgmma_commit();
+    // Dropout's bytes of the step (dropout.cuh's transposed map) while both GEMMs run: the Philox
+    // (4 per thread, ~150 instructions per warp) in the integer pipes beside the S^T GEMM (512
+    // tensor clocks at d128) instead of in the chain from the exponentials to the dV GEMM's issue,
+    // where it sat first (same SASS count, +7); 8 words held until the marking below: 0 spills at
+    // d64 and d128 (64 bytes at d128 while seed and offset were also held across the loop).
+    // Seed and offset are re-read every step (L1 hits; device reads under capture): held, ptxas
+    // spilled 12 bytes at d128 even with the Philox after the exponentials.
+    uint32_t bytes[kMTiles / 2][2];
+    if constexpr (Traits::kDropout) {
+      const DropoutRng rng(p.dropout, batch, range.head(i), p.heads_q,
+                           dropout_stream_lane_t(lane, Traits::kDropoutShuffle ? (lane >> 2) & 1 : 0));
+      dropout_bytes_t<kMTiles, Traits::kDropoutShuffle>(rng, m_block * kBlockM, drop_k16, lane, bytes);
+    }
 
     // The stage's per-query floats (LSE * log2 e, delta) of this thread's columns 8 j + c0, + 1.
     auto load_columns = [&](float2 (&v)[kMTiles], uint32_t slot) {
@@ -500,7 +524,10 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     auto mod_head = [&] { return range.head(i); };
     auto mod_key0 = [&] { return key0; };
     auto mod_q0 = [&] { return q0; };
-    Mod::template apply<ScoreLayout::kKeyRows>(p, seq, batch, mod_head, st, mod_key0, mod_q0);
+    TileNeed need = TileNeed::kBias;
+    if constexpr (Traits::kModsKind == kModsBias)
+      need = BiasCells(p.mods, batch, range.head(i), seq.seqlen_q).template need<kBlockM, kBlockN>(m_block, n_block);
+    Mod::template apply<ScoreLayout::kKeyRows>(p, seq, batch, mod_head, st, mod_key0, mod_q0, need);
 
     // P^T = exp2(S^T c - LSE log2 e), masked to 0 outside the mask. In a stage with a huge LSE the
     // probabilities are then capped at 1 (softmax.cuh: 2^min(x, 0) = min(2^x, 1), NaN kept): a
@@ -519,7 +546,26 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       }
     }
     if (mask.template partial<kBlockM, kBlockN>(m_block, n_block)) apply_mask_t<kMTiles>(st, mask, key0, q0, seq.seqlen_q, 0.f);
-    sm90::accumulator_to_a<Elem, kMTiles>(pt16, st);
+    if constexpr (Traits::kDropout) {
+      // A dropped P^T is kept negated, as FlashAttention-2's backward does (P >= 0, so the sign
+      // bit is the mask, -0 included): dS^T below needs the undropped value and the mask, and the
+      // sign frees the 8 words of bytes across the dP^T wait. dV takes Z P^T now and its 1 / keep
+      // in the epilogue.
+      const uint32_t bound = dropout_keep_bound(p.dropout.threshold_plus1);
+      float zpt[1][kMTiles][4];
+#pragma unroll
+      for (int j = 0; j < kMTiles; ++j) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const bool keep = dropout_keep_t<kMTiles>(bound, bytes, j, x);
+          zpt[0][j][x] = keep ? st[0][j][x] : 0.f;
+          st[0][j][x] = keep ? st[0][j][x] : -st[0][j][x];
+        }
+      }
+      sm90::accumulator_to_a<Elem, kMTiles>(pt16, zpt);
+    } else {
+      sm90::accumulator_to_a<Elem, kMTiles>(pt16, st);
+    }
 
     // dV += P^T dO (K steps over the 64 queries), issued before dS^T exists.
     sm90::wgmma_fence();
@@ -539,10 +585,24 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       load_columns(delta, sm.delta_slot(s));
     }
     // dS^T = P^T (dP^T - delta) (unscaled: dK is scaled in the epilogue, dQ before its staging).
+    // Dropout: the forward's O is (Z P / keep) V, so dP is Z (dO V^T) / keep and delta (rowsum(dO O))
+    // is unchanged: dS^T = P^T ((Z ? dP^T / keep : 0) - delta), the sm80 backward's form.
+    if constexpr (Traits::kDropout) {
+      const float rp_keep = p.dropout.rp_keep;
 #pragma unroll
-    for (int j = 0; j < kMTiles; ++j) {
+      for (int j = 0; j < kMTiles; ++j) {
 #pragma unroll
-      for (int x = 0; x < 4; ++x) dpt[0][j][x] = st[0][j][x] * (dpt[0][j][x] - (x % 2 ? delta[j].y : delta[j].x));
+        for (int x = 0; x < 4; ++x) {
+          const bool keep = (__float_as_uint(st[0][j][x]) >> 31) == 0u;  // the sign bit set above
+          dpt[0][j][x] = fabsf(st[0][j][x]) * ((keep ? dpt[0][j][x] * rp_keep : 0.f) - (x % 2 ? delta[j].y : delta[j].x));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kMTiles; ++j) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) dpt[0][j][x] = st[0][j][x] * (dpt[0][j][x] - (x % 2 ? delta[j].y : delta[j].x));
+      }
     }
     if constexpr (Traits::kMods) {
       // ALiBi's slope gradient, softcap's factor 1 - tanh^2 (recovered from P^T and the column's
@@ -569,7 +629,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       }
     }
     sm90::fence_async_shared();
-    if constexpr (Traits::kMods) Mod::bias_grad_t(p, seq, batch, mod_head, dst16, key0, q0);  // attn_mask's gradient
+    if constexpr (Traits::kModsKind == kModsBias) Mod::bias_grad_t(p, seq, batch, mod_head, dst16, key0, q0);  // attn_mask's gradient
     sm90::named_sync(kBarDs, 256);  // both halves of dS^T written
 
     // dQ[:, 64 cwg .. 64 cwg + 63] = dS K over all 128 keys (M-major A, N-major B).
@@ -604,6 +664,8 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
              seq.k_row_offset * p.dv_row_stride;
   auto& dk4 = *reinterpret_cast<float(*)[1][kDTiles][4]>(dk_acc);
   auto& dv4 = *reinterpret_cast<float(*)[1][kDTiles][4]>(dv_acc);
+  // Dropout: dV summed Z P^T dO; the kept P's 1 / keep once here (constant 1 otherwise: folded away).
+  const float dv_scale = Traits::kDropout ? p.dropout.rp_keep : 1.f;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int key = key0 + 8 * h;
@@ -616,7 +678,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
             ElemTraits<Elem>::pack(dk4[0][j][2 * h] * p.scale, dk4[0][j][2 * h + 1] * p.scale);
       if (col < p.head_dim_v)
         *reinterpret_cast<uint32_t*>(dv + int64_t(key) * p.dv_row_stride + col) =
-            ElemTraits<Elem>::pack(dv4[0][j][2 * h], dv4[0][j][2 * h + 1]);
+            ElemTraits<Elem>::pack(dv4[0][j][2 * h] * dv_scale, dv4[0][j][2 * h + 1] * dv_scale);
     }
   }
 }
@@ -635,8 +697,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   const SeqlenInfo seq(p, batch);
   const BlockMask mask(seq, p.mask);
   const int group = p.heads_q / p.heads_kv;
-  const bwd_sm90::StepRange range{kv_head * group, group, mask.template m_block_min<Traits::kBlockM, Traits::kBlockN>(n_block),
-                                  mask.template m_block_max<Traits::kBlockM, Traits::kBlockN>(n_block)};
+  int m_min = mask.template m_block_min<Traits::kBlockM, Traits::kBlockN>(n_block);
+  int m_max = mask.template m_block_max<Traits::kBlockM, Traits::kBlockN>(n_block);
+  // Query blocks the bias hides from this key block for the whole head group, at either end, are
+  // not steps at all (bias_cells.cuh): every role walks this one range. With skipped tiles the host
+  // turns first store off and deterministic mode drops the summary (api.cpp), whose protocols count
+  // every key block BlockMask lists for a query block.
+  if constexpr (Traits::kModsKind == kModsBias)
+    narrow_queries<Traits::kBlockM, Traits::kBlockN>(p.mods, batch, kv_head * group, group, seq.seqlen_q, n_block, m_min,
+                                                     m_max);
+  const bwd_sm90::StepRange range{kv_head * group, group, m_min, m_max};
 
   if (threadIdx.x == 0) {
     sm90::mbar_init(sm.kv_full(), 1);

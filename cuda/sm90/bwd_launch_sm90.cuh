@@ -46,17 +46,26 @@ cudaError_t launch_bwd_sm90_main(const BwdSm90Args& args, cudaStream_t stream) {
 template <typename Elem, int kHeadDim>
 cudaError_t run_bwd_sm90_(const AttnBwdParams& params, cudaStream_t stream) {
   using Traits = BwdTraitsSm90<Elem, kHeadDim>;
-  // The score modifiers' instantiation (softcap, ALiBi; sinks too: it sums the rows their gradient
-  // is finished from), picked as bwd_launch_sm80.cuh picks the portable one. The capability table
-  // does not list them for this family's backward until scripts/dev/bwd_check_sm90.cu's "mods"
-  // mode has compared this kernel with the portable one on a GPU.
-  using ModsTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, true>;
+  // The score modifiers' instantiations (softcap, ALiBi; sinks too: it sums the rows their gradient
+  // is finished from; the bias), picked by score_mod.cuh's mods_kind as bwd_launch_sm80.cuh picks
+  // the portable ones.
+  using ScoreTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsScore>;
+  using BiasTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsBias>;
+  // Dropout: its own instantiation, plain otherwise (the host pairs it with no modifier).
+  using DropoutTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsNone, true>;
   BwdSm90Args args;
   cudaError_t err = encode_bwd_sm90<Traits>(params, args);
   if (err != cudaSuccess) return err;
   if ((err = launch_bwd_prepost<Elem, kHeadDim, false>(params, stream)) != cudaSuccess) return err;
-  err = needs_mods_kernel(params.mods) ? launch_bwd_sm90_main<ModsTraits>(args, stream)
-                                       : launch_bwd_sm90_main<Traits>(args, stream);
+  if (params.dropout.enabled()) {
+    err = launch_bwd_sm90_main<DropoutTraits>(args, stream);
+  } else {
+    switch (mods_kind(params.mods)) {
+      case kModsScore: err = launch_bwd_sm90_main<ScoreTraits>(args, stream); break;
+      case kModsBias: err = launch_bwd_sm90_main<BiasTraits>(args, stream); break;
+      default: err = launch_bwd_sm90_main<Traits>(args, stream);
+    }
+  }
   if (err != cudaSuccess) return err;
   AttnBwdParams post = params;
   post.scale = 1.f;  // the main kernel stages dQ already scaled

@@ -26,10 +26,12 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/bias_cells.cuh"
 #include "common/ptx.cuh"
 #include "common/mask.cuh"
 #include "common/score_mod.cuh"
 #include "common/seqlen.cuh"
+#include "common/dropout.cuh"
 #include "common/softmax.cuh"
 #include "common/tile_scheduler.cuh"
 #include "flashsdpa/params.h"
@@ -70,12 +72,16 @@ constexpr FwdTileShapeSm90 fwd_tile_shape_sm90(int head_dim) {
 }
 
 template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
-          int kMaxQStages_ = 2, bool kMods_ = false>
+          int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone, bool kDropout_ = false>
 struct FwdTraitsSm90 {
   using Elem = Elem_;
-  // The score modifiers (softcap, ALiBi, sinks: common/score_mod.cuh's ScoreModFwd), in their own
-  // instantiation as in the portable family, so the plain kernel's code is unchanged.
-  static constexpr bool kMods = kMods_;
+  // The score modifiers (softcap, ALiBi, sinks; the bias: common/score_mod.cuh's ScoreModFwd), in
+  // their own instantiations as in the portable family, so the plain kernel's code is unchanged.
+  static constexpr ModsKind kModsKind = kModsKind_;
+  static constexpr bool kMods = kModsKind != kModsNone;
+  // Dropout on P (common/dropout.cuh), its own instantiation (never with kMods): each consumer
+  // warp's 16-row slice of the wgmma accumulator has the m16n8 C layout, one Philox per 32 keys.
+  static constexpr bool kDropout = kDropout_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -121,6 +127,7 @@ struct FwdTraitsSm90 {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head-dim buckets are whole 128-byte column blocks");
   static_assert(kBlockM % 64 == 0 && kConsumerWGs >= 1 && kConsumerWGs <= 3, "64 rows per consumer warpgroup");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma N: multiple of 16 (P V steps), at most 256");
+  static_assert(!kDropout || (kBlockN % 32 == 0 && !kMods), "dropout: whole 32-key blocks, no modifiers");
   static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared memory limit");
 };
 
@@ -203,8 +210,14 @@ __device__ __forceinline__ TileWork tile_work(const AttnFwdParams& p, const Work
   const SeqlenInfo seq(p, tile.batch);
   // Key blocks outside the mask's range are never loaded (a 4k window on 32k keys costs 4k keys).
   const BlockMask mask(seq, p.mask);
-  const int n_block_min = mask.template n_block_min<Traits::kBlockM, Traits::kBlockN>(tile.block);
-  const int n_block_max = mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(tile.block);
+  int n_block_min = mask.template n_block_min<Traits::kBlockM, Traits::kBlockN>(tile.block);
+  int n_block_max = mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(tile.block);
+  // Key blocks the bias hides at either end are not loaded either (bias_cells.cuh). The producer
+  // and the consumers each compute this from the same summary, so they agree on every block.
+  if constexpr (Traits::kModsKind == kModsBias) {
+    BiasCells(p.mods, tile.batch, tile.head, seq.seqlen_q)
+        .template narrow_keys<Traits::kBlockM, Traits::kBlockN>(tile.block, n_block_min, n_block_max);
+  }
   const int n_unmasked_begin = max(mask.template full_begin<Traits::kBlockM, Traits::kBlockN>(tile.block), n_block_min);
   const int n_unmasked_end = min(mask.template full_end<Traits::kBlockM, Traits::kBlockN>(tile.block), n_block_max);
   const bool in_range = tile.block * Traits::kBlockM < seq.seqlen_q;
@@ -283,15 +296,28 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   for (int i = 0; i < Traits::kHeadDim / 2; ++i) o_acc[i] = 0.f;
   uint32_t p16[Traits::kKStepsPV][4];
   OnlineSoftmax<1> softmax;
-  using Mod = ScoreModFwd<Traits::kMods>;
+  // Dropout: this lane's Philox stream for the (batch, head); the warp's 16 rows start at warp_row.
+  DropoutRng rng;
+  if constexpr (Traits::kDropout) rng = DropoutRng(p.dropout, tile.batch, tile.head, p.heads_q, lane);
+  const int warp_row = first_row - lane / 4;
+  using Mod = ScoreModFwd<Traits::kModsKind>;
   // > 0: the host sends other scales to the portable family. With softcap the raw unit is the
   // softcap's (score_mod.cuh).
   const float scale_log2 = Traits::kMods ? Mod::scale_log2(p) : p.scale_log2;
   // The modifiers act on the raw scores of a key block before the mask (kMods only).
-  auto modify = [&](int n) {
+  // need: the block's (bias_cells.cuh), read before its S GEMM is issued (the load's latency then
+  // runs under the GEMM, and one register holds it across the wait).
+  auto block_need = [&](int n) {
+    if constexpr (Traits::kModsKind == kModsBias) {
+      return BiasCells(p.mods, tile.batch, tile.head, w.mask.seqlen_q).template need<Traits::kBlockM, Traits::kBlockN>(tile.block, n);
+    } else {
+      return TileNeed::kBias;
+    }
+  };
+  auto modify = [&](int n, TileNeed need) {
     if constexpr (Traits::kMods) {
       const SeqlenInfo seq(p, tile.batch);
-      Mod::apply(p, seq, tile.batch, tile.head, s, first_row, n * kBlockN + 2 * (lane % 4));
+      Mod::apply(p, seq, tile.batch, tile.head, s, first_row, n * kBlockN + 2 * (lane % 4), need);
     }
   };
 
@@ -329,6 +355,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     // First block: S only (nothing to multiply with V yet).
     {
       const int slot = ring.kv % kStages;
+      const TileNeed need = block_need(n);
       sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
       turn_begin();
       gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
@@ -337,16 +364,18 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       sm90::fence_regs(s_acc);
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
-      modify(n);
+      modify(n, need);
       if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
       softmax.template online_step<kNTiles>(s, scale_log2, correction);  // o is zero: no rescale needed
+      if constexpr (Traits::kDropout) apply_dropout(rng, s, warp_row, n * kBlockN);  // after the row sums
       sm90::accumulator_to_a<Elem, kNTiles>(p16, s);
       ++ring.kv;
     }
     for (--n; n >= w.n_block_min; --n, ++ring.kv) {
       const int slot = ring.kv % kStages;
       const int prev = (ring.kv - 1) % kStages;
+      const TileNeed need = block_need(n);
       sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
       turn_begin();
       gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
@@ -357,10 +386,11 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       sm90::fence_regs(s_acc);
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
-      modify(n);
+      modify(n, need);
       if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
       const bool rescale = softmax.template online_step<kNTiles>(s, scale_log2, correction);
+      if constexpr (Traits::kDropout) apply_dropout(rng, s, warp_row, n * kBlockN);
       sm90::wgmma_wait<0>();
       sm90::fence_regs(o_acc);
       if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
@@ -386,6 +416,10 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       softmax.finalize(o, Mod::scale(p), lse);
     }
   } else {
+    if constexpr (Traits::kDropout) {  // the kept P's 1 / (1 - p), once on O
+#pragma unroll
+      for (int i = 0; i < Traits::kHeadDim / 2; ++i) o_acc[i] *= p.dropout.rp_keep;
+    }
     softmax.finalize(o, p.scale, lse);
   }
   // O through shared memory: a TMA store (dense), or the valid rows copied out (varlen).
@@ -630,6 +664,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
   const fwd_sm90::PersistentTileScheduler scheduler = fwd_sm90::fwd_sm90_scheduler<Traits>(p, args.sched_group);
   const int num_tiles = static_cast<int>(scheduler.num_tiles());  // < 2^31: the launcher checked
   const fwd_sm90::TileQueue queue{sm.tile_queue()};
+  if constexpr (Traits::kDropout) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) write_rng_state(p.dropout);
+  }
 
   if (threadIdx.x == 0) {
 #pragma unroll

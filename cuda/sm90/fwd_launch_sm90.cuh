@@ -60,12 +60,18 @@ template <typename Elem, int kHeadDim>
 cudaError_t run_fwd_sm90_(const AttnFwdParams& params, cudaStream_t stream) {
   constexpr FwdTileShapeSm90 kShape = fwd_tile_shape_sm90(kHeadDim);
   constexpr int kM = kShape.block_m, kN = kShape.block_n, kS = kShape.stages;
-  // The score modifiers' instantiation (softcap, ALiBi, sinks). The capability table does not list
-  // them for this family yet (they run on the portable family) until the GPU check passes:
-  // scripts/dev/fwd_check.cu's "mods" mode compares this kernel with the portable one.
-  if (needs_mods_kernel(params.mods))
-    return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kM, kN, kS, (kHeadDim <= 128), 2, true>>(params, stream);
-  return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kM, kN, kS>>(params, stream);
+  // The score modifiers' instantiations (softcap, ALiBi, sinks; the bias: score_mod.cuh's mods_kind).
+  constexpr bool kPingPong = kHeadDim <= 128;
+  if (params.dropout.enabled())  // dropout: its own instantiation (the host pairs it with no modifier)
+    return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kM, kN, kS, kPingPong, 2, kModsNone, true>>(params, stream);
+  switch (mods_kind(params.mods)) {
+    case kModsScore:
+      return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kM, kN, kS, kPingPong, 2, kModsScore>>(params, stream);
+    case kModsBias:
+      return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kM, kN, kS, kPingPong, 2, kModsBias>>(params, stream);
+    default:
+      return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kM, kN, kS>>(params, stream);
+  }
 }
 
 }  // namespace flashsdpa

@@ -19,6 +19,7 @@ from flashsdpa._backend import build_info, capabilities
 from flashsdpa.ops import attention, attention_varlen
 from flashsdpa import ops_mods  # noqa: F401  (registers flashsdpa::fwd_mods / bwd_mods)
 from flashsdpa import ops_masks  # noqa: F401  (registers flashsdpa::fwd_masked / bwd_masked)
+from flashsdpa import ops_dropout  # noqa: F401  (registers flashsdpa::fwd_dropout / bwd_dropout)
 from flashsdpa import routers_masked  # noqa: F401  (the masked SDPA ops' routes join routers.py's table)
 from flashsdpa.kvcache import attention_with_kvcache
 from flashsdpa.activation import REGISTRY_NAME, enable, install, is_active, uninstall

@@ -63,12 +63,12 @@ _BWD_REASON: dict[tuple[int, int, int], str | None] = {}  # (device, head_dim_qk
 # verdict: (family or None, head-dim bucket, tile, shared memory bytes, reasons or None). layout: 0
 # dense, 1 varlen (callers pass the bool), 2 decode; backward: 0, 1, 2 deterministic.
 _SELECT: dict[tuple[int, int, int, int, int, int, int, int], tuple[Any, ...]] = {}
-# (device, dtype code, spec sizes, mask, kv_cache, forced splits) -> what a decode launch of that
+# (device, dtype code, spec sizes, mask, kv_cache, forced splits[, feature bits]) -> what a decode launch of that
 # problem needs, from _C.decode_plan once: (num_splits, o_accum_bytes, lse_accum_bytes, LSE offset
 # in the workspace, workspace bytes), or the plan's reasons (a str) where no decode kernel serves
 # it. One flat lookup a call, keyed on the spec's own sizes tuple and the mask as given (no
 # re-slicing, no mask-kind call: session 9). Bounded: a dense decode loop grows seqlen_k by one per
-# token, a new key each step.
+# token, a new key each step. Feature bits (a masked call's bias): in the key only when nonzero.
 _DECODE: dict[tuple[Any, ...], tuple[int, int, int, int, int] | str] = {}
 _DECODE_CACHE_SIZE = 4096
 LAYOUT_DECODE = 2
@@ -79,7 +79,7 @@ MAX_SPLITS = 128  # _C's MAX_SPLITS
 
 # Issue 14's score modifiers as _C's feature bits (capabilities.h's Feature) and the names the
 # capability table lists them by.
-FEATURE_BITS = {"softcap": 1, "alibi": 2, "sinks": 4, "bias": 8}
+FEATURE_BITS = {"softcap": 1, "alibi": 2, "sinks": 4, "bias": 8, "dropout": 16}
 
 
 def _configure(module: Any, import_error: str | None = None) -> None:
@@ -267,26 +267,27 @@ def deterministic_reason(q: Tensor, v: Tensor, mask: MaskSpec, varlen: bool, fea
 
 
 def decode_plan(index: int, dtype_code: int, sizes: tuple[int, ...], mask_kind: int, kv_cache: bool,
-                num_splits: int) -> tuple[Any, ...]:
+                num_splits: int, features: int = 0) -> tuple[Any, ...]:
     """The decode path's plan for one call (``_C.decode_plan``, not cached: launches read
     decode_layout's cache): (family or None, num_splits, o_accum_bytes, lse_accum_bytes, reasons or
     None). ``sizes`` = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v);
-    shapes only, never a device read."""
-    return tuple(_C.decode_plan(index, dtype_code, sizes, mask_kind, kv_cache, num_splits))
+    shapes only, never a device read. ``features``: FEATURE_BITS, checked against the decode path's."""
+    args = (index, dtype_code, sizes, mask_kind, kv_cache, num_splits)
+    return tuple(_C.decode_plan(*args, features) if features else _C.decode_plan(*args))
 
 
 def decode_layout(index: int, dtype_code: int, sizes: tuple[int, ...], mask: MaskSpec, kv_cache: bool,
-                  num_splits: int) -> tuple[int, int, int, int, int] | str:
+                  num_splits: int, features: int = 0) -> tuple[int, int, int, int, int] | str:
     """What a decode launch needs (cached per problem, ``_DECODE``): (num_splits, o_accum_bytes,
     lse_accum_bytes, LSE offset, workspace bytes), the split partials' workspace being one
     allocation, float32 outputs first, then the LSEs at a 256-byte boundary; or, where no decode
     kernel serves the call, the plan's reasons. ``sizes``: the spec's (its first 7 items are
     decode_plan's)."""
-    key = (index, dtype_code, sizes, mask, kv_cache, num_splits)
+    key = (index, dtype_code, sizes, mask, kv_cache, num_splits) + ((features,) if features else ())
     layout = _DECODE.get(key)
     if layout is None:
         family, splits, o_bytes, lse_bytes, reasons = decode_plan(
-            index, dtype_code, tuple(sizes[:7]), masks.kind(mask), kv_cache, num_splits
+            index, dtype_code, tuple(sizes[:7]), masks.kind(mask), kv_cache, num_splits, features
         )  # fmt: skip
         if family is None:
             layout = str(reasons)
@@ -368,7 +369,8 @@ def feature_bits(mods: Mods | None) -> int:
 
 def _mods_item(mods: Mods) -> tuple[Any, ...]:
     """module.cpp's spec.mods: (softcap, alibi_slopes, alibi_batch_stride, sinks[, bias,
-    bias_batch_stride, bias_head_stride, bias_row_stride])."""
+    bias_batch_stride, bias_head_stride, bias_row_stride[, bias_cells, its batch, head, row byte
+    strides]]); the cells (ops_masks.bias_cells) are the optional fifth item of mods."""
     softcap, slopes, sinks = mods[:3]
     slopes_ptr = 0 if slopes is None else slopes.data_ptr()
     batch_stride = 0 if slopes is None or slopes.dim() == 1 else slopes.stride(0)
@@ -377,7 +379,13 @@ def _mods_item(mods: Mods) -> tuple[Any, ...]:
     if bias is None:
         return item
     sb, sh, sr, _ = bias.stride()
-    return (*item, bias.data_ptr(), sb, sh, sr)
+    item = (*item, bias.data_ptr(), sb, sh, sr)
+    cells = mods[4] if len(mods) > 4 else None
+    if cells is None:
+        return item
+    bb, hb, qc, _ = cells.shape
+    cb, ch, cr, _ = cells.stride()
+    return (*item, cells.data_ptr(), cb if bb > 1 else 0, ch if hb > 1 else 0, cr if qc > 1 else 0)
 
 
 def _packed_strides(t: Tensor) -> tuple[int, int, int]:
@@ -464,6 +472,7 @@ def new_workspace(nbytes: int, device: torch.device) -> Tensor:
 def _decode_item(
     spec: tuple[Any, ...], mask: MaskSpec, kv_cache: bool, num_splits: int, device: torch.device,
     block_table: Tensor | None = None, page_size: int = 0, num_pages: int = 0, seqused_k_add: int = 0,
+    features: int = 0,
 ) -> tuple[tuple[Any, ...], Tensor | None] | None:
     """The decode item of a spec (module.cpp's fwd_spec, 9th item) and the split workspace behind
     its pointers (decode_layout: one allocation from the caching allocator), or None when no
@@ -471,9 +480,9 @@ def _decode_item(
     tensor until the launch is queued (stream-ordered reuse after that is safe, and graph-safe);
     dropped before, the memory is free while the kernel writes it (compute-sanitizer memcheck with
     the caching allocator off caught exactly that)."""
-    layout = _DECODE.get((spec[6], spec[5], spec[2], mask, kv_cache, num_splits))
+    layout = _DECODE.get((spec[6], spec[5], spec[2], mask, kv_cache, num_splits) + ((features,) if features else ()))
     if layout is None:
-        layout = decode_layout(spec[6], spec[5], spec[2], mask, kv_cache, num_splits)
+        layout = decode_layout(spec[6], spec[5], spec[2], mask, kv_cache, num_splits, features)
     if type(layout) is str:
         if kv_cache:
             raise ValueError(f"flashsdpa.attention_with_kvcache: no decode kernel serves this call: {layout}")
@@ -493,6 +502,7 @@ def _decode_item(
 def launch_fwd(
     q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor | None, scale: float, mask: MaskSpec,
     varlen: Varlen | None = None, num_splits: int = 0, mods: Mods | None = None,
+    dropout: tuple[float, int, int, int, int, int] | None = None,
 ) -> None:
     """Forward: writes ``out`` and ``lse``. Dense: (B, H, S, D) views, ``lse`` (B, Hq, Sq) or None
     (inference: nothing will read it, and its allocation is a tenth of the host time of a small
@@ -500,25 +510,32 @@ def launch_fwd(
 
     Dense calls with at most ``DECODE_MAX_SEQLEN_Q`` query rows take the decode kernel (split-KV,
     GQA-packed) where the capability table has one; ``num_splits`` (0: heuristic) is its split
-    count and changes nothing else. ``mods``: the score modifiers (softcap, ALiBi, sinks), appended
-    to the spec only when given (the decode kernel takes none: such calls run the forward kernel).
+    count and changes nothing else. ``mods``: the score modifiers (softcap, ALiBi, sinks, the bias),
+    appended to the spec only when given; a decode-sized call with the bias alone takes the decode
+    kernel where the table's decode path lists it (capabilities.cpp's decode_features), any other
+    modifier runs the forward kernel.
+    ``dropout``: module.cpp's spec.dropout (dropout.py builds it); the forward kernel, never the
+    decode one, and never with ``mods``.
     Callers have checked the problem (``selection``) and that it is non-empty.
     """
     # Masked calls (causal, windows) get the stream's tile counter: the sm90 family schedules their
     # unequal tiles dynamically (fwd_kernel_sm90.cuh); decode-sized calls take the decode kernel.
     dynamic = (mask[1] >= 0 or mask[0] >= 0) and (varlen is not None or q.shape[2] > DECODE_MAX_SEQLEN_Q)
     spec = _spec(q, k, v, out, lse, scale, mask, varlen, dynamic)
-    if mods is not None:
-        _C.fwd((*spec, None, _mods_item(mods)))
+    if dropout is not None:
+        _C.fwd((*spec, None, None, dropout))
         return
+    # mods: a masked decode-sized call takes the decode kernel where its plan (asked with the
+    # call's feature bits: the table's decode_features) accepts them; any other, the forward.
+    extra = () if mods is None else (_mods_item(mods),)
     if varlen is None and spec[2][3] <= DECODE_MAX_SEQLEN_Q:  # seqlen_q
-        decode = _decode_item(spec, mask, False, num_splits, q.device)
+        decode = _decode_item(spec, mask, False, num_splits, q.device, features=feature_bits(mods) if extra else 0)
         if decode is not None:
             item, workspace = decode
-            _C.fwd((*spec, item))
+            _C.fwd((*spec, item, *extra))
             del workspace  # only now: the launch is queued
             return
-    _C.fwd(spec)
+    _C.fwd((*spec, None, *extra) if extra else spec)
 
 
 def launch_kvcache(
@@ -574,10 +591,12 @@ def launch_bwd(
     varlen: Varlen | None = None,
     mods: Mods | None = None,
     mod_grads: tuple[Tensor | None, ...] | None = None,
+    dropout: tuple[float, int, int, int, int, int] | None = None,
 ) -> None:
     """Backward: writes ``dq``, ``dk``, ``dv`` (dense views or packed rows, as in launch_fwd); with
     ``mods``, adds into ``mod_grads`` = (d_alibi_slopes, d_sinks): zeroed float32 tensors of the
-    slopes' and the sinks' shapes, or None where not wanted.
+    slopes' and the sinks' shapes, or None where not wanted. ``dropout``: spec.dropout with the
+    forward's rng state (dropout.from_rng_state); never with ``mods``.
 
     One _C call: the workspace is sized here from the head-dim bucket the capability table picks
     for the problem (cached per problem), rows x heads x bucket float32 for dq_accum and rows x heads
@@ -588,7 +607,7 @@ def launch_bwd(
     sizes = spec[2]
     # Deterministic when the user asked and a family of ours can (else the caller has already
     # raised, or warned under warn_only, as PyTorch does for an op without a deterministic kernel).
-    bits = feature_bits(mods)
+    bits = feature_bits(mods) | (FEATURE_BITS["dropout"] if dropout is not None else 0)
     problem = (spec[6], spec[5], sizes[5], sizes[6], masks.kind(mask), varlen is not None)
     asked = torch.are_deterministic_algorithms_enabled()
     verdict = select(*problem, BACKWARD_DETERMINISTIC, bits) if asked else (None,)
@@ -613,6 +632,9 @@ def launch_bwd(
         (rows * bucket * 4, delta_bytes),
         deterministic,
     )  # fmt: skip
+    if dropout is not None:
+        _C.bwd((*spec, None, None, dropout), grads)
+        return
     if mods is None:
         _C.bwd(spec, grads)
         return

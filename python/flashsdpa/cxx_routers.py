@@ -104,7 +104,18 @@ _SDPA_FWD_DEFAULTS = (0.0, False, False)
 
 def _sdpa_forward_fallback(keyset: Any, *args: Any, scale: float | None = None, reason: str) -> Any:
     args = (*args, *_SDPA_FWD_DEFAULTS[len(args) - 3 :])
-    query, key, value, dropout_p, _, return_debug_mask = args
+    query, key, value, dropout_p, is_causal, return_debug_mask = args
+    if dropout_p != 0.0 and not return_debug_mask:
+        # The C++ routers leave dropout to the Python router, which serves it (dropout.py's
+        # generator use needs Python) or falls back itself.
+        try:
+            result = routers._sdpa_flash_forward(keyset, query, key, value, dropout_p, is_causal, False, scale=scale)
+        except Exception as exc:  # noqa: BLE001 - handed to the C++ router, which raises it
+            _LIB.flashsdpa_routers_fail(str(exc).encode())
+            return _FORWARD_PLACEHOLDER
+        finally:
+            routers.ROUTED[0] -= 1  # the C++ router counted the call already
+        return tuple(result[i] for i in RETURN_ORDER[routers._SDPA_FWD])
     # The Python router's sentence where it has one (the C++ reason is a few words); the C++ one where
     # only the C++ predicate refused (they agree on the verdict: tests/gpu/test_cxx_routers.py).
     why = routers.sdpa_forward_reason(query, key, value, dropout_p, return_debug_mask) or reason
@@ -116,6 +127,12 @@ def _sdpa_forward_fallback(keyset: Any, *args: Any, scale: float | None = None, 
 
 
 def _sdpa_backward_fallback(keyset: Any, *args: Any, scale: float | None = None, reason: str) -> Any:
+    if args[10] != 0.0:  # dropout_p: the Python router (see the forward's fallback)
+        try:
+            return routers._sdpa_flash_backward(keyset, *args, scale=scale)
+        except Exception as exc:  # noqa: BLE001 - handed to the C++ router, which raises it
+            _LIB.flashsdpa_routers_fail(str(exc).encode())
+            return _BACKWARD_PLACEHOLDER
     why = routers.sdpa_backward_reason(args) or reason
     counts = routers._SDPA_BWD_COUNTS
     return _run_native(routers._SDPA_BWD, counts, why, keyset, args, {"scale": scale}, _BACKWARD_PLACEHOLDER)

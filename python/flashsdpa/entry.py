@@ -155,7 +155,7 @@ def _eager_skip_reason(query: Any, key: Any, value: Any, dropout_p: float, enabl
     if reason is not None:
         return reason
     if dropout_p != 0.0:
-        return "dropout: the routers send it to PyTorch's kernel"
+        return "dropout: the flash op's router takes it (the generator use is PyTorch's flash op's)"
     if _IN_HANDLER[0]:
         return eager.MODES
     if not _flash_sdp_enabled() or (_sdp_priority_order is not None and _sdp_priority_order()[0] != FLASH):

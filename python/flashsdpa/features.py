@@ -270,6 +270,12 @@ def kernel_served(extras: Extras) -> bool:
     return extras.attn_mask is None and extras.dropout_p == 0.0
 
 
+def dropout_only(extras: Extras) -> bool:
+    """Whether dropout is the only feature given: ops_dropout.py's ops serve that on CUDA."""
+    return (extras.dropout_p != 0.0 and extras.attn_mask is None and extras.softcap == 0.0
+            and extras.alibi_slopes is None and extras.sinks is None)  # fmt: skip
+
+
 def additive(attn_mask: Tensor, dtype: torch.dtype) -> Tensor:
     """attn_mask as the kernels take it (flashsdpa::fwd_masked): a boolean mask (True = attend) as
     0 / -inf, a float one in ``dtype`` (PyTorch converts the same way before its fused kernels)."""
@@ -280,7 +286,8 @@ def additive(attn_mask: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 def not_served(api: str, extras: Extras) -> NotImplementedError:
-    # attn_mask alone is served on CUDA by flashsdpa::fwd_masked (dense); with dropout, or varlen, not yet.
+    # attn_mask alone is served on CUDA by flashsdpa::fwd_masked (dense), dropout alone by
+    # flashsdpa::fwd_dropout (dense); both together, or varlen, not yet.
     names = ", ".join(n for n in _given(extras) if n in ("attn_mask", "dropout_p"))
     return NotImplementedError(
         f"flashsdpa.{api} on CUDA: {names} not served by flashsdpa's kernels yet (issue 14; the CPU reference "
@@ -354,7 +361,11 @@ def _keep(shape: tuple[int, ...], dropout_p: float, device: torch.device) -> Ten
 def attention(
     query: Tensor, key: Tensor, value: Tensor, mask: MaskSpec, scale: float, extras: Extras
 ) -> tuple[Tensor, Tensor]:
-    """flashsdpa.attention with features (arguments checked by ops.attention and :func:`check`)."""
+    """flashsdpa.attention with features (arguments checked by ops.attention and :func:`check`).
+    On CUDA, dropout alone: flashsdpa::fwd_dropout (ops_dropout.py), PyTorch's flash mask."""
+    if query.is_cuda and dropout_only(extras):
+        out, lse, _ = torch.ops.flashsdpa.fwd_dropout.default(query, key, value, scale, list(mask), extras.dropout_p)
+        return out, lse
     if query.is_cuda:
         raise not_served("attention", extras)
     keep = _keep(_shape(query, key), extras.dropout_p, query.device)

@@ -523,7 +523,7 @@ def attention(
     (scores gain ``-slope * |i + Sk - Sq - j|``); ``sinks`` float32 or query.dtype (Hq,), a learnable
     logit per head in each row's softmax denominator with no value row. They combine with causal masks,
     windows and GQA. ``attn_mask`` bool (True = attend) or additive (its gradient), broadcasting to
-    (B, Hq, Sq, Sk): our kernels (in q's dtype); ``dropout_p``: CPU only (CUDA: NotImplementedError).
+    (B, Hq, Sq, Sk): our kernels (in q's dtype); ``dropout_p`` alone: our kernels too (ops_dropout.py).
     """
     if (window is None and not return_lse and attn_mask is None and alibi_slopes is None and sinks is None
             and type(causal) is bool and type(causal_alignment) is str and eager.wrapped_reason(query, key, value) is None

@@ -17,7 +17,10 @@ from torch import Tensor
 from flashsdpa import _backend, features, masks, ops, ops_mods, reporting, selection
 from flashsdpa.features import additive
 
-__all__ = ["additive", "bias_view", "reduce_to"]
+__all__ = [
+    "CELL_KEYS", "CELL_NONZERO", "CELL_ROWS", "CELL_VISIBLE", "SUMMARY_MIN_BROADCAST", "additive", "bias_cells",
+    "bias_view", "masked_mods", "reduce_to", "summary_pays",
+]
 
 _lib = torch.library.Library("flashsdpa", "FRAGMENT")
 
@@ -52,6 +55,93 @@ def bias_view(bias: Tensor, shape: tuple[int, int, int, int]) -> Tensor:
     return padded.expand(shape)
 
 
+# The bias's summary (cuda/common/bias_cells.cuh, params.h's ScoreMods::bias_cells): a byte per
+# cell of CELL_ROWS queries x CELL_KEYS keys. 64 x 16 divides every kernel tile of both families and
+# directions (sm90 fwd 192/128 x 128/64, sm90 bwd 64 x 128, sm80 fwd 128/64 x 128/64, sm80 bwd
+# 64/128 x 64/128); bias_cells.cuh static_asserts it per tile.
+CELL_ROWS = 64
+CELL_KEYS = 16
+CELL_VISIBLE = 1  # some element is not -inf (NaN counts: it must reach the output)
+CELL_NONZERO = 2  # some element is not 0
+_ROW_CELLS = 16  # cells per summary row are padded to 16 (16-byte rows: the kernels read 4-byte words)
+
+
+def _cells_minmax(x: Tensor, dim: int, size: int) -> tuple[Tensor, Tensor]:
+    """(min, max) over groups of ``size`` along ``dim`` (the last group ragged): one aminmax over
+    the whole groups (a view, one read of x) and one over the tail, if any."""
+    n = x.shape[dim]
+    full = n // size * size
+    parts: list[tuple[Tensor, Tensor]] = []
+    if full:
+        lo, hi = torch.aminmax(x.narrow(dim, 0, full).unflatten(dim, (full // size, size)), dim=dim + 1)
+        parts.append((lo, hi))
+    if n > full:
+        lo, hi = torch.aminmax(x.narrow(dim, full, n - full), dim=dim, keepdim=True)
+        parts.append((lo, hi))
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat([p[0] for p in parts], dim), torch.cat([p[1] for p in parts], dim)
+
+
+def bias_cells(bias: Tensor, seqlen_q: int, seqlen_k: int) -> Tensor:
+    """The per-call summary of an additive bias broadcasting to (B, H, seqlen_q, seqlen_k), computed
+    on the bias's own (un-broadcast) shape: uint8 (Bb, Hb, Qc, Kc) with Bb, Hb the bias's batch and
+    head sizes (1 where it broadcasts, also as a 0-stride expanded view), Qc = ceil(seqlen_q / 64)
+    (1 when the query dim broadcasts), Kc = ceil(seqlen_k / 16) rounded up to 16. Each byte ORs
+    CELL_VISIBLE (an element is not -inf: the cell's max is not -inf, NaN included) and
+    CELL_NONZERO (an element is not 0: its min or max is not 0, NaN included) over the cell's
+    elements; elements past seqlen_q / seqlen_k and the padding cells count as neither (0), so they
+    never make a tile look partial.
+
+    Cost per call, in the call's stream (torch ops on every call, so a mask changed in place, or one
+    replayed in a CUDA graph with new contents, is summarized anew): one read of the bias (aminmax
+    over 16 keys: 2 bytes per element of its own shape) writing 1/8 of it, then ops on that 1/16-size
+    (min, max) pair: 12 launches when Sq is a multiple of 64 and Sk of 16, up to 18 otherwise (a
+    tail aminmax and a cat per ragged dim); key padding (B, 1, 1, S), whose rows need no reduction:
+    10 launches reading 2 B S bytes (32 KB at B S = 16k), ~50-80 us of host time (PyTorch's ~5-8 us
+    per op), hidden behind the kernels whenever the host runs ahead of the GPU."""
+    b4 = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
+    for dim in range(3):  # an expanded view (SDPA's routers get one) is summarized once per broadcast row
+        if b4.stride(dim) == 0 and b4.shape[dim] > 1:
+            b4 = b4.narrow(dim, 0, 1)
+    if b4.shape[3] != seqlen_k:  # a broadcast key dim: per key the same value (a view, no copy)
+        b4 = b4.expand(*b4.shape[:3], seqlen_k)
+    lo, hi = _cells_minmax(b4, 3, CELL_KEYS)
+    if lo.shape[2] > 1:  # (a broadcast query dim, key padding's, is one cell row already)
+        lo, hi = _cells_minmax(lo, 2, CELL_ROWS)[0], _cells_minmax(hi, 2, CELL_ROWS)[1]
+    visible = hi != float("-inf")
+    nonzero = (hi != 0) | (lo != 0)
+    cells = visible.to(torch.uint8) | (nonzero.to(torch.uint8) << 1)
+    kc = cells.shape[3]
+    return torch.nn.functional.pad(cells, (0, -(-kc // _ROW_CELLS) * _ROW_CELLS - kc))
+
+
+# A summary is computed only where it costs little next to the attention: when the bias is
+# broadcast at least this many times over (B, Hq, Sq, Sk). Its one read is 2 bytes per bias
+# element (~0.7 ps at ~3 TB/s) against ~0.85 ps of forward per (b, h, i, j) pair at D 128 and
+# 600 TFLOP/s: at 16x, <= 5% of the forward where no tile is skipped (a (B, 1, S, S) mask at 16
+# heads: HF's causal + padding mask), ~0 for key padding (B, 1, 1, S). A dense (B, H, S, S) or a
+# (1, H, S, S) bias at B 8 would cost 10-80% more reading with nothing known to skip: not summarized.
+SUMMARY_MIN_BROADCAST = 16
+
+
+def summary_pays(bias: Tensor, shape: tuple[int, int, int, int]) -> bool:
+    """Whether bias_cells is worth computing for a bias broadcasting to ``shape`` (see above);
+    a 0-stride expanded view counts by its distinct elements."""
+    own = 1
+    for n, st in zip(bias.shape, bias.stride()):
+        own *= 1 if st == 0 else n
+    return own * SUMMARY_MIN_BROADCAST <= shape[0] * shape[1] * shape[2] * shape[3]
+
+
+def masked_mods(softcap: float, slopes: Tensor | None, sinks: Tensor | None, bias: Tensor,
+                shape: tuple[int, int, int, int], skip: bool = True) -> _backend.Mods:  # fmt: skip
+    """A masked launch's modifiers: (softcap, slopes, sinks, the bias's kernel view[, its cells]):
+    the cells where skip and summary_pays (else every tile is computed, as without them)."""
+    mods = (*ops_mods._launch_mods(softcap, slopes, sinks), bias_view(bias, shape))
+    return (*mods, bias_cells(bias, shape[2], shape[3])) if skip and summary_pays(bias, shape) else mods
+
+
 def reduce_to(grad: Tensor, shape: tuple[int, ...]) -> Tensor:
     """A dense (B, Hq, Sq, Sk) gradient summed over the dims a tensor of ``shape`` broadcasts along
     (float32 sums, float64 for float64; the result in grad's dtype), reshaped to ``shape``."""
@@ -78,10 +168,6 @@ def _check_bias(q: Tensor, k: Tensor, bias: Tensor) -> None:
         raise ValueError(f"attn_mask (bias) {tuple(bias.shape)}: needs a shape that broadcasts to {target}")
 
 
-def _mods(softcap: float, slopes: Tensor | None, sinks: Tensor | None, bias4: Tensor) -> _backend.Mods:
-    return (*ops_mods._launch_mods(softcap, slopes, sinks), bias4)
-
-
 def reason(q: Tensor, k: Tensor, v: Tensor, spec: masks.MaskSpec, mods: _backend.Mods, backward: bool) -> str | None:
     """Why our kernels cannot run this masked call (dense), or None."""
     if mods[0] > 0:  # checks.cpp refuses it too
@@ -104,7 +190,7 @@ def _fwd_cuda(
     if ops._is_empty(q, k):
         return ops._fill_empty_fwd(out, lse)
     q, k, v = ops._readable(q, k, v)
-    mods = _mods(softcap, slopes, sinks, bias_view(bias, _shape(q, k)))
+    mods = masked_mods(softcap, slopes, sinks, bias, _shape(q, k))
     ops._require_kernels(reason(q, k, v, spec, mods, backward=False))
     _backend.launch_fwd(q, k, v, out, lse, scale, spec, None, mods=mods)
     _FWD_COUNTS[0] += 1
@@ -157,7 +243,9 @@ def _bwd_cuda(
         return dq.zero_(), dk.zero_(), dv.zero_(), d_slopes, d_sinks, d_bias
     dout, q, k, v, out = ops._readable(dout, q, k, v, out)
     shape = _shape(q, k)
-    mods = _mods(softcap, slopes, sinks, bias_view(bias, shape))
+    # No summary in deterministic mode: the host would drop it (api.cpp: the ordered dQ adds count
+    # every key block the mask lists), so it is not computed.
+    mods = masked_mods(softcap, slopes, sinks, bias, shape, skip=not torch.are_deterministic_algorithms_enabled())
     ops._require_kernels(reason(q, k, v, spec, mods, backward=True))
     ops._alert_nondeterministic("flashsdpa::bwd_masked", q, v, spec, False, _backend.feature_bits(mods))
     d_sinks32 = d_sinks if d_sinks.numel() == 0 or d_sinks.dtype == torch.float32 else d_sinks.float()

@@ -7,6 +7,9 @@
 # registered); the outputs they allocate in each op's meta contract; the route table, checked
 # against the live schemas; and the one torch.library.Library that holds them.
 #
+# Over 500 lines: the five routers share their plans, fallback and output contracts here, and
+# splitting the dense flash ops from SDPA's would put one route table in two modules.
+#
 # Routers never override aten::scaled_dot_product_attention itself (that breaks autograd and is
 # ignored by torch.compile) and never register at Meta / Autograd: autograd, autocast, fake
 # tensors and Inductor stay PyTorch's; only the CUDA kernel behind the flash ops changes.
@@ -23,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from flashsdpa import _backend, masks, reporting, selection
+from flashsdpa import _backend, dropout, masks, reporting, selection
 from flashsdpa.reporting import log
 
 __all__ = ["OVERRIDE_WARNING", "ROUTED", "capture_native", "register_routers", "routable", "schema_mismatch",
@@ -99,7 +102,8 @@ def _fall_back(
 
 
 def _dropout_reason(dropout_p: float) -> str:
-    return f"dropout_p={dropout_p}: dropout is not supported (needs 0.0)"
+    # The masked routers' (routers_masked.py): dropout kernels exist beside the plain ones only.
+    return f"dropout_p={dropout_p}: dropout is not served with attn_mask (without a mask it is)"
 
 
 _DEBUG_MASK_REASON = "return_debug_mask=True: the debug attention mask is not supported"
@@ -147,29 +151,34 @@ def sdpa_forward_reason(
     query: Tensor, key: Tensor, value: Tensor, dropout_p: float, return_debug_mask: bool
 ) -> str | None:
     """Why the forward router leaves this call to PyTorch's kernel, or None (it serves it)."""
-    if dropout_p != 0.0:
-        return _dropout_reason(dropout_p)
     if return_debug_mask:
         return _DEBUG_MASK_REASON
     reason = selection.dense_reason(query, key, value)
     if reason is None and value.shape[3] != query.shape[3]:
         reason = f"value head_dim={value.shape[3]}: this op needs query's head_dim={query.shape[3]}"
+    if reason is None and dropout_p != 0.0:  # both masks of this op are served alike
+        backward = query.requires_grad or key.requires_grad or value.requires_grad
+        reason = selection.dropout_reason(query, value, masks.NO_MASK, dropout_p, varlen=False, backward=backward)
     return reason
 
 
 def sdpa_backward_reason(args: tuple[Any, ...]) -> str | None:
     """Why the backward router leaves this call (its positional arguments) to PyTorch's kernel, or None."""
-    grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, _, _, dropout_p, is_causal, _, _ = args
-    if dropout_p != 0.0:
-        return _dropout_reason(dropout_p)
+    grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, _, _, dropout_p, is_causal, seed, _ = args
     if cum_seq_q is not None or cum_seq_k is not None:
         return "cum_seq_q / cum_seq_k given: the dense SDPA backward takes none"
+    reason = selection.dense_reason(query, key, value)
+    if reason is None and dropout_p != 0.0:
+        reason = selection.dropout_reason(
+            query, value, _SDPA_MASKS[is_causal], dropout_p, varlen=False, backward=True
+        ) or dropout.rng_state_reason(seed, query.device)
     # A user who asked for deterministic algorithms gets a family of ours whose backward is
     # bitwise reproducible (sm90), else PyTorch's kernel (which honours the flag).
+    bits = _backend.FEATURE_BITS["dropout"] if dropout_p != 0.0 else 0
     return (
-        selection.dense_reason(query, key, value)
+        reason
         or _bwd_tensors_reason(grad_out, out, logsumexp, query, value, tuple(query.shape[:3]))
-        or _backend.deterministic_reason(query, value, _SDPA_MASKS[is_causal], False)
+        or _backend.deterministic_reason(query, value, _SDPA_MASKS[is_causal], False, bits)
     )
 
 
@@ -185,6 +194,7 @@ def _sdpa_flash_forward(
     scale: float | None = None,
 ) -> Any:
     # Named parameters rather than *args: this is the hottest router, and binding is free here.
+    # (The C++ routers' fallback op calls it for dropout calls, which it serves: cxx_routers.py.)
     ROUTED[0] += 1
     reason = sdpa_forward_reason(query, key, value, dropout_p, return_debug_mask)
     if reason is not None:
@@ -193,6 +203,13 @@ def _sdpa_flash_forward(
     batch, heads, seqlen_q, head_dim = query.shape
     out = torch.empty_like(query)
     lse = query.new_empty(batch, heads, seqlen_q, dtype=torch.float32)
+    if dropout_p != 0.0:  # PyTorch's generator use and rng state format (dropout.py)
+        rng = dropout.take(dropout_p, batch, heads, query.device, _NATIVE.get(_FLASH_FWD))
+        _backend.launch_fwd(query, key, value, out, lse, softmax_scale(scale, head_dim), _SDPA_MASKS[is_causal],
+                            dropout=rng.item)  # fmt: skip
+        _SDPA_FWD_COUNTS[0] += 1
+        return (out, lse, None, None, seqlen_q, key.shape[2], rng.philox_seed, rng.philox_offset,
+                _unused_outputs(query)[2])  # fmt: skip
     _backend.launch_fwd(query, key, value, out, lse, softmax_scale(scale, head_dim), _SDPA_MASKS[is_causal])
     _SDPA_FWD_COUNTS[0] += 1
     return (out, lse, None, None, seqlen_q, key.shape[2], *_unused_outputs(query))
@@ -201,14 +218,16 @@ def _sdpa_flash_forward(
 def _sdpa_flash_backward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     # (grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
     #  is_causal, philox_seed, philox_offset): all required, so always all there.
-    grad_out, query, key, value, out, logsumexp, _, _, _, _, _, is_causal, _, _ = args
+    grad_out, query, key, value, out, logsumexp, _, _, _, _, dropout_p, is_causal, seed, _ = args
     reason = sdpa_backward_reason(args)
     if reason is not None:
         return _fall_back(_SDPA_BWD, _SDPA_BWD_COUNTS, reason, keyset, args, {"scale": scale})
     dq, dk, dv = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
     grad_out = _backend.aligned_rows(grad_out)
     scale_ = softmax_scale(scale, query.shape[3])
-    _backend.launch_bwd(grad_out, query, key, value, out, logsumexp, dq, dk, dv, scale_, _SDPA_MASKS[is_causal])
+    drop = dropout.from_rng_state(dropout_p, seed) if dropout_p != 0.0 else None
+    _backend.launch_bwd(grad_out, query, key, value, out, logsumexp, dq, dk, dv, scale_, _SDPA_MASKS[is_causal],
+                        dropout=drop)  # fmt: skip
     _SDPA_BWD_COUNTS[0] += 1
     return dq, dk, dv
 
@@ -260,6 +279,7 @@ class _FlashPlan:
     k: Tensor
     v: Tensor
     mods: _backend.Mods | None = None  # ALiBi (forward only)
+    dropout_p: float = 0.0
 
 
 def _flash_plan(
@@ -276,14 +296,14 @@ def _flash_plan(
     backward: bool = False,
 ) -> tuple[str | None, _FlashPlan | None]:
     """Decide one _flash_attention_* call: (reason to fall back, None) or (None, plan)."""
-    if dropout_p != 0.0:
-        return _dropout_reason(dropout_p), None
     for name, given in kwargs.items():
         if name not in _FLASH_KEYWORDS and given is not None:
             return f"{name} given: not supported by flashsdpa", None
     if (cum_seq_q is None) != (cum_seq_k is None):
         return "cum_seq_q / cum_seq_k: give both or neither", None
     varlen = cum_seq_q is not None
+    if varlen and dropout_p != 0.0:
+        return f"dropout_p={dropout_p} with packed (varlen) inputs: not served (dense inputs are)", None
     if not varlen and (query.dim() != 4 or key.dim() != 4):
         return f"query.dim()={query.dim()}: dense inputs need 4 (batch, seq_len, heads, head_dim)", None
     # PyTorch's kernel reads windows, is_causal and the lengths as masks.torch_flash spells out.
@@ -312,15 +332,23 @@ def _flash_plan(
     if seqused_k is not None:
         return "seqused_k given with dense inputs: PyTorch's dense kernel ignores it; left to it", None
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
-    reason = selection.dense_reason(q, k, v) or selection.features_reason(
-        q, v, mask, bits, varlen=False, backward=backward
-    )
+    reason = selection.dense_reason(q, k, v)
+    if reason is None and dropout_p != 0.0:
+        if mods is not None:
+            return f"dropout_p={dropout_p} with alibi_slopes: no kernel serves both", None
+        grad = backward or query.requires_grad or key.requires_grad or value.requires_grad
+        why = selection.dropout_reason(q, v, mask, dropout_p, varlen=False, backward=grad)
+        return why, (None if why else _FlashPlan(mask, False, q, k, v, None, dropout_p))
+    reason = reason or selection.features_reason(q, v, mask, bits, varlen=False, backward=backward)
     return reason, (None if reason else _FlashPlan(mask, False, q, k, v, mods))
 
 
-def _flash_forward_run(plan: _FlashPlan, out: Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor:
+def _flash_forward_run(
+    plan: _FlashPlan, out: Tensor, args: tuple[Any, ...], kwargs: dict[str, Any], drop: Any = None
+) -> Tensor:
     """Run a planned forward into ``out`` (laid out like the query argument); returns the LSE.
-    ``args`` are the forward's (query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, ...)."""
+    ``args`` are the forward's (query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, ...);
+    ``drop``: spec.dropout of a dropout call (dense only)."""
     cum_seq_q, cum_seq_k, max_q, max_k = args[3:7]
     scale = softmax_scale(kwargs.get("scale"), plan.q.shape[-1])
     if plan.varlen:
@@ -334,7 +362,9 @@ def _flash_forward_run(plan: _FlashPlan, out: Tensor, args: tuple[Any, ...], kwa
         # num_splits (torch >= 2.12): the decode kernel's split count where a call takes it (<= 16
         # query rows), as PyTorch's kernel honours it; 0 / None: our heuristic.
         splits = min(max(int(kwargs.get("num_splits") or 0), 0), _backend.MAX_SPLITS)
-        if plan.mods is None:
+        if drop is not None:  # the forward kernel (the decode one has no dropout)
+            _backend.launch_fwd(plan.q, plan.k, plan.v, out.transpose(1, 2), lse, scale, plan.mask, dropout=drop)
+        elif plan.mods is None:
             _backend.launch_fwd(plan.q, plan.k, plan.v, out.transpose(1, 2), lse, scale, plan.mask, num_splits=splits)
         else:  # the decode kernel takes no score modifiers: such a call runs the forward kernel
             _backend.launch_fwd(plan.q, plan.k, plan.v, out.transpose(1, 2), lse, scale, plan.mask, mods=plan.mods)
@@ -351,6 +381,11 @@ def _flash_forward(keyset: Any, *args: Any, **kwargs: Any) -> Any:
     if plan is None:
         return _fall_back(_FLASH_FWD, _FLASH_FWD_COUNTS, str(reason), keyset, args, kwargs)
     out = torch.empty_like(query)
+    if plan.dropout_p != 0.0:  # PyTorch's generator use and rng state format (dropout.py)
+        rng = dropout.take(plan.dropout_p, plan.q.shape[0], plan.q.shape[1], query.device, _NATIVE.get(_FLASH_FWD))
+        lse = _flash_forward_run(plan, out, args, kwargs, rng.item)
+        _FLASH_FWD_COUNTS[0] += 1
+        return (out, lse, rng.philox_seed, rng.philox_offset, _unused_outputs(query)[2])
     lse = _flash_forward_run(plan, out, args, kwargs)
     _FLASH_FWD_COUNTS[0] += 1
     return (out, lse, *_unused_outputs(query))
@@ -362,6 +397,8 @@ def _flash_forward_inplace(keyset: Any, *args: Any, **kwargs: Any) -> Any:
     reason, plan = _flash_plan(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, kwargs)
     if plan is not None and return_debug_mask:
         reason, plan = _DEBUG_MASK_REASON, None
+    if plan is not None and dropout_p != 0.0:
+        reason, plan = f"dropout_p={dropout_p}: this op is the no-dropout one (PyTorch's kernel says so)", None
     if plan is not None and (out.dtype != query.dtype or out.shape != query.shape or out.device != query.device):
         reason, plan = f"out {tuple(out.shape)} {out.dtype}: needs the query's shape, dtype and device", None
     if plan is not None:
@@ -377,12 +414,17 @@ def _flash_forward_inplace(keyset: Any, *args: Any, **kwargs: Any) -> Any:
 def _flash_backward(keyset: Any, *args: Any, **kwargs: Any) -> Any:
     # (grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
     #  is_causal, rng_state, unused)
-    grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, _, _ = args
+    grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal = args[:12]
+    seed = args[12]  # the forward's rng state
     reason, plan = _flash_plan(
         query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, kwargs, backward=True
     )
+    if plan is not None and plan.dropout_p != 0.0:  # the forward's rng state, PyTorch's format
+        reason = dropout.rng_state_reason(seed, query.device)
+        plan = None if reason else plan
     if plan is not None:  # deterministic mode: a family of ours that has it, else PyTorch's kernel
-        reason = _backend.deterministic_reason(plan.q, plan.v, plan.mask, plan.varlen)
+        bits = _backend.FEATURE_BITS["dropout"] if plan.dropout_p != 0.0 else 0
+        reason = _backend.deterministic_reason(plan.q, plan.v, plan.mask, plan.varlen, bits)
         plan = None if reason else plan
     if plan is not None:
         lse_shape = (query.shape[1], query.shape[0]) if plan.varlen else tuple(plan.q.shape[:3])
@@ -399,7 +441,9 @@ def _flash_backward(keyset: Any, *args: Any, **kwargs: Any) -> Any:
     else:
         views = (t.transpose(1, 2) for t in (grad_out, out, dq, dk, dv))
         grad_out_, out_, dq_, dk_, dv_ = views
-        _backend.launch_bwd(grad_out_, plan.q, plan.k, plan.v, out_, logsumexp, dq_, dk_, dv_, scale, plan.mask)
+        drop = dropout.from_rng_state(plan.dropout_p, seed) if plan.dropout_p != 0.0 else None
+        _backend.launch_bwd(grad_out_, plan.q, plan.k, plan.v, out_, logsumexp, dq_, dk_, dv_, scale, plan.mask,
+                            dropout=drop)  # fmt: skip
     _FLASH_BWD_COUNTS[0] += 1
     return dq, dk, dv
 

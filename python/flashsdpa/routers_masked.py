@@ -50,26 +50,29 @@ _BIAS_BITS = _backend.FEATURE_BITS["bias"]  # every served call's: _bias_reason 
 NO_BIAS_REASON = "no attn_mask: an unmasked call reaches this op only where sdpa_kernel chose it over flash; left to it"
 
 
-def _bias_reason(attn_bias: Tensor | None, query: Tensor, key: Tensor) -> str | None:
+def _bias_reason(attn_bias: Tensor | None, query: Tensor, key: Tensor, value: Tensor, is_causal: bool) -> str | None:
+    # A decode-sized call (padded batched generation: 1..16 query rows) is ours where the table's
+    # decode path takes the bias (decode_kernel_sm80.cuh's kModsBias): the forward kernel would run
+    # one 128-row CTA per (batch, head) over every key, so elsewhere PyTorch's masked kernels keep
+    # it. Forward and backward ask the same rule: a served call's backward is the dense masked one
+    # (the decode path is forward only), a left call's PyTorch's, never one paired with the other's.
     if attn_bias is None:
         return NO_BIAS_REASON
-    if query.shape[2] <= _backend.DECODE_MAX_SEQLEN_Q:
-        # Padded batched generation (a 4-D mask, one query row): the forward kernel would run one CTA
-        # per (batch, head) over every key, where the decode kernel splits the keys but takes no mask
-        # yet; PyTorch's masked kernels serve it as before (not measured against them: kept theirs).
-        return (f"a masked call with {query.shape[2]} query rows (<= {_backend.DECODE_MAX_SEQLEN_Q}, decode-sized): "
-                "the split-KV decode kernel takes no mask yet")
     target = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
     if attn_bias.dtype != query.dtype or attn_bias.device != query.device:
         return f"attn_bias {attn_bias.dtype} on {attn_bias.device}: needs query's dtype {query.dtype} on {query.device}"
     if attn_bias.dim() > 4 or any(n not in (1, t) for n, t in zip(reversed(attn_bias.shape), reversed(target))):
         return f"attn_bias {tuple(attn_bias.shape)}: does not broadcast to {target}"
-    return None
+    return selection.decode_sized_mask_reason(query, value, _EFF_MASKS[is_causal])
 
 
-def _eff_mods(attn_bias: Tensor, query: Tensor, key: Tensor) -> _backend.Mods:
-    """A served call's modifiers: the mask alone (_bias_reason leaves no served call without one)."""
-    return (0.0, None, None, ops_masks.bias_view(attn_bias, (query.shape[0], query.shape[1], query.shape[2], key.shape[2])))
+def _eff_mods(attn_bias: Tensor, query: Tensor, key: Tensor, backward: bool) -> _backend.Mods:
+    """A served call's modifiers: the mask alone (_bias_reason leaves no served call without one), with
+    its per-call summary (ops_masks.bias_cells: the tiles it hides are skipped) except for a
+    deterministic backward, whose host drops it (api.cpp)."""
+    shape = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+    skip = not (backward and torch.are_deterministic_algorithms_enabled())
+    return ops_masks.masked_mods(0.0, None, None, attn_bias, shape, skip=skip)
 
 
 def eff_forward_reason(query: Tensor, key: Tensor, value: Tensor, attn_bias: Tensor | None, dropout_p: float,
@@ -81,7 +84,7 @@ def eff_forward_reason(query: Tensor, key: Tensor, value: Tensor, attn_bias: Ten
     if reason is None and key.shape[1] != query.shape[1]:
         reason = f"key heads={key.shape[1]}: this op takes as many as query's ({query.shape[1]})"
     if reason is None:
-        reason = _bias_reason(attn_bias, query, key)
+        reason = _bias_reason(attn_bias, query, key, value, is_causal)
     if reason is None:
         reason = selection.features_reason(query, value, _EFF_MASKS[is_causal], _BIAS_BITS, varlen=False, backward=backward)
     return reason
@@ -101,7 +104,8 @@ def _eff_forward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     lse_full = query.new_empty(batch, heads, (seqlen_q + 31) // 32 * 32 if compute_lse else 0, dtype=torch.float32)
     lse = lse_full.narrow(2, 0, seqlen_q) if compute_lse else None
     scale_ = softmax_scale(scale, query.shape[3])
-    _backend.launch_fwd(query, key, value, out, lse, scale_, _EFF_MASKS[is_causal], mods=_eff_mods(attn_bias, query, key))
+    _backend.launch_fwd(query, key, value, out, lse, scale_, _EFF_MASKS[is_causal],
+                        mods=_eff_mods(attn_bias, query, key, backward=False))
     _EFF_FWD_COUNTS[0] += 1
     return out, lse_full, torch.empty((), dtype=torch.long), torch.empty((), dtype=torch.long)
 
@@ -129,9 +133,9 @@ def _eff_backward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     dv = value.new_empty(batch, seqlen_k, heads, value.shape[3]).transpose(1, 2)
     d_full = query.new_zeros(batch, heads, seqlen_q, seqlen_k) if grad_input_mask[3] else None
     grad_out = _backend.aligned_rows(grad_out)
+    mods = _eff_mods(attn_bias, query, key, backward=True)
     _backend.launch_bwd(grad_out, query, key, value, out, logsumexp.narrow(2, 0, seqlen_q), dq, dk, dv,
-                        softmax_scale(scale, head_dim), _EFF_MASKS[is_causal], None, _eff_mods(attn_bias, query, key),
-                        (None, None, d_full))  # fmt: skip
+                        softmax_scale(scale, head_dim), _EFF_MASKS[is_causal], None, mods, (None, None, d_full))
     _EFF_BWD_COUNTS[0] += 1
     grad_bias = None if d_full is None else ops_masks.reduce_to(d_full, tuple(attn_bias.shape))
     return dq, dk, dv, grad_bias
@@ -166,7 +170,7 @@ def _cudnn_forward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     ROUTED[0] += 1
     reason = _DEBUG_MASK_REASON if return_debug_mask else None
     if reason is None:
-        reason = selection.dense_reason(query, key, value) or _bias_reason(attn_bias, query, key)
+        reason = selection.dense_reason(query, key, value) or _bias_reason(attn_bias, query, key, value, is_causal)
     if reason is None and dropout_p != 0.0:
         reason = _dropout_reason(dropout_p)
     if reason is None:
@@ -177,7 +181,7 @@ def _cudnn_forward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     out = _like_query(query, value.shape[3])
     lse = query.new_empty(batch, heads, seqlen_q, 1, dtype=torch.float32)
     _backend.launch_fwd(query, key, value, out, lse.select(3, 0), softmax_scale(scale, head_dim), _EFF_MASKS[is_causal],
-                        mods=_eff_mods(attn_bias, query, key))  # fmt: skip
+                        mods=_eff_mods(attn_bias, query, key, backward=False))  # fmt: skip
     _CUDNN_FWD_COUNTS[0] += 1
     return (out, lse, None, None, seqlen_q, key.shape[2], torch.empty((), dtype=torch.long),
             torch.empty((), dtype=torch.long), None)  # fmt: skip
@@ -192,7 +196,7 @@ def _cudnn_backward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
         reason = "cum_seq_q / cum_seq_k given: the dense SDPA backward takes none"
     attn_bias = attn_bias if attn_bias is not None and attn_bias.numel() else None
     if reason is None:
-        reason = selection.dense_reason(query, key, value) or _bias_reason(attn_bias, query, key)
+        reason = selection.dense_reason(query, key, value) or _bias_reason(attn_bias, query, key, value, is_causal)
     if reason is None and dropout_p != 0.0:
         reason = _dropout_reason(dropout_p)
     lse_shape = (*query.shape[:3], 1)
@@ -207,7 +211,7 @@ def _cudnn_backward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     if reason is not None:
         return _fall_back(_CUDNN_BWD, _CUDNN_BWD_COUNTS, reason, keyset, args, {"scale": scale})
     dq, dk, dv = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
-    mods = _eff_mods(attn_bias, query, key)
+    mods = _eff_mods(attn_bias, query, key, backward=True)
     grad_out = _backend.aligned_rows(grad_out)
     _backend.launch_bwd(grad_out, query, key, value, out, logsumexp.select(3, 0), dq, dk, dv,
                         softmax_scale(scale, query.shape[3]), _EFF_MASKS[is_causal], None, mods)  # fmt: skip

@@ -39,6 +39,7 @@ __all__ = [
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 _DTYPE_FLAG = {"float16": "fp16", "bfloat16": "bf16"}  # FLASHSDPA_DTYPES spelling
+_Bits = tuple[list[str], int]  # explain()'s parts: reasons, feature bits
 
 
 # ---- the dense predicate: the routers' hot path ---------------------------------------------------
@@ -296,12 +297,11 @@ def mask_reason(
 
 
 def features_reason(
-    query: Tensor, value: Tensor, mask: masks.MaskSpec, bits: int, *, varlen: bool, backward: bool = False
+    query: Tensor, value: Tensor, mask: masks.MaskSpec, bits: int, *, varlen: bool | int, backward: bool = False
 ) -> str | None:
-    """Why no kernel family serves the score modifiers ``bits`` (_backend.FEATURE_BITS) together
-    with ``mask`` for these tensors on their GPU, or None. The capability table lists them per
-    family (today sm80 serves all three and sm90 none, so such calls take sm80 on a Hopper GPU);
-    asked once per problem and cached. The caller has checked the tensors."""
+    """Why no kernel family serves the score modifiers ``bits`` (_backend.FEATURE_BITS) with ``mask``
+    for these tensors on their GPU (``varlen``: the layout, 2 decode), or None; the capability
+    table's verdict, cached per problem. The caller has checked the tensors."""
     if not bits:
         return mask_reason(query, value, mask, varlen=varlen, backward=backward)
     family, *_, why = _backend.select(
@@ -312,6 +312,21 @@ def features_reason(
         return None
     names = ", ".join(n for n, b in _backend.FEATURE_BITS.items() if bits & b)
     return f"{names}: {why}"
+
+
+def dropout_reason(
+    query: Tensor, value: Tensor, mask: masks.MaskSpec, dropout_p: object, *, varlen: bool, backward: bool = False
+) -> str | None:
+    """Why no kernel family of ours runs this call's dropout (PyTorch's FlashAttention-2 mask,
+    python/flashsdpa/dropout.py's generator use), or None. Dense calls only: PyTorch's varlen
+    kernel offsets the mask per sequence start, which no test of ours pins down yet. The caller
+    has checked the tensors; ``dropout_p`` > 0."""
+    if type(dropout_p) is not float or not 0.0 < dropout_p < 1.0:
+        return f"dropout_p={dropout_p!r}: needs a float in (0, 1)"
+    if varlen:
+        return f"dropout_p={dropout_p} with packed (varlen) inputs: not served (dense inputs are)"
+    why = features_reason(query, value, mask, _backend.FEATURE_BITS["dropout"], varlen=False, backward=backward)
+    return None if why is None else f"dropout_p={dropout_p}: {why}"
 
 
 def feature_families() -> list[str]:
@@ -484,7 +499,36 @@ def _features_reasons(
     return [f"{why}; families serving score modifiers: {', '.join(feature_families())}"] if why else []
 
 
-def _attn_mask_reasons(query: Tensor, key: Tensor, attn_mask: object, softcap: float) -> tuple[list[str], int]:
+def _dropout_reasons(
+    query: Tensor, key: Tensor, value: Tensor, dropout_p: float, is_causal: bool, bits: int
+) -> list[str]:
+    """explain()'s dropout part: served alone (no attn_mask, no modifiers) where a family lists it."""
+    if bits:
+        return [f"dropout_p={dropout_p} with attn_mask or score modifiers: no kernel serves both"]
+    if not _backend.CUDA_KERNELS or not any("dropout" in f.get("features", []) for f in _backend.capabilities()):
+        return [f"dropout_p={dropout_p}: no compiled kernel family serves dropout"]
+    if not query.is_cuda or query.dim() != 4 or value.dim() != 4 or query.dtype not in _backend.DTYPE_CODES:
+        return []  # the tensor checks say why
+    if dense_reason(query, key, value) is not None:
+        return []
+    backward = query.requires_grad or key.requires_grad or value.requires_grad
+    mask = masks.CAUSAL_BOTTOM_RIGHT if is_causal else masks.NO_MASK
+    why = dropout_reason(query, value, mask, float(dropout_p), varlen=False, backward=backward)
+    return [why] if why else []
+
+
+def decode_sized_mask_reason(query: Tensor, value: Tensor, mask: masks.MaskSpec) -> str | None:
+    """Why a masked call of <= DECODE_MAX_SEQLEN_Q query rows is left to PyTorch, or None (routers_masked.py)."""
+    if query.shape[2] > _backend.DECODE_MAX_SEQLEN_Q:
+        return None
+    if not query.is_cuda or query.dtype not in _backend.DTYPE_CODES or query.dim() != 4 or value.dim() != 4:
+        return None  # not a question for the table: the tensor checks after this one give the reason
+    why = features_reason(query, value, mask, _backend.FEATURE_BITS["bias"], varlen=_backend.LAYOUT_DECODE)
+    return why and (f"a masked call with {query.shape[2]} query rows (<= {_backend.DECODE_MAX_SEQLEN_Q}, "
+                    f"decode-sized): the split-KV decode kernel does not take its mask here ({why})")
+
+
+def _attn_mask_reasons(query: Tensor, key: Tensor, value: Tensor, attn_mask: object, softcap: float) -> _Bits:
     """explain()'s attn_mask part: (reasons, feature bits). SDPA sends masked calls to its cuDNN or
     efficient op, whose routers (routers_masked.py) run our kernels with the mask as an additive bias
     in the query's dtype; the efficient op takes no grouped-query call."""
@@ -501,9 +545,8 @@ def _attn_mask_reasons(query: Tensor, key: Tensor, attn_mask: object, softcap: f
                     "PyTorch's masked SDPA ops take equal heads (flashsdpa.attention(attn_mask=...) serves it)"], 0
     if softcap:
         return ["softcap with attn_mask: not served yet (the softcap backward would re-read the bias)"], 0
-    if query.dim() == 4 and query.shape[2] <= _backend.DECODE_MAX_SEQLEN_Q:
-        return [f"attn_mask with {query.shape[2]} query rows (<= {_backend.DECODE_MAX_SEQLEN_Q}, decode-sized): "
-                "the split-KV decode kernel takes no mask yet (flashsdpa.attention(attn_mask=...) serves it)"], 0
+    if query.dim() == 4 and (why := decode_sized_mask_reason(query, value, masks.NO_MASK)) is not None:
+        return [f"attn_mask{why.removeprefix('a masked call')} (flashsdpa.attention(attn_mask=...) serves it)"], 0
     return [], _backend.FEATURE_BITS["bias"]
 
 
@@ -536,7 +579,10 @@ def explain(
     keyword) is forward-only: that op's backward takes no slopes, so a call whose inputs require grad
     is left to PyTorch there (logged with that reason). ``attn_mask`` (bool or the query's dtype, any
     shape broadcasting to (B, H, Sq, Sk)) is served through SDPA's masked ops (cuDNN, efficient) and
-    the direct API; ``dropout_p`` not yet (the direct API runs it on CPU only).
+    the direct API; ``dropout_p`` is served in dense calls of SDPA's flash op and
+    ``aten::_flash_attention_forward`` with PyTorch's FlashAttention-2 mask (the same mask for
+    the same generator state) by the families whose table lists "dropout", without attn_mask or
+    the direct API's modifiers.
     """
     del scale  # any scale is served; the parameter mirrors SDPA's signature
     window_reasons = _window_reasons(query, value, is_causal, window) if window is not None else []
@@ -552,10 +598,14 @@ def explain(
     causal_bias = _is_causal_bias(attn_mask)
     mask_bits = 0
     if attn_mask is not None and not causal_bias:
-        mask_reasons, mask_bits = _attn_mask_reasons(query, key, attn_mask, softcap)
+        mask_reasons, mask_bits = _attn_mask_reasons(query, key, value, attn_mask, softcap)
         reasons += mask_reasons
     if dropout_p != 0.0:
-        reasons.append(f"dropout_p={dropout_p}: dropout is not supported (needs 0.0)")
+        # Any attn_mask left (even one whose own reason refused it: mask_bits 0) bars dropout.
+        mask_left = attn_mask is not None and not causal_bias
+        reasons += _dropout_reasons(query, key, value, dropout_p, is_causal, bits=(1 if mask_left else 0)
+                                    | (2 if softcap else 0) | (4 if alibi_slopes is not None else 0)
+                                    | (8 if sinks is not None else 0))
     bits = (
         (_backend.FEATURE_BITS["softcap"] if softcap else 0)
         | (_backend.FEATURE_BITS["alibi"] if alibi_slopes is not None else 0)

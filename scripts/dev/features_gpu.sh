@@ -13,38 +13,13 @@ cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 
-t0=$(date +%s)
-FLASHSDPA_BUILD_DIR=/tmp/features_build FLASHSDPA_DTYPES="bf16;fp16" FLASHSDPA_HEAD_DIMS="64;128;256" \
-  FLASHSDPA_ARCHS=90 FLASHSDPA_BUILD_JOBS="$(nproc)" FLASHSDPA_PTXAS_VERBOSE=1 \
-  timeout 150 $PY setup.py build_ext --inplace > "$OUT/build.log" 2>&1
-rc=$?
-if [[ $rc != 0 ]]; then
-  tail -30 "$OUT/build.log"; step build "FAILED rc=$rc (build.log)"; failed+=(build); finish
-fi
-step build "ok in $(( $(date +%s) - t0 )) s; spill warnings: $(grep -c 'bytes spill stores' "$OUT/build.log")"
-grep -E "spill stores" "$OUT/build.log" | sed -E 's/.*function .(_Z[^ ]*). ([0-9]+ bytes spill stores.*)/\2 \1/' \
-  | sort -u | cut -c1-200 > "$OUT/spills.txt"
+narrow_build 150 "64;128;256"
 
-t0=$(date +%s)
-timeout 150 $PY -m pytest tests/gpu/test_features_gpu.py "tests/gpu/test_kernels.py::test_sanitizer_subset" \
-  -q -p no:cacheprovider -rs --durations=5 2>&1 | tee "$OUT/tests.log" | tail -25
-rc=${PIPESTATUS[0]}
-step "features tests" "rc=$rc $(grep -E '(passed|failed|error)' "$OUT/tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
-check "features tests" "$rc"
-grep -qE '[0-9]+ passed' "$OUT/tests.log" || failed+=("features tests (none passed)")
-
-t0=$(date +%s)
-timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 --target-processes all \
-  $PY -m pytest tests/gpu/test_features_gpu.py -q -x -p no:cacheprovider -k sanitizer_subset \
-  > "$OUT/sanitize_memcheck.log" 2>&1
-rc=$?
-step "sanitizer memcheck" "rc=$rc $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_memcheck.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
-check "sanitizer memcheck" "$rc"
-
-t0=$(date +%s)
-timeout 60 $PY scripts/dev/features_timing.py > "$OUT/timing.log" 2>&1
-rc=$?
-check timing "$rc"
-step timing "rc=$rc ($(( $(date +%s) - t0 )) s; table below)"
+tests "features tests" 150 tests.log $PY -m pytest tests/gpu/test_features_gpu.py \
+  "tests/gpu/test_kernels.py::test_sanitizer_subset" -q -p no:cacheprovider -rs --durations=5
+timed "sanitizer memcheck" 90 sanitize_memcheck.log compute-sanitizer --tool memcheck --error-exitcode 9 \
+  --target-processes all $PY -m pytest tests/gpu/test_features_gpu.py -q -x -p no:cacheprovider -k sanitizer_subset
+timed timing 60 timing.log $PY scripts/dev/features_timing.py
+tail -25 "$OUT/tests.log"
 cat "$OUT/timing.log"
 finish

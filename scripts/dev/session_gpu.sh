@@ -16,7 +16,7 @@ if [[ -n "${TESTS:-}" ]]; then
   [[ $r == 0 ]] || rc=1
 fi
 if [[ -n "${FAMILY_TESTS:-}" ]]; then
-  FLASHSDPA_FAMILY=sm80 timeout 120 python3 -m pytest $FAMILY_TESTS -q -p no:cacheprovider -n 10 > "$OUT/tests_sm80.log" 2>&1; r=$?
+  FLASHSDPA_FAMILY=sm80 timeout "${FAMILY_TIMEOUT:-120}" python3 -m pytest $FAMILY_TESTS -q -p no:cacheprovider -n 10 > "$OUT/tests_sm80.log" 2>&1; r=$?
   echo "sm80-forced rc=$r: $(grep -E '[0-9]+ (passed|failed)' "$OUT/tests_sm80.log" | tail -1)"
   grep -E "^(FAILED|ERROR) " "$OUT/tests_sm80.log" | cut -c1-200 | head -20
   [[ $r == 0 ]] || rc=1

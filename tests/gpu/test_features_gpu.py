@@ -331,26 +331,31 @@ def test_sink_only_rows_stay_empty(request: pytest.FixtureRequest) -> None:
 
 
 def test_features_route(request: pytest.FixtureRequest) -> None:
-    """The capability table: both families serve the modifiers in both directions (sm90's
-    backward only at its head dims, 64 and 128), so a Hopper GPU runs them on sm90; under
+    """The capability table: both families serve the modifiers and dropout in both directions
+    (sm90's backward only at its head dims, 64 and 128), so a Hopper GPU runs them on sm90; under
     deterministic mode the slopes' and sinks' gradients (float atomic sums) are served by no
-    family, softcap's backward by sm90."""
+    family, softcap's and dropout's backward by sm90."""
     skip_unless_compiled(torch.bfloat16, 128)
     table = {f["family"]: f for f in flashsdpa.capabilities()}
-    assert set(table["sm80"]["features"]) == {"softcap", "alibi", "sinks", "bias"}
-    assert all(set(v) == {"softcap", "alibi", "sinks", "bias"} for v in table["sm80"]["features_by_direction"].values())
+    both = {"softcap", "alibi", "sinks", "bias", "dropout"}
+    assert set(table["sm80"]["features"]) == both
+    assert all(set(v) == both for v in table["sm80"]["features_by_direction"].values())
     hopper = "sm90" in table and torch.cuda.get_device_capability() == (9, 0)
-    both = ["softcap", "alibi", "sinks", "bias"]
     if "sm90" in table:
-        assert table["sm90"]["features_by_direction"] == {"forward": both, "backward": both}
+        assert {k: set(v) for k, v in table["sm90"]["features_by_direction"].items()} == {"forward": both,
+                                                                                          "backward": both}
     code = _backend.DTYPE_CODES[torch.bfloat16]
     for backward in (False, True):
         for bits in (1, 2, 4, 7, 8):
             family, *_ = _backend.select(torch.cuda.current_device(), code, 128, 128, 0, False, backward, bits)
             assert family == ("sm90" if hopper else "sm80"), (backward, bits, family)
-    for bits in (1, 2, 4, 7, 8):  # deterministic backward (2); the bias's gradient is plain stores
+    for bits in (1, 2, 4, 7, 8, 16):  # deterministic backward (2); the bias's gradient is plain stores
         family, *_ = _backend.select(torch.cuda.current_device(), code, 128, 128, 0, False, 2, bits)
-        assert family == ("sm90" if hopper and bits in (1, 8) else None), (bits, family)
+        assert family == ("sm90" if hopper and bits in (1, 8, 16) else None), (bits, family)
+    # Dropout (bit 16) alone: sm90 on Hopper in both directions (its kDropout backward), sm80 elsewhere.
+    for backward in (False, True):
+        family, *_ = _backend.select(torch.cuda.current_device(), code, 128, 128, 0, False, backward, 16)
+        assert family == ("sm90" if hopper else "sm80"), (backward, family)
 
 
 def test_features_deterministic(request: pytest.FixtureRequest, deterministic: Callable[[bool], None]) -> None:

@@ -77,10 +77,38 @@ struct ScoreMods {
   // the key dimension has unit stride). Kernels read only i < Sq, j < Sk. nullptr = none.
   const void* bias;
   int64_t bias_batch_stride, bias_head_stride, bias_row_stride;
+  // The bias's summary (issue 14's tile skipping; cuda/common/bias_cells.cuh): one byte per cell of
+  // 64 queries x 16 keys, bit 0 "some element is not -inf" (visible), bit 1 "some element is not 0",
+  // elements past Sq / Sk counting as neither. Cell (b, h, qc, kc) at b * batch + h * head + qc * row
+  // + kc (0 strides broadcast; rows padded to 16 cells and 16-byte aligned, checks.cpp). Computed by
+  // Python in the call's stream on every call (ops_masks.bias_cells); nullptr = no summary (every
+  // tile loads and adds its bias; a deterministic backward ignores it: api.cpp).
+  const uint8_t* bias_cells;
+  int64_t bias_cells_batch_stride, bias_cells_head_stride, bias_cells_row_stride;
 
   FLASHSDPA_HOST_DEVICE bool any() const {
     return softcap > 0.f || alibi_slopes != nullptr || sinks != nullptr || bias != nullptr;
   }
+};
+
+// Dropout on P with PyTorch's FlashAttention-2 mask (issue 14; cuda/common/dropout.cuh has the
+// scheme, docs/kernel_notes_dropout.md its sources). Off when threshold_plus1 == 0 (zeroed params).
+// The Philox seed and offset are the values below, or, where a pointer is set, read from device
+// memory when the kernel starts (CUDA-graph capture: PyTorch's rng state tensor, written by the
+// generator's graph-safe path on every replay): seed = seed_ptr ? *seed_ptr : seed,
+// offset = (offset_ptr ? *offset_ptr : 0) + offset.
+struct DropoutSpec {
+  uint32_t threshold_plus1;  // floor((1 - p) * 255) + 1: a random byte b keeps its element when b < this; 0 = off
+  float rp_keep;             // 1 / (1 - p): the kept P's scale (applied to O, dV, dS)
+  uint64_t seed;
+  uint64_t offset;
+  const uint64_t* seed_ptr;    // nullptr: use seed
+  const uint64_t* offset_ptr;  // nullptr: use offset alone
+  // The forward writes the resolved (seed, offset) here (PyTorch's uint64[2] rng state, which its
+  // backward reads), from one thread; nullptr: not wanted (the caller's tensor already holds them).
+  uint64_t* rng_state;
+
+  FLASHSDPA_HOST_DEVICE bool enabled() const { return threshold_plus1 != 0u; }
 };
 
 struct AttnFwdParams {
@@ -124,6 +152,7 @@ struct AttnFwdParams {
 
   MaskSpec mask;
   ScoreMods mods;
+  DropoutSpec dropout;
   DType dtype;
   // The sm90 forward's dynamic schedule (masked calls: fwd_kernel_sm90.cuh's
   // PersistentTileScheduler): two int32 in device memory, (tiles handed out, CTAs finished), zero

@@ -7,6 +7,11 @@
 # 4 * B * H * S^2 * D; backward 2.5x that, timed alone on a retained graph), as the issue's bars
 # count them. Interleaved rounds; ratios are medians of per-round ratios. CUDA events, median of
 # the reps. Budget on an H200: ~10 s a round.
+# The decode row (issue 11 / 14: padded batched generation): one query row per sequence, B 8, H 32,
+# D 128, 8k keys with a key-padding bool mask (kept lengths uniform in [S/2, S]), forward without
+# grad: µs and TB/s, the bytes counted being the kept keys' K and V (what a kernel must read:
+# 2 * B * H * sum(kept) * D * 2 bytes, ~0.8 GB on average, so ~190 µs at 4.25 TB/s), against the
+# fastest of PyTorch's masked backends per round.
 """The attention-mask rows: key padding and an additive bias through SDPA, ours against PyTorch's."""
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ MASKED_REPS, MASKED_WARMUP = 10, 3
 # Backends: ours is SDPA inside enable(); PyTorch's are its masked kernels, forced or as it picks.
 BACKENDS = ("ours", "torch-cudnn", "torch-efficient", "torch-default")
 THEIRS = BACKENDS[1:]
+DECODE_BATCH, DECODE_HEADS, DECODE_KEYS = 8, 32, 8192
+DECODE_NAME = "decode key padding B 8 S 8k"
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,44 @@ def _times(backend: str, qkv: list[torch.Tensor], mask: torch.Tensor, dout: torc
     return fwd, bwd
 
 
+def _decode_inputs(dtype: torch.dtype, seed: int) -> tuple[list[torch.Tensor], torch.Tensor, int]:
+    """(q, k, v, the (B, 1, 1, S) key-padding mask, the kept keys' K and V bytes) of one round."""
+    b, h, s = DECODE_BATCH, DECODE_HEADS, DECODE_KEYS
+    gen = torch.Generator(device=problems.DEVICE).manual_seed(seed)
+    qkv = [torch.randn(b, h, n, HEAD_DIM, generator=gen, device=problems.DEVICE).to(dtype) for n in (1, s, s)]
+    kept = torch.randint(s // 2, s + 1, (b,), generator=gen, device=problems.DEVICE)
+    mask = (torch.arange(s, device=problems.DEVICE)[None, :] < kept[:, None]).view(b, 1, 1, s)
+    return qkv, mask, 2 * h * int(kept.sum().item()) * HEAD_DIM * qkv[0].element_size()
+
+
+def run_masked_decode(dtype: torch.dtype, rounds: int) -> dict[str, Any]:
+    """The decode row: per backend, µs per round and TB/s (kept K/V bytes), and ours over the
+    fastest of PyTorch's as the median of per-round time ratios (< 1: ours faster)."""
+    us: dict[str, list[float | None]] = {b: [] for b in BACKENDS}
+    tbs: dict[str, list[float | None]] = {b: [] for b in BACKENDS}
+    for rnd in range(max(1, rounds)):
+        qkv, mask, nbytes = _decode_inputs(dtype, seed=7000 + rnd)
+        for backend in BACKENDS[rnd % len(BACKENDS):] + BACKENDS[: rnd % len(BACKENDS)]:
+            served = problems.served_total()
+            try:
+                with _backend(backend), torch.no_grad():
+                    ms = time_cuda_ms([lambda: F.scaled_dot_product_attention(*qkv, attn_mask=mask)],
+                                      warmup=MASKED_WARMUP, reps=MASKED_REPS)  # fmt: skip
+                if backend == "ours" and problems.served_total() == served:
+                    raise RuntimeError("not served: our kernels ran none of these calls (see flashsdpa.explain)")
+                value: float | None = ms * 1e3
+            except Exception as exc:  # noqa: BLE001 - a backend that refuses the case scores n/a
+                print(f"bench: masks {DECODE_NAME} {backend}: {type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr)
+                value = None
+            us[backend].append(value)
+            tbs[backend].append(None if value is None else nbytes / (value * 1e-6) * 1e-12)
+    best = [min((v for v in vals if v is not None), default=None) for vals in zip(*(us[b] for b in THEIRS))]
+    ratio, per_round = ratio_over_rounds(us["ours"], best)
+    rows = [{"case": DECODE_NAME, "backend": b, "us": median(us[b]), "tb_s": median(tbs[b]), "round_us": us[b]}
+            for b in BACKENDS]  # fmt: skip
+    return {"rows": rows, "ours_time_over_best_torch": ratio, "rounds": per_round}
+
+
 def run_masked(args: argparse.Namespace) -> dict[str, Any]:
     """Per case, backend and round: forward and backward TFLOP/s (dense FLOPs); per case and
     direction, ours over the best of PyTorch's as the median of per-round ratios."""
@@ -129,7 +174,8 @@ def run_masked(args: argparse.Namespace) -> dict[str, Any]:
             value, per_round_ratio = ratio_over_rounds(ours, best)
             summary.append({"case": case.name, "direction": direction, "ours_tflops": median(ours),
                             "ours_over_best_torch": value, "rounds": per_round_ratio})  # fmt: skip
-    return {"rows": rows, "summary": summary, "seconds": time.perf_counter() - started}
+    decode = run_masked_decode(dtype, args.rounds)
+    return {"rows": rows, "summary": summary, "decode": decode, "seconds": time.perf_counter() - started}
 
 
 def print_masked(result: dict[str, Any] | None, out: Any = None) -> None:
@@ -150,4 +196,12 @@ def print_masked(result: dict[str, Any] | None, out: Any = None) -> None:
         )
         ratio = f"{s['ours_over_best_torch']:.2f}x" if s["ours_over_best_torch"] else "-"
         print(f"  {s['case']:<20} {s['direction']:<4} {cells}   {ratio}", file=out)
+    decode = result.get("decode")
+    if decode and decode.get("rows"):
+        print(f"  {DECODE_NAME} (H {DECODE_HEADS}, one query row, fwd): µs / TB/s of kept K and V; "
+              "ours' time over the fastest PyTorch's", file=out)  # fmt: skip
+        cells = " ".join(f"{r['us']:7.1f}/{r['tb_s']:5.2f}" if r["us"] else f"{'n/a':>13}" for r in decode["rows"])
+        ratio = decode["ours_time_over_best_torch"]
+        print(f"    {' '.join(f'{b:>13}' for b in BACKENDS)}\n    {cells}   {f'{ratio:.2f}x' if ratio else '-'}",
+              file=out)  # fmt: skip
 
