@@ -167,7 +167,7 @@ def test_unserved_forward_raises_pytorchs_error() -> None:
 
 
 @pytest.mark.parametrize("kwargs, reason", [
-    ({"dropout_p": 0.1}, "dropout_p=0.1: dropout is not supported (needs 0.0)"),
+    ({"dropout_p": 1.0}, "dropout_p=1.0: needs a float in (0, 1)"),  # (0.1 is ours: test_dropout_gpu.py)
     ({"return_debug_mask": True}, "return_debug_mask=True: the debug attention mask is not supported"),
 ])  # fmt: skip
 def test_unserved_forward_runs_pytorchs_kernel_with_the_python_reason(kwargs: dict[str, Any], reason: str) -> None:

@@ -240,7 +240,7 @@ def test_decode_sized_masked_sdpa_takes_the_decode_kernel(sq: int) -> None:
     """A masked SDPA call with at most DECODE_MAX_SEQLEN_Q query rows (padded batched generation)
     is ours now: the masked router serves it on the split-KV decode kernel's kModsBias instantiation
     (the capability table's decode path lists the bias), no decode-sized reason is counted or
-    explained, and it matches PyTorch's masked kernel (test_masked_decode_gpu.py holds such calls to
+    explained, and its output is within the rule against float64 (test_masked_decode_gpu.py holds such calls to
     the rule against float64 and checks that the decode kernel ran)."""
     import torch.nn.functional as F
 
@@ -250,7 +250,6 @@ def test_decode_sized_masked_sdpa_takes_the_decode_kernel(sq: int) -> None:
     q, k, v = (torch.randn(batch, heads, s, head_dim, generator=gen, device=DEVICE).to(dtype) for s in (sq, sk, sk))
     mask = torch.ones(batch, 1, sq, sk, dtype=torch.bool, device=DEVICE)
     mask[:, :, :, : sk // 3] = False  # left padding
-    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     before = sum(_served(op) for op in _MASKED_OPS)
     flashsdpa.reset_stats()
     with flashsdpa.enable():
@@ -259,5 +258,10 @@ def test_decode_sized_masked_sdpa_takes_the_decode_kernel(sq: int) -> None:
     assert sum(_served(op) for op in _MASKED_OPS) == 1 and before >= 0, flashsdpa.stats()["fallback_reasons"]
     reasons = flashsdpa.stats()["fallback_reasons"]
     assert not any("decode-sized" in r for r in reasons), reasons
-    torch.testing.assert_close(got, expected)
+    # By the rule against float64 (PyTorch's masked kernel and ours are two bf16 roundings: compared
+    # with each other at assert_close's bf16 tolerance they differed by 3e-4 at values ~1e-2, H200).
+    bias = ops_masks.additive(mask, dtype)
+    ref, pt = (textbook(q, k, v, bias, scale=default_scale(head_dim), mask=masks.NO_MASK, dtype=d)[0]
+               for d in (torch.float64, dtype))  # fmt: skip
+    check_rule("out", got, pt, ref, input_dtype=dtype)
     assert flashsdpa.explain(q, k, v, attn_mask=mask) == []

@@ -464,7 +464,7 @@ def test_long_sequence_forward(request: pytest.FixtureRequest) -> None:
 
 
 def test_unsupported_calls_fall_back(request: pytest.FixtureRequest) -> None:
-    """Dropout, float32 and a mask that does not broadcast to (B, H, Sq, Sk)'s heads (GQA: PyTorch's
+    """Dropout beside an attn_mask, float32 and a mask that does not broadcast to (B, H, Sq, Sk)'s heads (GQA: PyTorch's
     masked ops take equal heads) stay with PyTorch's kernels: nothing of ours runs, the results are
     PyTorch's, and explain() names the argument. (Masks that broadcast are ours since issue 14:
     tests/gpu/test_masks_gpu.py.)"""
@@ -477,12 +477,12 @@ def test_unsupported_calls_fall_back(request: pytest.FixtureRequest) -> None:
     expected = F.scaled_dot_product_attention(q, k2, v2, attn_mask=mask, enable_gqa=True)
     with flashsdpa.enable(), Served() as served:
         got = F.scaled_dot_product_attention(q, k2, v2, attn_mask=mask, enable_gqa=True)
-        F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.1)
         F.scaled_dot_product_attention(q.float(), k.float(), v.float())
     assert served.total == 0, served.ops
     torch.testing.assert_close(got, expected)
     assert any("attn_mask" in r for r in flashsdpa.explain(q, k2, v2, attn_mask=mask))
-    assert any("dropout_p" in r for r in flashsdpa.explain(q, k, v, dropout_p=0.1))
+    assert any("dropout_p" in r for r in flashsdpa.explain(q, k, v, attn_mask=mask, dropout_p=0.1))
     assert any("float32" in r for r in flashsdpa.explain(q.float(), k.float(), v.float()))
     assert flashsdpa.explain(q, k, v) == []
     assert flashsdpa.explain(q, k, v, attn_mask=mask) == []
