@@ -97,6 +97,14 @@ struct BwdTraitsSm90 {
   // over all kBlockN keys, so the dS^T tile is the only thing they share.
   static constexpr int kDqCols = kHeadDim / 2;
   static constexpr int kDqAcc = kBlockM * kDqCols / 128;  // fp32 per thread
+  // K and V of the warpgroup's 64 keys held as the register A operands of S^T and dP^T (RS), read
+  // from shared memory once per CTA instead of once per step: -512 of ~1650 shared-memory clocks per
+  // d64 step (kernel_notes_bwd_sm90.md, "A budget per step on paper"), for 2 x 16 registers, which
+  // only d64 has to spare (d128 would need 2 x 32 on top of 224). The kMods kernel keeps SS.
+#ifndef FLASHSDPA_SM90_BWD_KV_REGS
+#define FLASHSDPA_SM90_BWD_KV_REGS 1
+#endif
+  static constexpr bool kKVInRegs = FLASHSDPA_SM90_BWD_KV_REGS && kHeadDim == 64 && !kMods;
   static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared memory limit");
 };
 
@@ -462,6 +470,21 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   };
 
   sm90::mbar_wait(sm.kv_full(), 0);
+  // kKVInRegs: this warp's 16 key rows of K and V as RS A fragments, one per k step of 16 columns
+  // (ldmatrix.x4: matrices rows 0-7 / 8-15 x columns 0-7 / 8-15 of the step, the A fragment's
+  // a0..a3; the TMA tile's 128-byte rows hold 16-byte chunk c at c ^ (row % 8)).
+  constexpr int kKSteps = Traits::kHeadDim / 16;
+  uint32_t k_frag[Traits::kKVInRegs ? kKSteps : 1][4], v_frag[Traits::kKVInRegs ? kKSteps : 1][4];
+  if constexpr (Traits::kKVInRegs) {
+    static_assert(Traits::kColBlocks == 1, "one 128-byte column block: d64");
+    const int row = cwg * 64 + warp * 16 + (lane / 8 % 2) * 8 + lane % 8;  // row % 8 == lane % 8
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      const uint32_t at = row * 128 + (((2 * kk + lane / 16) ^ (lane % 8)) << 4);
+      ldmatrix_x4(k_frag[kk], sm.k + at);
+      ldmatrix_x4(v_frag[kk], sm.v + at);
+    }
+  }
   for (int i = 0; i < range.count(); ++i) {
     const int s = i % Traits::kStages;
     const uint32_t parity = (i / Traits::kStages) & 1;
@@ -477,7 +500,11 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
       const uint64_t off_k = ((kk / 4) * kBlockN * 128 + (kk % 4) * 32) >> 4;
       const uint64_t off_q = ((kk / 4) * kBlockM * 128 + (kk % 4) * 32) >> 4;
-      OpS::template ss<0>(st_acc, k_desc + off_k, q_kmaj0 + s * kSlot + off_q, kk > 0);
+      if constexpr (Traits::kKVInRegs) {
+        OpS::template rs<0>(st_acc, k_frag[kk], q_kmaj0 + s * kSlot + off_q, kk > 0);
+      } else {
+        OpS::template ss<0>(st_acc, k_desc + off_k, q_kmaj0 + s * kSlot + off_q, kk > 0);
+      }
     }
     sm90::wgmma_commit();
     if (i > 0) stage_dq(i - 1);
@@ -487,7 +514,11 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
       const uint64_t off_v = ((kk / 4) * kBlockN * 128 + (kk % 4) * 32) >> 4;
       const uint64_t off_do = ((kk / 4) * kBlockM * 128 + (kk % 4) * 32) >> 4;
-      OpS::template ss<0>(dpt_acc, v_desc + off_v, do_kmaj0 + s * kSlot + off_do, kk > 0);
+      if constexpr (Traits::kKVInRegs) {
+        OpS::template rs<0>(dpt_acc, v_frag[kk], do_kmaj0 + s * kSlot + off_do, kk > 0);
+      } else {
+        OpS::template ss<0>(dpt_acc, v_desc + off_v, do_kmaj0 + s * kSlot + off_do, kk > 0);
+      }
     }
     sm90::wgmma_commit();
     // Dropout's bytes of the step (dropout.cuh's transposed map) while both GEMMs run: the Philox
