@@ -267,4 +267,22 @@ __device__ __forceinline__ float capped_exponent(float x) { return fmin_nan(x, 0
 __device__ __forceinline__ float capped_probability(float p) { return fmin_nan(p, 1.f); }
 __device__ __forceinline__ bool huge_lse2(float lse2) { return fabsf(lse2) >= 16384.f && lse2 != INFINITY; }
 
+// The forward's LSE as the backward subtracts it: LSE * log2(e); a row that saw no key +inf (P = 0;
+// a forward that wrote -inf for it is read the same, else 2^(+inf) = NaN). Past |LSE2| = 2^24 an ulp
+// of it is >= 2 and the row's top score no longer meets it at x ~ 0: the fused S c - LSE2 is exact
+// where the forward rounded (half an ulp), the natural-log round trip adds ~2 ulps and the sm90
+// backward's S^T = K Q^T sums in another order than the forward's Q K^T (~2^-20 relative, wgmma).
+// Landing below, 2^x is 0 instead of 1: the extreme suite (q or k = 1e18, H200, session 11) had dv
+// off by 6 (the dO row of the top key lost). There the offset is lowered by 2^-19 |LSE2| (32 ulps):
+// the top score caps at P = 1, and any score that far below the top keeps 2^-(>= 32) of its
+// weight at most, as the forward's own P for it (<= 2^-32 at that magnitude) says. Scores closer
+// to the top than 2^-19 relative are not told apart by float32 S at all. Below 2^24 unchanged.
+// The sm90 backward's; the sm80 one passes the suite without it (its S = Q K^T sums in the forward's
+// order) and its score-mod d128 kernel spilled 12 bytes with it, so it keeps the plain conversion.
+__device__ __forceinline__ float backward_lse2(float lse) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  const float lse2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
+  return fabsf(lse2) >= 16777216.f && lse2 != INFINITY ? lse2 - fabsf(lse2) * 0x1p-19f : lse2;
+}
+
 }  // namespace flashsdpa

@@ -264,7 +264,6 @@ __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayou
 template <typename Traits>
 __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const SmemLayout<Traits>& sm, int batch,
                                                const SeqlenInfo& seq, const StepRange& range, int lane) {
-  constexpr float kLog2e = 1.4426950408889634f;
   grid_dependency_wait();  // delta is the preprocess's
   // Only now (the preprocess has completed) may the dQ postprocess's CTAs be placed on SMs this
   // grid leaves idle: with first store they start converting blocks before this grid ends and
@@ -283,7 +282,7 @@ __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const Sme
       const bool ok = q < seq.seqlen_q;
       // A forward that wrote -inf for a row that sees no key is read as +inf (P = 0), as sm80's.
       const float row_lse = ok ? lse[(seq.q_row_offset + q) * p.lse_row_stride] : INFINITY;
-      l[r] = row_lse == -INFINITY ? INFINITY : row_lse * kLog2e;
+      l[r] = backward_lse2(row_lse);
       d[r] = ok ? delta[(seq.q_row_offset + q) * p.delta_row_stride] : 0.f;
     }
     bool huge = false;

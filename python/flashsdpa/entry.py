@@ -33,6 +33,7 @@ from torch import Tensor
 from torch.overrides import handle_torch_function
 
 from flashsdpa import _backend, eager, masks, ops, reporting, selection
+from flashsdpa.features import additive
 from flashsdpa.routers import ROUTED, softmax_scale
 
 __all__ = ["EAGER_SDPA", "FLASH", "SDPA", "Patch", "patch_torch", "scaled_dot_product_attention", "unpatch_torch"]
@@ -321,7 +322,24 @@ def scaled_dot_product_attention(*args: Any, **kwargs: Any) -> Any:
         out = _direct_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         if out is not None:
             return out
+    if type(attn_mask) is Tensor and attn_mask.dtype == torch.bool and type(query) is Tensor and query.is_cuda:
+        args, kwargs = _with_additive_mask(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     return _to_pytorch(args, kwargs, query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, scale)
+
+
+def _with_additive_mask(query: Tensor, key: Any, value: Any, attn_mask: Tensor, dropout_p: float, is_causal: bool,
+                        scale: Any, enable_gqa: bool) -> tuple[tuple[Any, ...], dict[str, Any]]:  # fmt: skip
+    """The call with its boolean CUDA mask as 0 / -inf in query's dtype: how PyTorch converts one
+    for its math and efficient kernels, but not for cuDNN, SDPA's first masked backend on Hopper:
+    convert_boolean_attn_mask_cudnn (aten attention.cpp, a cuDNN -inf workaround) writes -65504, and
+    a row that sees no key then gets the unmasked answer instead of 0 (softmax is shift-invariant),
+    from PyTorch's cuDNN kernel and from our cuDNN router alike (H200, torch 2.11: error 1.7 on a
+    fully padded sequence, test_masked_decode_gpu.py). Converted here, every router and every
+    PyTorch kernel sees -inf. The one op PyTorch would run itself (it passes float masks through);
+    under torch.compile it is traced into the graph with the rest of this function."""
+    mask = additive(attn_mask, query.dtype) if query.is_floating_point() else attn_mask
+    kwargs = {"attn_mask": mask, "dropout_p": dropout_p, "is_causal": is_causal, "scale": scale, "enable_gqa": enable_gqa}
+    return (query, key, value), kwargs
 
 
 scaled_dot_product_attention.__doc__ = _TORCH_SDPA.__doc__

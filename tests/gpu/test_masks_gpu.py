@@ -190,13 +190,17 @@ def _served(op_prefix: str) -> int:
     return sum(c["served"] for op, c in ops.items() if op.startswith(op_prefix))
 
 
+@pytest.mark.parametrize("empty_row", [False, True], ids=["", "empty_row"])
 @pytest.mark.parametrize("kind", ["bool", "add"])
 @pytest.mark.parametrize("shape_name,sq,sk", [("B11S", 113, 1023), ("1HSS", 256, 256), ("SS", 17, 113)])
-def test_masks_through_sdpa(request: pytest.FixtureRequest, kind: str, shape_name: str, sq: int, sk: int) -> None:
+def test_masks_through_sdpa(request: pytest.FixtureRequest, kind: str, shape_name: str, sq: int, sk: int,
+                            empty_row: bool) -> None:  # fmt: skip
     """F.scaled_dot_product_attention(attn_mask=...) inside enable(): PyTorch sends it to its cuDNN or
     efficient op (flash refuses masks), whose routers run our kernels forward and backward (the
     reporting counters say so), and the results pass the rule against the float64 textbook,
-    the additive mask's gradient included (autograd's expand backward reduces ours)."""
+    the additive mask's gradient included (autograd's expand backward reduces ours). With
+    ``empty_row`` query row sq // 2 sees no key (B11S: the last sequence none): out 0 there, a
+    boolean mask too (PyTorch writes -65504 for its cuDNN op; entry.py converts to -inf first)."""
     import torch.nn.functional as F
 
     dtype, batch, heads, head_dim = torch.bfloat16, 2, 4, 128
@@ -204,7 +208,9 @@ def test_masks_through_sdpa(request: pytest.FixtureRequest, kind: str, shape_nam
     gen = _generator(request)
     q, k, v = (torch.randn(batch, heads, s, head_dim, generator=gen, device=DEVICE).to(dtype) for s in (sq, sk, sk))
     dout = torch.randn(batch, heads, sq, head_dim, generator=gen, device=DEVICE).to(dtype)
-    attn_mask = _make_mask(kind, _shape(shape_name, batch, heads, sq, sk), sq, sk, dtype, gen, False)
+    attn_mask = _make_mask(kind, _shape(shape_name, batch, heads, sq, sk), sq, sk, dtype, gen, empty_row)
+    if empty_row and shape_name == "B11S":
+        attn_mask[-1] = False if kind == "bool" else -math.inf
     additive = kind != "bool"
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     m = attn_mask.detach().clone().requires_grad_(additive)
