@@ -77,12 +77,7 @@ __global__ void __launch_bounds__(kPrePostThreads)
   const int sub = tid % kLanesPerRow;
 #pragma unroll
   for (int r = tid / kLanesPerRow; r < kPrePostRows; r += kPrePostThreads / kLanesPerRow) {
-    // In float64 (the fp16 / bf16 products are exact there, the sums nearly so; rounded once to
-    // float32 at the end): dS = P (dP - delta) cancels where P is ~1 (a row with one visible key:
-    // dS = 0 in exact arithmetic), and the residue is the two float32 sums' rounding. With delta's
-    // half of it gone, fuzz's fp16 Dqk 8 / Dv 120, Sk 1 case had dk 1.08e-5 against the rule's
-    // floor of 1e-5 (PyTorch's math: exactly 0). The preprocess is memory-bound: FP64 costs nothing.
-    double acc = 0.0;
+    float acc = 0.f;
     if (r < rows) {
 #pragma unroll
       for (int c = sub; c < kHeadDim / 8; c += kLanesPerRow) {
@@ -93,7 +88,7 @@ __global__ void __launch_bounds__(kPrePostThreads)
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
             const float2 x = ElemTraits<Elem>::unpack(av[j]), y = ElemTraits<Elem>::unpack(bv[j]);
-            acc = fma(double(x.x), double(y.x), fma(double(x.y), double(y.y), acc));
+            acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));
           }
         }
       }
@@ -101,7 +96,7 @@ __global__ void __launch_bounds__(kPrePostThreads)
     acc += __shfl_xor_sync(0xffffffffu, acc, 1);
     acc += __shfl_xor_sync(0xffffffffu, acc, 2);
     acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-    if (sub == 0 && r < rows) delta[r * p.delta_row_stride] = static_cast<float>(acc);
+    if (sub == 0 && r < rows) delta[r * p.delta_row_stride] = acc;
   }
   if (p.row_pdp != nullptr && tid < rows) {
     const int64_t at = (delta - p.delta) + tid * p.delta_row_stride;

@@ -277,8 +277,8 @@ __device__ __forceinline__ bool huge_lse2(float lse2) { return fabsf(lse2) >= 16
 // the top score caps at P = 1, and any score that far below the top keeps 2^-(>= 32) of its
 // weight at most, as the forward's own P for it (<= 2^-32 at that magnitude) says. Scores closer
 // to the top than 2^-19 relative are not told apart by float32 S at all. Below 2^24 unchanged.
-// The sm90 backward's; the sm80 one passes the suite without it (its S = Q K^T sums in the forward's
-// order) and its score-mod d128 kernel spilled 12 bytes with it, so it keeps the plain conversion.
+// Both backwards (the sm80 one failed the same two cases without it). Cost: ptxas -v, sm_90a, the
+// sm80 d128 score-mod backward spills 12 bytes (stores only; 0 before); the others are unchanged.
 __device__ __forceinline__ float backward_lse2(float lse) {
   constexpr float kLog2e = 1.4426950408889634f;
   const float lse2 = lse == -INFINITY ? INFINITY : lse * kLog2e;

@@ -455,7 +455,7 @@ __device__ __forceinline__ void dkdv_tile(const AttnBwdParams& p, const WorkTile
       for (int h = 0; h < 2; ++h) {
         const int r = s_row0 + mt * 16 + h * 8 + lane / 4;
         const float l = s_lse[r];
-        lse2[mt][h] = l == -INFINITY ? INFINITY : l * kLog2e;
+        lse2[mt][h] = backward_lse2(l);
         dlt[mt][h] = s_delta[r];
       }
 
