@@ -16,6 +16,8 @@
 #   skipping SDPA's dispatch and the router;
 # - the calls PyTorch's flash path turns away but our kernels serve (top-left causal with
 #   seqlen_q != seqlen_k, value head dim != query's, CausalBias masks) go to flashsdpa's op.
+# - a boolean CUDA attn_mask reaches PyTorch's SDPA as 0 / -inf (_with_additive_mask: PyTorch's
+#   conversion for its cuDNN op writes -65504, which gives rows that see no key the unmasked answer).
 # Everything else goes to PyTorch's SDPA unchanged; tensor subclasses and torch-function modes see
 # the call first, as they see any Python function of torch.nn.functional (handle_torch_function).
 """flashsdpa's F.scaled_dot_product_attention while active: the eager path, the direct route, fallbacks."""
