@@ -143,6 +143,27 @@ __device__ __forceinline__ void add_alibi(float (&s)[kMT][kNT][4], int row0, int
 }
 
 // ---- the additive bias (attn_mask) --------------------------------------------------------------
+// fn(x, q, k) for each element x of a score tile (ScoreTile<kLayout>'s layouts) whose query q and
+// key k lie inside (seqlen_q, seqlen_k): the one walk of the bias's element-wise paths (a skipped
+// tile's -inf, the key-rows loads, the portable backward's gradient stores).
+template <ScoreLayout kLayout, int kMT, int kNT, typename Fn>
+__device__ __forceinline__ void for_each_in_range(float (&s)[kMT][kNT][4], int row0, int col0, int seqlen_q,
+                                                  int seqlen_k, Fn&& fn) {
+  using Tile = ScoreTile<kLayout>;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int row = row0 + mt * 16 + h * 8;
+          const int q = Tile::query(row, col0, nt * 8 + e), k = Tile::key(row, col0, nt * 8 + e);
+          if (q < seqlen_q && k < seqlen_k) fn(s[mt][nt][2 * h + e], q, k);
+        }
+}
+
 // 16-bit values of the call's dtype <-> float (the bias and its gradient are in q's dtype, as
 // PyTorch's efficient-attention kernel takes and returns them).
 __device__ __forceinline__ float bias_to_float(uint16_t bits, DType dtype) {
@@ -196,48 +217,32 @@ __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMod
   if (need == TileNeed::kPlain) return;
   if (need == TileNeed::kSkip) {
     const float hidden = factor < 0.f ? INFINITY : -INFINITY;
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int row = row0 + mt * 16 + h * 8;
-            if (Tile::query(row, col0, nt * 8 + e) < seqlen_q && Tile::key(row, col0, nt * 8 + e) < seqlen_k)
-              s[mt][nt][2 * h + e] = hidden;
-          }
+    for_each_in_range<kLayout>(s, row0, col0, seqlen_q, seqlen_k, [&](float& x, int, int) { x = hidden; });
     return;
   }
   const uint16_t* base =
       static_cast<const uint16_t*>(m.bias) + bias_plane(batch, head, m.bias_batch_stride, m.bias_head_stride);
+  if constexpr (Tile::kKeyRows) {
+    for_each_in_range<kLayout>(s, row0, col0, seqlen_q, seqlen_k, [&](float& x, int q, int k) {
+      x = fmaf(bias_to_float(__ldg(base + static_cast<int64_t>(q) * m.bias_row_stride + k), dtype), factor, x);
+    });
+  } else {
+    // Query rows: elements e = 0, 1 are adjacent keys of one row (add_bias_pair).
 #pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + mt * 16 + h * 8;
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + mt * 16 + h * 8;
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        if constexpr (!Tile::kKeyRows) {
-          // Query rows: elements e = 0, 1 are adjacent keys of one row (add_bias_pair).
+        for (int nt = 0; nt < kNT; ++nt) {
           const int k = col0 + nt * 8;
           if (row < seqlen_q && k < seqlen_k) {
             add_bias_pair(s[mt][nt][2 * h], s[mt][nt][2 * h + 1],
                           base + static_cast<int64_t>(row) * m.bias_row_stride + k, k + 1 < seqlen_k, dtype, factor);
           }
-        } else {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int q = Tile::query(row, col0, nt * 8 + e), k = Tile::key(row, col0, nt * 8 + e);
-            if (q < seqlen_q && k < seqlen_k) {
-              const float b = bias_to_float(__ldg(base + static_cast<int64_t>(q) * m.bias_row_stride + k), dtype);
-              s[mt][nt][2 * h + e] = fmaf(b, factor, s[mt][nt][2 * h + e]);
-            }
-          }
         }
       }
-    }
+  }
 }
 
 // The decode kernel's GQA-packed m16 tile (decode_kernel_sm80.cuh): a thread's fragment rows g and
@@ -513,22 +518,11 @@ struct ScoreModBwd {
         // The bias is added after the ALiBi term, so its gradient is dS itself (the host refuses
         // softcap with a bias). Each (query, key) of a (b, h) plane is one element of one tile:
         // plain stores. The sm90 backward stores it from its 16-bit dS^T instead (bias_grad_t).
-        const int r0 = row0(), c0 = col0();
         uint16_t* out = static_cast<uint16_t*>(p.d_bias) +
                         bias_plane(batch, lazy(head), p.d_bias_batch_stride, p.d_bias_head_stride);
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int row = r0 + mt * 16 + h * 8;
-                const int q = Tile::query(row, c0, nt * 8 + e), k = Tile::key(row, c0, nt * 8 + e);
-                if (q < seq.seqlen_q && k < seq.seqlen_k)
-                  out[static_cast<int64_t>(q) * p.d_bias_row_stride + k] = float_to_bias(ds[mt][nt][2 * h + e], p.dtype);
-              }
+        for_each_in_range<kLayout>(ds, row0(), col0(), seq.seqlen_q, seq.seqlen_k, [&](float& x, int q, int k) {
+          out[static_cast<int64_t>(q) * p.d_bias_row_stride + k] = float_to_bias(x, p.dtype);
+        });
       }
       if (p.d_alibi_slopes != nullptr) {
         const int r0 = row0(), c0 = col0();
