@@ -105,6 +105,23 @@ struct BwdTraitsSm90 {
 #define FLASHSDPA_SM90_BWD_KV_REGS 1
 #endif
   static constexpr bool kKVInRegs = FLASHSDPA_SM90_BWD_KV_REGS && kHeadDim == 64 && !kMods;
+  // Step overlap (d64 plain kernel only; kernel_notes_bwd_sm90.md, "Step overlap at d64"): step
+  // i + 1's S^T (and, kOverlapDp, dP^T) GEMM is issued before the warpgroup waits for step i's
+  // dV / dK / dQ, so the tensor pipe is not empty at the step boundary (the session-10 budget: the
+  // step runs at ~35% of the tensor peak, bound by its serial chain, which the wgmma_wait<0> at its
+  // end closes). Step i's Q / dO stage is released and its dQ staged once they retire, inside step
+  // i + 1. Registers at the retire point: dV 32 + dK 32 + dQ 16 + S^T 32 (+ dP^T 32) in flight,
+  // the P^T / dS^T A fragments 16 + 16 and K / V fragments 16 + 16: 176 (208) of 240. d128 would
+  // need 256 + 32 (session 5's v2), the kMods and dropout kernels hold more per step: unchanged.
+  // -DFLASHSDPA_SM90_BWD_OVERLAP=0 builds the kernel without it (same SASS as before).
+#ifndef FLASHSDPA_SM90_BWD_OVERLAP
+#define FLASHSDPA_SM90_BWD_OVERLAP 1
+#endif
+#ifndef FLASHSDPA_SM90_BWD_OVERLAP_DP
+#define FLASHSDPA_SM90_BWD_OVERLAP_DP 1
+#endif
+  static constexpr bool kOverlap = FLASHSDPA_SM90_BWD_OVERLAP && kHeadDim == 64 && !kMods && !kDropout;
+  static constexpr bool kOverlapDp = kOverlap && FLASHSDPA_SM90_BWD_OVERLAP_DP;
   static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared memory limit");
 };
 
@@ -467,6 +484,15 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     sm90::fence_async_shared();
     sm90::mbar_arrive(sm.dq_full(buf));
   };
+  // (kOverlap) dQ[:, kDqCols cwg .. + kDqCols) = dS K over all 128 keys, dS^T from buffer `buf`
+  // (M-major A, N-major B), one commit group.
+  auto issue_dq = [&](int buf) {
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+      OpQ::template ss<1, 1>(dq_acc, ds_desc0 + buf * kDsBuf + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
+    sm90::wgmma_commit();
+  };
 
   sm90::mbar_wait(sm.kv_full(), 0);
   // kKVInRegs: this warp's 16 key rows of K and V as RS A fragments, one per k step of 16 columns
@@ -492,6 +518,14 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     const int c0 = 2 * (lane % 4);  // this thread's element-0 query within the block
     const int q0 = m_block * kBlockM + c0;
 
+    // kOverlap: step i - 1's dQ GEMM, queued behind its dV and dK. Issued here, not at the end of
+    // step i - 1 (its dS^T barrier was passed there), because ptxas serializes every wgmma (C7514)
+    // when a group crosses the loop's back edge and a non-wgmma instruction (the staging) reads its
+    // accumulator in the next iteration; dV and dK cross it freely (only wgmmas read theirs in the
+    // loop). The runtime `if` costs nothing here: ptxas 13.0 keeps all 32 HGMMAs asynchronous.
+    if constexpr (Traits::kOverlap) {
+      if (i > 0) issue_dq((i - 1) % 2);
+    }
     // S^T = K Q^T and dP^T = V dO^T, two commit groups; the previous step's dQ is staged between.
     sm90::mbar_wait(sm.q_full(s), parity);
     sm90::wgmma_fence();
@@ -506,7 +540,31 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       }
     }
     sm90::wgmma_commit();
-    if (i > 0) stage_dq(i - 1);
+    // kOverlap: step i - 1's dV, dK and dQ groups are still queued ahead of this S^T (and dP^T).
+    // Retire them (wait<left>: all but this step's `left` newest groups), then free step i - 1's
+    // Q / dO stage, which they read, and stage its dQ. The wait is unconditional (at i = 0 it has
+    // nothing to retire). The releases come later than without overlap by one or two GEMM issues:
+    // the producer still has about a whole step to load step i + 1 into that stage.
+    auto retire_prev = [&](auto left) {
+      sm90::wgmma_wait<decltype(left)::value>();
+      sm90::fence_regs(dv_acc);
+      sm90::fence_regs(dk_acc);
+      sm90::fence_regs(dq_acc);
+      if (i > 0) {
+        // Scaled into registers no wgmma defines, as the end of the step does without overlap.
+#pragma unroll
+        for (int x = 0; x < Traits::kDqAcc; ++x) dq_prev[x] = dq_acc[x] * p.scale;
+        const int s_prev = (i - 1) % Traits::kStages;
+        sm90::mbar_arrive(sm.q_empty(s_prev));
+        if (arriver) sm90::mbar_arrive(sm.do_empty(s_prev));
+        stage_dq(i - 1);
+      }
+    };
+    if constexpr (!Traits::kOverlap) {
+      if (i > 0) stage_dq(i - 1);
+    } else if constexpr (!Traits::kOverlapDp) {
+      retire_prev(std::integral_constant<int, 1>{});  // S^T of step i may still run
+    }
     sm90::mbar_wait(sm.do_full(s), parity);
     sm90::wgmma_fence();
 #pragma unroll
@@ -520,6 +578,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       }
     }
     sm90::wgmma_commit();
+    if constexpr (Traits::kOverlapDp) retire_prev(std::integral_constant<int, 2>{});  // S^T, dP^T may still run
     // Dropout's bytes of the step (dropout.cuh's transposed map) while both GEMMs run: the Philox
     // (4 per thread, ~150 instructions per warp) in the integer pipes beside the S^T GEMM (512
     // tensor clocks at d128) instead of in the chain from the exponentials to the dV GEMM's issue,
@@ -662,26 +721,46 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     if constexpr (Traits::kModsKind == kModsBias) Mod::bias_grad_t(p, seq, batch, mod_head, dst16, key0, q0);  // attn_mask's gradient
     sm90::named_sync(kBarDs, 256);  // both halves of dS^T written
 
-    // dQ[:, 64 cwg .. 64 cwg + 63] = dS K over all 128 keys (M-major A, N-major B).
-    sm90::wgmma_fence();
+    if constexpr (!Traits::kOverlap) {  // (kOverlap: dQ issued and retired in step i + 1, or below)
+      // dQ[:, 64 cwg .. 64 cwg + 63] = dS K over all 128 keys (M-major A, N-major B).
+      sm90::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk)
-      OpQ::template ss<1, 1>(dq_acc, ds_desc0 + b * kDsBuf + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();  // dK, dV and dQ done: the Q / dO slot is free
+      for (int kk = 0; kk < kBlockN / 16; ++kk)
+        OpQ::template ss<1, 1>(dq_acc, ds_desc0 + b * kDsBuf + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();  // dK, dV and dQ done: the Q / dO slot is free
+      sm90::fence_regs(dv_acc);
+      sm90::fence_regs(dk_acc);
+      // dQ is scaled here (the postprocess then runs with scale 1): the multiply redefines the
+      // registers, which the staging reads after the next step's S^T GEMM is issued; read straight
+      // from the wgmma, ptxas injects a wait for that GEMM there (C7517) and the overlap is lost.
+#pragma unroll
+      for (int x = 0; x < Traits::kDqAcc; ++x) dq_prev[x] = dq_acc[x] * p.scale;
+      // Every consumer thread frees the Q stage (it read the stage's LSE and delta), lane 0 of each
+      // warp the dO stage (read by the warpgroup's wgmmas only).
+      sm90::mbar_arrive(sm.q_empty(s));
+      if (arriver) sm90::mbar_arrive(sm.do_empty(s));
+    }
+  }
+  if constexpr (Traits::kOverlap) {
+    // The last step's dQ GEMM; its dV, dK and dQ retired, its stage released (nobody waits for it
+    // any more: released as every other step's) and its dQ staged.
+    if (range.count() > 0) issue_dq((range.count() - 1) % 2);
+    sm90::wgmma_wait<0>();
     sm90::fence_regs(dv_acc);
     sm90::fence_regs(dk_acc);
-    // dQ is scaled here (the postprocess then runs with scale 1): the multiply redefines the
-    // registers, which the staging reads after the next step's S^T GEMM is issued; read straight
-    // from the wgmma, ptxas injects a wait for that GEMM there (C7517) and the overlap is lost.
+    sm90::fence_regs(dq_acc);
+    if (range.count() > 0) {
+      const int last = range.count() - 1;
 #pragma unroll
-    for (int x = 0; x < Traits::kDqAcc; ++x) dq_prev[x] = dq_acc[x] * p.scale;
-    // Every consumer thread frees the Q stage (it read the stage's LSE and delta), lane 0 of each
-    // warp the dO stage (read by the warpgroup's wgmmas only).
-    sm90::mbar_arrive(sm.q_empty(s));
-    if (arriver) sm90::mbar_arrive(sm.do_empty(s));
+      for (int x = 0; x < Traits::kDqAcc; ++x) dq_prev[x] = dq_acc[x] * p.scale;
+      sm90::mbar_arrive(sm.q_empty(last % Traits::kStages));
+      if (arriver) sm90::mbar_arrive(sm.do_empty(last % Traits::kStages));
+      stage_dq(last);
+    }
+  } else {
+    if (range.count() > 0) stage_dq(range.count() - 1);
   }
-  if (range.count() > 0) stage_dq(range.count() - 1);
 
   sm90::wgmma_wait<0>();  // (every group is done here; this tells the compiler so)
   sm90::fence_regs(dv_acc);
