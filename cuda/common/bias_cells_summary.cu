@@ -50,6 +50,7 @@ constexpr int kChunkCells = kChunkKeys / kCellKeys;  // 16: the summary row's pa
 constexpr int kRowWarps = 8;    // warps of a CTA over the rows of a cell (when the query dim has rows)
 constexpr int kMaxGridY = 65535;
 static_assert(kCellRows % kRowWarps == 0, "every warp takes the same number of rows of a full cell");
+static_assert(kChunkCells == 16, "a chunk is one 16-byte granule of the padded summary row");
 
 // The element types by their bits: the -inf pattern and the mask of everything but the sign, and
 // both repeated over a 32-bit word (two 2-byte elements, or one float).
@@ -79,15 +80,28 @@ struct ElementBits<float> {
 struct Flags {
   uint32_t visible = 0, nonzero = 0;
 
-  __device__ __forceinline__ void word(uint32_t w, uint32_t neg_inf_word, uint32_t magnitude_word) {
+  FLASHSDPA_HOST_DEVICE void word(uint32_t w, uint32_t neg_inf_word, uint32_t magnitude_word) {
     visible |= static_cast<uint32_t>(w != neg_inf_word);
     nonzero |= w & magnitude_word;
   }
-  __device__ __forceinline__ uint32_t byte() const {
+  FLASHSDPA_HOST_DEVICE uint32_t byte() const {
     return (visible != 0 ? uint32_t(BiasCellsParams::kVisible) : 0u) |
            (nonzero != 0 ? uint32_t(BiasCellsParams::kNonZero) : 0u);
   }
 };
+
+// A read-only load: through the non-coherent path on the device, plain on the host (the lane
+// logic below also runs on the host: tests/cpp/bias_cells_lanes.cu replays it on CPU).
+template <typename V>
+FLASHSDPA_HOST_DEVICE V load(const V* at) {
+#ifdef __CUDA_ARCH__
+  return __ldg(at);
+#else
+  return *at;
+#endif
+}
+
+FLASHSDPA_HOST_DEVICE int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // The lane's kLaneKeys keys from `key0` (< seqlen_k) over the warp's rows of the cell. OR is
 // idempotent, so reading a valid element twice changes nothing: rows past the cell's last are
@@ -95,8 +109,8 @@ struct Flags {
 // multiple of 8 below seqlen_k). No load is predicated or branched around: all of them (8 x 16 B
 // vectors, or 64 scalars) issue back to back.
 template <typename T, bool kVector, int kRows>
-__device__ __forceinline__ void read_cell(const T* plane, int64_t row_stride, int64_t key_stride, int first_row,
-                                          int row_step, int rows, int key0, int seqlen_k, Flags& f) {
+FLASHSDPA_HOST_DEVICE void read_cell(const T* plane, int64_t row_stride, int64_t key_stride, int first_row, int row_step,
+                                     int rows, int64_t key0, int64_t seqlen_k, Flags& f) {
   using E = ElementBits<T>;
   using Bits = typename E::Bits;
   if (kVector && key0 + kLaneKeys <= seqlen_k) {
@@ -104,10 +118,10 @@ __device__ __forceinline__ void read_cell(const T* plane, int64_t row_stride, in
     uint4 v[kRows][kVectors];
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
-      const int r = min(first_row + i * row_step, rows - 1);
+      const int64_t r = min64(first_row + i * row_step, rows - 1);
       const uint4* at = reinterpret_cast<const uint4*>(plane + r * row_stride + key0);
 #pragma unroll
-      for (int j = 0; j < kVectors; ++j) v[i][j] = __ldg(at + j);
+      for (int j = 0; j < kVectors; ++j) v[i][j] = load(at + j);
     }
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
@@ -123,42 +137,50 @@ __device__ __forceinline__ void read_cell(const T* plane, int64_t row_stride, in
   }
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
-    const Bits* row = reinterpret_cast<const Bits*>(plane + min(first_row + i * row_step, rows - 1) * row_stride);
+    const Bits* row = reinterpret_cast<const Bits*>(plane + min64(first_row + i * row_step, rows - 1) * row_stride);
     Bits b[kLaneKeys];
 #pragma unroll
-    for (int j = 0; j < kLaneKeys; ++j) b[j] = __ldg(row + min(key0 + j, seqlen_k - 1) * key_stride);
+    for (int j = 0; j < kLaneKeys; ++j) b[j] = load(row + min64(key0 + j, seqlen_k - 1) * key_stride);
 #pragma unroll
     for (int j = 0; j < kLaneKeys; ++j) f.word(uint32_t(b[j]), E::kNegInf, E::kMagnitude);
   }
 }
 
-// blockIdx.x: the (b, h, cell row) row of the summary, (b * heads + h) * cell_rows + qc;
-// blockIdx.y (+ k gridDim.y): the 256-key chunk; threadIdx.x: the lane (8 keys), threadIdx.y: the
-// warp, whose rows of the cell are warp, warp + 8, ... kOneRow: the bias has one row (a broadcast
-// query dim), read by one-warp CTAs.
-template <typename T, bool kVector, bool kOneRow>
-__global__ void __launch_bounds__(32 * kRowWarps) flashsdpa_bias_cells_kernel(const __grid_constant__ BiasCellsParams p) {
-  constexpr int kWarps = kOneRow ? 1 : kRowWarps;
-  __shared__ uint8_t warp_cells[kWarps][kChunkCells];
-  const int lane = threadIdx.x, warp = kOneRow ? 0 : threadIdx.y;
-  const int64_t summary_row = blockIdx.x;
+// The byte of one lane of one warp (kWarps of them over the cell's rows: warp w takes rows w,
+// w + kWarps, ...) for one 256-key chunk of summary row `summary_row` = (b * heads + h) *
+// cell_rows + qc, before the OR with its pair lane (lane ^ 1: the other half of its cell) and the
+// other warps. The kernel's per-thread work; tests/cpp/bias_cells_lanes.cu calls it on the host.
+template <typename T, bool kVector, int kWarps>
+FLASHSDPA_HOST_DEVICE uint32_t lane_byte(const BiasCellsParams& p, int64_t summary_row, int chunk, int warp, int lane) {
   const int qc = int(summary_row % p.cell_rows);
   const int64_t bh = summary_row / p.cell_rows;
   const int h = int(bh % p.heads), b = int(bh / p.heads);
   const int row0 = qc * kCellRows;
-  const int rows = kOneRow ? 1 : min(kCellRows, p.rows - row0);
+  const int rows = kWarps == 1 ? 1 : int(min64(kCellRows, p.rows - row0));  // one warp: the bias has one row
   const T* plane = static_cast<const T*>(p.bias) + b * p.batch_stride + h * p.head_stride + row0 * p.row_stride;
+  const int64_t key0 = int64_t(chunk) * kChunkKeys + lane * kLaneKeys;
+  Flags f;
+  // A warp whose first row is past a ragged last cell row (rows < 8) reads nothing.
+  if (key0 < p.seqlen_k && warp < rows)
+    read_cell<T, kVector, kWarps == 1 ? 1 : kCellRows / kWarps>(
+        plane, p.row_stride, p.key_stride, warp, kWarps, rows, key0, p.seqlen_k, f);
+  return f.byte();
+}
+
+// blockIdx.x: the (b, h, cell row) row of the summary, (b * heads + h) * cell_rows + qc;
+// blockIdx.y (+ k gridDim.y): the 256-key chunk; threadIdx.x: the lane (8 keys), threadIdx.y: the
+// warp. kWarps: kRowWarps, or 1 when the bias has one row (a broadcast query dim: one-warp CTAs).
+template <typename T, bool kVector, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps) flashsdpa_bias_cells_kernel(const __grid_constant__ BiasCellsParams p) {
+  __shared__ uint8_t warp_cells[kWarps][kChunkCells];
+  const int lane = threadIdx.x, warp = kWarps == 1 ? 0 : threadIdx.y;
+  const int64_t summary_row = blockIdx.x;
   uint8_t* out = p.cells + summary_row * p.row_cells;
   const int chunks = p.row_cells / kChunkCells;
   for (int chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
-    const int key0 = chunk * kChunkKeys + lane * kLaneKeys;
-    Flags f;
-    // A warp whose first row is past a ragged last cell row (rows < 8) reads nothing.
-    if (key0 < p.seqlen_k && warp < rows)
-      read_cell<T, kVector, kOneRow ? 1 : kCellRows / kRowWarps>(plane, p.row_stride, p.key_stride, warp, kWarps, rows, key0, p.seqlen_k, f);
-    uint32_t cell = f.byte();
+    uint32_t cell = lane_byte<T, kVector, kWarps>(p, summary_row, chunk, warp, lane);
     cell |= __shfl_xor_sync(0xffffffffu, cell, 1);  // lanes 2c, 2c + 1: cell c of the chunk
-    if (kOneRow) {
+    if (kWarps == 1) {
       if ((lane & 1) == 0) out[chunk * kChunkCells + lane / 2] = uint8_t(cell);
       continue;
     }
@@ -180,22 +202,25 @@ cudaError_t launch(const BiasCellsParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(int64_t(p.batch) * p.heads * p.cell_rows),
                   static_cast<unsigned>(chunks < kMaxGridY ? chunks : kMaxGridY));
   if (p.rows == 1) {
-    flashsdpa_bias_cells_kernel<T, kVector, true><<<grid, dim3(32, 1), 0, stream>>>(p);
+    flashsdpa_bias_cells_kernel<T, kVector, 1><<<grid, dim3(32, 1), 0, stream>>>(p);
   } else {
-    flashsdpa_bias_cells_kernel<T, kVector, false><<<grid, dim3(32, kRowWarps), 0, stream>>>(p);
+    flashsdpa_bias_cells_kernel<T, kVector, kRowWarps><<<grid, dim3(32, kRowWarps), 0, stream>>>(p);
   }
   return cudaGetLastError();
 }
 
+// 16-byte loads: unit key stride, the pointer and every stride of a dim with more than one
+// element a multiple of 16 bytes (the host zeroes the strides of size-1 dims).
+template <typename T>
+bool vector_loads(const BiasCellsParams& p) {
+  constexpr int64_t kVectorElements = 16 / int64_t(sizeof(T));
+  return p.key_stride == 1 && reinterpret_cast<uintptr_t>(p.bias) % 16 == 0 && p.batch_stride % kVectorElements == 0 &&
+         p.head_stride % kVectorElements == 0 && p.row_stride % kVectorElements == 0;
+}
+
 template <typename T>
 cudaError_t launch_for(const BiasCellsParams& p, cudaStream_t stream) {
-  // 16-byte loads: unit key stride, the pointer and every stride of a dim with more than one
-  // element a multiple of 16 bytes (the host zeroes the strides of size-1 dims).
-  constexpr int64_t kVectorElements = 16 / int64_t(sizeof(T));
-  const bool vector = p.key_stride == 1 && reinterpret_cast<uintptr_t>(p.bias) % 16 == 0 &&
-                      p.batch_stride % kVectorElements == 0 && p.head_stride % kVectorElements == 0 &&
-                      p.row_stride % kVectorElements == 0;
-  return vector ? launch<T, true>(p, stream) : launch<T, false>(p, stream);
+  return vector_loads<T>(p) ? launch<T, true>(p, stream) : launch<T, false>(p, stream);
 }
 
 }  // namespace
