@@ -1,24 +1,30 @@
 // bias_cells_summary.cu: the per-call summary of an additive bias (params.h's ScoreMods::bias_cells,
 // read by common/bias_cells.cuh) in one launch. Python's ops_masks.bias_cells calls it through
 // _C.bias_cells for CUDA biases; its torch reference (_bias_cells_torch) took 10-18 launches per
-// call (aminmax over 16 keys, then over 64 rows, compares, casts, shift, or, pad: ~50 us of host
-// time and ~3-5 us of GPU time each on the H200 of session 11).
+// call (aminmax over 16 keys, then over 64 rows, compares, casts, shift, or, pad): ~50-80 us of
+// host time per call (PyTorch's ~5-8 us per op) and ~2-5 us of GPU time per launch.
 //
 // Work split: one CTA per (b, h, cell row, 256-key chunk). 256 keys = 16 cells = one 16-byte
 // granule of the padded summary row (rows hold Kc16 = ceil(Sk / 256) * 16 cells), so every chunk is
 // inside the row, and every byte of the output, padding cells included, is written by exactly one
 // thread (no memset, no atomics). A warp covers the chunk, 8 keys a lane (16 bytes for 2-byte
 // elements: one LDG.128; 32 bytes = two for float32): the warp reads 512 contiguous bytes per row
-// (1 KB for float32). The CTA's 8 warps take rows w, w + 8, ... of the cell's 64 (8 rows, 8
-// independent loads in flight per lane); a cell's two lanes OR through a shuffle, the 8 warps
-// through 128 bytes of shared memory, and 16 lanes store the chunk's 16 bytes. A broadcast query
-// dim (key padding's (B, 1, 1, S)) has one row per cell row: one-warp CTAs.
+// (1 KB for float32). The CTA's 8 warps take rows w, w + 8, ... of the cell's 64 (8 rows a warp,
+// their 8 loads issued back to back: rows past a ragged cell's last are clamped to it and keys past
+// seqlen_k to its last, re-reading an element the OR already holds, so no load is predicated); a
+// cell's two lanes OR through a shuffle, the 8 warps through 128 bytes of shared memory, and 16
+// lanes store the chunk's 16 bytes. A broadcast query dim (key padding's (B, 1, 1, S)) has one
+// row per cell row: one-warp CTAs. grid = (B Hb Qc, min(chunks, 65535)), CTAs looping over chunks
+// past grid.y's limit (Sk > 16.7M).
 //
-// Numbers (bf16): a (B, 1, S, S) mask at B 8, S 2048 is 64 MB read once (2 bytes per element of
-// the bias's own shape, each element once), 256 KB written, 256 x 8 = 2048 CTAs of 256 threads (~2
-// waves of 8 CTAs per SM over 132 SMs); ~15-20 us at 3.5-4 TB/s, against ~460 us of forward at
-// 16 heads, D 128 (the 16x broadcast rule of ops_masks.summary_pays). Key padding (B, 1, 1, S) at
-// B S = 16k: 32 KB read, B x 8 one-warp CTAs: one launch's latency (~2-3 us on the GPU).
+// Numbers (bf16, sm_90a): a (B, 1, S, S) mask at B 8, S 2048 is 64 MB read once (2 bytes per
+// element of the bias's own shape, each element once; no byte is read twice but for the clamps),
+// 256 KB written, 256 x 8 = 2048 CTAs of 256 threads (64 registers: 4 resident per SM, ~4 waves
+// over 132 SMs; 4 x 256 x 8 x 16 B = 128 KB of loads in flight per SM, 17 MB over the GPU, well
+// past the ~4 MB that 4.8 TB/s x ~1 us of latency asks): ~15-20 us at 3.5-4 TB/s, against ~0.5 ms
+// of forward at 16 heads, D 128 (the 16x broadcast rule of ops_masks.summary_pays). Key padding
+// (B, 1, 1, S) at B S = 16k: 32 KB read, B x S / 256 = 64 one-warp CTAs: one launch's latency
+// (~2-3 us on the GPU), where the torch reference took 10 launches.
 //
 // Byte semantics (as the torch reference): bit 0 (visible) iff some element of the cell is not
 // -inf, bit 1 (nonzero) iff some element is not +-0; NaN counts as both. Tested on the raw bits:
@@ -26,7 +32,7 @@
 // Keys >= seqlen_k and rows >= the bias's rows are never read and count as neither.
 //
 // Vector path (kVector): unit key stride, a 16-byte aligned pointer and batch / head / row strides
-// that are multiples of 16 bytes (run_bias_cells decides); a lane whose 8 keys cross seqlen_k reads
+// that are multiples of 16 bytes (vector_loads decides); a lane whose 8 keys cross seqlen_k reads
 // them one by one. Otherwise (a strided or broadcast key dim, an odd row stride: a contiguous
 // (S, S) mask of odd S) every element is a scalar load, same lanes and rows: the warp still reads
 // each row's 512 bytes of keys once, in 8 instructions instead of one.

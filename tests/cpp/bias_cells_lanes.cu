@@ -18,6 +18,8 @@ namespace fs = flashsdpa;
 
 namespace {
 
+int64_t g_byte_counts[4] = {};  // how often each byte value was expected (the cases' coverage)
+
 struct Case {
   int batch, heads, rows, keys;      // the bias's own sizes (rows 1 or seqlen_q, keys 1 or seqlen_k)
   int64_t sb, sh, sr, sk;            // its element strides (sk 0: a key dim expanded to seqlen_k)
@@ -37,11 +39,11 @@ float to_float(uint16_t bits, int dtype) {
   return f;
 }
 
-// A random element: kinds as tests/gpu/test_bias_cells_gpu.py's fill (random, -inf, +-0, a rare
-// NaN / 0 / 1 in a block of -inf / -inf / 0), chosen per block of 32 rows x 8 keys.
+// A random element of a block of one kind, as tests/gpu/test_bias_cells_gpu.py's fill: random,
+// -inf, +-0, or a rare (1 in 2048) NaN / 0 / 1 in a block of -inf / -inf / 0.
 float element(std::mt19937& rng, int kind) {
   std::uniform_real_distribution<float> u(0.f, 1.f);
-  const bool rare = u(rng) < 1.f / 64;
+  const bool rare = u(rng) < 1.f / 2048;
   switch (kind) {
     case 0: return std::normal_distribution<float>(0.f, 1.f)(rng);
     case 1: return -INFINITY;
@@ -83,12 +85,19 @@ bool run_case(const Case& c, int dtype, std::mt19937& rng, int index) {
   std::vector<T> storage(size_t(span) + 16 / sizeof(T));
   auto* base = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(storage.data()) + 15) / 16 * 16);
   std::vector<uint32_t> raw(size_t(span), 0);
+  // Kinds per block of 32 rows x 8 keys; in 60% of the cells (64 x 16) one kind for the whole
+  // cell, so that cells of every byte value occur.
   std::uniform_int_distribution<int> kinds(0, 5);
+  std::uniform_real_distribution<float> u(0.f, 1.f);
+  const int64_t cell_rows = (c.rows + 63) / 64, cell_keys = (keys_read + 15) / 16;
+  std::vector<int> cell_kind(size_t(c.batch) * c.heads * cell_rows * cell_keys);
+  for (int& k : cell_kind) k = u(rng) < 0.6f ? kinds(rng) : -1;
   for (int b = 0; b < c.batch; ++b)
     for (int h = 0; h < c.heads; ++h)
       for (int r0 = 0; r0 < c.rows; r0 += 32)
         for (int k0 = 0; k0 < keys_read; k0 += 8) {
-          const int kind = kinds(rng);
+          const int whole = cell_kind[((size_t(b) * c.heads + h) * cell_rows + r0 / 64) * cell_keys + k0 / 16];
+          const int kind = whole >= 0 ? whole : kinds(rng);
           for (int r = r0; r < std::min(r0 + 32, c.rows); ++r)
             for (int k = k0; k < std::min<int64_t>(k0 + 8, keys_read); ++k)
               raw[c.offset + b * c.sb + h * c.sh + r * c.sr + k * c.sk] = bits_of(element(rng, kind), dtype);
@@ -143,6 +152,7 @@ bool run_case(const Case& c, int dtype, std::mt19937& rng, int index) {
               want |= (x == -INFINITY ? 0u : 1u) | (x == 0.f ? 0u : 2u);
             }
           const uint8_t g = got[((size_t(b) * c.heads + h) * p.cell_rows + qc) * p.row_cells + kc];
+          ++g_byte_counts[want];
           if (g != want) {
             std::printf("case %d dtype %d (%d, %d, %d, %d) strides (%lld, %lld, %lld, %lld) Sq %d Sk %d offset %lld "
                         "vector %d: cell (%d, %d, %d, %d) = %u, want %u\n",
@@ -189,6 +199,7 @@ int main() {
       ++n;
     }
   }
-  std::printf("ok %d\n", n);
+  std::printf("ok %d cases; cells by byte 0/1/2/3: %lld %lld %lld %lld\n", n, (long long)g_byte_counts[0],
+              (long long)g_byte_counts[1], (long long)g_byte_counts[2], (long long)g_byte_counts[3]);
   return 0;
 }

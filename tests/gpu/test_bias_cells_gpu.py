@@ -41,18 +41,25 @@ def _gen(request: pytest.FixtureRequest) -> torch.Generator:
 
 
 def fill(t: Tensor, gen: torch.Generator) -> Tensor:
-    """``t`` (any shape, written in place) in blocks of 32 rows x 8 keys (half cells, half cell
-    rows: cells mix kinds, and blocks straddle the cell boundaries of the views below) of one kind
-    each: random, all -inf, +0 / -0 mixed, -inf with one NaN, -inf with one 0 (a lone visible
-    element), zeros with one 1 (a lone nonzero). Returns t."""
+    """``t`` (any shape, written in place) in blocks of one kind each: random, all -inf, +0 / -0
+    mixed, -inf with a rare NaN, -inf with a rare 0 (a lone visible element), zeros with a rare 1
+    (a lone nonzero); rare: 1 in 2048 elements, so about half the cells of such a kind have one.
+    A cell (64 x 16 from element 0) takes one kind in 60% of cases, else each of its four blocks of
+    32 rows x 8 keys (half cells, half cell rows) its own: cells of every byte value occur, and the
+    views below shift the blocks off the cells. Returns t."""
     shape = t.shape
     rows, keys = (shape[-2] if t.dim() > 1 else 1), shape[-1]
     x = torch.zeros(shape, device=DEVICE).reshape(-1, rows, keys)
-    kind = torch.randint(0, 6, (x.shape[0], -(-rows // 32), -(-keys // 8)), generator=gen, device=DEVICE)
+    n, rb, kb = x.shape[0], -(-rows // 32), -(-keys // 8)
+    per_block = torch.randint(0, 6, (n, rb, kb), generator=gen, device=DEVICE)
+    per_cell = torch.randint(0, 6, (n, -(-rb // 2), -(-kb // 2)), generator=gen, device=DEVICE)
+    uniform = torch.rand(per_cell.shape, generator=gen, device=DEVICE) < 0.6
+    per_cell = torch.where(uniform, per_cell, -1).repeat_interleave(2, 1)[:, :rb].repeat_interleave(2, 2)[:, :, :kb]
+    kind = torch.where(per_cell >= 0, per_cell, per_block)
     kind = kind.repeat_interleave(32, 1)[:, :rows].repeat_interleave(8, 2)[:, :, :keys]
     values = torch.randn(x.shape, generator=gen, device=DEVICE)
     half = torch.rand(x.shape, generator=gen, device=DEVICE) < 0.5
-    rare = torch.rand(x.shape, generator=gen, device=DEVICE) < 1 / 64
+    rare = torch.rand(x.shape, generator=gen, device=DEVICE) < 1 / 2048
     zero, one, ninf, nan = (torch.full_like(x, v) for v in (0.0, 1.0, -math.inf, math.nan))
     x = torch.where(kind == 0, values, x)
     x = torch.where(kind == 1, ninf, x)
@@ -125,7 +132,8 @@ def _views(sq: int, sk: int, dtype: torch.dtype, gen: torch.Generator) -> dict[s
         "key stride 2": new(B, 1, sq, 2 * sk)[..., ::2],
         "misaligned start (scalar path)": new(B, 1, sq, sk + 3)[..., 3:],
         "rows padded to 8 keys (vector path, ragged tail)": new(B, 1, sq, -(-sk // 8) * 8)[..., :sk],
-        "rows padded, odd batch stride": new(B * sq * (-(-sk // 8) * 8) + 1)[1:].view(B, 1, sq, -(-sk // 8) * 8)[..., :sk],
+        "rows padded, start one element off": new(B * sq * (-(-sk // 8) * 8) + 1)[1:].view(B, 1, sq, -(-sk // 8) * 8)[..., :sk],
+        "row stride sk + 1": new(B, 1, sq, sk + 1)[..., :sk],
         "every other head": new(B, 2 * H, sq, sk)[:, ::2],
     }
 
