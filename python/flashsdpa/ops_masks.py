@@ -111,7 +111,7 @@ def bias_cells(bias: Tensor, seqlen_q: int, seqlen_k: int) -> Tensor:
     graph with new contents, is summarized anew). A CUDA bias (float16, bfloat16, float32) on a
     CUDA build: one launch (_C.bias_cells, cuda/common/bias_cells_summary.cu) reading each element
     of the bias's own shape once and writing every byte of a torch-allocated output (no fill, no
-    host sync: graph-capturable); ~5-10 us of host time. Elsewhere (CPU tensors, a build without
+    host sync: graph-capturable); ~6-12 us of host time. Elsewhere (CPU tensors, a build without
     CUDA kernels) the torch reference, _bias_cells_torch: 10-18 launches."""
     b4 = _own(bias)
     code = _KERNEL_DTYPES.get(b4.dtype)
