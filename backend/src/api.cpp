@@ -214,4 +214,28 @@ void bwd(const BwdSpec& spec) {
   launch_bwd(family, p, spec.fwd.device, reinterpret_cast<void*>(spec.fwd.stream));
 }
 
+void bias_cells(const BiasCellsSpec& s) {
+  check_bias_cells_spec(s);
+  BiasCellsParams p{};
+  p.bias = ptr<const void>(s.bias);
+  p.dtype = s.dtype;
+  p.batch = static_cast<int32_t>(s.sizes[0]);
+  p.heads = static_cast<int32_t>(s.sizes[1]);
+  p.rows = static_cast<int32_t>(s.sizes[2]);
+  p.keys = static_cast<int32_t>(s.sizes[3]);
+  // A size-1 dim's stride is never used: 0, so that it cannot keep the kernel off its 16-byte loads
+  // (a (B, 1, 1, S) view's head and row strides are anything torch chose). A broadcast key dim
+  // reads its one element for every key.
+  p.batch_stride = p.batch > 1 ? s.strides[0] : 0;
+  p.head_stride = p.heads > 1 ? s.strides[1] : 0;
+  p.row_stride = p.rows > 1 ? s.strides[2] : 0;
+  p.key_stride = p.keys > 1 ? s.strides[3] : 0;
+  p.seqlen_q = static_cast<int32_t>(s.seqlen_q);
+  p.seqlen_k = static_cast<int32_t>(s.seqlen_k);
+  p.cell_rows = static_cast<int32_t>(bias_cells_rows(s.sizes[2], s.seqlen_q));
+  p.row_cells = static_cast<int32_t>(bias_cells_row_cells(s.seqlen_k));
+  p.cells = ptr<uint8_t>(s.cells);
+  launch_bias_cells(p, s.device, reinterpret_cast<void*>(s.stream));
+}
+
 }  // namespace flashsdpa

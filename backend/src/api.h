@@ -100,6 +100,27 @@ struct BwdSpec {
   uintptr_t d_bias;
 };
 
+// One bias-summary call (_C.bias_cells; params.h's BiasCellsParams, ops_masks.bias_cells): the
+// bias's own sizes and element strides (batch, head, query, key) after Python narrowed its
+// 0-stride broadcast dims to size 1, the problem's lengths, and the caller-allocated contiguous
+// uint8 summary (batch, head, cell_rows, row_cells) of cells_bytes bytes.
+struct BiasCellsSpec {
+  uintptr_t bias;  // device address
+  int32_t dtype;   // BiasCellsParams::ElementType: 0 float16, 1 bfloat16, 2 float32
+  std::array<int64_t, 4> sizes, strides;
+  int64_t seqlen_q, seqlen_k;
+  uintptr_t cells;
+  int64_t cells_bytes;
+  int32_t device;
+  uintptr_t stream;
+};
+
+void bias_cells(const BiasCellsSpec& spec);
+// The summary's geometry (ops_masks.bias_cells allocates the same): a row of cells per 64 queries
+// (one for a broadcast query dim), ceil(Sk / 16) cells per row padded to 16.
+inline int64_t bias_cells_rows(int64_t rows, int64_t seqlen_q) { return rows == 1 ? 1 : (seqlen_q + 63) / 64; }
+inline int64_t bias_cells_row_cells(int64_t seqlen_k) { return (seqlen_k + 255) / 256 * 16; }
+
 void fwd(const FwdSpec& spec);
 void bwd(const BwdSpec& spec);
 

@@ -1,10 +1,12 @@
 // checks.cpp: see checks.h. One predicate per rule; the message says which argument broke which limit.
 #include "checks.h"
 
+#include <climits>
 #include <cmath>
 #include <stdexcept>
 #include <utility>
 
+#include "api.h"
 #include "build_config.h"
 #include "capabilities.h"
 #include "flashsdpa/kernels.h"
@@ -177,6 +179,56 @@ void check_bwd_params(const AttnBwdParams& p) {
   if (p.d_sinks != nullptr && p.mods.sinks == nullptr) fail("d_sinks: given without sinks");
   if (p.d_bias != nullptr && p.mods.bias == nullptr) fail("d_bias (grad of attn_mask): given without attn_mask");
   if (reinterpret_cast<uintptr_t>(p.d_bias) % 2 != 0) fail("d_bias (grad of attn_mask): data pointer must be 2-byte aligned");
+}
+
+// ---- _C.bias_cells (the bias summary's kernel, cuda/common/bias_cells_summary.cu) ----------------
+
+namespace {
+
+void check_bias_cells_dtype(const BiasCellsSpec& s) {
+  if (s.dtype < BiasCellsParams::kFloat16 || s.dtype > BiasCellsParams::kFloat32)
+    fail("dtype=" + str(s.dtype) + ": must be 0 (float16), 1 (bfloat16) or 2 (float32)");
+  const int64_t bytes = s.dtype == BiasCellsParams::kFloat32 ? 4 : 2;
+  if (s.bias == 0) fail("bias: null data pointer");
+  if (s.bias % bytes != 0) fail("bias: data pointer must be " + str(bytes) + "-byte aligned (its element size)");
+  if (s.cells == 0) fail("cells: null data pointer");
+}
+
+// Lengths and sizes fit the kernel's int32 fields; the query / key sizes are the problem's
+// lengths or 1 (broadcast), as ops_masks._check_bias guarantees for SDPA's masks.
+void check_bias_cells_sizes(const BiasCellsSpec& s) {
+  for (const auto& [name, v] : {std::pair<const char*, int64_t>{"seqlen_q", s.seqlen_q}, {"seqlen_k", s.seqlen_k},
+                                {"sizes[0] (batch)", s.sizes[0]}, {"sizes[1] (heads)", s.sizes[1]}}) {
+    if (v < 1 || v > INT32_MAX) fail(std::string(name) + "=" + str(v) + ": must be in [1, 2^31 - 1]");
+  }
+  if (s.sizes[2] != 1 && s.sizes[2] != s.seqlen_q)
+    fail("sizes[2] (query rows)=" + str(s.sizes[2]) + ": must be 1 (broadcast) or seqlen_q=" + str(s.seqlen_q));
+  if (s.sizes[3] != 1 && s.sizes[3] != s.seqlen_k)
+    fail("sizes[3] (keys)=" + str(s.sizes[3]) + ": must be 1 (broadcast) or seqlen_k=" + str(s.seqlen_k));
+  for (int d = 0; d < 4; ++d) {
+    if (s.strides[d] < 0) fail("strides[" + str(d) + "]=" + str(s.strides[d]) + ": must be >= 0");
+  }
+  if (s.device < 0) fail("device=" + str(s.device) + ": must be a CUDA device index >= 0");
+}
+
+// One CTA per summary row (grid.x <= 2^31 - 1) and the caller's buffer holds every byte written.
+void check_bias_cells_output(const BiasCellsSpec& s) {
+  const int64_t rows = s.sizes[0] * s.sizes[1] * bias_cells_rows(s.sizes[2], s.seqlen_q);
+  if (rows > INT32_MAX)
+    fail("summary rows (batch x heads x ceil(seqlen_q / 64))=" + str(rows) + ": must be <= 2^31 - 1 (the grid's x limit)");
+  const int64_t need = rows * bias_cells_row_cells(s.seqlen_k);
+  if (s.cells_bytes < need)
+    fail("cells_bytes=" + str(s.cells_bytes) + ": the summary (" + str(s.sizes[0]) + ", " + str(s.sizes[1]) + ", " +
+         str(bias_cells_rows(s.sizes[2], s.seqlen_q)) + ", " + str(bias_cells_row_cells(s.seqlen_k)) + ") needs " +
+         str(need) + " bytes");
+}
+
+}  // namespace
+
+void check_bias_cells_spec(const BiasCellsSpec& s) {
+  check_bias_cells_dtype(s);
+  check_bias_cells_sizes(s);
+  check_bias_cells_output(s);
 }
 
 }  // namespace flashsdpa

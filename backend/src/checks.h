@@ -15,4 +15,8 @@ namespace flashsdpa {
 void check_fwd_params(const AttnFwdParams& p);
 void check_bwd_params(const AttnBwdParams& p);
 
+struct BiasCellsSpec;
+// _C.bias_cells's arguments (api.h), before they are narrowed to BiasCellsParams' int32 fields.
+void check_bias_cells_spec(const BiasCellsSpec& s);
+
 }  // namespace flashsdpa

@@ -246,6 +246,12 @@ void launch_bwd(const FamilyCaps& family, const AttnBwdParams& params, int devic
   throw_on_error(err, "backward launch");
 }
 
+void launch_bias_cells(const BiasCellsParams& params, int device, void* stream) {
+  cached_device_info(device);  // the index check (cached after a device's first call)
+  DeviceGuard guard(device);
+  throw_on_error(static_cast<cudaError_t>(run_bias_cells(params, stream)), "bias_cells launch");
+}
+
 #else  // CPU-only build: the package imports and always falls back.
 
 namespace {
@@ -260,6 +266,7 @@ const FamilyCaps& plan_fwd(AttnFwdParams&, int) { no_cuda(); }
 const FamilyCaps& plan_bwd(AttnBwdParams&, int) { no_cuda(); }
 void launch_fwd(const FamilyCaps&, const AttnFwdParams&, int, void*) { no_cuda(); }
 void launch_bwd(const FamilyCaps&, const AttnBwdParams&, int, void*) { no_cuda(); }
+void launch_bias_cells(const BiasCellsParams&, int, void*) { no_cuda(); }
 
 #endif
 

@@ -39,5 +39,7 @@ const FamilyCaps& plan_fwd(AttnFwdParams& params, int device);
 const FamilyCaps& plan_bwd(AttnBwdParams& params, int device);
 void launch_fwd(const FamilyCaps& family, const AttnFwdParams& params, int device, void* stream);
 void launch_bwd(const FamilyCaps& family, const AttnBwdParams& params, int device, void* stream);
+// The bias summary (kernels.h's run_bias_cells), with `device` current; any CUDA build has it.
+void launch_bias_cells(const BiasCellsParams& params, int device, void* stream);
 
 }  // namespace flashsdpa

@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <stdexcept>
 #include <string>
@@ -386,6 +387,21 @@ PYBIND11_MODULE(_C, m) {
   m.attr("ROUTER_TABLE_VERSION") = kRouterTableVersion;
   m.def("fwd", [](py::handle spec) { fwd(fwd_spec(spec)); }, py::arg("spec"),
         "Forward attention: writes out and lse. spec: see module.cpp's fwd_spec.");
+  // The bias summary (ops_masks.bias_cells; cuda/common/bias_cells_summary.cu): every CUDA build has
+  // it; a CPU-only build checks the arguments and then raises RuntimeError (no CUDA).
+  m.def(
+      "bias_cells",
+      [](uintptr_t bias, int32_t dtype, std::array<int64_t, 4> sizes, std::array<int64_t, 4> strides, int64_t seqlen_q,
+         int64_t seqlen_k, uintptr_t cells, int64_t cells_bytes, int32_t device, uintptr_t stream) {
+        bias_cells(BiasCellsSpec{bias, dtype, sizes, strides, seqlen_q, seqlen_k, cells, cells_bytes, device, stream});
+      },
+      py::arg("bias"), py::arg("dtype"), py::arg("sizes"), py::arg("strides"), py::arg("seqlen_q"), py::arg("seqlen_k"),
+      py::arg("cells"), py::arg("cells_bytes"), py::arg("device"), py::arg("stream"),
+      "Writes the uint8 summary (B, H, Qc, Kc16) of an additive bias (params.h's ScoreMods::bias_cells) in one\n"
+      "launch on `stream`. bias: device address; dtype: 0 float16, 1 bfloat16, 2 float32; sizes / strides: the\n"
+      "bias's own (batch, head, query, key) in elements, query 1 or seqlen_q, key 1 or seqlen_k; cells: a\n"
+      "contiguous uint8 buffer of cells_bytes >= B H Qc Kc16 bytes, Qc = 1 (query size 1) or ceil(seqlen_q / 64),\n"
+      "Kc16 = ceil(seqlen_k / 256) * 16.");
   m.def("bwd", [](py::handle spec, py::handle grads) { bwd(bwd_spec(spec, grads)); }, py::arg("spec"), py::arg("grads"),
         "Backward attention: writes dq, dk, dv into caller-allocated buffers. See module.cpp's bwd_spec.");
 }

@@ -1,6 +1,7 @@
 // bias_cells.cuh: what a tile of a biased call needs (issue 14's tile skipping). The one place
 // that reads params.h's ScoreMods::bias_cells, the per-call summary of the bias that Python
-// computes in the call's stream (ops_masks.bias_cells): a byte per cell of 64 queries x 16 keys,
+// computes in the call's stream (ops_masks.bias_cells: one launch of common/bias_cells_summary.cu):
+// a byte per cell of 64 queries x 16 keys,
 //   bit 0 (kVisible) some element of the cell is not -inf (NaN counts: it must reach the output),
 //   bit 1 (kNonZero) some element is not 0,
 // elements past Sq / Sk counting as neither. A tile's bits are the OR of its cells':

@@ -50,6 +50,11 @@ __device__ __forceinline__ void cp_async_4(uint32_t smem_addr, const void* gmem,
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr), "l"(gmem),
                "r"(src_bytes));
 }
+// 0, 2 or 4 bytes of a 4-byte-aligned source, zero-filling the rest of the 4-byte destination (a
+// pair of 16-bit elements whose second lies past a row's end: decode's staged bias).
+__device__ __forceinline__ void cp_async_4_bytes(uint32_t smem_addr, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(src_bytes));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPendingGroups>
 __device__ __forceinline__ void cp_async_wait() {
@@ -59,6 +64,11 @@ __device__ __forceinline__ void cp_async_wait() {
 // ---- plain shared-memory accesses by 32-bit shared address (epilogue staging, in-place edits) ----
 __device__ __forceinline__ void st_shared_b32(uint32_t smem_addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(smem_addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t ld_shared_b32(uint32_t smem_addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(smem_addr) : "memory");
+  return v;
 }
 __device__ __forceinline__ uint4 ld_shared_v4(uint32_t smem_addr) {
   uint4 v;

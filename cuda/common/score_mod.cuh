@@ -189,8 +189,8 @@ __device__ __forceinline__ int64_t bias_plane(int batch, int head, int64_t batch
 // row's two adjacent keys, one 4-byte load (the host keeps the bias's strides even and its pointer
 // 4-byte aligned, checks.cpp; the key is even); a pair that ends at seqlen_k reads its first
 // element alone. Half the loads and half the registers of 16-bit loads (those made the sm90 d64
-// forward spill 154 bytes). The one load policy of the query-row tiles: add_bias and the decode
-// kernel's GQA-packed rows (add_bias_packed).
+// forward spill 154 bytes). The load policy of add_bias's query-row tiles (the decode kernel stages
+// its bias in shared memory with each K/V tile instead: decode_kernel_sm80.cuh).
 __device__ __forceinline__ void add_bias_pair(float& s0, float& s1, const uint16_t* at, bool pair, DType dtype,
                                               float factor) {
   if (pair) {
@@ -242,25 +242,6 @@ __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMod
           }
         }
       }
-  }
-}
-
-// The decode kernel's GQA-packed m16 tile (decode_kernel_sm80.cuh): a thread's fragment rows g and
-// g + 8 are packed rows whose (query head, query row) differ row by row, so the caller resolves each
-// to its bias row once per tile (rows[h] = the row's element 0, nullptr for a padding row past the
-// packed rows: nothing added, nothing read) and the key loop adds factor * rows[h][key] for keys
-// col0 + nt * 8 + e < seqlen_k, with add_bias's pair loads.
-template <int kNT>
-__device__ __forceinline__ void add_bias_packed(float (&s)[1][kNT][4], const uint16_t* const (&rows)[2], DType dtype,
-                                                int col0, int seqlen_k, float factor) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (rows[h] == nullptr) continue;
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      const int k = col0 + nt * 8;
-      if (k < seqlen_k) add_bias_pair(s[0][nt][2 * h], s[0][nt][2 * h + 1], rows[h] + k, k + 1 < seqlen_k, dtype, factor);
-    }
   }
 }
 

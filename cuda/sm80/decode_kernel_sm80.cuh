@@ -79,13 +79,26 @@ struct DecodeTraitsSm80 {
   static constexpr int kSmemLoopBytes = kStages * kSmemStageBytes;
   static constexpr int kSmemBytes =
       kSmemQBytes + (kSmemLoopBytes > kSmemMergeBytes ? kSmemLoopBytes : kSmemMergeBytes);
+  // The kModsBias kernel's bias stages, after everything above (the merge reuses the K/V stages,
+  // never these): per K/V stage the 16 packed rows' bias over its kBlockN keys, copied with the
+  // tile (cp.async, the same commit group), so the loop reads it from shared memory instead of
+  // waiting on 4-byte global loads issued in the step that uses them (session 11: the masked decode
+  // ran at 1.14 TB/s against the plain kernel's ~4). Rows padded by 16 bytes: a fragment's 8 rows x
+  // 4 key pairs then fall in 32 distinct banks (row stride 36 words at 64 keys: 4g + t; 20 words at
+  // 32 keys: distinct too). 2 x 16 x 144 = 4.5 KB at d <= 128 (72.5 KB in all, still 3 CTAs per
+  // H200 SM), 2.5 KB at d 256.
+  static constexpr int kBiasRowBytes = kBlockN * 2 + 16;
+  static constexpr int kSmemBiasStageBytes = kBlockM * kBiasRowBytes;
+  static constexpr int kSmemBiasBytes = kStages * kSmemBiasStageBytes;
+  static constexpr int kBiasPairsPerThread = kBlockM * kBlockN / 2 / kNThreads;
 
   static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "head-dim buckets are multiples of 32");
   static_assert(kStages >= 2, "the loop issues tile j + kStages - 1 while computing tile j");
   static_assert(kBlockM % kCopyRowsPerPass == 0 && kBlockN % kCopyRowsPerPass == 0, "tile copies are whole passes");
   static_assert(kCopyRowsPerPass % 8 == 0, "a thread's swizzle row (row % 8) is fixed over passes");
   static_assert(kNThreads % kBlockM == 0, "the merge gives each packed row the same number of threads");
-  static_assert(kSmemBytes <= 99 * 1024, "the decode tile fits every sm_8x part (99 KB per block)");
+  static_assert(kSmemBytes + kSmemBiasBytes <= 99 * 1024, "the decode tile fits every sm_8x part (99 KB per block)");
+  static_assert(kBlockM * kBlockN / 2 % kNThreads == 0, "the bias stage copies are whole passes");
 };
 
 namespace decode_sm80 {
@@ -222,6 +235,8 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
                          (paged ? 0 : tile.batch * p.v_batch_stride) + copy_chunk * 8;
     const int k_chunks_left = p.head_dim_qk / 8 - copy_chunk;
     const int v_chunks_left = p.head_dim_v / 8 - copy_chunk;
+    const uint16_t* bias_base = static_cast<const uint16_t*>(p.mods.bias);
+    const uint32_t smem_bias = smem + Traits::kSmemBytes;
     auto load_kv = [&](int n_block, int stage) {
       const uint32_t sk = smem_kv + stage * Traits::kSmemStageBytes + copy_smem_offset;
 #pragma unroll
@@ -251,25 +266,32 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
                       ok && g * 8 < v_chunks_left);
         }
       }
+      if constexpr (kMods == kModsBias) {
+        // Key pairs of the 16 packed rows (consecutive threads: consecutive pairs of a row, so a
+        // warp reads 128 contiguous bytes of a row, or of two). bias_view keeps the key stride 1,
+        // the other strides even and the base 4-byte aligned: every pair is an aligned word; the
+        // half of a pair past seqlen_k, and rows / keys past the tile, are zero-filled (they add 0
+        // and the mask hides those keys).
+        const uint32_t sb = smem_bias + stage * Traits::kSmemBiasStageBytes;
+#pragma unroll
+        for (int j = 0; j < Traits::kBiasPairsPerThread; ++j) {
+          const int i = tid + j * Traits::kNThreads;
+          const int r = i / (kBlockN / 2);
+          const int key = n_block * kBlockN + 2 * (i % (kBlockN / 2));
+          const int packed = row_begin + r;
+          const int left = r < rows_here ? min(2, seq.seqlen_k - key) : 0;
+          const uint16_t* src = bias_base;
+          if (left > 0)
+            src += bias_plane(tile.batch, kv_head * group + packed % group, p.mods.bias_batch_stride,
+                              p.mods.bias_head_stride) +
+                   static_cast<int64_t>(packed / group) * p.mods.bias_row_stride + key;
+          cp_async_4_bytes(sb + r * Traits::kBiasRowBytes + 2 * (i % (kBlockN / 2)) * 2, src, left > 0 ? 2 * left : 0);
+        }
+      }
     };
 
     // The query rows of this thread's two fragment rows (g and g + 8), for the mask.
     const int frag_rows[1][2] = {{(row_begin + (lane >> 2)) / group, (row_begin + (lane >> 2) + 8) / group}};
-    // The bias rows of those two packed rows: (head, query row) = (kv_head * group + packed % group,
-    // packed / group), as the epilogue maps them for its stores; nullptr past the packed rows.
-    const uint16_t* bias_rows[2] = {nullptr, nullptr};
-    if constexpr (kMods == kModsBias) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int packed = row_begin + (lane >> 2) + 8 * h;
-        if (packed < packed_rows)
-          bias_rows[h] = static_cast<const uint16_t*>(p.mods.bias) +
-                         bias_plane(tile.batch, kv_head * group + packed % group, p.mods.bias_batch_stride,
-                                    p.mods.bias_head_stride) +
-                         static_cast<int64_t>(packed / group) * p.mods.bias_row_stride;
-      }
-    }
-
     // Prologue: tiles begin .. begin + kStages - 2. One commit group per tile slot, empty or not,
     // so that "tile j landed" is always "at most kStages - 2 groups pending".
 #pragma unroll
@@ -293,9 +315,19 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
       gemm_qk<Traits>(s, q_lane, k_lane + stage_offset);
       if constexpr (kMods == kModsBias) {
         // Natural units -> raw ones, as the forward's ScoreModFwd::apply (1 / |scale|); before the
-        // mask, so a masked key stays -inf whatever its bias.
-        add_bias_packed(s, bias_rows, p.dtype, n * kBlockN + warp * Traits::kWarpKeys + 2 * (lane & 3), seq.seqlen_k,
-                        1.f / ScoreModFwd<kModsBias>::scale(p));
+        // mask, so a masked key stays -inf whatever its bias. This thread's rows g, g + 8 and key
+        // pairs warp * 16 + nt * 8 + 2 (lane % 4) of the stage's bias (landed with its K/V tile).
+        const float factor = 1.f / ScoreModFwd<kModsBias>::scale(p);
+        const uint32_t sb = smem_bias + ((n - range.begin) % kStages) * Traits::kSmemBiasStageBytes +
+                            (lane >> 2) * Traits::kBiasRowBytes + (warp * Traits::kWarpKeys + 2 * (lane & 3)) * 2;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int nt = 0; nt < Traits::kNTiles; ++nt) {
+            const uint32_t bits = ld_shared_b32(sb + h * 8 * Traits::kBiasRowBytes + nt * 16);
+            s[0][nt][2 * h] = fmaf(bias_to_float(static_cast<uint16_t>(bits), p.dtype), factor, s[0][nt][2 * h]);
+            s[0][nt][2 * h + 1] = fmaf(bias_to_float(static_cast<uint16_t>(bits >> 16), p.dtype), factor, s[0][nt][2 * h + 1]);
+          }
       }
       if (n >= full_end || n < full_begin) {  // a ragged end, the causal diagonal, a window's edge
         mask.apply_rows(s, frag_rows, n * kBlockN + warp * Traits::kWarpKeys + 2 * (lane & 3), -INFINITY);

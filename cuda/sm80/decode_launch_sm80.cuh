@@ -31,10 +31,12 @@ cudaError_t run_decode_sm80_mods(const AttnFwdParams& params, cudaStream_t strea
   const int64_t grid = decode_scheduler_sm80<Traits>(params).grid_size();
   if (grid == 0) return cudaSuccess;
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
-  if (const cudaError_t err = opt_in_dynamic_smem<&flashsdpa_decode_sm80_kernel<Traits, kMods>>(Traits::kSmemBytes);
+  // The bias kernel's staged bias rows sit after the plain kernel's layout (DecodeTraitsSm80).
+  constexpr int kSmem = Traits::kSmemBytes + (kMods == kModsBias ? Traits::kSmemBiasBytes : 0);
+  if (const cudaError_t err = opt_in_dynamic_smem<&flashsdpa_decode_sm80_kernel<Traits, kMods>>(kSmem);
       err != cudaSuccess)
     return err;
-  kernel<<<static_cast<unsigned>(grid), Traits::kNThreads, Traits::kSmemBytes, stream>>>(params);
+  kernel<<<static_cast<unsigned>(grid), Traits::kNThreads, kSmem, stream>>>(params);
   if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   return params.num_splits > 1 ? launch_split_combine<Elem>(params, stream) : cudaSuccess;
 }

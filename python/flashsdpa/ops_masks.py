@@ -83,6 +83,20 @@ def _cells_minmax(x: Tensor, dim: int, size: int) -> tuple[Tensor, Tensor]:
     return torch.cat([p[0] for p in parts], dim), torch.cat([p[1] for p in parts], dim)
 
 
+def _own(bias: Tensor) -> Tensor:
+    """``bias`` as 4-D on its own (un-broadcast) shape: leading 1s added, and the dims of an expanded
+    view (0 stride, size > 1: SDPA's routers get one) narrowed to one row, summarized once."""
+    b4 = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
+    for dim in range(3):
+        if b4.stride(dim) == 0 and b4.shape[dim] > 1:
+            b4 = b4.narrow(dim, 0, 1)
+    return b4
+
+
+# _C.bias_cells's element-type codes (params.h's BiasCellsParams::ElementType).
+_KERNEL_DTYPES = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}
+
+
 def bias_cells(bias: Tensor, seqlen_q: int, seqlen_k: int) -> Tensor:
     """The per-call summary of an additive bias broadcasting to (B, H, seqlen_q, seqlen_k), computed
     on the bias's own (un-broadcast) shape: uint8 (Bb, Hb, Qc, Kc) with Bb, Hb the bias's batch and
@@ -93,17 +107,35 @@ def bias_cells(bias: Tensor, seqlen_q: int, seqlen_k: int) -> Tensor:
     elements; elements past seqlen_q / seqlen_k and the padding cells count as neither (0), so they
     never make a tile look partial.
 
-    Cost per call, in the call's stream (torch ops on every call, so a mask changed in place, or one
-    replayed in a CUDA graph with new contents, is summarized anew): one read of the bias (aminmax
-    over 16 keys: 2 bytes per element of its own shape) writing 1/8 of it, then ops on that 1/16-size
-    (min, max) pair: 12 launches when Sq is a multiple of 64 and Sk of 16, up to 18 otherwise (a
-    tail aminmax and a cat per ragged dim); key padding (B, 1, 1, S), whose rows need no reduction:
-    10 launches reading 2 B S bytes (32 KB at B S = 16k), ~50-80 us of host time (PyTorch's ~5-8 us
-    per op), hidden behind the kernels whenever the host runs ahead of the GPU."""
-    b4 = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
-    for dim in range(3):  # an expanded view (SDPA's routers get one) is summarized once per broadcast row
-        if b4.stride(dim) == 0 and b4.shape[dim] > 1:
-            b4 = b4.narrow(dim, 0, 1)
+    Computed on every call in the call's stream (a mask changed in place, or one replayed in a CUDA
+    graph with new contents, is summarized anew). A CUDA bias (float16, bfloat16, float32) on a
+    CUDA build: one launch (_C.bias_cells, cuda/common/bias_cells_summary.cu) reading each element
+    of the bias's own shape once and writing every byte of a torch-allocated output (no fill, no
+    host sync: graph-capturable); ~6-12 us of host time. Elsewhere (CPU tensors, a build without
+    CUDA kernels) the torch reference, _bias_cells_torch: 10-18 launches."""
+    b4 = _own(bias)
+    code = _KERNEL_DTYPES.get(b4.dtype)
+    kernel = getattr(_backend._C, "bias_cells", None) if _backend.CUDA_KERNELS and b4.is_cuda else None
+    if kernel is None or code is None or b4.numel() == 0:
+        return _bias_cells_torch(bias, seqlen_q, seqlen_k)
+    bb, hb, sq, _ = b4.shape
+    qc = 1 if sq == 1 else -(-seqlen_q // CELL_ROWS)
+    kc = -(-seqlen_k // (CELL_KEYS * _ROW_CELLS)) * _ROW_CELLS
+    cells = torch.empty((bb, hb, qc, kc), dtype=torch.uint8, device=b4.device)
+    index = b4.device.index
+    kernel(b4.data_ptr(), code, b4.shape, b4.stride(), seqlen_q, seqlen_k, cells.data_ptr(), cells.numel(), index,
+           _backend._current_stream(index))  # fmt: skip
+    return cells
+
+
+def _bias_cells_torch(bias: Tensor, seqlen_q: int, seqlen_k: int) -> Tensor:
+    """bias_cells in torch ops (the kernel's reference; the path of CPU tensors and of builds without
+    the kernel). Cost: one read of the bias (aminmax over 16 keys: 2 bytes per element of its own
+    shape) writing 1/8 of it, then ops on that 1/16-size (min, max) pair: 12 launches when Sq is a
+    multiple of 64 and Sk of 16, up to 18 otherwise (a tail aminmax and a cat per ragged dim); key
+    padding (B, 1, 1, S), whose rows need no reduction: 10 launches reading 2 B S bytes (32 KB at
+    B S = 16k), ~50-80 us of host time (PyTorch's ~5-8 us per op)."""
+    b4 = _own(bias)
     if b4.shape[3] != seqlen_k:  # a broadcast key dim: per key the same value (a view, no copy)
         b4 = b4.expand(*b4.shape[:3], seqlen_k)
     lo, hi = _cells_minmax(b4, 3, CELL_KEYS)

@@ -53,4 +53,8 @@ TilePlan bwd_plan_sm90(int bucket, int major, int smem_optin_bytes);
 const char* fwd_sm90_unsupported(const AttnFwdParams& params);
 const char* bwd_sm90_unsupported(const AttnBwdParams& params);
 
+// The bias summary (cuda/common/bias_cells_summary.cu, built with every CUDA build whatever the
+// families): one launch on `stream` writing every byte of params.cells; returns a cudaError_t.
+int run_bias_cells(const BiasCellsParams& params, void* stream);
+
 }  // namespace flashsdpa

@@ -243,4 +243,24 @@ struct AttnBwdParams : AttnFwdParams {
   int32_t bwd_tile;    // the family's backward tile, chosen once by the host (FamilyCaps::bwd_plan)
 };
 
+// The bias-summary kernel's arguments (cuda/common/bias_cells_summary.cu; filled by
+// backend/src/api.cpp's bias_cells from _C.bias_cells, called by ops_masks.bias_cells): it writes
+// the uint8 (batch, heads, cell_rows, row_cells) summary that ScoreMods::bias_cells points to, from
+// the bias's own (un-broadcast) shape. Sizes and strides in elements; a size-1 dim has stride 0.
+struct BiasCellsParams {
+  enum ElementType : int32_t { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2 };  // DType's codes, plus float32
+  static constexpr uint32_t kVisible = 1, kNonZero = 2;                        // common/bias_cells.cuh's bits
+
+  const void* bias;
+  int32_t dtype;  // ElementType
+  // The bias's sizes: rows 1 (a broadcast query dim: one cell row) or seqlen_q, keys 1 (a
+  // broadcast key dim: key_stride 0) or seqlen_k.
+  int32_t batch, heads, rows, keys;
+  int64_t batch_stride, head_stride, row_stride, key_stride;
+  int32_t seqlen_q, seqlen_k;
+  int32_t cell_rows;  // 1 when rows == 1, else ceil(seqlen_q / 64)
+  int32_t row_cells;  // ceil(seqlen_k / 256) * 16: cells per row, padded to 16 (every byte written)
+  uint8_t* cells;     // contiguous (batch, heads, cell_rows, row_cells)
+};
+
 }  // namespace flashsdpa
