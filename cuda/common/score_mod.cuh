@@ -209,15 +209,32 @@ __device__ __forceinline__ void add_bias_pair(float& s0, float& s1, const uint16
 // (+inf with the backward's signed negative scale, whose scale_log2 < 0 then makes it -inf again).
 // need (bias_cells.cuh, the tile's summary): kPlain adds nothing and loads nothing; kSkip sets the
 // elements in range to what a -inf bias gives (-inf x factor) without loading it.
-template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT>
+// staged: where the query-row pairs come from: global memory (GlobalBias, the default) or the
+// warp's tile in shared memory (bias_stage.cuh's WarpBiasTile, the sm90 forward: one m16 tile
+// per warp, staged with zeros outside the sequence, so every pair is read unconditionally).
+struct GlobalBias {};
+
+template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT, typename Staged = GlobalBias>
 __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMods& m, DType dtype, int batch,
                                          int head, int row0, int col0, int seqlen_q, int seqlen_k, float factor,
-                                         TileNeed need = TileNeed::kBias) {
+                                         TileNeed need = TileNeed::kBias, const Staged& staged = {}) {
   using Tile = ScoreTile<kLayout>;
   if (need == TileNeed::kPlain) return;
   if (need == TileNeed::kSkip) {
     const float hidden = factor < 0.f ? INFINITY : -INFINITY;
     for_each_in_range<kLayout>(s, row0, col0, seqlen_q, seqlen_k, [&](float& x, int, int) { x = hidden; });
+    return;
+  }
+  if constexpr (!std::is_same_v<Staged, GlobalBias>) {
+    static_assert(kMT == 1 && !Tile::kKeyRows, "a staged tile is one warp's 16 query rows");
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const uint32_t bits = staged.pair(h, nt);
+        s[0][nt][2 * h] = fmaf(bias_to_float(static_cast<uint16_t>(bits), dtype), factor, s[0][nt][2 * h]);
+        s[0][nt][2 * h + 1] = fmaf(bias_to_float(static_cast<uint16_t>(bits >> 16), dtype), factor, s[0][nt][2 * h + 1]);
+      }
     return;
   }
   const uint16_t* base =
@@ -288,10 +305,10 @@ struct ScoreModFwd {
   // The raw q.k scores of one key block -> the softmax's raw scores, before the mask. row0 / col0:
   // as BlockMask::apply's. The branches are uniform (params), one compare each per key block.
   // need: the tile's (bias_cells.cuh), read by the kModsBias kernels only.
-  template <int kMT, int kNT>
+  template <int kMT, int kNT, typename Staged = GlobalBias>
   __device__ __forceinline__ static void apply(const AttnFwdParams& p, const SeqlenInfo& seq, int batch, int head,
                                                float (&s)[kMT][kNT][4], int row0, int col0,
-                                               TileNeed need = TileNeed::kBias) {
+                                               TileNeed need = TileNeed::kBias, const Staged& staged = {}) {
     if constexpr (kMods != kModsNone) {
       if (kSoftcap && p.mods.softcap > 0.f) softcap_tanh(s, fabsf(p.mods.softcap_tanh_scale));
       if (p.mods.alibi_slopes != nullptr) {
@@ -299,7 +316,7 @@ struct ScoreModFwd {
         add_alibi(s, row0, col0, static_cast<float>(seq.seqlen_k - seq.seqlen_q), per_key, seq.seqlen_q);
       }
       if constexpr (kMods == kModsBias) {  // mods_kind: the bias is set
-        add_bias(s, p.mods, p.dtype, batch, head, row0, col0, seq.seqlen_q, seq.seqlen_k, 1.f / scale(p), need);
+        add_bias(s, p.mods, p.dtype, batch, head, row0, col0, seq.seqlen_q, seq.seqlen_k, 1.f / scale(p), need, staged);
       }
     }
   }

@@ -27,6 +27,7 @@
 #include <type_traits>
 
 #include "common/bias_cells.cuh"
+#include "common/bias_stage.cuh"
 #include "common/ptx.cuh"
 #include "common/mask.cuh"
 #include "common/score_mod.cuh"
@@ -110,9 +111,12 @@ struct FwdTraitsSm90 {
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K or one V slot
   // The Q and K/V rings' mbarriers, then the tile queue (fwd_sm90::TileQueue: 4 slots x 32 bytes).
   static constexpr int kBarrierBytes = 8 * (4 + 4 * kStages) + 128;
+  // The bias kernel's staged bias (common/bias_stage.cuh): each consumer warp's 16 rows x kBlockN
+  // keys, one key block ahead (d128: 32 KB, paid for by the second Q slot, which no longer fits).
+  static constexpr int kBiasBytes = kModsKind == kModsBias ? kBlockM / 16 * WarpBiasTile<kBlockN>::kBytes : 0;
   // + 1 KB: the dynamic shared memory base is aligned up to 1024 bytes in the kernel (the swizzle
   // atoms of TMA and wgmma must be 1024-byte aligned).
-  static constexpr int kBaseBytes = kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + 1024;
+  static constexpr int kBaseBytes = kQBytes + 2 * kStages * kKVBytes + kBiasBytes + kBarrierBytes + 1024;
   static constexpr int kSmemLimit = 227 * 1024;
   // O is staged for its TMA store in a region of its own where shared memory allows (d <= 128):
   // the next tile's Q then loads while this tile's O is stored. At d = 256 it reuses the Q tile,
@@ -170,13 +174,14 @@ __device__ __forceinline__ void gemm_pv(float (&o)[Traits::kHeadDim / 2], const 
 
 template <typename Traits>
 struct SmemLayout {
-  uint32_t q, k, v, o, bars;
+  uint32_t q, k, v, bias, o, bars;
   __device__ __forceinline__ explicit SmemLayout(uint32_t base) {
     q = base;
     k = q + Traits::kQStages * Traits::kQBytes;
     v = k + Traits::kStages * Traits::kKVBytes;
-    o = Traits::kSeparateO ? v + Traits::kStages * Traits::kKVBytes : q;
-    bars = v + Traits::kStages * Traits::kKVBytes + (Traits::kSeparateO ? Traits::kQBytes : 0);
+    bias = v + Traits::kStages * Traits::kKVBytes;
+    o = Traits::kSeparateO ? bias + Traits::kBiasBytes : q;
+    bars = bias + Traits::kBiasBytes + (Traits::kSeparateO ? Traits::kQBytes : 0);
   }
   __device__ __forceinline__ uint32_t q_slot(int s) const { return q + s * Traits::kQBytes; }
   __device__ __forceinline__ uint32_t q_full(int s) const { return bars + 8 * s; }
@@ -314,8 +319,32 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       return TileNeed::kBias;
     }
   };
+  // The bias (kModsBias): each warp stages its 16 rows' bias of a key block in shared memory one
+  // block ahead (bias_stage.cuh), one cp.async group per block; modify() waits for it.
+  [[maybe_unused]] const WarpBiasTile<kBlockN> bias_tile{sm.bias + (cwg * 4 + warp) * WarpBiasTile<kBlockN>::kBytes};
+  auto stage_bias = [&](int n, TileNeed need) {
+    if constexpr (Traits::kModsKind == kModsBias) {
+      if (need == TileNeed::kBias) {
+        const int64_t plane = bias_plane(tile.batch, tile.head, p.mods.bias_batch_stride, p.mods.bias_head_stride);
+        // 16-byte copies where the plane and its rows are 16-byte aligned (any contiguous bias
+        // with Sk % 8 == 0); 4-byte pairs otherwise. Uniform across the grid.
+        const bool aligned16 = ((reinterpret_cast<uintptr_t>(p.mods.bias) |
+                                 static_cast<uintptr_t>(p.mods.bias_batch_stride | p.mods.bias_head_stride |
+                                                        p.mods.bias_row_stride) * 2) & 15) == 0;
+        bias_tile.load(static_cast<const uint16_t*>(p.mods.bias) + plane, p.mods.bias_row_stride, aligned16, warp_row,
+                       n * kBlockN, w.mask.seqlen_q, w.mask.seqlen_k, lane);
+      }
+      cp_async_commit();
+    }
+  };
   auto modify = [&](int n, TileNeed need) {
-    if constexpr (Traits::kMods) {
+    if constexpr (Traits::kModsKind == kModsBias) {
+      const SeqlenInfo seq(p, tile.batch);
+      cp_async_wait<0>();
+      __syncwarp();
+      Mod::apply(p, seq, tile.batch, tile.head, s, first_row, n * kBlockN + 2 * (lane % 4), need, bias_tile);
+      __syncwarp();  // every lane has read the tile before the next block's copies overwrite it
+    } else if constexpr (Traits::kMods) {
       const SeqlenInfo seq(p, tile.batch);
       Mod::apply(p, seq, tile.batch, tile.head, s, first_row, n * kBlockN + 2 * (lane % 4), need);
     }
@@ -349,13 +378,14 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   };
 
   if (w.has_keys()) {
+    int n = w.n_block_max - 1;
+    TileNeed need = block_need(n);
+    stage_bias(n, need);  // the tile's first block: its copy runs under the Q / K waits and S_0 only
     sm90::mbar_wait(sm.q_full(q_slot), (ring.q / Traits::kQStages) & 1);
     ++ring.q;
-    int n = w.n_block_max - 1;
     // First block: S only (nothing to multiply with V yet).
     {
       const int slot = ring.kv % kStages;
-      const TileNeed need = block_need(n);
       sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
       turn_begin();
       gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
@@ -365,6 +395,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
       modify(n, need);
+      if (n > w.n_block_min) stage_bias(n - 1, need = block_need(n - 1));
       if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
       softmax.template online_step<kNTiles>(s, scale_log2, correction);  // o is zero: no rescale needed
@@ -375,7 +406,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     for (--n; n >= w.n_block_min; --n, ++ring.kv) {
       const int slot = ring.kv % kStages;
       const int prev = (ring.kv - 1) % kStages;
-      const TileNeed need = block_need(n);
+      if constexpr (Traits::kModsKind != kModsBias) need = block_need(n);  // the bias kernel's: staged a block ago
       sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
       turn_begin();
       gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
@@ -387,6 +418,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
       modify(n, need);
+      if (n > w.n_block_min) stage_bias(n - 1, need = block_need(n - 1));
       if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
       const bool rescale = softmax.template online_step<kNTiles>(s, scale_log2, correction);

@@ -1,0 +1,75 @@
+// bias_stage.cuh: one warp's 16 query rows x kBlockN keys of the additive bias (attn_mask), staged
+// in shared memory by the warp itself with cp.async one key block ahead, and read back as the m16n8
+// C fragments' key pairs (score_mod.cuh's add_bias, query-row layout). The sm90 forward's kModsBias
+// kernel uses it: loading the bias from global memory right after the S GEMM put a full L2 / DRAM
+// round trip into every step's chain, and with 168 registers at entry the loads were not all in
+// flight at once: 2.49 ms for the bench's (1, H, S, S) bias at B 8, S 2k, D 128 against 0.45 ms
+// without a bias (H200, session 12; ncu: DRAM 9.7% busy, 55% of the stalls on L1TEX scoreboards).
+// Staged a block ahead, the copy runs under the rest of the step and the next S GEMM.
+//
+// Layout: row r's 16-byte chunk c (keys 8c..8c+7) at r * kBlockN * 2 + ((c ^ (r % 8)) * 16). The
+// fragment read of one instruction (8 rows at lane / 4, one chunk, 4 lanes x 4 bytes) then covers
+// all 32 banks; unswizzled, the 8 rows 256 bytes apart would hit the same 4 banks (8-way conflict).
+// No padding: the d128 kernel's shared memory is full (one Q slot instead of two pays for it).
+// Outside the sequence (query >= seqlen_q, key >= seqlen_k) the tile holds zeros: adding them is
+// adding nothing, as the global path's skipped elements (fmaf(0, factor, x) = x, -inf included).
+#pragma once
+
+#include <cstdint>
+
+#include "common/ptx.cuh"
+
+namespace flashsdpa {
+
+template <int kBlockN>
+struct WarpBiasTile {
+  static constexpr int kRows = 16;
+  static constexpr int kRowBytes = kBlockN * 2;
+  static constexpr int kChunks = kBlockN / 8;  // 16-byte chunks per row
+  static constexpr int kBytes = kRows * kRowBytes;
+  static_assert(kChunks >= 8 && kChunks % 2 == 0, "the swizzle permutes 8 chunks: kBlockN >= 64");
+  static_assert(kRows * kChunks % 32 == 0, "whole passes of 16-byte copies per warp");
+
+  uint32_t base;  // shared-memory address of this warp's tile
+
+  __device__ __forceinline__ static uint32_t chunk_offset(int r, int c) { return r * kRowBytes + ((c ^ (r & 7)) << 4); }
+
+  // Issues the copies of rows row0..row0+15 and keys key0..key0+kBlockN-1 of `plane` (the (b, h)
+  // plane: element (i, j) at i * row_stride + j). aligned16: the plane pointer and row stride allow
+  // 16-byte copies (8 per lane per 128-key block); otherwise 4-byte pairs (32 per lane), which the
+  // host's checks allow for any served bias (even strides, 4-byte aligned pointer). Every lane
+  // must call it (the caller commits the group).
+  __device__ __forceinline__ void load(const uint16_t* plane, int64_t row_stride, bool aligned16, int row0, int key0,
+                                       int seqlen_q, int seqlen_k, int lane) const {
+    if (aligned16) {
+#pragma unroll
+      for (int j = 0; j < kRows * kChunks / 32; ++j) {
+        const int i = lane + 32 * j, r = i / kChunks, c = i % kChunks;
+        const int q = row0 + r, k = key0 + 8 * c;
+        const int bytes = q < seqlen_q ? 2 * max(0, min(8, seqlen_k - k)) : 0;
+        const uint16_t* src = bytes > 0 ? plane + static_cast<int64_t>(q) * row_stride + k : plane;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(base + chunk_offset(r, c)), "l"(src),
+                     "r"(bytes));
+      }
+    } else {
+      constexpr int kPairs = kBlockN / 2;
+#pragma unroll 8
+      for (int j = 0; j < kRows * kPairs / 32; ++j) {
+        const int i = lane + 32 * j, r = i / kPairs, pair = i % kPairs;
+        const int q = row0 + r, k = key0 + 2 * pair;
+        const int bytes = q < seqlen_q ? 2 * max(0, min(2, seqlen_k - k)) : 0;
+        const uint16_t* src = bytes > 0 ? plane + static_cast<int64_t>(q) * row_stride + k : plane;
+        cp_async_4_bytes(base + chunk_offset(r, pair / 4) + (pair % 4) * 4, src, bytes);
+      }
+    }
+  }
+
+  // Keys 8 nt + 2 (lane % 4) + {0, 1} of row lane / 4 + 8 h (the thread's C-fragment pair), as the
+  // two 16-bit elements of one word (low: the first key).
+  __device__ __forceinline__ uint32_t pair(int h, int nt) const {
+    const int lane = threadIdx.x % 32;
+    return ld_shared_b32(base + chunk_offset(lane / 4 + 8 * h, nt) + (lane % 4) * 4);
+  }
+};
+
+}  // namespace flashsdpa
