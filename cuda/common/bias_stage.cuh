@@ -72,4 +72,57 @@ struct WarpBiasTile {
   }
 };
 
+// The sm90 backward's tile (S^T's key rows): one warp's 16 keys x 64 queries of a step, kept
+// query-major as the bias is (64 rows of 32 bytes: keys 0-7 and 8-15 of the warp), staged a step
+// ahead into the 2 KB of a dS^T buffer that the warp's own dS^T rows overwrite only later in the
+// step it is read in (bwd_kernel_sm90.cuh says why that buffer is free then). Before: 2-byte
+// __ldg's per element after the S^T GEMM, each its own 32-byte sector, the round trip in every
+// step's chain (the bias backward ran at 79 TFLOP/s, 0.76x of PyTorch's efficient kernel, H200).
+// Row q's chunk c at q * 32 + ((c ^ ((q / 4) % 2)) * 16): a fragment read (rows q, q + 2, q + 4,
+// q + 6 at one chunk, 8 keys x 2 bytes each) then covers 16 distinct words (conflict-free).
+struct WarpBiasTileT {
+  static constexpr int kQueries = 64;
+  static constexpr int kBytes = kQueries * 32;
+
+  uint32_t base;
+
+  __device__ __forceinline__ static uint32_t chunk_offset(int q, int c) { return q * 32 + ((c ^ ((q >> 2) & 1)) << 4); }
+
+  // Queries q0..q0+63 (sequence rows; >= seqlen_q zero) x keys key0..key0+15 (>= seqlen_k zero).
+  __device__ __forceinline__ void load(const uint16_t* plane, int64_t row_stride, bool aligned16, int q0, int key0,
+                                       int seqlen_q, int seqlen_k, int lane) const {
+    if (aligned16) {
+#pragma unroll
+      for (int j = 0; j < kQueries * 2 / 32; ++j) {
+        const int i = lane + 32 * j, r = i / 2, c = i % 2;
+        const int q = q0 + r, k = key0 + 8 * c;
+        const int bytes = q < seqlen_q ? 2 * max(0, min(8, seqlen_k - k)) : 0;
+        const uint16_t* src = bytes > 0 ? plane + static_cast<int64_t>(q) * row_stride + k : plane;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(base + chunk_offset(r, c)), "l"(src),
+                     "r"(bytes));
+      }
+    } else {
+#pragma unroll 4
+      for (int j = 0; j < kQueries * 8 / 32; ++j) {
+        const int i = lane + 32 * j, r = i / 8, pair = i % 8;
+        const int q = q0 + r, k = key0 + 2 * pair;
+        const int bytes = q < seqlen_q ? 2 * max(0, min(2, seqlen_k - k)) : 0;
+        const uint16_t* src = bytes > 0 ? plane + static_cast<int64_t>(q) * row_stride + k : plane;
+        cp_async_4_bytes(base + chunk_offset(r, pair / 4) + (pair % 4) * 4, src, bytes);
+      }
+    }
+  }
+
+  // Element (key lane / 4 + 8 h, query 8 j + 2 (lane % 4) + e) of the tile: S^T's fragment layout.
+  __device__ __forceinline__ uint16_t at(int h, int j, int e) const {
+    const int lane = threadIdx.x % 32;
+    uint16_t v;
+    asm volatile("ld.shared.u16 %0, [%1];\n"
+                 : "=h"(v)
+                 : "r"(base + chunk_offset(8 * j + 2 * (lane % 4) + e, h) + (lane / 4) * 2)
+                 : "memory");
+    return v;
+  }
+};
+
 }  // namespace flashsdpa

@@ -226,14 +226,20 @@ __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMod
     return;
   }
   if constexpr (!std::is_same_v<Staged, GlobalBias>) {
-    static_assert(kMT == 1 && !Tile::kKeyRows, "a staged tile is one warp's 16 query rows");
+    static_assert(kMT == 1, "a staged tile is one warp's 16 rows");
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
-        const uint32_t bits = staged.pair(h, nt);
-        s[0][nt][2 * h] = fmaf(bias_to_float(static_cast<uint16_t>(bits), dtype), factor, s[0][nt][2 * h]);
-        s[0][nt][2 * h + 1] = fmaf(bias_to_float(static_cast<uint16_t>(bits >> 16), dtype), factor, s[0][nt][2 * h + 1]);
+        if constexpr (Tile::kKeyRows) {  // WarpBiasTileT: two queries of one key, 16-bit reads
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            s[0][nt][2 * h + e] = fmaf(bias_to_float(staged.at(h, nt, e), dtype), factor, s[0][nt][2 * h + e]);
+        } else {  // WarpBiasTile: one query's key pair, one word
+          const uint32_t bits = staged.pair(h, nt);
+          s[0][nt][2 * h] = fmaf(bias_to_float(static_cast<uint16_t>(bits), dtype), factor, s[0][nt][2 * h]);
+          s[0][nt][2 * h + 1] = fmaf(bias_to_float(static_cast<uint16_t>(bits >> 16), dtype), factor, s[0][nt][2 * h + 1]);
+        }
       }
     return;
   }
@@ -394,10 +400,10 @@ struct ScoreModBwd {
   // (ScoreTile). row0() / col0(): the thread's first element's sequence row and column
   // (BlockMask::apply's, or the sm90 backward's key0 / q0), evaluated only inside the ALiBi branch.
   template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT, typename Head, typename Row0,
-            typename Col0>
+            typename Col0, typename Staged = GlobalBias>
   __device__ __forceinline__ static void apply(const AttnBwdParams& p, const SeqlenInfo& seq, int batch, const Head& head,
                                                float (&s)[kMT][kNT][4], Row0&& row0, Col0&& col0,
-                                               TileNeed need = TileNeed::kBias) {
+                                               TileNeed need = TileNeed::kBias, const Staged& staged = {}) {
     if constexpr (kMods != kModsNone) {
       if (kSoftcap && p.mods.softcap > 0.f) softcap_tanh(s, p.mods.softcap_tanh_scale);
       if (p.mods.alibi_slopes != nullptr) {
@@ -406,7 +412,7 @@ struct ScoreModBwd {
       }
       if constexpr (kBias) {
         add_bias<kLayout>(s, p.mods, p.dtype, batch, lazy(head), row0(), col0(), seq.seqlen_q, seq.seqlen_k,
-                          bias_per_unit(p), need);
+                          bias_per_unit(p), need, staged);
       }
     }
   }

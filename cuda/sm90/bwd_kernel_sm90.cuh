@@ -30,6 +30,7 @@
 #include <type_traits>
 
 #include "common/bias_cells.cuh"
+#include "common/bias_stage.cuh"
 #include "common/bwd_prepost.cuh"
 #include "common/dropout.cuh"
 #include "common/mask.cuh"
@@ -122,6 +123,7 @@ struct BwdTraitsSm90 {
 #endif
   static constexpr bool kOverlap = FLASHSDPA_SM90_BWD_OVERLAP && kHeadDim == 64 && !kMods && !kDropout;
   static constexpr bool kOverlapDp = kOverlap && FLASHSDPA_SM90_BWD_OVERLAP_DP;
+  static_assert(!(kOverlap && kMods), "the bias kernel's staging (consume) assumes dQ retires within its step");
   static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared memory limit");
 };
 
@@ -494,6 +496,76 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     sm90::wgmma_commit();
   };
 
+  // kModsBias: the bias of step i, staged by each warp a step ahead (cp.async, one group per step)
+  // in its own 2 KB of dS^T buffer i % 2 (bias_stage.cuh's WarpBiasTileT: the warp's 16 keys x 64
+  // queries; the d128 kernel's shared memory has no 16 KB to spare). That buffer last held step
+  // i - 2's dS^T, whose readers (both warpgroups' dQ GEMMs and gradient stores of step i - 2) are
+  // done once both warpgroups have passed step i - 1's dS^T barrier, where the copy is issued; the
+  // warp's own dS^T rows of step i overwrite it only after every lane has read it (__syncwarp).
+  [[maybe_unused]] auto bias_tile = [&](int buf) {
+    return WarpBiasTileT{sm.ds_buf(buf) + (cwg * 64 + warp * 16) * 128};
+  };
+  [[maybe_unused]] auto step_need = [&](int step) {
+    if constexpr (Traits::kModsKind == kModsBias) {
+      return BiasCells(p.mods, batch, range.head(step), seq.seqlen_q)
+          .template need<kBlockM, kBlockN>(range.m_block(step), n_block);
+    } else {
+      return TileNeed::kBias;
+    }
+  };
+  auto stage_bias = [&](int step) {
+    if constexpr (Traits::kModsKind == kModsBias) {
+      if (step_need(step) == TileNeed::kBias) {
+        const bool aligned16 = ((reinterpret_cast<uintptr_t>(p.mods.bias) |
+                                 static_cast<uintptr_t>(p.mods.bias_batch_stride | p.mods.bias_head_stride |
+                                                        p.mods.bias_row_stride) * 2) & 15) == 0;
+        const int64_t plane = bias_plane(batch, range.head(step), p.mods.bias_batch_stride, p.mods.bias_head_stride);
+        bias_tile(step % 2).load(static_cast<const uint16_t*>(p.mods.bias) + plane, p.mods.bias_row_stride, aligned16,
+                                 range.m_block(step) * kBlockM, n_block * kBlockN + cwg * 64 + warp * 16, seq.seqlen_q,
+                                 seq.seqlen_k, lane);
+      }
+      cp_async_commit();
+    }
+  };
+  // kModsBias with a 16-byte aligned gradient (Sk % 8 == 0 for the dense one Python allocates):
+  // the warpgroup's 64 keys x 64 queries of dS^T, read back from the buffer after the dS^T barrier
+  // (each thread 8 keys of one query: 8 conflict-free 16-bit reads) and stored as 16-byte rows of
+  // d_bias (queries x keys), instead of 32 scattered 16-bit stores per thread (bias_grad_t, kept
+  // for other strides and the chunk that straddles seqlen_k).
+  [[maybe_unused]] const bool dbias_rows = Traits::kModsKind == kModsBias && p.d_bias != nullptr &&
+      ((reinterpret_cast<uintptr_t>(p.d_bias) | static_cast<uintptr_t>(p.d_bias_batch_stride | p.d_bias_head_stride |
+                                                                         p.d_bias_row_stride) * 2) & 15) == 0;
+  auto store_bias_grad = [&](int step, int buf) {
+    if constexpr (Traits::kModsKind == kModsBias) {
+      uint16_t* out = static_cast<uint16_t*>(p.d_bias) +
+                      bias_plane(batch, range.head(step), p.d_bias_batch_stride, p.d_bias_head_stride);
+      const int q_first = range.m_block(step) * kBlockM, k_first = n_block * kBlockN + cwg * 64;
+#pragma unroll
+      for (int it = 0; it < 64 * 8 / 128; ++it) {
+        const int idx = tid + 128 * it, q = idx % 64, c = idx / 64;  // query q, keys 8 c .. 8 c + 7
+        const int k = k_first + 8 * c;
+        if (q_first + q >= seq.seqlen_q || k >= seq.seqlen_k) continue;
+        uint32_t w[4];
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {  // key row 8 c + r of the warpgroup's half: (row % 8) = r
+          uint16_t v;
+          const uint32_t at = sm.ds_buf(buf) + (cwg * 64 + 8 * c + r) * 128 + (((q / 8) ^ r) << 4) + (q % 8) * 2;
+          asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(at) : "memory");
+          w[r / 2] = r % 2 ? w[r / 2] | (static_cast<uint32_t>(v) << 16) : static_cast<uint32_t>(v);
+        }
+        uint16_t* dst = out + static_cast<int64_t>(q_first + q) * p.d_bias_row_stride + k;
+        if (k + 8 <= seq.seqlen_k) {
+          *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+        } else {
+#pragma unroll
+          for (int r = 0; r < 8; ++r)
+            if (k + r < seq.seqlen_k) dst[r] = static_cast<uint16_t>(w[r / 2] >> (16 * (r % 2)));
+        }
+      }
+    }
+  };
+
+  stage_bias(0);
   sm90::mbar_wait(sm.kv_full(), 0);
   // kKVInRegs: this warp's 16 key rows of K and V as RS A fragments, one per k step of 16 columns
   // (ldmatrix.x4: matrices rows 0-7 / 8-15 x columns 0-7 / 8-15 of the step, the A fragment's
@@ -613,10 +685,14 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     auto mod_head = [&] { return range.head(i); };
     auto mod_key0 = [&] { return key0; };
     auto mod_q0 = [&] { return q0; };
-    TileNeed need = TileNeed::kBias;
-    if constexpr (Traits::kModsKind == kModsBias)
-      need = BiasCells(p.mods, batch, range.head(i), seq.seqlen_q).template need<kBlockM, kBlockN>(m_block, n_block);
-    Mod::template apply<ScoreLayout::kKeyRows>(p, seq, batch, mod_head, st, mod_key0, mod_q0, need);
+    if constexpr (Traits::kModsKind == kModsBias) {
+      cp_async_wait<0>();  // this step's staged bias (the only group in flight)
+      __syncwarp();
+      Mod::template apply<ScoreLayout::kKeyRows>(p, seq, batch, mod_head, st, mod_key0, mod_q0, step_need(i), bias_tile(b));
+      __syncwarp();  // read by every lane before the warp's dS^T rows overwrite it
+    } else {
+      Mod::template apply<ScoreLayout::kKeyRows>(p, seq, batch, mod_head, st, mod_key0, mod_q0);
+    }
 
     // P^T = exp2(S^T c - LSE log2 e), masked to 0 outside the mask. In a stage with a huge LSE the
     // probabilities are then capped at 1 (softmax.cuh: 2^min(x, 0) = min(2^x, 1), NaN kept): a
@@ -718,8 +794,13 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       }
     }
     sm90::fence_async_shared();
-    if constexpr (Traits::kModsKind == kModsBias) Mod::bias_grad_t(p, seq, batch, mod_head, dst16, key0, q0);  // attn_mask's gradient
+    if constexpr (Traits::kModsKind == kModsBias) {  // attn_mask's gradient: scattered 16-bit stores where not aligned
+      if (!dbias_rows) Mod::bias_grad_t(p, seq, batch, mod_head, dst16, key0, q0);
+    }
     sm90::named_sync(kBarDs, 256);  // both halves of dS^T written
+    if constexpr (Traits::kModsKind == kModsBias) {
+      if (i + 1 < range.count()) stage_bias(i + 1);  // into buffer (i + 1) % 2: free since this barrier
+    }
 
     if constexpr (!Traits::kOverlap) {  // (kOverlap: dQ issued and retired in step i + 1, or below)
       // dQ[:, 64 cwg .. 64 cwg + 63] = dS K over all 128 keys (M-major A, N-major B).
@@ -728,6 +809,9 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       for (int kk = 0; kk < kBlockN / 16; ++kk)
         OpQ::template ss<1, 1>(dq_acc, ds_desc0 + b * kDsBuf + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
       sm90::wgmma_commit();
+      if constexpr (Traits::kModsKind == kModsBias) {  // while the dQ GEMM runs (it reads the same buffer)
+        if (dbias_rows) store_bias_grad(i, b);
+      }
       sm90::wgmma_wait<0>();  // dK, dV and dQ done: the Q / dO slot is free
       sm90::fence_regs(dv_acc);
       sm90::fence_regs(dk_acc);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bias_fwd_gpu.sh: one device call for the sm90 forward's staged bias (kernel_notes_features.md,
+# bias_fwd_gpu.sh: one device call for the sm90 staged bias, forward and backward (kernel_notes_features.md,
 # "The sm90 forward's bias staged one key block ahead"): narrow build (bf16 + fp16, d64 / d128 /
 # d256), the mask, tile-skip and bias-summary GPU tests (sm90 family), the layout test on the
 # portable family, memcheck / racecheck (our kernels) on a layout subset, bias_profile.py,
@@ -17,7 +17,7 @@ tests "layouts sm80" 60 t_sm80.log env FLASHSDPA_FAMILY=sm80 $PY -m pytest -q -p
 K="bias_layouts and 128 and (114 or 1001 or offset)"
 for tool in memcheck racecheck; do
   timed "$tool layouts" 100 san_$tool.log env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool $tool \
-    --kernel-name regex:flashsdpa --error-exitcode 9 --target-processes all $PY -m pytest -q -p no:cacheprovider \
+    --kernel-name kns=flashsdpa --error-exitcode 9 --target-processes all $PY -m pytest -q -p no:cacheprovider \
     tests/gpu/test_masks_gpu.py -k "$K"
 done
 timed "bias_profile" 60 prof.log $PY scripts/dev/bias_profile.py

@@ -17,7 +17,7 @@ tests "masked decode sm80" 90 t_sm80.log env FLASHSDPA_FAMILY=sm80 $PY -m pytest
 timed "memcheck decode+summary" 120 san_mem.log env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
   --error-exitcode 9 --target-processes all $PY -m pytest -q -p no:cacheprovider tests/gpu/test_masked_decode_gpu.py \
   tests/gpu/test_bias_cells_gpu.py -k "(8192 and B11S and add) or (test_shapes_match_the_reference and bfloat16-113) or test_every_byte_written or test_more_key_chunks"
-timed "racecheck decode" 90 san_race.log env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool racecheck --kernel-name regex:flashsdpa \
+timed "racecheck decode" 90 san_race.log env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool racecheck --kernel-name kns=flashsdpa \
   --error-exitcode 9 --target-processes all $PY -m pytest -q -p no:cacheprovider tests/gpu/test_masked_decode_gpu.py \
   -k "8192 and B11S and add"
 timed "bias_cells_timing" 60 cells_timing.log $PY scripts/dev/bias_cells_timing.py

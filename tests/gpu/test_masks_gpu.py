@@ -273,25 +273,27 @@ def test_decode_sized_masked_sdpa_takes_the_decode_kernel(sq: int) -> None:
     assert flashsdpa.explain(q, k, v, attn_mask=mask) == []
 
 
-# ---- the forward's staged bias: both copy paths (common/bias_stage.cuh) ---------------------------
-# The sm90 forward stages each warp's bias rows with 16-byte copies when the (b, h) plane and its
-# rows are 16-byte aligned, with 4-byte pairs otherwise (the portable family reads global memory
-# either way). Each layout below reaches the kernel as given (bias_view copies none of them: checked),
-# with zeros staged past Sq and past Sk (the half-filled last chunk or pair).
+# ---- the sm90 kernels' staged bias: both copy paths (common/bias_stage.cuh) -----------------------
+# The sm90 forward and backward stage each warp's bias with 16-byte copies when the (b, h) plane and
+# its rows are 16-byte aligned, with 4-byte pairs otherwise (the portable family reads global memory
+# either way); the backward stores the mask's gradient as 16-byte rows when Sk % 8 == 0 (its dense
+# (B, H, Sq, Sk) buffer is then aligned), as 16-bit elements otherwise. Each layout below reaches
+# the kernels as given (bias_view copies none of them: checked), with zeros staged past Sq and past
+# Sk (the half-filled last chunk or pair). Sq 130: a query block past the end and a partial one.
 def _bias_layout(layout: str, base: Tensor, sk: int) -> Tensor:
-    """A (B, H, Sq, sk) view holding ``base``'s values in the named memory layout."""
+    """A (B, H, Sq, sk) view holding ``base``'s values in the named memory layout (differentiable:
+    the mask's gradient reaches ``base``)."""
     b, h, sq = base.shape[:3]
     row = {"contiguous": sk, "row_pad_even": sk + 1, "row_pad_8": (sk + 7) // 8 * 8 + 8, "offset_4_bytes": sk + 8}[layout]
     start = 2 if layout == "offset_4_bytes" else 0
     store = torch.full((b, h, sq, row), float("nan"), dtype=base.dtype, device=DEVICE)
-    view = store.narrow(3, start, sk)
-    view.copy_(base)
-    return view
+    store.narrow(3, start, sk).copy_(base)
+    return store.narrow(3, start, sk)
 
 
 @pytest.mark.parametrize("layout,sk,aligned16", [
     ("contiguous", 120, True), ("contiguous", 114, False), ("row_pad_even", 113, False),
-    ("row_pad_8", 1001, True), ("offset_4_bytes", 120, False), ("row_pad_8", 7, True),
+    ("row_pad_8", 1001, True), ("offset_4_bytes", 120, False), ("row_pad_8", 7, True), ("contiguous", 1000, True),
 ])  # fmt: skip
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("mask", [masks.NO_MASK, masks.CAUSAL_BOTTOM_RIGHT], ids=["full", "causal"])
@@ -300,21 +302,28 @@ def test_masks_bias_layouts(request: pytest.FixtureRequest, layout: str, sk: int
     dtype = torch.bfloat16
     skip_unless_compiled(dtype, head_dim)
     gen = _generator(request)
-    b, h, sq = 2, 3, 130
+    b, h, sq = 2, 4, 130  # GQA 4 / 2: the backward's steps change query head
     q = torch.randn(b, h, sq, head_dim, generator=gen, device=DEVICE).to(dtype)
-    k, v = (torch.randn(b, h, sk, head_dim, generator=gen, device=DEVICE).to(dtype) for _ in range(2))
+    k, v = (torch.randn(b, h // 2, sk, head_dim, generator=gen, device=DEVICE).to(dtype) for _ in range(2))
+    dout = torch.randn(b, h, sq, head_dim, generator=gen, device=DEVICE).to(dtype)
     base = _make_mask("add", (b, h, sq, sk), sq, sk, dtype, gen, empty_row=False)
-    bias = _bias_layout(layout, base, sk)
-    view = ops_masks.bias_view(bias, (b, h, sq, sk))
+    leaves = [t.detach().requires_grad_() for t in (q, k, v, base)]
+    bias = _bias_layout(layout, leaves[3], sk)
+    view = ops_masks.bias_view(bias.detach(), (b, h, sq, sk))
     assert view.data_ptr() == bias.data_ptr() and view.stride() == bias.stride(), "bias_view copied the layout"
     assert ((view.data_ptr() | (view.stride(0) | view.stride(1) | view.stride(2)) * 2) % 16 == 0) == aligned16
     scale = default_scale(head_dim)
     left, right, align = mask
     kw = {"window": (left, right), "causal_alignment": "bottom_right" if align == masks.BOTTOM_RIGHT else "top_left"}
-    with torch.no_grad():
-        out, lse = flashsdpa.attention(q, k, v, attn_mask=bias, scale=scale, return_lse=True, **kw)
-    ref = textbook(q, k, v, base, scale=scale, mask=mask, dtype=torch.float64)
-    pt = textbook(q, k, v, base, scale=scale, mask=mask, dtype=dtype)
-    for name, o, p, r in zip(["out", "lse"], [out, lse], pt, ref):
+    out, lse = flashsdpa.attention(*leaves[:3], attn_mask=bias, scale=scale, return_lse=True, enable_gqa=True, **kw)
+    ours = [out.detach(), lse, *torch.autograd.grad(out, leaves, dout)]
+
+    def results(d: torch.dtype) -> list[Tensor]:
+        ls = [t.detach().to(d).requires_grad_() for t in (q, k, v, base)]
+        o, l = textbook(*ls, scale=scale, mask=mask, dtype=d)
+        return [o.detach(), l.detach().float(), *grads_or_zeros(o, ls, dout.to(d))]
+
+    ref, pt = results(torch.float64), results(dtype)
+    for name, o, p, r in zip(["out", "lse", "dq", "dk", "dv", "d_mask"], ours, pt, ref):
         assert not o.isnan().any(), f"{name}: NaN"
-        check_rule(name, o, p if name == "out" else p.float(), r, input_dtype=dtype)
+        check_rule(name, o, p, r, input_dtype=dtype)
