@@ -565,7 +565,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     }
   };
 
-  stage_bias(0);
+  if (range.count() > 0) stage_bias(0);  // (a key block no query sees, through the mask or the bias, has no step)
   sm90::mbar_wait(sm.kv_full(), 0);
   // kKVInRegs: this warp's 16 key rows of K and V as RS A fragments, one per k step of 16 columns
   // (ldmatrix.x4: matrices rows 0-7 / 8-15 x columns 0-7 / 8-15 of the step, the A fragment's
