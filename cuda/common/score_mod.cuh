@@ -189,8 +189,8 @@ __device__ __forceinline__ int64_t bias_plane(int batch, int head, int64_t batch
 // row's two adjacent keys, one 4-byte load (the host keeps the bias's strides even and its pointer
 // 4-byte aligned, checks.cpp; the key is even); a pair that ends at seqlen_k reads its first
 // element alone. Half the loads and half the registers of 16-bit loads (those made the sm90 d64
-// forward spill 154 bytes). The load policy of add_bias's query-row tiles (the decode kernel stages
-// its bias in shared memory with each K/V tile instead: decode_kernel_sm80.cuh).
+// forward spill 154 bytes). The portable kernels' load policy for query-row tiles (the sm90 kernels stage
+// theirs with cp.async a block ahead, bias_stage.cuh; the decode kernel with each K/V tile).
 __device__ __forceinline__ void add_bias_pair(float& s0, float& s1, const uint16_t* at, bool pair, DType dtype,
                                               float factor) {
   if (pair) {
