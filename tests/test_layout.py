@@ -154,3 +154,14 @@ def test_each_module_imports_first() -> None:
     command = [sys.executable, "-c", _FORKING_IMPORTER, " ".join(_external_imports()), *MODULES]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_device_exports_committed() -> None:
+    """scripts/dev/export_branch.sh puts a branch's tree in .branches/ for a device call, untracked
+    but not ignored (the device copies only such files): a `git add -A` then commits a second copy
+    of the repository (session 12 did, and rewrote the commits)."""
+    root = PACKAGE.parent.parent
+    if not (root / ".git").exists():
+        return  # an installed copy, not a checkout: nothing to check
+    tracked = subprocess.run(["git", "ls-files", ".branches"], cwd=root, capture_output=True, text=True, check=True)
+    assert tracked.stdout == "", f"tracked files under .branches/: {tracked.stdout.splitlines()[:5]}"

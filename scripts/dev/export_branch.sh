@@ -6,7 +6,8 @@
 # one in:
 #   run(command="cp -r .whl .branches/mask-skip/ && cd .branches/mask-skip && bash scripts/dev/verify_mask_skip.sh",
 #       carry=[".whl"])
-# Remove the export (`rm -rf .branches`) once measured: it shows in `git status` until then.
+# Remove the export (`rm -rf .branches`) once measured: it shows in `git status` until then, and
+# `git add -A` would commit it (tests/test_layout.py fails if it is tracked): add paths by name.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 name="$1"; wt="${2:-}"
