@@ -21,6 +21,41 @@
 
 namespace flashsdpa {
 
+// Issues the copies of rows row0..row0+kRows-1 (sequence rows; those >= seqlen_q become zeros) and
+// keys key0..key0+kKeys-1 (>= seqlen_k: zeros) of `plane` (the (b, h) plane: element (i, j) at
+// i * row_stride + j) into a tile whose 16-byte chunk c (keys 8c..8c+7) of row r sits at
+// base + Tile::chunk_offset(r, c). aligned16: the plane pointer and row stride allow 16-byte
+// copies; otherwise 4-byte pairs, which the host's checks allow for any served bias (even strides,
+// 4-byte aligned pointer). Every lane of the warp calls it; the caller commits the group.
+// kPairUnroll: the 4-byte loop's unroll (each tile's as first compiled: SASS kept).
+template <typename Tile, int kRows, int kKeys, int kPairUnroll>
+__device__ __forceinline__ void stage_rows(uint32_t base, const uint16_t* plane, int64_t row_stride, bool aligned16,
+                                           int row0, int key0, int seqlen_q, int seqlen_k, int lane) {
+  if (aligned16) {
+    constexpr int kChunks = kKeys / 8;
+    static_assert(kRows * kChunks % 32 == 0, "whole passes of 16-byte copies per warp");
+#pragma unroll
+    for (int j = 0; j < kRows * kChunks / 32; ++j) {
+      const int i = lane + 32 * j, r = i / kChunks, c = i % kChunks;
+      const int q = row0 + r, k = key0 + 8 * c;
+      const int bytes = q < seqlen_q ? 2 * max(0, min(8, seqlen_k - k)) : 0;
+      const uint16_t* src = bytes > 0 ? plane + static_cast<int64_t>(q) * row_stride + k : plane;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(base + Tile::chunk_offset(r, c)), "l"(src),
+                   "r"(bytes));
+    }
+  } else {
+    constexpr int kPairs = kKeys / 2;
+#pragma unroll kPairUnroll
+    for (int j = 0; j < kRows * kPairs / 32; ++j) {
+      const int i = lane + 32 * j, r = i / kPairs, pair = i % kPairs;
+      const int q = row0 + r, k = key0 + 2 * pair;
+      const int bytes = q < seqlen_q ? 2 * max(0, min(2, seqlen_k - k)) : 0;
+      const uint16_t* src = bytes > 0 ? plane + static_cast<int64_t>(q) * row_stride + k : plane;
+      cp_async_4_bytes(base + Tile::chunk_offset(r, pair / 4) + (pair % 4) * 4, src, bytes);
+    }
+  }
+}
+
 template <int kBlockN>
 struct WarpBiasTile {
   static constexpr int kRows = 16;
@@ -28,40 +63,16 @@ struct WarpBiasTile {
   static constexpr int kChunks = kBlockN / 8;  // 16-byte chunks per row
   static constexpr int kBytes = kRows * kRowBytes;
   static_assert(kChunks >= 8 && kChunks % 2 == 0, "the swizzle permutes 8 chunks: kBlockN >= 64");
-  static_assert(kRows * kChunks % 32 == 0, "whole passes of 16-byte copies per warp");
 
   uint32_t base;  // shared-memory address of this warp's tile
 
   __device__ __forceinline__ static uint32_t chunk_offset(int r, int c) { return r * kRowBytes + ((c ^ (r & 7)) << 4); }
 
-  // Issues the copies of rows row0..row0+15 and keys key0..key0+kBlockN-1 of `plane` (the (b, h)
-  // plane: element (i, j) at i * row_stride + j). aligned16: the plane pointer and row stride allow
-  // 16-byte copies (8 per lane per 128-key block); otherwise 4-byte pairs (32 per lane), which the
-  // host's checks allow for any served bias (even strides, 4-byte aligned pointer). Every lane
-  // must call it (the caller commits the group).
+  // Rows row0..row0+15 x keys key0..key0+kBlockN-1 (stage_rows): 8 16-byte copies per lane per
+  // 128-key block, or 32 4-byte pairs.
   __device__ __forceinline__ void load(const uint16_t* plane, int64_t row_stride, bool aligned16, int row0, int key0,
                                        int seqlen_q, int seqlen_k, int lane) const {
-    if (aligned16) {
-#pragma unroll
-      for (int j = 0; j < kRows * kChunks / 32; ++j) {
-        const int i = lane + 32 * j, r = i / kChunks, c = i % kChunks;
-        const int q = row0 + r, k = key0 + 8 * c;
-        const int bytes = q < seqlen_q ? 2 * max(0, min(8, seqlen_k - k)) : 0;
-        const uint16_t* src = bytes > 0 ? plane + static_cast<int64_t>(q) * row_stride + k : plane;
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(base + chunk_offset(r, c)), "l"(src),
-                     "r"(bytes));
-      }
-    } else {
-      constexpr int kPairs = kBlockN / 2;
-#pragma unroll 8
-      for (int j = 0; j < kRows * kPairs / 32; ++j) {
-        const int i = lane + 32 * j, r = i / kPairs, pair = i % kPairs;
-        const int q = row0 + r, k = key0 + 2 * pair;
-        const int bytes = q < seqlen_q ? 2 * max(0, min(2, seqlen_k - k)) : 0;
-        const uint16_t* src = bytes > 0 ? plane + static_cast<int64_t>(q) * row_stride + k : plane;
-        cp_async_4_bytes(base + chunk_offset(r, pair / 4) + (pair % 4) * 4, src, bytes);
-      }
-    }
+    stage_rows<WarpBiasTile, kRows, kBlockN, 8>(base, plane, row_stride, aligned16, row0, key0, seqlen_q, seqlen_k, lane);
   }
 
   // Keys 8 nt + 2 (lane % 4) + {0, 1} of row lane / 4 + 8 h (the thread's C-fragment pair), as the
@@ -88,29 +99,11 @@ struct WarpBiasTileT {
 
   __device__ __forceinline__ static uint32_t chunk_offset(int q, int c) { return q * 32 + ((c ^ ((q >> 2) & 1)) << 4); }
 
-  // Queries q0..q0+63 (sequence rows; >= seqlen_q zero) x keys key0..key0+15 (>= seqlen_k zero).
+  // Queries q0..q0+63 (sequence rows; >= seqlen_q zero) x keys key0..key0+15 (>= seqlen_k zero):
+  // 4 16-byte copies per lane, or 16 4-byte pairs (stage_rows).
   __device__ __forceinline__ void load(const uint16_t* plane, int64_t row_stride, bool aligned16, int q0, int key0,
                                        int seqlen_q, int seqlen_k, int lane) const {
-    if (aligned16) {
-#pragma unroll
-      for (int j = 0; j < kQueries * 2 / 32; ++j) {
-        const int i = lane + 32 * j, r = i / 2, c = i % 2;
-        const int q = q0 + r, k = key0 + 8 * c;
-        const int bytes = q < seqlen_q ? 2 * max(0, min(8, seqlen_k - k)) : 0;
-        const uint16_t* src = bytes > 0 ? plane + static_cast<int64_t>(q) * row_stride + k : plane;
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(base + chunk_offset(r, c)), "l"(src),
-                     "r"(bytes));
-      }
-    } else {
-#pragma unroll 4
-      for (int j = 0; j < kQueries * 8 / 32; ++j) {
-        const int i = lane + 32 * j, r = i / 8, pair = i % 8;
-        const int q = q0 + r, k = key0 + 2 * pair;
-        const int bytes = q < seqlen_q ? 2 * max(0, min(2, seqlen_k - k)) : 0;
-        const uint16_t* src = bytes > 0 ? plane + static_cast<int64_t>(q) * row_stride + k : plane;
-        cp_async_4_bytes(base + chunk_offset(r, pair / 4) + (pair % 4) * 4, src, bytes);
-      }
-    }
+    stage_rows<WarpBiasTileT, kQueries, 16, 4>(base, plane, row_stride, aligned16, q0, key0, seqlen_q, seqlen_k, lane);
   }
 
   // Element (key lane / 4 + 8 h, query 8 j + 2 (lane % 4) + e) of the tile: S^T's fragment layout.
