@@ -21,6 +21,14 @@
 
 namespace flashsdpa {
 
+// Whether a (B, H, rows, keys) 16-bit tensor's planes and rows all start 16-byte aligned (pointer and
+// the three element strides): the staged bias's 16-byte copies, the backward's 16-byte gradient rows.
+__device__ __forceinline__ bool rows_aligned16(const void* ptr, int64_t batch_stride, int64_t head_stride,
+                                               int64_t row_stride) {
+  return ((reinterpret_cast<uintptr_t>(ptr) | static_cast<uintptr_t>(batch_stride | head_stride | row_stride) * 2) &
+          15) == 0;
+}
+
 // Issues the copies of rows row0..row0+kRows-1 (sequence rows; those >= seqlen_q become zeros) and
 // keys key0..key0+kKeys-1 (>= seqlen_k: zeros) of `plane` (the (b, h) plane: element (i, j) at
 // i * row_stride + j) into a tile whose 16-byte chunk c (keys 8c..8c+7) of row r sits at
@@ -40,8 +48,7 @@ __device__ __forceinline__ void stage_rows(uint32_t base, const uint16_t* plane,
       const int q = row0 + r, k = key0 + 8 * c;
       const int bytes = q < seqlen_q ? 2 * max(0, min(8, seqlen_k - k)) : 0;
       const uint16_t* src = bytes > 0 ? plane + static_cast<int64_t>(q) * row_stride + k : plane;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(base + Tile::chunk_offset(r, c)), "l"(src),
-                   "r"(bytes));
+      cp_async_16_bytes(base + Tile::chunk_offset(r, c), src, bytes);
     }
   } else {
     constexpr int kPairs = kKeys / 2;
@@ -109,12 +116,7 @@ struct WarpBiasTileT {
   // Element (key lane / 4 + 8 h, query 8 j + 2 (lane % 4) + e) of the tile: S^T's fragment layout.
   __device__ __forceinline__ uint16_t at(int h, int j, int e) const {
     const int lane = threadIdx.x % 32;
-    uint16_t v;
-    asm volatile("ld.shared.u16 %0, [%1];\n"
-                 : "=h"(v)
-                 : "r"(base + chunk_offset(8 * j + 2 * (lane % 4) + e, h) + (lane / 4) * 2)
-                 : "memory");
-    return v;
+    return ld_shared_u16(base + chunk_offset(8 * j + 2 * (lane % 4) + e, h) + (lane / 4) * 2);
   }
 };
 

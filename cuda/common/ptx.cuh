@@ -37,23 +37,23 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 }
 
 // ---- cp.async (global -> shared, 16 bytes, bypassing L1) ---------------------------------------
-// When `valid` is false the 16 destination bytes are zero-filled (src-size 0) and nothing is read,
-// which is how tiles past the end of a sequence or past head_dim become exact zeros.
+// src_bytes (0..16) are read, the rest of the 16 destination bytes zero-filled: a tile's chunk past
+// the end of a sequence or past head_dim becomes exact zeros (0: nothing is read), a staged bias
+// row's last chunk only its keys (bias_stage.cuh).
+__device__ __forceinline__ void cp_async_16_bytes(uint32_t smem_addr, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(src_bytes));
+}
 __device__ __forceinline__ void cp_async_16(uint32_t smem_addr, const void* gmem, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem),
-               "r"(src_bytes));
+  cp_async_16_bytes(smem_addr, gmem, valid ? 16 : 0);
 }
-// 4-byte form (through L1: .cg takes 16 bytes only), for per-row float vectors with any row stride.
-__device__ __forceinline__ void cp_async_4(uint32_t smem_addr, const void* gmem, bool valid) {
-  const int src_bytes = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr), "l"(gmem),
-               "r"(src_bytes));
-}
-// 0, 2 or 4 bytes of a 4-byte-aligned source, zero-filling the rest of the 4-byte destination (a
-// pair of 16-bit elements whose second lies past a row's end: decode's staged bias).
+// 4-byte form (through L1: .cg takes 16 bytes only): 0, 2 or 4 bytes of a 4-byte-aligned source,
+// zero-filling the rest (per-row float vectors with any row stride; a pair of 16-bit elements whose
+// second lies past a row's end: the staged biases).
 __device__ __forceinline__ void cp_async_4_bytes(uint32_t smem_addr, const void* gmem, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_4(uint32_t smem_addr, const void* gmem, bool valid) {
+  cp_async_4_bytes(smem_addr, gmem, valid ? 4 : 0);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPendingGroups>
@@ -68,6 +68,11 @@ __device__ __forceinline__ void st_shared_b32(uint32_t smem_addr, uint32_t v) {
 __device__ __forceinline__ uint32_t ld_shared_b32(uint32_t smem_addr) {
   uint32_t v;
   asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(smem_addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint16_t ld_shared_u16(uint32_t smem_addr) {
+  uint16_t v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(smem_addr) : "memory");
   return v;
 }
 __device__ __forceinline__ uint4 ld_shared_v4(uint32_t smem_addr) {

@@ -516,9 +516,8 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   auto stage_bias = [&](int step) {
     if constexpr (Traits::kModsKind == kModsBias) {
       if (step_need(step) == TileNeed::kBias) {
-        const bool aligned16 = ((reinterpret_cast<uintptr_t>(p.mods.bias) |
-                                 static_cast<uintptr_t>(p.mods.bias_batch_stride | p.mods.bias_head_stride |
-                                                        p.mods.bias_row_stride) * 2) & 15) == 0;
+        const bool aligned16 =
+            rows_aligned16(p.mods.bias, p.mods.bias_batch_stride, p.mods.bias_head_stride, p.mods.bias_row_stride);
         const int64_t plane = bias_plane(batch, range.head(step), p.mods.bias_batch_stride, p.mods.bias_head_stride);
         bias_tile(step % 2).load(static_cast<const uint16_t*>(p.mods.bias) + plane, p.mods.bias_row_stride, aligned16,
                                  range.m_block(step) * kBlockM, n_block * kBlockN + cwg * 64 + warp * 16, seq.seqlen_q,
@@ -532,9 +531,9 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   // (each thread 8 keys of one query: 8 conflict-free 16-bit reads) and stored as 16-byte rows of
   // d_bias (queries x keys), instead of 32 scattered 16-bit stores per thread (bias_grad_t, kept
   // for other strides and the chunk that straddles seqlen_k).
-  [[maybe_unused]] const bool dbias_rows = Traits::kModsKind == kModsBias && p.d_bias != nullptr &&
-      ((reinterpret_cast<uintptr_t>(p.d_bias) | static_cast<uintptr_t>(p.d_bias_batch_stride | p.d_bias_head_stride |
-                                                                         p.d_bias_row_stride) * 2) & 15) == 0;
+  [[maybe_unused]] const bool dbias_rows =
+      Traits::kModsKind == kModsBias && p.d_bias != nullptr &&
+      rows_aligned16(p.d_bias, p.d_bias_batch_stride, p.d_bias_head_stride, p.d_bias_row_stride);
   auto store_bias_grad = [&](int step, int buf) {
     if constexpr (Traits::kModsKind == kModsBias) {
       uint16_t* out = static_cast<uint16_t*>(p.d_bias) +
@@ -548,9 +547,8 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
         uint32_t w[4];
 #pragma unroll
         for (int r = 0; r < 8; ++r) {  // key row 8 c + r of the warpgroup's half: (row % 8) = r
-          uint16_t v;
-          const uint32_t at = sm.ds_buf(buf) + (cwg * 64 + 8 * c + r) * 128 + (((q / 8) ^ r) << 4) + (q % 8) * 2;
-          asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(at) : "memory");
+          const uint16_t v =
+              ld_shared_u16(sm.ds_buf(buf) + (cwg * 64 + 8 * c + r) * 128 + (((q / 8) ^ r) << 4) + (q % 8) * 2);
           w[r / 2] = r % 2 ? w[r / 2] | (static_cast<uint32_t>(v) << 16) : static_cast<uint32_t>(v);
         }
         uint16_t* dst = out + static_cast<int64_t>(q_first + q) * p.d_bias_row_stride + k;

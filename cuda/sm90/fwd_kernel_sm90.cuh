@@ -310,8 +310,8 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   // softcap's (score_mod.cuh).
   const float scale_log2 = Traits::kMods ? Mod::scale_log2(p) : p.scale_log2;
   // The modifiers act on the raw scores of a key block before the mask (kMods only).
-  // need: the block's (bias_cells.cuh), read before its S GEMM is issued (the load's latency then
-  // runs under the GEMM, and one register holds it across the wait).
+  // need: the block's (bias_cells.cuh), read when the block's bias is staged, a block ahead (one
+  // register holds it until the block's modify()).
   auto block_need = [&](int n) {
     if constexpr (Traits::kModsKind == kModsBias) {
       return BiasCells(p.mods, tile.batch, tile.head, w.mask.seqlen_q).template need<Traits::kBlockM, Traits::kBlockN>(tile.block, n);
@@ -327,7 +327,9 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       if (need == TileNeed::kBias) {
         const int64_t plane = bias_plane(tile.batch, tile.head, p.mods.bias_batch_stride, p.mods.bias_head_stride);
         // 16-byte copies where the plane and its rows are 16-byte aligned (any contiguous bias
-        // with Sk % 8 == 0); 4-byte pairs otherwise. Uniform across the grid.
+        // with Sk % 8 == 0); 4-byte pairs otherwise. Uniform across the grid. bias_stage.cuh's
+        // rows_aligned16 written out: through the call ptxas allocates the bias kernel's registers
+        // otherwise (d256 +16 SASS instructions), a change left for a session with a GPU.
         const bool aligned16 = ((reinterpret_cast<uintptr_t>(p.mods.bias) |
                                  static_cast<uintptr_t>(p.mods.bias_batch_stride | p.mods.bias_head_stride |
                                                         p.mods.bias_row_stride) * 2) & 15) == 0;
