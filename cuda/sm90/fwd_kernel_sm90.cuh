@@ -408,7 +408,6 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     for (--n; n >= w.n_block_min; --n, ++ring.kv) {
       const int slot = ring.kv % kStages;
       const int prev = (ring.kv - 1) % kStages;
-      if constexpr (Traits::kModsKind != kModsBias) need = block_need(n);  // the bias kernel's: staged a block ago
       sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
       turn_begin();
       gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
