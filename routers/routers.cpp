@@ -403,11 +403,18 @@ void launched(int failed, const char* error) {
 
 // _backend.launch_fwd: the decode kernel for up to decode_max_seqlen_q query rows where the table
 // has one (its split workspace from the caching allocator, held until the launch is queued), else
-// the forward kernel.
+// the forward kernel, with the workspace of its split tail where it takes one (unmasked calls).
 void launch_fwd(flashsdpa::FwdSpec& spec, bool is_causal) {
   char error[512] = {0};
   Owned workspace;
-  if (spec.shape.seqlen_q <= g_table->decode_max_seqlen_q) {
+  if (spec.shape.seqlen_q > g_table->decode_max_seqlen_q) {
+    const int64_t bytes = is_causal ? 0 : g_table->fwd_workspace_bytes(&spec);
+    if (bytes > 0) {
+      workspace = empty_contiguous({bytes}, g_uint8, spec.device);
+      spec.split_ws = reinterpret_cast<uintptr_t>(workspace.data());
+      spec.split_ws_bytes = bytes;
+    }
+  } else {
     const auto& sh = spec.shape;
     const std::array<int32_t, 7> sizes{sh.batch, sh.heads_q, sh.heads_kv, sh.seqlen_q, sh.seqlen_k,
                                        sh.head_dim_qk, sh.head_dim_v};

@@ -103,7 +103,11 @@ class FakeCudaBuild:
         decode_max_seqlen_q: int = 16,
         deterministic_backward: bool = False,
         decode_features: int = 8,
+        fwd_workspace: int = 0,
     ) -> None:
+        # fwd_workspace: what fwd_workspace_bytes answers (the sm90 forward's split tail), 0 = none.
+        self.fwd_workspace = fwd_workspace
+        self.workspace_asked: list[tuple[Any, ...]] = []
         # decode_features: the feature bits the decode path takes (capabilities.cpp's
         # decode_features; the sm80 family's: the bias, 8); 0 mimics a table whose decode path
         # takes no modifier (the masked routers then leave decode-sized calls to PyTorch).
@@ -218,6 +222,10 @@ class FakeCudaBuild:
         splits = num_splits or 3
         rows = batch * heads_q * seqlen_q * splits if splits > 1 else 0
         return ("sm80", splits, rows * head_dim_v * 4, rows * 4, None)
+
+    def fwd_workspace_bytes(self, spec: tuple[Any, ...]) -> int:
+        self.workspace_asked.append(spec)
+        return self.fwd_workspace
 
     def fwd(self, *args: Any) -> None:
         self.calls.append(("fwd", args))

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "capabilities.h"
 #include "checks.h"
 #include "decode.h"
 #include "launch.h"
@@ -77,6 +78,8 @@ void fill_common(AttnFwdParams& p, const FwdSpec& s) {
   }
   p.dtype = static_cast<DType>(s.dtype);
   p.tile_counter = ptr<int32_t>(s.tile_counter);
+  p.split_ws = ptr<void>(s.split_ws);
+  p.split_ws_bytes = s.split_ws != 0 ? s.split_ws_bytes : 0;
 }
 
 void set_tensor(const TensorArg& t, const void*& p, int64_t& sb, int64_t& sh, int64_t& sr) {
@@ -151,6 +154,15 @@ void fwd(const FwdSpec& spec) {
   check_fwd_params(p);
   const FamilyCaps& family = plan_fwd(p, spec.device);
   launch_fwd(family, p, spec.device, reinterpret_cast<void*>(spec.stream));
+}
+
+int64_t fwd_workspace_bytes(const FwdSpec& spec) {
+  if (spec.decode.num_splits != 0) return 0;  // the decode path has its own (decode_plan)
+  AttnFwdParams p;
+  fill_common(p, spec);
+  check_fwd_params(p);
+  const FamilyCaps& family = plan_fwd(p, spec.device);
+  return family.fwd_workspace != nullptr ? family.fwd_workspace(p) : 0;
 }
 
 void bwd(const BwdSpec& spec) {

@@ -68,6 +68,7 @@ std::vector<FamilyCaps> make_families() {
       &fwd_sm90_unsupported, &bwd_sm90_unsupported, nullptr, nullptr, /*deterministic_backward=*/true,
       /*dq_first_store=*/true});
   table.back().bwd_layouts = {Layout::kDense};  // varlen backwards: the portable family
+  table.back().fwd_workspace = &fwd_workspace_sm90;  // the split tail (fwd_kernel_sm90.cuh)
 #endif
 #ifdef FLASHSDPA_FAMILY_SM80
   {

@@ -41,6 +41,7 @@ using RunFwd = int (*)(const AttnFwdParams&, void*);
 using RunBwd = int (*)(const AttnBwdParams&, void*);
 using PlanFn = TilePlan (*)(int bucket, int major, int smem_optin_bytes);
 using FwdUnsupportedFn = const char* (*)(const AttnFwdParams&);
+using FwdWorkspaceFn = int64_t (*)(const AttnFwdParams&);
 using BwdUnsupportedFn = const char* (*)(const AttnBwdParams&);
 using DecodeTileFn = DecodeTile (*)(int bucket);
 
@@ -101,6 +102,9 @@ struct FamilyCaps {
   std::vector<int> all_head_dims() const;             // both directions' buckets, ascending
   int bucket(int head_dim_qk, int head_dim_v) const;  // 0: none large enough
   TilePlan plan(Direction d, int bucket, int major, int smem_optin_bytes) const;
+  // The workspace a forward call can use (params filled, this family picked; params.h's split_ws),
+  // 0 = none; nullptr for a family whose forward takes none.
+  FwdWorkspaceFn fwd_workspace = nullptr;
 };
 
 // One call as the table sees it. capability 0: no device yet (checks.cpp), device rules skipped.

@@ -63,6 +63,14 @@ void table_workspace_bytes(const ProblemShape* shape, int64_t total_q, int bucke
 }
 
 // The error of a failed launch, truncated to the caller's buffer (always terminated).
+int64_t table_fwd_workspace_bytes(const FwdSpec* spec) {
+  try {
+    return fwd_workspace_bytes(*spec);
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 int failed(const char* what, char* error, size_t error_size) {
   if (error_size > 0) {
     std::strncpy(error, what, error_size - 1);
@@ -97,6 +105,7 @@ RouterTable make_table() {
   t.select_bucket = &table_select_bucket;
   t.decode_plan = &table_decode_plan;
   t.workspace_bytes = &table_workspace_bytes;
+  t.fwd_workspace_bytes = &table_fwd_workspace_bytes;
   t.fwd = &guarded<FwdSpec, fwd>;
   t.bwd = &guarded<BwdSpec, bwd>;
   return t;

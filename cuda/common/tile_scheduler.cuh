@@ -53,6 +53,65 @@ __host__ __device__ __forceinline__ BlockRange split_range(int n_min, int n_max,
   return {begin, begin + base + (split < extra ? 1 : 0)};
 }
 
+// Stream-K over the tail of a persistent grid of equal tiles. With T tiles of U key blocks each on
+// G workers (one CTA per SM), round robin takes ceil(T / G) rounds, and its last one runs T % G
+// tiles while the other SMs idle: at 16k tokens x 2048 (d128: T = 2048 on 132 SMs) 16 rounds for
+// 15.52 rounds of work, 3% of every d128 forward. So the last X tiles (the remainder, plus one full
+// round when the remainder is under half a round, so that every worker's share is at least half a
+// tile) are cut into G contiguous ranges of key blocks, equal to within one block: worker w takes
+// tail units [begin(w), begin(w + 1)) of the X * U, tile by tile, after its (T - X) / G whole
+// tiles. A tile whose blocks land on several workers is computed in pieces (one per worker, at
+// most 3, as every share is >= floor(U / 2): tests/cpp/tail_split_plan.cu checks it) whose
+// normalized outputs and LSEs the piece that finishes last merges (the forward's epilogue); a
+// piece's partial lives in a slot of its worker's: 2w for the worker's first tail item, 2w + 1 for
+// its last one.
+// Host and device compute the same plan from (T, U, G); tiles = 0: no tail split. Its arithmetic is
+// int32 (the producer thread that walks it runs on 24 registers): make_tail_split declines a plan
+// whose products (units x workers x tiles) reach 2^31.
+struct TailSplit {
+  int whole;    // tiles [0, whole) run whole, round robin; a multiple of workers
+  int tiles;    // the tail: tiles [whole, whole + tiles)
+  int units;    // key blocks per tile
+  int workers;  // the persistent grid
+
+  __host__ __device__ __forceinline__ bool enabled() const { return tiles > 0; }
+  __host__ __device__ __forceinline__ int total() const { return tiles * units; }
+  // Worker w's first tail unit (w = workers: the end): equal shares, the remainder spread.
+  __host__ __device__ __forceinline__ int begin(int w) const { return w * total() / workers; }
+  // The worker whose range holds tail unit x: the largest w with begin(w) <= x.
+  __host__ __device__ __forceinline__ int worker_of(int x) const { return ((x + 1) * workers - 1) / total(); }
+  // The workers sharing tail tile tau, first to last (one: it runs whole).
+  __host__ __device__ __forceinline__ int first_worker(int tau) const { return worker_of(tau * units); }
+  __host__ __device__ __forceinline__ int last_worker(int tau) const { return worker_of((tau + 1) * units - 1); }
+  // Worker w's partial slot for its piece of tail tile tau: a piece that starts the worker's range
+  // is its first item (slot 2w), any other piece ends it (2w + 1).
+  __host__ __device__ __forceinline__ int slot(int w, int tau) const { return 2 * w + (begin(w) >= tau * units ? 0 : 1); }
+  // The slots of tail tile tau's pieces in one word, in worker order whichever piece merges them
+  // (so the merged sum, hence every bit, is the same run to run): bits 0-9, 10-19, 20-29 (unused:
+  // 0) and the number of pieces - 1 (30-31). Slots < 1024: make_tail_split takes <= 511 workers.
+  __host__ __device__ __forceinline__ uint32_t pieces(int tau) const {
+    const int first = first_worker(tau), last = last_worker(tau);
+    uint32_t word = static_cast<uint32_t>(last - first) << 30;
+    for (int k = first; k <= last; ++k) word |= static_cast<uint32_t>(slot(k, tau)) << (10 * (k - first));
+    return word;
+  }
+};
+// The fields of TailSplit::pieces' word.
+__host__ __device__ __forceinline__ int piece_slot(uint32_t pieces, int i) { return static_cast<int>(pieces >> (10 * i)) & 1023; }
+__host__ __device__ __forceinline__ int piece_count(uint32_t pieces) { return static_cast<int>(pieces >> 30) + 1; }
+
+__host__ __device__ inline TailSplit make_tail_split(int64_t num_tiles, int units, int workers) {
+  TailSplit s{static_cast<int>(num_tiles), 0, units, workers};
+  if (workers < 2 || workers > 511 || units < 2 || num_tiles <= workers) return s;
+  const int rem = static_cast<int>(num_tiles % workers);
+  if (rem == 0) return s;
+  const int tiles = 2 * rem >= workers ? rem : rem + workers;
+  if (int64_t(tiles) * units * workers + workers >= (int64_t(1) << 31)) return s;
+  s.tiles = tiles;
+  s.whole = static_cast<int>(num_tiles) - tiles;
+  return s;
+}
+
 struct SingleTileScheduler {
   int num_blocks;
   int num_heads;

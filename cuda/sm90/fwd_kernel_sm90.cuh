@@ -49,6 +49,10 @@ struct FwdSm90Args {
   CUtensorMap tma_v;
   CUtensorMap tma_o;
   int32_t sched_group;  // the dynamic schedule's section size (fwd_sm90_scheduler), set by the launcher
+  // The split tail (tile_scheduler.cuh's TailSplit; tiles = 0: none) and its workspace
+  // (fwd_sm90::SplitWorkspace: zeroed tickets, then the pieces' partial slots), set by the launcher.
+  TailSplit split;
+  char* split_ws;
 };
 
 struct FwdTileShapeSm90 {
@@ -92,6 +96,15 @@ struct FwdTraitsSm90 {
   // d64 538 / 484 (causal 477 / 376), d128 658 / 633 (603 / 557); d256 786 / 800 (741 / 755),
   // where the P V GEMM (N = 256) is long enough to hide the softmax without taking turns.
   static constexpr bool kPingPong = kPingPong_;
+  // The split tail (tile_scheduler.cuh's TailSplit: the last round's tiles in pieces of key
+  // blocks, merged by the last piece) in the plain kernel only: a sink joins a row's denominator
+  // once, which pieces would each add, and the other modifiers' and dropout's kernels keep their
+  // code unchanged.
+  // The d128 tile only (2048 tiles at 16k tokens x 2048 on 132 SMs: 3% of the SMs' time idle in
+  // the last round). ptxas 13.0 spills elsewhere: the d64 tile's three warpgroups at 160 registers
+  // 44 bytes around a piece's bookkeeping (its last round is fuller anyway: 2752 tiles at 8k, 0.7%),
+  // the d256 consumers (O alone is 128 of their 240 registers) 496 bytes.
+  static constexpr bool kTailSplit = kModsKind == kModsNone && !kDropout && kHeadDim == 128;
 
   static constexpr int kConsumerWGs = kBlockM / 64;
   static constexpr int kThreads = 128 * (kConsumerWGs + 1);
@@ -109,8 +122,9 @@ struct FwdTraitsSm90 {
 
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K or one V slot
-  // The Q and K/V rings' mbarriers, then the tile queue (fwd_sm90::TileQueue: 4 slots x 32 bytes).
-  static constexpr int kBarrierBytes = 8 * (4 + 4 * kStages) + 128;
+  // The Q and K/V rings' mbarriers, then the tile queue (fwd_sm90::TileQueue: 4 slots x 48 bytes),
+  // then one word per consumer warpgroup (a split-tail piece's verdict: merge_pieces).
+  static constexpr int kBarrierBytes = 8 * (4 + 4 * kStages) + 192 + 16;
   // The bias kernel's staged bias (common/bias_stage.cuh): each consumer warp's 16 rows x kBlockN
   // keys, one key block ahead (d128: 32 KB, paid for by the second Q slot, which no longer fits).
   static constexpr int kBiasBytes = kModsKind == kModsBias ? kBlockM / 16 * WarpBiasTile<kBlockN>::kBytes : 0;
@@ -191,6 +205,7 @@ struct SmemLayout {
   __device__ __forceinline__ uint32_t v_full(int s) const { return bars + 8 * (4 + 2 * Traits::kStages + s); }
   __device__ __forceinline__ uint32_t v_empty(int s) const { return bars + 8 * (4 + 3 * Traits::kStages + s); }
   __device__ __forceinline__ uint32_t tile_queue() const { return bars + 8 * (4 + 4 * Traits::kStages); }
+  __device__ __forceinline__ uint32_t piece_verdict(int cwg) const { return tile_queue() + 192 + 4 * cwg; }
   __device__ __forceinline__ uint32_t k_slot(int s) const { return k + s * Traits::kKVBytes; }
   __device__ __forceinline__ uint32_t v_slot(int s) const { return v + s * Traits::kKVBytes; }
 };
@@ -204,6 +219,7 @@ struct TileWork {
   int n_block_min, n_block_max, n_unmasked_begin, n_unmasked_end;
   int q_row0, k_row0;  // TMA row coordinates of the sequence's first query and key (int32 in TMA)
   int tma_batch;       // the batch coordinate: 0 for varlen (one packed batch)
+  int tail;            // a piece of split-tail tile `tail` (TailSplit; its key blocks above), -1: whole
   bool in_range;
   __device__ __forceinline__ bool has_keys() const { return n_block_max > n_block_min; }
   // Blocks outside [n_unmasked_begin, n_unmasked_end) need element-wise masking.
@@ -228,7 +244,27 @@ __device__ __forceinline__ TileWork tile_work(const AttnFwdParams& p, const Work
   const bool in_range = tile.block * Traits::kBlockM < seq.seqlen_q;
   return TileWork{tile, mask, n_block_min, in_range ? n_block_max : n_block_min, n_unmasked_begin, n_unmasked_end,
                   static_cast<int>(seq.q_row_offset), static_cast<int>(seq.k_row_offset),
-                  p.cu_seqlens_q != nullptr ? 0 : tile.batch, in_range};
+                  p.cu_seqlens_q != nullptr ? 0 : tile.batch, -1, in_range};
+}
+
+// One item of a CTA's work as the producer hands it to the consumers: a tile, or (split tail) the
+// piece of tail tile `tail` that visits key blocks [key_begin, key_end); tail -1: the whole tile.
+struct FwdItem {
+  WorkTile tile;
+  int key_begin, key_end, tail;
+};
+
+template <typename Traits>
+__device__ __forceinline__ TileWork item_work(const AttnFwdParams& p, const FwdItem& item) {
+  TileWork w = tile_work<Traits>(p, item.tile);
+  if (item.tail >= 0) {  // the split tail is dense and unmasked: every tile spans the same key blocks
+    w.n_block_min = max(w.n_block_min, item.key_begin);
+    w.n_block_max = min(w.n_block_max, item.key_end);
+    w.n_unmasked_begin = max(w.n_unmasked_begin, w.n_block_min);
+    w.n_unmasked_end = min(w.n_unmasked_end, w.n_block_max);
+    w.tail = item.tail;
+  }
+  return w;
 }
 
 // Ring positions, counted over every tile this CTA has run, on both sides of the ring alike: the
@@ -272,6 +308,99 @@ __device__ __forceinline__ void produce(const FwdSm90Args& args, const SmemLayou
     load_kv(sm.k_empty(s), sm.k_full(s), sm.k_slot(s), &args.tma_k, parity, n);
     load_kv(sm.v_empty(s), sm.v_full(s), sm.v_slot(s), &args.tma_v, parity, n);
   }
+}
+
+// The split tail's workspace (TailSplit), allocated by the caller at the bytes the host reports
+// (fwd_workspace_sm90) and zeroed up to slots() by the launcher: one ticket per (tail tile,
+// consumer warpgroup) counting its finished pieces, then two slots per worker (TailSplit::slot),
+// each holding one piece's normalized O (float32) and LSE per consumer warpgroup in the consumers'
+// own fragment order: O as kOFloats / 4 float4 groups of 128 threads (one 2 KB store per group),
+// then the LSE pair (rows g, g + 8) of every thread.
+template <typename Traits>
+struct SplitWorkspace {
+  static constexpr int kOFloats = Traits::kHeadDim / 2;  // a consumer thread's O accumulator
+  static constexpr int kWgBytes = 128 * (kOFloats + 2) * 4;
+  static constexpr int64_t kSlotBytes = int64_t(Traits::kConsumerWGs) * kWgBytes;
+  __host__ __device__ static int64_t slots(const TailSplit& s) {
+    return (int64_t(s.tiles) * Traits::kConsumerWGs * 4 + 255) / 256 * 256;
+  }
+  __host__ __device__ static int64_t bytes(const TailSplit& s) {
+    return s.enabled() ? slots(s) + 2 * int64_t(s.workers) * kSlotBytes : 0;
+  }
+};
+
+// A split-tail piece's epilogue: its normalized O and LSE go to its slot (WorkTile::split), then
+// its warpgroup adds the piece's key blocks to the tile's ticket; the piece that completes the
+// tile's blocks reads every piece's slot in worker order (its own too, so the sum does not depend
+// on which piece finished last: bitwise reproducible), merges them into o / lse (softmax.cuh's
+// lse_weight / merged_lse) and returns true: it stores the tile. The others return false and store nothing. No piece waits for
+// another, so the merge is safe however many of the grid's CTAs are resident.
+template <typename Traits>
+__device__ __forceinline__ bool merge_pieces(const FwdSm90Args& args, const SmemLayout<Traits>& sm,
+                                             const TileWork& w, int cwg, float (&o)[Traits::kHeadDim / 2],
+                                             float (&lse)[2]) {
+  using Ws = SplitWorkspace<Traits>;
+  constexpr int kGroups = Ws::kOFloats / 4;
+  const int tid = threadIdx.x % 128;
+  char* const wg_slots = args.split_ws + Ws::slots(args.split) + cwg * Ws::kWgBytes;
+  auto o_part = [&](int slot) { return reinterpret_cast<float4*>(wg_slots + slot * Ws::kSlotBytes) + tid; };
+  auto lse_part = [&](int slot) {
+    return reinterpret_cast<float2*>(wg_slots + slot * Ws::kSlotBytes + Ws::kOFloats * 128 * 4) + tid;
+  };
+  {
+    float4* dst = o_part(w.tile.split);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) dst[g * 128] = make_float4(o[4 * g], o[4 * g + 1], o[4 * g + 2], o[4 * g + 3]);
+    *lse_part(w.tile.split) = make_float2(lse[0], lse[1]);
+  }
+  __threadfence();  // every thread's partial is visible before the ticket that counts it
+  sm90::named_sync(kBarEpilogue + cwg, 128);
+  if (tid == 0) {
+    int* ticket = reinterpret_cast<int*>(args.split_ws) + w.tail * Traits::kConsumerWGs + cwg;
+    const int blocks = w.n_block_max - w.n_block_min;
+    st_shared_b32(sm.piece_verdict(cwg), atomicAdd(ticket, blocks) + blocks == args.split.units ? 1u : 0u);
+  }
+  sm90::named_sync(kBarEpilogue + cwg, 128);
+  if (ld_shared_b32(sm.piece_verdict(cwg)) == 0u) return false;
+  __threadfence();  // the other pieces' partials, counted before the last ticket, are read after it
+  const uint32_t pieces = args.split.pieces(w.tail);
+  const int count = piece_count(pieces);  // 2 or 3
+  float max_lse[2] = {-INFINITY, -INFINITY};
+  for (int i = 0; i < count; ++i) {
+    const float2 l = __ldcg(lse_part(piece_slot(pieces, i)));
+    max_lse[0] = fmaxf(max_lse[0], l.x);
+    max_lse[1] = fmaxf(max_lse[1], l.y);
+  }
+#pragma unroll
+  for (int i = 0; i < Ws::kOFloats; ++i) o[i] = 0.f;
+  float sum[2] = {0.f, 0.f};
+  for (int i = 0; i < count; ++i) {
+    const int slot = piece_slot(pieces, i);
+    const float2 l = __ldcg(lse_part(slot));
+    const float weight[2] = {lse_weight(l.x, max_lse[0]), lse_weight(l.y, max_lse[1])};
+    sum[0] += weight[0];
+    sum[1] += weight[1];
+    const float4* src = o_part(slot);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const float4 v = __ldcg(src + g * 128);
+      o[4 * g] += weight[0] * v.x;
+      o[4 * g + 1] += weight[0] * v.y;
+      o[4 * g + 2] += weight[1] * v.z;
+      o[4 * g + 3] += weight[1] * v.w;
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float inv = sum[h] > 0.f ? 1.f / sum[h] : 1.f;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      o[4 * g + 2 * h] *= inv;
+      o[4 * g + 2 * h + 1] *= inv;
+    }
+    lse[h] = merged_lse(max_lse[h], sum[h], INFINITY);
+  }
+  return true;
 }
 
 // One consumer warpgroup, one tile: the mainloop over key blocks and the epilogue of its 64 rows.
@@ -454,6 +583,16 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       for (int i = 0; i < Traits::kHeadDim / 2; ++i) o_acc[i] *= p.dropout.rp_keep;
     }
     softmax.finalize(o, p.scale, lse);
+  }
+  if constexpr (Traits::kTailSplit) {
+    if (w.tail >= 0 && !merge_pieces<Traits>(args, sm, w, cwg, o_acc, lse)) {
+      // Another piece of the tile stores it. O staged in Q's slot (d256) releases the slot after
+      // the store; with no store, now (every thread's Q K^T completed: merge_pieces synced them).
+      if constexpr (!Traits::kSeparateO) {
+        if (tid == 0) sm90::mbar_arrive(sm.q_empty(0));
+      }
+      return;
+    }
   }
   // O through shared memory: a TMA store (dense), or the valid rows copied out (varlen).
   auto stage_and_store_o = [&] {
@@ -639,6 +778,27 @@ __host__ __device__ inline PersistentTileScheduler fwd_sm90_scheduler(const Attn
   return PersistentTileScheduler{num_blocks, p.heads_q, p.batch, head_major, dynamic ? p.tile_counter : nullptr, group};
 }
 
+// The split tail a persistent launch of this kernel runs (tile_scheduler.cuh's TailSplit; tiles 0:
+// none): the plain kernel on a dense unmasked problem with more tiles than SMs, whose tiles all
+// span the same key blocks (round robin then ends in a partial round), of at least
+// kTailSplitMinBlocks key blocks. The host asks the same function for the workspace bytes
+// (fwd_workspace_sm90), the launcher for the plan.
+// Measured (H200, d128, B*S = 16k, H 16, 2048 tiles, 3 interleaved rounds, split / plain): Sk 512
+// 0.930, 1k 0.978, 2k 1.059, 4k 1.018, 8k 1.034, 16k 1.022: a piece's fixed costs (its Q load,
+// the partial's write and the merge's reads, the tickets' memset) outweigh half a round of 4-8
+// key-block tiles.
+constexpr int kTailSplitMinBlocks = 16;
+
+template <typename Traits>
+inline TailSplit fwd_sm90_tail_split(const AttnFwdParams& p) {
+  const int64_t tiles = fwd_sm90_scheduler<Traits>(p).num_tiles();
+  const int units = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  if (!Traits::kTailSplit || !p.mask.is_none() || p.cu_seqlens_q != nullptr || p.seqused_k != nullptr ||
+      units < kTailSplitMinBlocks)
+    return TailSplit{static_cast<int>(tiles), 0, units, 0};
+  return make_tail_split(tiles, units, p.num_sms);
+}
+
 // The dynamic order's section: the (head, batch) pairs whose K and V (one query head's share of
 // its KV head's, GQA groups being adjacent) fit in kL2SectionBytes.
 inline int sched_group(const AttnFwdParams& p) {
@@ -657,11 +817,11 @@ inline int sched_group(const AttnFwdParams& p) {
 // never waiting here.
 struct TileQueue {
   static constexpr int kSlots = 4;
-  static constexpr int kBytes = kSlots * (8 + 8 + 16);  // full and empty mbarriers, a tile each
+  static constexpr int kBytes = kSlots * (8 + 8 + 32);  // full and empty mbarriers, an item each
   uint32_t base;  // kBytes of shared memory, 16-byte aligned
   __device__ __forceinline__ uint32_t full(int s) const { return base + 8 * s; }
   __device__ __forceinline__ uint32_t empty(int s) const { return base + 8 * (kSlots + s); }
-  __device__ __forceinline__ uint32_t slot(int s) const { return base + 16 * (kSlots + s); }
+  __device__ __forceinline__ uint32_t slot(int s) const { return base + 16 * kSlots + 32 * s; }
   __device__ __forceinline__ void init(int consumer_threads) const {
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
@@ -669,22 +829,27 @@ struct TileQueue {
       sm90::mbar_init(empty(s), consumer_threads);
     }
   }
-  // Producer: the i-th tile of this CTA (i counts from 0).
-  __device__ __forceinline__ void push(int i, const WorkTile& t) const {
+  // Producer: the i-th item of this CTA (i counts from 0).
+  __device__ __forceinline__ void push(int i, const FwdItem& item) const {
     const int s = i % kSlots;
+    const WorkTile& t = item.tile;
     sm90::mbar_wait(empty(s), ((i / kSlots) & 1) ^ 1);
     st_shared_v4(slot(s), make_uint4(t.block, t.head, t.batch, t.split));
+    st_shared_v4(slot(s) + 16, make_uint4(item.key_begin, item.key_end, item.tail, 0));
     sm90::mbar_arrive(full(s));
   }
-  // Consumer thread: the i-th tile.
-  __device__ __forceinline__ WorkTile pop(int i) const {
+  // Consumer thread: the i-th item.
+  __device__ __forceinline__ FwdItem pop(int i) const {
     const int s = i % kSlots;
     sm90::mbar_wait(full(s), (i / kSlots) & 1);
     const uint4 v = ld_shared_v4(slot(s));
+    const uint4 r = ld_shared_v4(slot(s) + 16);
     sm90::mbar_arrive(empty(s));
-    return WorkTile{static_cast<int>(v.x), static_cast<int>(v.y), static_cast<int>(v.z), static_cast<int>(v.w)};
+    return FwdItem{{static_cast<int>(v.x), static_cast<int>(v.y), static_cast<int>(v.z), static_cast<int>(v.w)},
+                   static_cast<int>(r.x), static_cast<int>(r.y), static_cast<int>(r.z)};
   }
 };
+static_assert(TileQueue::kBytes == 192, "the traits' kBarrierBytes counts the queue as 192 bytes");
 
 }  // namespace fwd_sm90
 
@@ -727,18 +892,37 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
       sm90::tma_prefetch_desc(&args.tma_q);
       sm90::tma_prefetch_desc(&args.tma_k);
       sm90::tma_prefetch_desc(&args.tma_v);
-      // The next tile is fetched before this one's loads are issued, so a dynamic fetch's round
-      // trip to L2 (~1 us) runs under them; the terminating index (>= num_tiles) is queued too.
-      int round = 0;
+      // Whole tiles first (all of them but a split tail); the next one is fetched before this one's
+      // loads are issued, so a dynamic fetch's round trip to L2 (~1 us) runs under them. Then the
+      // split tail (static schedule only): this CTA's range of key blocks [x, end), tile by tile; a
+      // piece's WorkTile::split is its partial's slot (TailSplit::slot: 2w for the CTA's first
+      // item, 2w + 1 for its last). One call site of produce(): with a second one for the tail,
+      // ptxas spilled the 24-register producer (8 bytes at d128).
+      const TailSplit& split = args.split;
+      const int whole = Traits::kTailSplit ? split.whole : num_tiles;
+      int round = 0, i = 0;
       int t = scheduler.first();
-      for (int i = 0;; ++i) {
-        const int next = scheduler.next(t, num_tiles, round);
-        const WorkTile tile = t < num_tiles ? scheduler.tile(t) : WorkTile{0, 0, -1, 0};
-        queue.push(i, tile);
-        if (!tile.valid()) break;
-        const fwd_sm90::TileWork w = fwd_sm90::tile_work<Traits>(p, tile);
+      int x = Traits::kTailSplit && split.enabled() ? split.begin(blockIdx.x) : 0;
+      const int end = Traits::kTailSplit && split.enabled() ? split.begin(blockIdx.x + 1) : 0;
+      for (int slot = 2 * blockIdx.x;; ++i) {
+        fwd_sm90::FwdItem item{WorkTile{0, 0, -1, 0}, 0, 0, -1};
+        if (t < whole) {
+          const int next = scheduler.next(t, num_tiles, round);
+          item.tile = scheduler.tile(t);
+          t = next;
+        } else if (Traits::kTailSplit && x < end) {
+          const int tail = x / split.units, first = tail * split.units;
+          const int stop = min(end, first + split.units);
+          item = fwd_sm90::FwdItem{scheduler.tile(split.whole + tail), x - first, stop - first,
+                                   x > first || stop < first + split.units ? tail : -1};
+          item.tile.split = slot;
+          slot |= 1;
+          x = stop;
+        }
+        queue.push(i, item);
+        if (!item.tile.valid()) break;
+        const fwd_sm90::TileWork w = fwd_sm90::item_work<Traits>(p, item);
         if (w.has_keys()) fwd_sm90::produce<Traits>(args, sm, w, ring);
-        t = next;
       }
       scheduler.finish();
     }
@@ -753,9 +937,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
       if (cwg == Traits::kConsumerWGs - 1) sm90::named_arrive(fwd_sm90::kBarTurn, 256);
     }
     for (int i = 0;; ++i) {
-      const WorkTile tile = queue.pop(i);
-      if (!tile.valid()) break;
-      const fwd_sm90::TileWork w = fwd_sm90::tile_work<Traits>(p, tile);
+      const fwd_sm90::FwdItem item = queue.pop(i);
+      if (!item.tile.valid()) break;
+      const fwd_sm90::TileWork w = fwd_sm90::item_work<Traits>(p, item);
       fwd_sm90::consume<Traits>(args, sm, w, ring, cwg);
     }
     if constexpr (Traits::kPingPong) {

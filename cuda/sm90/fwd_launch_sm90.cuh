@@ -34,6 +34,18 @@ cudaError_t launch_fwd_sm90(const AttnFwdParams& params, cudaStream_t stream, bo
   FwdSm90Args args;
   args.p = params;
   args.sched_group = fwd_sm90::sched_group(params);
+  // The split tail where the caller gave its workspace (else the plain round robin: a caller that
+  // did not ask for the bytes, the dev harness, still runs); its tickets zeroed on the stream.
+  args.split = persistent ? fwd_sm90::fwd_sm90_tail_split<Traits>(params) : TailSplit{static_cast<int>(tiles), 0, 0, 0};
+  args.split_ws = static_cast<char*>(params.split_ws);
+  if (args.split.enabled() && (params.split_ws == nullptr ||
+                               params.split_ws_bytes < fwd_sm90::SplitWorkspace<Traits>::bytes(args.split)))
+    args.split = TailSplit{static_cast<int>(tiles), 0, 0, 0};
+  if (args.split.enabled()) {
+    const cudaError_t zeroed =
+        cudaMemsetAsync(params.split_ws, 0, fwd_sm90::SplitWorkspace<Traits>::slots(args.split), stream);
+    if (zeroed != cudaSuccess) return zeroed;
+  }
   // The tile counter (params.h) is one buffer per stream that each launch leaves zeroed for the
   // next; replays of captured graphs could share it across streams at once, so a launch being
   // captured takes the static schedule. One CTA per tile needs no counter, nor does a schedule

@@ -49,6 +49,16 @@ TilePlan bwd_plan_sm90(int bucket, int major, int smem_optin_bytes) {
   }
 }
 
+// The split tail's workspace: only the plain d128 kernel splits (FwdTraitsSm90::kTailSplit), the
+// score modifiers and dropout take their own instantiations (run_fwd_sm90_ in fwd_launch_sm90.cuh).
+int64_t fwd_workspace_sm90(const AttnFwdParams& p) {
+  if (p.head_dim_bucket != 128 || mods_kind(p.mods) != kModsNone || p.dropout.enabled()) return 0;
+  constexpr FwdTileShapeSm90 kShape = fwd_tile_shape_sm90(128);
+  using Traits = FwdTraitsSm90<__half, 128, kShape.block_m, kShape.block_n, kShape.stages>;
+  static_assert(Traits::kTailSplit, "the plain d128 kernel splits its tail");
+  return fwd_sm90::SplitWorkspace<Traits>::bytes(fwd_sm90::fwd_sm90_tail_split<Traits>(p));
+}
+
 const char* fwd_sm90_unsupported(const AttnFwdParams& p) {
   if (p.seqused_k != nullptr) return "seqused_k: portable family";
   if (!(p.scale > 0.f)) return "softmax scale <= 0: portable family";

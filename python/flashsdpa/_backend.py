@@ -5,8 +5,8 @@
 # _C.bwd (backend/src/module.cpp's fwd_spec / bwd_spec). Everything per call
 # sits on the SDPA hot path (budget: a few microseconds over PyTorch's own kernel), so the build
 # facts are module constants, device facts are cached per device index, and nothing synchronizes.
-# Over 500 lines: it is the only module that calls _C, and each of _C's five calls (select, fwd,
-# bwd, decode_plan, capabilities) has its spec builder and its cache here; split apart, every
+# Over 500 lines: it is the only module that calls _C, and each of _C's calls (select, fwd, bwd,
+# decode_plan, fwd_workspace_bytes, capabilities) has its spec builder and its cache here; split apart, every
 # launch would import a second module on the hot path for the shared spec helpers.
 """Loading of ``flashsdpa._C`` and the tensor-to-pointer launch wrappers."""
 
@@ -32,16 +32,8 @@ else:
 
 MAX_HEAD_DIM = 256
 
-_NO_BUILD: dict[str, Any] = {
-    "version": None,
-    "with_cuda": False,
-    "cuda_version": None,
-    "archs": [],
-    "dtypes": [],
-    "head_dims": [],
-    "kernel_families": [],
-    "max_head_dim": MAX_HEAD_DIM,
-}
+_NO_BUILD: dict[str, Any] = {"version": None, "with_cuda": False, "cuda_version": None, "archs": [], "dtypes": [],
+                             "head_dims": [], "kernel_families": [], "max_head_dim": MAX_HEAD_DIM}
 
 _DTYPE_BY_NAME = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 _CODE_BY_DTYPE = {torch.float16: 0, torch.bfloat16: 1}  # flashsdpa::DType in params.h
@@ -71,6 +63,9 @@ _SELECT: dict[tuple[int, int, int, int, int, int, int, int], tuple[Any, ...]] = 
 # token, a new key each step. Feature bits (a masked call's bias): in the key only when nonzero.
 _DECODE: dict[tuple[Any, ...], tuple[int, int, int, int, int] | str] = {}
 _DECODE_CACHE_SIZE = 4096
+# (device, dtype code, spec sizes) -> an unmasked dense forward's workspace bytes (_C.fwd_workspace_bytes:
+# the sm90 family's split tail; 0 = none), asked once per problem; bounded as _DECODE.
+_FWD_WS: dict[tuple[Any, ...], int] = {}
 LAYOUT_DECODE = 2
 # Dense calls with at most this many query rows ask for the decode kernel (_C's
 # DECODE_MAX_SEQLEN_Q, the rule's home; a plain int here so the per-call test is one compare).
@@ -117,6 +112,7 @@ def _configure(module: Any, import_error: str | None = None) -> None:
     MAX_SPLITS = int(getattr(module, "MAX_SPLITS", 128))
     _SELECT.clear()
     _DECODE.clear()
+    _FWD_WS.clear()
     _DEVICE_INFO.clear()
     _DEVICE_REASON.clear()
     _DEVICE_OK.clear()
@@ -465,7 +461,8 @@ def _spec(
 
 
 def new_workspace(nbytes: int, device: torch.device) -> Tensor:
-    """The decode path's split workspace (a module function so the GPU tests can poison it)."""
+    """A forward's workspace: the decode path's split partials, the sm90 forward's split tail (a
+    module function so the GPU tests can poison it)."""
     return torch.empty(nbytes, dtype=torch.uint8, device=device)
 
 
@@ -505,18 +502,15 @@ def launch_fwd(
     dropout: tuple[float, int, int, int, int, int] | None = None,
 ) -> None:
     """Forward: writes ``out`` and ``lse``. Dense: (B, H, S, D) views, ``lse`` (B, Hq, Sq) or None
-    (inference: nothing will read it, and its allocation is a tenth of the host time of a small
-    call). Varlen: packed (total, H, D) rows, ``lse`` (H, total_q), cu_seqlens int32 (B + 1).
-
-    Dense calls with at most ``DECODE_MAX_SEQLEN_Q`` query rows take the decode kernel (split-KV,
-    GQA-packed) where the capability table has one; ``num_splits`` (0: heuristic) is its split
-    count and changes nothing else. ``mods``: the score modifiers (softcap, ALiBi, sinks, the bias),
-    appended to the spec only when given; a decode-sized call with the bias alone takes the decode
-    kernel where the table's decode path lists it (capabilities.cpp's decode_features), any other
-    modifier runs the forward kernel.
-    ``dropout``: module.cpp's spec.dropout (dropout.py builds it); the forward kernel, never the
-    decode one, and never with ``mods``.
-    Callers have checked the problem (``selection``) and that it is non-empty.
+    (inference: its allocation is a tenth of a small call's host time). Varlen: packed (total, H,
+    D) rows, ``lse`` (H, total_q), cu_seqlens int32 (B + 1). Dense calls with at most
+    ``DECODE_MAX_SEQLEN_Q`` query rows take the decode kernel (split-KV, GQA-packed) where the
+    capability table has one; ``num_splits`` (0: heuristic) is its split count. ``mods``: the
+    score modifiers (softcap, ALiBi, sinks, the bias), in the spec only when given; a decode-sized
+    call with the bias alone takes the decode kernel where the table's decode path lists it
+    (capabilities.cpp's decode_features). ``dropout``: module.cpp's spec.dropout (dropout.py
+    builds it); the forward kernel, never with ``mods``. Unmasked dense forwards get the workspace
+    _C.fwd_workspace_bytes asks for (cached per problem). Callers have checked the problem.
     """
     # Masked calls (causal, windows) get the stream's tile counter: the sm90 family schedules their
     # unequal tiles dynamically (fwd_kernel_sm90.cuh); decode-sized calls take the decode kernel.
@@ -528,6 +522,17 @@ def launch_fwd(
     # mods: a masked decode-sized call takes the decode kernel where its plan (asked with the
     # call's feature bits: the table's decode_features) accepts them; any other, the forward.
     extra = () if mods is None else (_mods_item(mods),)
+    if not extra and not dynamic and varlen is None and spec[2][3] > DECODE_MAX_SEQLEN_Q:
+        nbytes = _FWD_WS.get((spec[6], spec[5], spec[2]))  # the split tail's, held until the launch is queued
+        if nbytes is None:
+            if len(_FWD_WS) >= _DECODE_CACHE_SIZE:
+                _FWD_WS.clear()
+            nbytes = _FWD_WS[(spec[6], spec[5], spec[2])] = int(_C.fwd_workspace_bytes(spec))
+        if nbytes:
+            workspace = new_workspace(nbytes, q.device)
+            _C.fwd(((*spec[0], workspace.data_ptr(), nbytes), *spec[1:]))
+            del workspace
+            return
     if varlen is None and spec[2][3] <= DECODE_MAX_SEQLEN_Q:  # seqlen_q
         decode = _decode_item(spec, mask, False, num_splits, q.device, features=feature_bits(mods) if extra else 0)
         if decode is not None:

@@ -51,6 +51,9 @@ int run_bwd_sm90(const AttnBwdParams& params, void* stream);
 TilePlan fwd_plan_sm90(int bucket, int major, int smem_optin_bytes);
 TilePlan bwd_plan_sm90(int bucket, int major, int smem_optin_bytes);
 const char* fwd_sm90_unsupported(const AttnFwdParams& params);
+// The split tail's workspace bytes for this forward (fwd_kernel_sm90.cuh's TailSplit; device
+// facts and bucket filled), 0 when the launch would not split.
+int64_t fwd_workspace_sm90(const AttnFwdParams& params);
 const char* bwd_sm90_unsupported(const AttnBwdParams& params);
 
 // The bias summary (cuda/common/bias_cells_summary.cu, built with every CUDA build whatever the

@@ -160,6 +160,13 @@ struct AttnFwdParams {
   // serves a stream's launches in turn (python/flashsdpa/_backend.py keeps one per stream; never
   // used under CUDA-graph capture). nullptr: the static schedule. Other kernels ignore it.
   int32_t* tile_counter;
+  // The sm90 forward's split tail (tile_scheduler.cuh's TailSplit: the last round's tiles computed
+  // in pieces and merged, so no SM idles through a partial round): a caller-allocated workspace of
+  // at least the bytes the host reports for the call (_C.fwd_workspace_bytes; 0 = none wanted),
+  // which the launcher zeroes in part on the stream. nullptr: plain round robin. Other kernels
+  // ignore it.
+  void* split_ws;
+  int64_t split_ws_bytes;
   // Facts of the launch device, filled by the host launcher (backend/src/launch.cpp):
   int32_t num_sms;           // schedulers may size persistent grids from it
   int32_t cc_major;          // compute capability major: sm_90 code takes more shared memory

@@ -23,7 +23,7 @@ struct BwdSpec;
 struct ProblemShape;
 
 // Bump on any change of the struct below or of the FwdSpec / BwdSpec layout (api.h).
-constexpr uint32_t kRouterTableVersion = 1;
+constexpr uint32_t kRouterTableVersion = 2;
 
 struct RouterTable {
   uint32_t version;  // kRouterTableVersion
@@ -49,6 +49,9 @@ struct RouterTable {
   // The backward's workspace bytes for a head-dim bucket (api.h's workspace_layout).
   void (*workspace_bytes)(const ProblemShape* shape, int64_t total_q, int bucket, int64_t* dq_accum_bytes,
                           int64_t* delta_bytes);
+  // The forward's workspace bytes for this spec (api.h's fwd_workspace_bytes; 0 on any error: the
+  // launch then says what is wrong).
+  int64_t (*fwd_workspace_bytes)(const FwdSpec* spec);
   // Launches (api.h's fwd / bwd): 0 on success, else 1 with the error copied into `error`.
   int (*fwd)(const FwdSpec* spec, char* error, size_t error_size);
   int (*bwd)(const BwdSpec* spec, char* error, size_t error_size);
