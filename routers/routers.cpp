@@ -403,16 +403,16 @@ void launched(int failed, const char* error) {
 
 // _backend.launch_fwd: the decode kernel for up to decode_max_seqlen_q query rows where the table
 // has one (its split workspace from the caching allocator, held until the launch is queued), else
-// the forward kernel, with the workspace of its split tail where it takes one (unmasked calls).
+// the forward kernel with the workspace it takes (the sm90 family's dynamic schedule for causal
+// calls, its split tail for unmasked ones; from the caching allocator, held until the launch is queued).
 void launch_fwd(flashsdpa::FwdSpec& spec, bool is_causal) {
   char error[512] = {0};
   Owned workspace;
   if (spec.shape.seqlen_q > g_table->decode_max_seqlen_q) {
-    const int64_t bytes = is_causal ? 0 : g_table->fwd_workspace_bytes(&spec);
-    if (bytes > 0) {
+    if (const int64_t bytes = g_table->fwd_workspace_bytes(&spec); bytes > 0) {
       workspace = empty_contiguous({bytes}, g_uint8, spec.device);
-      spec.split_ws = reinterpret_cast<uintptr_t>(workspace.data());
-      spec.split_ws_bytes = bytes;
+      spec.workspace = reinterpret_cast<uintptr_t>(workspace.data());
+      spec.workspace_bytes = bytes;
     }
   } else {
     const auto& sh = spec.shape;

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -522,3 +524,22 @@ def assert_unbiased(outs: Tensor, expected: Tensor, directions: int = 8) -> None
     z = (flat.mean(0) - want).abs() / (flat.std(0) / math.sqrt(seeds))
     bound = -torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(0.001 / (2 * want.numel()))).item()
     assert z.mean() < 1.0 and z.max() < bound, (z.mean().item(), z.max().item(), bound)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_host_replay(source: str, workdir: Path) -> str:
+    """Builds tests/cpp/<source> with nvcc as host code (the kernels' headers from cuda/ and
+    backend/include) and runs it: a replay of device logic on the CPU, which prints "ok ..." when
+    every case passed. Returns that line; asserts the build and the run."""
+    exe = workdir / Path(source).stem
+    build = subprocess.run(
+        ["nvcc", "-std=c++17", "-O2", "--expt-relaxed-constexpr", "-arch=sm_80", "-I", str(ROOT / "backend/include"),
+         "-I", str(ROOT / "cuda"), str(ROOT / "tests/cpp" / source), "-o", str(exe)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stdout + build.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and run.stdout.startswith("ok "), run.stdout + run.stderr
+    return run.stdout.strip()

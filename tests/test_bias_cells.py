@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 import torch
 
 from flashsdpa import _backend, ops_masks
+from helpers import run_host_replay
 
 # FakeTensors' data_ptr() (0 plus the view's offset) warns: these tests read it on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore:Accessing the data pointer of FakeTensor")
@@ -161,18 +161,8 @@ def test_cpu_only_build_reports_no_cuda() -> None:
 
 # ---- the kernel's lanes on the host (tests/cpp/bias_cells_lanes.cu) --------------------------------
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc: the host replay of the kernel's lanes is built with it")
 def test_kernel_lanes_on_the_host(tmp_path: Path) -> None:
     # ~10 s to build on 2 cores, ~3 s to run: 906 cases (10 layouts x 30 (Sq, Sk) x 3 dtypes + 2 large).
-    exe = tmp_path / "bias_cells_lanes"
-    build = subprocess.run(
-        ["nvcc", "-std=c++17", "-O2", "--expt-relaxed-constexpr", "-arch=sm_80", "-I", str(ROOT / "backend/include"),
-         "-I", str(ROOT / "cuda"), str(ROOT / "tests/cpp/bias_cells_lanes.cu"), "-o", str(exe)],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert build.returncode == 0, build.stdout + build.stderr
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0 and run.stdout.startswith("ok "), run.stdout + run.stderr
+    run_host_replay("bias_cells_lanes.cu", tmp_path)

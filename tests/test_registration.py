@@ -549,8 +549,8 @@ def test_launch_fwd_dense_arguments(recorded_build: Any, monkeypatch: pytest.Mon
     [(name, (spec,))] = recorded_build.calls
     assert name == "fwd"
     pointers, strides, sizes, mask, *rest = spec
-    # The 9th pointer: the stream's tile counter of a masked forward (none for CPU tensors).
-    assert pointers == (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), 0, 0, 0, 0)
+    # Eight pointers: no workspace (the stand-in _C asks for none; tests/test_split_tail.py: one).
+    assert pointers == (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), 0, 0, 0)
     # Strides go whole (no slice): _C reads the first three items, (batch, head, row).
     assert strides == (
         (8192, 64, 512, 1),
@@ -573,39 +573,8 @@ def test_launch_fwd_varlen_arguments(recorded_build: Any) -> None:
     pointers, strides, sizes, mask, *rest = spec
     assert strides == ((0, 64, 256), (0, 64, 128), (0, 32, 64), (0, 32, 128), (0, 30, 1))
     assert sizes == (3, 4, 2, 12, 20, 64, 32, 30, 40)  # total_q, total_k: the clamp bounds
-    assert pointers[5:] == (cu_q.data_ptr(), cu_k.data_ptr(), used.data_ptr(), 0)
+    assert pointers[5:] == (cu_q.data_ptr(), cu_k.data_ptr(), used.data_ptr())  # no workspace: none asked for
     assert mask == (-1, 0, 1) and tuple(rest) == (0.5, 0, -1, 77)
-
-
-def test_tile_counter_per_stream_and_never_allocated_under_capture(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The sm90 forward's tile counters (_backend._TILE_COUNTERS): one zeroed buffer per (device,
-    stream), reused by later calls; none allocated while a graph is being captured (its memory
-    would belong to the graph's pool), where the launch gets 0 (the static schedule)."""
-    made: list[int] = []
-
-    def new_tile_counter(device: int) -> torch.Tensor:
-        made.append(device)
-        return torch.zeros(8, dtype=torch.int32)
-
-    monkeypatch.setattr(_backend, "_TILE_COUNTERS", {})
-    monkeypatch.setattr(_backend, "new_tile_counter", new_tile_counter)
-    capturing = [True]
-    monkeypatch.setattr(_backend.torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
-    monkeypatch.setattr(_backend.torch.cuda, "is_available", lambda: True)
-    assert _backend._tile_counter(0, 77) == 0 and not made and not _backend._TILE_COUNTERS
-    capturing[0] = False
-    first = _backend._tile_counter(0, 77)
-    assert first != 0 and made == [0]
-    capturing[0] = True  # a buffer made before a capture is reused in it (the launcher then ignores it)
-    assert _backend._tile_counter(0, 77) == first and len(made) == 1
-    capturing[0] = False
-    assert _backend._tile_counter(0, 78) not in (0, first) and _backend._tile_counter(1, 77) not in (0, first)
-    assert len(made) == 3 and set(_backend._TILE_COUNTERS) == {(0, 77), (0, 78), (1, 77)}
-    assert _backend._tile_counter(-1, 77) == 0  # CPU tensors (mocked _C): never a buffer
-    monkeypatch.setattr(_backend, "_TILE_COUNTERS_LIMIT", 4)
-    for stream in range(100, 106):  # past the bound: the cache starts over, never grows without end
-        assert _backend._tile_counter(0, stream) != 0
-    assert len(_backend._TILE_COUNTERS) <= 4
 
 
 def test_launch_fwd_without_lse(recorded_build: Any) -> None:
@@ -660,7 +629,7 @@ def test_launch_bwd_varlen_arguments(recorded_build: Any) -> None:
     [(name, (spec, grads))] = recorded_build.calls
     assert name == "bwd"
     assert spec[1][4] == (0, 30, 1)  # the LSE: (H, total)
-    assert spec[2] == (2, 4, 4, 20, 20, 64, 64, 30, 30) and spec[0][5:] == (cu.data_ptr(), cu.data_ptr(), 0, 0)
+    assert spec[2] == (2, 4, 4, 20, 20, 64, 64, 30, 30) and spec[0][5:] == (cu.data_ptr(), cu.data_ptr(), 0)
     assert grads[2] == (4 * 30 * 64 * 4, 4 * 30 * 4)  # rows = total_q per head
 
 

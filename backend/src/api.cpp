@@ -77,9 +77,8 @@ void fill_common(AttnFwdParams& p, const FwdSpec& s) {
     p.dropout.rng_state = ptr<uint64_t>(s.dropout.rng_state);
   }
   p.dtype = static_cast<DType>(s.dtype);
-  p.tile_counter = ptr<int32_t>(s.tile_counter);
-  p.split_ws = ptr<void>(s.split_ws);
-  p.split_ws_bytes = s.split_ws != 0 ? s.split_ws_bytes : 0;
+  p.workspace = ptr<void>(s.workspace);
+  p.workspace_bytes = s.workspace != 0 ? s.workspace_bytes : 0;
 }
 
 void set_tensor(const TensorArg& t, const void*& p, int64_t& sb, int64_t& sh, int64_t& sr) {

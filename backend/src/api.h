@@ -75,11 +75,10 @@ struct FwdSpec {
   float scale;
   ModsArg mods;  // all zero without score modifiers
   DropoutArg dropout;  // all zero without dropout
-  uintptr_t tile_counter;  // params.h's tile_counter, 0 = none (the static schedule)
-  // params.h's split_ws: the sm90 forward's split-tail workspace, of at least the bytes
-  // fwd_workspace_bytes reports for this spec (0 / 0 = none: the plain schedule).
-  uintptr_t split_ws;
-  int64_t split_ws_bytes;
+  // params.h's workspace: at least the bytes fwd_workspace_bytes reports for this spec (0 / 0 =
+  // none: the kernels' static schedule).
+  uintptr_t workspace;
+  int64_t workspace_bytes;
   int32_t dtype;  // DType
   int32_t device;
   uintptr_t stream;
@@ -128,8 +127,8 @@ inline int64_t bias_cells_row_cells(int64_t seqlen_k) { return (seqlen_k + 255) 
 void fwd(const FwdSpec& spec);
 void bwd(const BwdSpec& spec);
 // The workspace bytes a forward of this spec can use (the family the launch would pick: the sm90
-// forward's split tail, fwd_kernel_sm90.cuh), 0 when none: the caller allocates that much and
-// passes it as spec.split_ws, or runs the same call without it.
+// forward's dynamic-schedule counter or split tail, fwd_launch_sm90.cuh), 0 when none: the caller
+// allocates that much and passes it as spec.workspace, or runs the same call without it.
 int64_t fwd_workspace_bytes(const FwdSpec& spec);
 
 // Workspace of the backward for a head-dim bucket: float32 dq_accum (rows x heads_q x bucket) and

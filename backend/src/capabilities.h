@@ -102,7 +102,7 @@ struct FamilyCaps {
   std::vector<int> all_head_dims() const;             // both directions' buckets, ascending
   int bucket(int head_dim_qk, int head_dim_v) const;  // 0: none large enough
   TilePlan plan(Direction d, int bucket, int major, int smem_optin_bytes) const;
-  // The workspace a forward call can use (params filled, this family picked; params.h's split_ws),
+  // The workspace a forward call can use (params filled, this family picked; params.h's workspace),
   // 0 = none; nullptr for a family whose forward takes none.
   FwdWorkspaceFn fwd_workspace = nullptr;
 };

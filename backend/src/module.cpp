@@ -72,8 +72,8 @@ Strides strides_item(PyObject* tuple, Py_ssize_t i, const char* name) {
 }
 
 // fwd spec = (pointers, strides, sizes, mask, scale, dtype, device, stream[, mods]):
-//   pointers = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k[, tile_counter[, split_ws,
-//               split_ws_bytes]])  ints, 0 = none; split_ws: the forward's workspace (fwd_workspace_bytes)
+//   pointers = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k[, workspace, workspace_bytes])
+//              ints, 0 = none; workspace: the forward's (fwd_workspace_bytes reports its size)
 //   strides  = (q, k, v, out, lse)                                          stride tuples
 //   sizes    = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v, total_q, total_k)
 //              total_q / total_k: the packed rows of q and k (varlen), -1 when dense
@@ -107,12 +107,11 @@ FwdSpec fwd_spec(py::handle obj) {
   s.varlen.cu_seqlens_q = static_cast<uintptr_t>(int_item(ptrs, 5, "cu_seqlens_q"));
   s.varlen.cu_seqlens_k = static_cast<uintptr_t>(int_item(ptrs, 6, "cu_seqlens_k"));
   s.varlen.seqused_k = static_cast<uintptr_t>(int_item(ptrs, 7, "seqused_k"));
-  // An optional 9th pointer: the forward's tile counter (params.h), given for masked calls only.
-  if (PyTuple_GET_SIZE(ptrs) > 8) s.tile_counter = static_cast<uintptr_t>(int_item(ptrs, 8, "tile_counter"));
-  if (PyTuple_GET_SIZE(ptrs) > 9) {
-    tuple_arg(ptrs, 11, "spec.pointers");
-    s.split_ws = static_cast<uintptr_t>(int_item(ptrs, 9, "split_ws"));
-    s.split_ws_bytes = int_item(ptrs, 10, "split_ws_bytes");
+  // Optional 9th and 10th: the forward's workspace (params.h) and its bytes.
+  if (PyTuple_GET_SIZE(ptrs) > 8) {
+    tuple_arg(ptrs, 10, "spec.pointers");
+    s.workspace = static_cast<uintptr_t>(int_item(ptrs, 8, "workspace"));
+    s.workspace_bytes = int_item(ptrs, 9, "workspace_bytes");
   }
   s.shape = ProblemShape{int32_item(sizes, 0, "batch"),       int32_item(sizes, 1, "heads_q"),
                          int32_item(sizes, 2, "heads_kv"),    int32_item(sizes, 3, "seqlen_q"),
@@ -394,8 +393,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("fwd", [](py::handle spec) { fwd(fwd_spec(spec)); }, py::arg("spec"),
         "Forward attention: writes out and lse. spec: see module.cpp's fwd_spec.");
   m.def("fwd_workspace_bytes", [](py::handle spec) { return fwd_workspace_bytes(fwd_spec(spec)); }, py::arg("spec"),
-        "The workspace bytes the forward of this spec can use (the sm90 family's split tail), 0 = none: pass\n"
-        "that many bytes as the spec's split_ws / split_ws_bytes pointers, or none.");
+        "The workspace bytes the forward of this spec can use (the sm90 family's dynamic schedule or split tail),\n"
+        "0 = none: pass that many bytes as the spec's workspace / workspace_bytes pointers, or none.");
   // The bias summary (ops_masks.bias_cells; cuda/common/bias_cells_summary.cu): every CUDA build has
   // it; a CPU-only build checks the arguments and then raises RuntimeError (no CUDA).
   m.def(

@@ -49,10 +49,10 @@ struct FwdSm90Args {
   CUtensorMap tma_v;
   CUtensorMap tma_o;
   int32_t sched_group;  // the dynamic schedule's section size (fwd_sm90_scheduler), set by the launcher
-  // The split tail (tile_scheduler.cuh's TailSplit; tiles = 0: none) and its workspace
-  // (fwd_sm90::SplitWorkspace: zeroed tickets, then the pieces' partial slots), set by the launcher.
+  // The split tail (tile_scheduler.cuh's TailSplit; tiles = 0: none) and the workspace that holds
+  // its tickets and slots (fwd_sm90::SplitWorkspace), set by the launcher.
   TailSplit split;
-  char* split_ws;
+  char* workspace;
 };
 
 struct FwdTileShapeSm90 {
@@ -342,7 +342,7 @@ __device__ __forceinline__ bool merge_pieces(const FwdSm90Args& args, const Smem
   using Ws = SplitWorkspace<Traits>;
   constexpr int kGroups = Ws::kOFloats / 4;
   const int tid = threadIdx.x % 128;
-  char* const wg_slots = args.split_ws + Ws::slots(args.split) + cwg * Ws::kWgBytes;
+  char* const wg_slots = args.workspace + Ws::slots(args.split) + cwg * Ws::kWgBytes;
   auto o_part = [&](int slot) { return reinterpret_cast<float4*>(wg_slots + slot * Ws::kSlotBytes) + tid; };
   auto lse_part = [&](int slot) {
     return reinterpret_cast<float2*>(wg_slots + slot * Ws::kSlotBytes + Ws::kOFloats * 128 * 4) + tid;
@@ -356,7 +356,7 @@ __device__ __forceinline__ bool merge_pieces(const FwdSm90Args& args, const Smem
   __threadfence();  // every thread's partial is visible before the ticket that counts it
   sm90::named_sync(kBarEpilogue + cwg, 128);
   if (tid == 0) {
-    int* ticket = reinterpret_cast<int*>(args.split_ws) + w.tail * Traits::kConsumerWGs + cwg;
+    int* ticket = reinterpret_cast<int*>(args.workspace) + w.tail * Traits::kConsumerWGs + cwg;
     const int blocks = w.n_block_max - w.n_block_min;
     st_shared_b32(sm.piece_verdict(cwg), atomicAdd(ticket, blocks) + blocks == args.split.units ? 1u : 0u);
   }
@@ -684,14 +684,14 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
 // - Non-causal (every tile the same length): static, head-major, so the CTAs resident at any
 //   moment share a few heads' K/V in L2; CTA c runs tile c of every round of gridDim.x tiles.
 // - Masked (causal, windows: tiles of different lengths), with a tile counter (params.h's
-//   tile_counter): dynamic. Tiles are ordered in sections of `group` (head, batch) pairs whose K and
-//   V fit in kL2SectionBytes, each section longest-first (last query block first) with its heads
-//   inner; a CTA's first tile is blockIdx.x and each later one the next of the counter
+//   tile_counter, in the call's workspace: fwd_workspace_plan): dynamic. Tiles are ordered in
+//   sections of `group` (head, batch) pairs whose K and V fit in kL2SectionBytes, each section
+//   longest-first (last query block first) with its heads inner; a CTA's first tile is blockIdx.x and each later one the next of the counter
 //   (gridDim.x + atomicAdd), so a CTA that drew long tiles draws fewer: the longest-processing-
 //   time rule, without a static split's imbalance. ncu (causal 2k d128 B8 H16, session 9): the
 //   static block-major order below kept every head's K/V in flight at once (128 MB for 50 MB of
 //   L2): L2 hit rate 33% (cuDNN 75%), DRAM 76% busy reading 1.1 GB, 4x the K/V bytes.
-// - Masked without a counter (the dev harness, CUDA-graph capture): static block-major, heaviest
+// - Masked without a counter (a caller that gave no workspace): static block-major, heaviest
 //   first, rounds alternating direction (CTA c takes position c of even rounds and gridDim.x - 1 -
 //   c of odd ones), so a CTA that drew a heavy tile draws a light one next (in plain round-robin
 //   CTA 0 gets the heaviest tile of every round: 1.3x the work of the last CTA at d256, 8k).
@@ -721,8 +721,11 @@ struct PersistentTileScheduler {
     const int base = round * static_cast<int>(gridDim.x);
     return (!head_major && (round & 1)) ? base + static_cast<int>(gridDim.x - 1 - blockIdx.x) : base + static_cast<int>(blockIdx.x);
   }
-  // The last CTA to finish zeroes the counter for the stream's next launch (every CTA's last fetch
-  // came before its own arrival here, so no fetch follows the reset).
+  // The last CTA to finish zeroes the counter again (every CTA's last fetch came before its own
+  // arrival here, so no fetch follows the reset). The launcher's memset already zeroes it before
+  // every launch, so this is redundant work (a CTA's one atomic); it stays because without it
+  // ptxas 13.0 allocates the 24-register producer thread worse: 44-64 bytes of spill in the d128
+  // and d256 kernels (measured, session 13), 0 with it.
   __device__ __forceinline__ void finish() const {
     if (!dynamic()) return;
     __threadfence();
@@ -770,12 +773,17 @@ struct PersistentTileScheduler {
 // static order and share them in L2 that way; short ones do not.
 constexpr int kMaxDynamicBlocks = 16;
 
+// Whether the problem takes the dynamic order when it has a counter (masked, few query blocks).
+template <typename Traits>
+__host__ __device__ inline bool fwd_sm90_dynamic(const AttnFwdParams& p) {
+  return !p.mask.is_none() && (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM <= kMaxDynamicBlocks;
+}
+
 template <typename Traits>
 __host__ __device__ inline PersistentTileScheduler fwd_sm90_scheduler(const AttnFwdParams& p, int group = 1) {
-  const bool head_major = p.mask.is_none();
   const int num_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  const bool dynamic = !head_major && num_blocks <= kMaxDynamicBlocks;
-  return PersistentTileScheduler{num_blocks, p.heads_q, p.batch, head_major, dynamic ? p.tile_counter : nullptr, group};
+  return PersistentTileScheduler{num_blocks, p.heads_q, p.batch, p.mask.is_none(),
+                                 fwd_sm90_dynamic<Traits>(p) ? p.tile_counter : nullptr, group};
 }
 
 // The split tail a persistent launch of this kernel runs (tile_scheduler.cuh's TailSplit; tiles 0:
@@ -797,6 +805,27 @@ inline TailSplit fwd_sm90_tail_split(const AttnFwdParams& p) {
       units < kTailSplitMinBlocks)
     return TailSplit{static_cast<int>(tiles), 0, units, 0};
   return make_tail_split(tiles, units, p.num_sms);
+}
+
+// What a launch does with the call's workspace (params.h): the dynamic schedule's counter (a masked
+// problem with more tiles than SMs: PersistentTileScheduler's two int32) or
+// the split tail (unmasked); `bytes` it needs, of which the first `zeroed` start at zero (the
+// launcher's memset). Persistent launches only. The host reports `bytes` (fwd_workspace_sm90) and
+// the launcher takes the plan from the same function.
+struct FwdWorkspacePlan {
+  bool counter;
+  TailSplit split;
+  int64_t bytes, zeroed;
+};
+constexpr int64_t kTileCounterBytes = 256;  // two int32 in use (tiles handed out, CTAs finished)
+
+template <typename Traits>
+inline FwdWorkspacePlan fwd_workspace_plan(const AttnFwdParams& p, bool persistent = true) {
+  const int64_t tiles = fwd_sm90_scheduler<Traits>(p).num_tiles();
+  if (persistent && fwd_sm90_dynamic<Traits>(p) && tiles > p.num_sms)
+    return {true, TailSplit{static_cast<int>(tiles), 0, 0, 0}, kTileCounterBytes, kTileCounterBytes};
+  const TailSplit split = persistent ? fwd_sm90_tail_split<Traits>(p) : TailSplit{static_cast<int>(tiles), 0, 0, 0};
+  return {false, split, SplitWorkspace<Traits>::bytes(split), split.enabled() ? SplitWorkspace<Traits>::slots(split) : 0};
 }
 
 // The dynamic order's section: the (head, batch) pairs whose K and V (one query head's share of

@@ -34,26 +34,21 @@ cudaError_t launch_fwd_sm90(const AttnFwdParams& params, cudaStream_t stream, bo
   FwdSm90Args args;
   args.p = params;
   args.sched_group = fwd_sm90::sched_group(params);
-  // The split tail where the caller gave its workspace (else the plain round robin: a caller that
-  // did not ask for the bytes, the dev harness, still runs); its tickets zeroed on the stream.
-  args.split = persistent ? fwd_sm90::fwd_sm90_tail_split<Traits>(params) : TailSplit{static_cast<int>(tiles), 0, 0, 0};
-  args.split_ws = static_cast<char*>(params.split_ws);
-  if (args.split.enabled() && (params.split_ws == nullptr ||
-                               params.split_ws_bytes < fwd_sm90::SplitWorkspace<Traits>::bytes(args.split)))
-    args.split = TailSplit{static_cast<int>(tiles), 0, 0, 0};
-  if (args.split.enabled()) {
-    const cudaError_t zeroed =
-        cudaMemsetAsync(params.split_ws, 0, fwd_sm90::SplitWorkspace<Traits>::slots(args.split), stream);
+  // The workspace (params.h), where the caller gave one of the bytes fwd_workspace_sm90 reports
+  // (else the static schedule: a caller that did not ask, the dev harness, still runs): the dynamic
+  // schedule's tile counter for a masked grid of more tiles than CTAs, the split tail's tickets
+  // and slots for an unmasked one; what must start at zero is zeroed on the stream (a memset node
+  // under graph capture, where the workspace comes from the graph's pool: replays on several
+  // streams at once never share it). The kernel sees the choice through args.p / args.split.
+  const fwd_sm90::FwdWorkspacePlan ws = fwd_sm90::fwd_workspace_plan<Traits>(params, persistent);
+  const bool given = params.workspace != nullptr && params.workspace_bytes >= ws.bytes && ws.bytes > 0;
+  args.p.tile_counter = given && ws.counter ? static_cast<int32_t*>(params.workspace) : nullptr;
+  args.split = given && ws.split.enabled() ? ws.split : TailSplit{static_cast<int>(tiles), 0, 0, 0};
+  args.workspace = static_cast<char*>(params.workspace);
+  if (given) {
+    const cudaError_t zeroed = cudaMemsetAsync(params.workspace, 0, ws.zeroed, stream);
     if (zeroed != cudaSuccess) return zeroed;
   }
-  // The tile counter (params.h) is one buffer per stream that each launch leaves zeroed for the
-  // next; replays of captured graphs could share it across streams at once, so a launch being
-  // captured takes the static schedule. One CTA per tile needs no counter, nor does a schedule
-  // that stays static (fwd_sm90_scheduler): the kernel must see the same choice.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (!scheduler.dynamic() || grid == tiles || cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone)
-    args.p.tile_counter = nullptr;
   const bool bf16 = params.dtype == DType::kBFloat16;
   // An encoding the driver refuses comes back as cudaErrorNotSupported before anything ran: the
   // host then launches the portable family instead.

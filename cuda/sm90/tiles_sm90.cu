@@ -49,14 +49,25 @@ TilePlan bwd_plan_sm90(int bucket, int major, int smem_optin_bytes) {
   }
 }
 
-// The split tail's workspace: only the plain d128 kernel splits (FwdTraitsSm90::kTailSplit), the
-// score modifiers and dropout take their own instantiations (run_fwd_sm90_ in fwd_launch_sm90.cuh).
+// The forward's workspace (fwd_kernel_sm90.cuh's fwd_workspace_plan): the dynamic schedule's
+// counter, which every instantiation of a bucket takes (one tile shape a bucket), or the split
+// tail, which only the plain kernel runs (FwdTraitsSm90::kTailSplit): the score modifiers and
+// dropout take their own instantiations (run_fwd_sm90_ in fwd_launch_sm90.cuh).
 int64_t fwd_workspace_sm90(const AttnFwdParams& p) {
-  if (p.head_dim_bucket != 128 || mods_kind(p.mods) != kModsNone || p.dropout.enabled()) return 0;
-  constexpr FwdTileShapeSm90 kShape = fwd_tile_shape_sm90(128);
-  using Traits = FwdTraitsSm90<__half, 128, kShape.block_m, kShape.block_n, kShape.stages>;
-  static_assert(Traits::kTailSplit, "the plain d128 kernel splits its tail");
-  return fwd_sm90::SplitWorkspace<Traits>::bytes(fwd_sm90::fwd_sm90_tail_split<Traits>(p));
+  const bool plain = mods_kind(p.mods) == kModsNone && !p.dropout.enabled();
+  const auto bytes = [&](auto hdim) -> int64_t {
+    constexpr int kHeadDim = decltype(hdim)::value;
+    constexpr FwdTileShapeSm90 kShape = fwd_tile_shape_sm90(kHeadDim);
+    using Traits = FwdTraitsSm90<__half, kHeadDim, kShape.block_m, kShape.block_n, kShape.stages>;
+    const fwd_sm90::FwdWorkspacePlan plan = fwd_sm90::fwd_workspace_plan<Traits>(p);
+    return plan.counter || plain ? plan.bytes : 0;
+  };
+  switch (p.head_dim_bucket) {
+    case 64: return bytes(std::integral_constant<int, 64>{});
+    case 128: return bytes(std::integral_constant<int, 128>{});
+    case 256: return bytes(std::integral_constant<int, 256>{});
+    default: return 0;
+  }
 }
 
 const char* fwd_sm90_unsupported(const AttnFwdParams& p) {

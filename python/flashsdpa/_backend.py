@@ -63,8 +63,9 @@ _SELECT: dict[tuple[int, int, int, int, int, int, int, int], tuple[Any, ...]] = 
 # token, a new key each step. Feature bits (a masked call's bias): in the key only when nonzero.
 _DECODE: dict[tuple[Any, ...], tuple[int, int, int, int, int] | str] = {}
 _DECODE_CACHE_SIZE = 4096
-# (device, dtype code, spec sizes) -> an unmasked dense forward's workspace bytes (_C.fwd_workspace_bytes:
-# the sm90 family's split tail; 0 = none), asked once per problem; bounded as _DECODE.
+# (device, dtype code, spec sizes, mask, plain?, no dropout?) -> the forward kernel's workspace bytes
+# (_C.fwd_workspace_bytes: the sm90 family's dynamic-schedule counter or split tail; 0 = none),
+# asked once per problem; bounded as _DECODE.
 _FWD_WS: dict[tuple[Any, ...], int] = {}
 LAYOUT_DECODE = 2
 # Dense calls with at most this many query rows ask for the decode kernel (_C's
@@ -396,62 +397,27 @@ def _packed_lse_strides(lse: Tensor) -> tuple[int, int, int]:
     return (0, stride[0], stride[1])
 
 
-# The sm90 forward's tile counters (params.h's tile_counter), one per (device, stream): two int32
-# that every launch finds zero and leaves zero, so the kernels of one stream share them in turn
-# and no launch pays a fill. Streams of different ids get different buffers (their kernels may
-# overlap); the launcher ignores the counter under CUDA-graph capture. Allocated outside capture
-# only: memory allocated during a capture belongs to the graph's pool.
-_TILE_COUNTERS: dict[tuple[int, int], Tensor] = {}
-_TILE_COUNTERS_LIMIT = 256
-
-
-def _tile_counter(device: int, stream: int) -> int:
-    """The address of this stream's tile counter (0 while capturing a graph before it exists)."""
-    counter = _TILE_COUNTERS.get((device, stream))
-    if counter is None:
-        # Device -1 (CPU tensors) or no CUDA: a mocked _C (CPU tests); neither allocates.
-        if device < 0 or not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
-            return 0
-        if len(_TILE_COUNTERS) >= _TILE_COUNTERS_LIMIT:
-            # Streams made without end (external ones; torch's own come from a pool of 32 per
-            # priority): start over. Freeing is safe under pending launches: the caching allocator
-            # reuses a block only in its allocation stream's order (here the launch's stream), and
-            # without caching cudaFree waits for the device.
-            _TILE_COUNTERS.clear()
-        # setdefault: two threads on one stream get the same buffer (an overwritten one could be
-        # freed under the first thread's launch).
-        counter = _TILE_COUNTERS.setdefault((device, stream), new_tile_counter(device))
-    return counter.data_ptr()
-
-
-def new_tile_counter(device: int) -> Tensor:
-    """One stream's tile counter: two int32 in use, 32 bytes (a module function so tests can see it made)."""
-    return torch.zeros(8, dtype=torch.int32, device=f"cuda:{device}")
-
-
 def _spec(
     q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor | None, scale: float, mask: MaskSpec,
-    varlen: Varlen | None, dynamic: bool = False,
+    varlen: Varlen | None,
 ) -> tuple[Any, ...]:
     """The forward spec of _C (module.cpp's fwd_spec): (pointers, strides, sizes, mask, scale,
     dtype, device, stream), for dense (B, H, S, D) views or, with ``varlen``, packed (total, H, D)
-    rows. Plain tuples: the cheapest object Python builds and C++ reads in place. ``dynamic``: a
-    masked forward, whose pointers end with the stream's tile counter."""
+    rows. Plain tuples: the cheapest object Python builds and C++ reads in place."""
     device = q.get_device()
     stream = _current_stream(device)
-    counter = _tile_counter(device, stream) if dynamic else 0
     if varlen is None:
         batch, heads_q, seqlen_q, head_dim_qk = q.shape
         _, heads_kv, seqlen_k, head_dim_v = v.shape  # one unpack: three v.shape[i] reads cost 2.5x as much
         pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), 0 if lse is None else lse.data_ptr(),
-                    0, 0, 0, counter)  # fmt: skip
+                    0, 0, 0)  # fmt: skip
         strides = (q.stride(), k.stride(), v.stride(), out.stride(), _NO_LSE_STRIDES if lse is None else lse.stride())
         sizes = (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v, -1, -1)
     else:
         cu_q, cu_k, used_k, max_q, max_k = varlen
         total_q, heads_q, head_dim_qk = q.shape
         pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),  # type: ignore[union-attr]
-                    cu_q.data_ptr(), cu_k.data_ptr(), 0 if used_k is None else used_k.data_ptr(), counter)  # fmt: skip
+                    cu_q.data_ptr(), cu_k.data_ptr(), 0 if used_k is None else used_k.data_ptr())  # fmt: skip
         strides = (_packed_strides(q), _packed_strides(k), _packed_strides(v), _packed_strides(out),
                    _packed_lse_strides(lse))  # type: ignore[arg-type]  # fmt: skip
         # total_q / total_k: the packed rows, the bounds the kernels clamp every offset to.
@@ -509,38 +475,38 @@ def launch_fwd(
     score modifiers (softcap, ALiBi, sinks, the bias), in the spec only when given; a decode-sized
     call with the bias alone takes the decode kernel where the table's decode path lists it
     (capabilities.cpp's decode_features). ``dropout``: module.cpp's spec.dropout (dropout.py
-    builds it); the forward kernel, never with ``mods``. Unmasked dense forwards get the workspace
+    builds it); the forward kernel, never with ``mods``. Forward-kernel launches get the workspace
     _C.fwd_workspace_bytes asks for (cached per problem). Callers have checked the problem.
     """
-    # Masked calls (causal, windows) get the stream's tile counter: the sm90 family schedules their
-    # unequal tiles dynamically (fwd_kernel_sm90.cuh); decode-sized calls take the decode kernel.
-    dynamic = (mask[1] >= 0 or mask[0] >= 0) and (varlen is not None or q.shape[2] > DECODE_MAX_SEQLEN_Q)
-    spec = _spec(q, k, v, out, lse, scale, mask, varlen, dynamic)
+    spec = _spec(q, k, v, out, lse, scale, mask, varlen)
     if dropout is not None:
-        _C.fwd((*spec, None, None, dropout))
+        spec = (*spec, None, None, dropout)
+    else:
+        # mods: a masked decode-sized call takes the decode kernel where its plan (asked with the
+        # call's feature bits: the table's decode_features) accepts them; any other, the forward.
+        extra = () if mods is None else (_mods_item(mods),)
+        if varlen is None and spec[2][3] <= DECODE_MAX_SEQLEN_Q:  # seqlen_q
+            decode = _decode_item(spec, mask, False, num_splits, q.device, features=feature_bits(mods) if extra else 0)
+            if decode is not None:
+                item, workspace = decode
+                _C.fwd((*spec, item, *extra))
+                del workspace  # only now: the launch is queued
+                return
+        spec = (*spec, None, *extra) if extra else spec
+    # The forward kernel's workspace (the sm90 family's dynamic-schedule counter or split tail),
+    # asked once per problem (varlen: its packed totals left out of the key); held until queued.
+    key = (spec[6], spec[5], spec[2] if varlen is None else spec[2][:7], mask, mods is None, dropout is None)
+    nbytes = _FWD_WS.get(key)
+    if nbytes is None:
+        if len(_FWD_WS) >= _DECODE_CACHE_SIZE:
+            _FWD_WS.clear()
+        nbytes = _FWD_WS[key] = int(_C.fwd_workspace_bytes(spec))
+    if not nbytes:
+        _C.fwd(spec)
         return
-    # mods: a masked decode-sized call takes the decode kernel where its plan (asked with the
-    # call's feature bits: the table's decode_features) accepts them; any other, the forward.
-    extra = () if mods is None else (_mods_item(mods),)
-    if not extra and not dynamic and varlen is None and spec[2][3] > DECODE_MAX_SEQLEN_Q:
-        nbytes = _FWD_WS.get((spec[6], spec[5], spec[2]))  # the split tail's, held until the launch is queued
-        if nbytes is None:
-            if len(_FWD_WS) >= _DECODE_CACHE_SIZE:
-                _FWD_WS.clear()
-            nbytes = _FWD_WS[(spec[6], spec[5], spec[2])] = int(_C.fwd_workspace_bytes(spec))
-        if nbytes:
-            workspace = new_workspace(nbytes, q.device)
-            _C.fwd(((*spec[0], workspace.data_ptr(), nbytes), *spec[1:]))
-            del workspace
-            return
-    if varlen is None and spec[2][3] <= DECODE_MAX_SEQLEN_Q:  # seqlen_q
-        decode = _decode_item(spec, mask, False, num_splits, q.device, features=feature_bits(mods) if extra else 0)
-        if decode is not None:
-            item, workspace = decode
-            _C.fwd((*spec, item, *extra))
-            del workspace  # only now: the launch is queued
-            return
-    _C.fwd((*spec, None, *extra) if extra else spec)
+    workspace = new_workspace(nbytes, q.device)
+    _C.fwd(((*spec[0], workspace.data_ptr(), nbytes), *spec[1:]))
+    del workspace
 
 
 def launch_kvcache(

@@ -195,8 +195,8 @@ const char* g_family = "sm80";  // the family the last run_bucket call launched
 int32_t* g_tile_counter = nullptr;
 int32_t* tile_counter() {
   if (g_tile_counter == nullptr) {
-    CHECK_CUDA(cudaMalloc(&g_tile_counter, 8 * sizeof(int32_t)));
-    CHECK_CUDA(cudaMemset(g_tile_counter, 0, 8 * sizeof(int32_t)));
+    CHECK_CUDA(cudaMalloc(&g_tile_counter, 64 * sizeof(int32_t)));  // the launcher's kTileCounterBytes
+    CHECK_CUDA(cudaMemset(g_tile_counter, 0, 64 * sizeof(int32_t)));
   }
   return g_tile_counter;
 }
@@ -215,7 +215,8 @@ cudaError_t run_bucket(int bucket, const AttnFwdParams& p) {
   // The host's capability table picks the sm90 bucket (64, 128, 256) and checks cc 9.0, dense or
   // varlen, every mask kind; here the bucket is set by hand.
   AttnFwdParams p90 = p;
-  p90.tile_counter = tile_counter();
+  p90.workspace = tile_counter();  // the launcher takes its dynamic schedule's counter from it
+  p90.workspace_bytes = 256;
   const int need = std::max(p.head_dim_qk, p.head_dim_v);
   p90.head_dim_bucket = need <= 64 ? 64 : need <= 128 ? 128 : need <= 256 ? 256 : 0;
   if (bucket > 0 && fwd_sm90_unsupported(p90) == nullptr) {
@@ -504,7 +505,8 @@ void bench_one(const char* name, Launcher launch, int d, int s, int causal, bool
   p.scale = 1.f / std::sqrt(float(d)); p.scale_log2 = p.scale * 1.4426950408889634f;
   p.mask = MaskSpec{-1, causal ? 0 : -1, causal == 2 ? MaskAlign::kBottomRight : MaskAlign::kTopLeft}; p.dtype = bf16 ? DType::kBFloat16 : DType::kFloat16;
   p.num_sms = 132; p.cc_major = 9; p.smem_optin_bytes = 227 * 1024;  // the H200's (persistent grids)
-  p.tile_counter = dynamic ? tile_counter() : nullptr;
+  p.workspace = dynamic ? tile_counter() : nullptr;
+  p.workspace_bytes = dynamic ? 256 : 0;
   std::vector<float> times;
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0)); CHECK_CUDA(cudaEventCreate(&e1));

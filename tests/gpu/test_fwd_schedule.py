@@ -1,11 +1,13 @@
 # test_fwd_schedule.py: the sm90 forward's dynamic tile schedule (fwd_kernel_sm90.cuh's
-# PersistentTileScheduler). Masked calls with more tiles than SMs fetch their tiles from a
-# per-stream counter (_backend._TILE_COUNTERS) that every launch must leave at zero; the shape
-# table's problems are too small for it (one CTA per tile), so these shapes have 500-1000 tiles.
-# The forward's result does not depend on which CTA runs a tile, so the dynamic schedule must equal
-# the static one (taken under CUDA-graph capture) bit for bit.
+# PersistentTileScheduler). Masked calls with more tiles than SMs fetch their tiles from a counter
+# in the call's own workspace (params.h's workspace, zeroed by the launcher); the shape table's
+# problems are too small for it (one CTA per tile), so these shapes have 500-1000 tiles. The
+# forward's result does not depend on which CTA runs a tile, so the dynamic schedule must equal the
+# static one (the workspace withheld) bit for bit, eagerly, on two streams at once and under
+# CUDA-graph capture (where the workspace comes from the graph's pool).
 from __future__ import annotations
 
+import collections
 import math
 import zlib
 
@@ -43,27 +45,39 @@ def _kwargs(mask: masks.MaskSpec, scale: float) -> dict[str, object]:
     return kwargs
 
 
-def _counters_zero() -> None:
-    torch.cuda.synchronize()
-    for key, counter in _backend._TILE_COUNTERS.items():
-        assert not counter.any().item(), f"tile counter of (device, stream) {key} left at {counter.tolist()}"
+def _dynamic(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: masks.MaskSpec) -> bool:
+    """Whether the launch gets a workspace (the counter) on this machine: the sm90 forward on an
+    H100 / H200 with more tiles than SMs and few query blocks."""
+    out = torch.empty((*q.shape[:-1], v.shape[-1]), device=DEVICE, dtype=q.dtype)
+    return int(_backend._C.fwd_workspace_bytes(_backend._spec(q, k, v, out, None, 1.0, mask, None))) > 0
+
+
+def _static(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Later launches get no workspace: the static schedule."""
+    monkeypatch.setattr(_backend, "_FWD_WS", collections.defaultdict(int))
 
 
 @pytest.mark.parametrize("shape,mask", CASES, ids=[c[0].name for c in CASES])
-def test_dynamic_schedule_matches_reference(request: pytest.FixtureRequest, shape: Shape, mask: masks.MaskSpec) -> None:
+def test_dynamic_schedule_matches_reference(
+    request: pytest.FixtureRequest, shape: Shape, mask: masks.MaskSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
     skip_unless_compiled(torch.bfloat16, shape.head_dim, shape.dv)
     gen = torch.Generator(device=DEVICE).manual_seed(zlib.crc32(request.node.nodeid.encode()))
     q, k, v = make_qkv(shape, torch.bfloat16, DEVICE, layout="bshd", generator=gen)
     scale = default_scale(shape.head_dim)
     out, lse = flashsdpa.attention(q, k, v, **_kwargs(mask, scale))
-    _counters_zero()
     check_attention(q, k, v, None, out, None, lse, scale=scale, causal_mode=mask)
-    # The same launch into NaN-poisoned outputs, a second time on the same counter: bitwise equal
-    # (a tile skipped or run twice by a counter left dirty would show here).
+    # The same launch into NaN-poisoned outputs, in a workspace of garbage (the launcher zeroes the
+    # counter: a tile skipped or run twice would show), then with the static schedule: bitwise equal.
     out_p, lse_p = torch.full_like(out, math.nan), torch.full_like(lse, math.nan)
+    monkeypatch.setattr(_backend, "new_workspace",
+                        lambda nbytes, device: torch.full((nbytes,), 0x55, dtype=torch.uint8, device=device))  # fmt: skip
     _backend.launch_fwd(q, k, v, out_p, lse_p, scale, mask)
-    _counters_zero()
     assert torch.equal(out_p, out) and torch.equal(lse_p, lse)
+    _static(monkeypatch)
+    out_s, lse_s = torch.full_like(out, math.nan), torch.full_like(lse, math.nan)
+    _backend.launch_fwd(q, k, v, out_s, lse_s, scale, mask)
+    assert torch.equal(out_s, out) and torch.equal(lse_s, lse)
 
 
 def _causal2k(seed: int) -> tuple[masks.MaskSpec, float, tuple[torch.Tensor, ...]]:
@@ -74,10 +88,12 @@ def _causal2k(seed: int) -> tuple[masks.MaskSpec, float, tuple[torch.Tensor, ...
     return mask, default_scale(shape.head_dim), make_qkv(shape, torch.bfloat16, DEVICE, layout="bshd", generator=gen)
 
 
-def test_dynamic_equals_static_under_graph_capture() -> None:
-    """Captured launches take the static schedule (the launcher skips the counter under capture);
-    eager ones the dynamic one: the same bits."""
+def test_dynamic_under_graph_capture_equals_eager() -> None:
+    """Captured launches take the dynamic schedule too (their workspace from the graph's pool, the
+    counter's zeroing a memset node): every replay gives the eager launch's bits."""
     mask, scale, (q, k, v) = _causal2k(seed=7)
+    if torch.cuda.get_device_capability() == (9, 0):
+        assert _dynamic(q, k, v, mask), "the sm90 forward should schedule this problem dynamically"
     eager, eager_lse = flashsdpa.attention(q, k, v, **_kwargs(mask, scale))
     out, lse = torch.full_like(eager, math.nan), torch.full_like(eager_lse, math.nan)
     stream = torch.cuda.Stream()
@@ -86,19 +102,18 @@ def test_dynamic_equals_static_under_graph_capture() -> None:
         _backend.launch_fwd(q, k, v, out, lse, scale, mask)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):  # its capture stream has no counter, and none is made while capturing
+    with torch.cuda.graph(graph):
         _backend.launch_fwd(q, k, v, out, lse, scale, mask)
     for _ in range(3):
         out.fill_(math.nan)
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, eager) and torch.equal(lse, eager_lse)
-    _counters_zero()
 
 
 def test_streams_in_parallel_keep_their_own_counters() -> None:
-    """Masked forwards on two streams at once, many times: each stream has its counter, every
-    result equals the sequential one bit for bit, and every counter ends at zero."""
+    """Masked forwards on two streams at once, many times: each launch has its own counter (the
+    workspace is per call), every result equals the sequential one bit for bit."""
     mask, scale, (q, k, v) = _causal2k(seed=11)
     ref, _ = flashsdpa.attention(q, k, v, **_kwargs(mask, scale))
     streams = [torch.cuda.Stream() for _ in range(2)]
@@ -112,8 +127,6 @@ def test_streams_in_parallel_keep_their_own_counters() -> None:
     for s in streams:
         torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
-    assert len({key[1] for key in _backend._TILE_COUNTERS}) >= 3  # the default stream's and both side streams'
     for per_stream in outs:
         for out in per_stream:
             assert torch.equal(out, ref)
-    _counters_zero()

@@ -154,19 +154,17 @@ struct AttnFwdParams {
   ScoreMods mods;
   DropoutSpec dropout;
   DType dtype;
-  // The sm90 forward's dynamic schedule (masked calls: fwd_kernel_sm90.cuh's
-  // PersistentTileScheduler): two int32 in device memory, (tiles handed out, CTAs finished), zero
-  // when a launch starts and zero again when it ends (its last CTA resets them), so one buffer
-  // serves a stream's launches in turn (python/flashsdpa/_backend.py keeps one per stream; never
-  // used under CUDA-graph capture). nullptr: the static schedule. Other kernels ignore it.
+  // The forward's workspace: caller-allocated (torch's caching allocator), at least the bytes the
+  // host reports for the call (_C.fwd_workspace_bytes; 0 = none wanted), nullptr = none. The sm90
+  // forward's launcher carves it (fwd_launch_sm90.cuh) into the dynamic schedule's tile counter
+  // (masked calls) or the split tail's tickets and slots (unmasked d128: tile_scheduler.cuh's
+  // TailSplit) and zeroes what must start at zero with one memset on the stream; without it the
+  // kernel runs its static schedule. Other kernels ignore it.
+  void* workspace;
+  int64_t workspace_bytes;
+  // Set by the sm90 launcher from the workspace, never by the caller: the dynamic schedule's
+  // counter (fwd_kernel_sm90.cuh's PersistentTileScheduler: tiles handed out), nullptr = static.
   int32_t* tile_counter;
-  // The sm90 forward's split tail (tile_scheduler.cuh's TailSplit: the last round's tiles computed
-  // in pieces and merged, so no SM idles through a partial round): a caller-allocated workspace of
-  // at least the bytes the host reports for the call (_C.fwd_workspace_bytes; 0 = none wanted),
-  // which the launcher zeroes in part on the stream. nullptr: plain round robin. Other kernels
-  // ignore it.
-  void* split_ws;
-  int64_t split_ws_bytes;
   // Facts of the launch device, filled by the host launcher (backend/src/launch.cpp):
   int32_t num_sms;           // schedulers may size persistent grids from it
   int32_t cc_major;          // compute capability major: sm_90 code takes more shared memory
