@@ -569,3 +569,30 @@ def test_tile_classes_from_cells_match_the_mask(shape: tuple[int, ...], sq: int,
                         want = int(bool((tile != -math.inf).any())) | 2 * int(bool((tile != 0).any()))
                         got = _tile_bits_like_the_kernel(cells, b, h, m, n, block_m, block_n, sq)
                         assert got == want, (block_m, block_n, b, h, m, n)
+
+
+@pytest.mark.parametrize(
+    ("mask_shape", "causal", "unvisited"),
+    [
+        ((1, 4, 100, 100), False, False),  # unmasked, no summary (a dense (1, H, S, S) bias): every element stored
+        ((1, 4, 100, 100), True, True),  # causal: the blocks above the diagonal are never visited
+        ((2, 1, 1, 100), False, True),  # key padding: its summary skips tiles
+    ],
+)
+def test_dense_bias_gradient_is_filled_only_where_needed(fake_build: Any, fake_mode: Any, monkeypatch: pytest.MonkeyPatch,
+                                                        mask_shape: tuple[int, ...], causal: bool, unvisited: bool) -> None:  # fmt: skip
+    # The dense d_bias buffer: zeroed where some elements are never stored, left unfilled where the
+    # kernels store every one (tests/gpu/test_masks_gpu.py poisons it with NaN to prove that).
+    from flashsdpa import routers_masked
+
+    fake_build()
+    monkeypatch.setattr(_backend, "_current_stream", lambda device: 77)
+    asked: list[bool] = []
+    real = ops_masks.dense_grad
+    monkeypatch.setattr(ops_masks, "dense_grad", lambda q, shape, unvisited: asked.append(unvisited) or real(q, shape, unvisited))
+    q, k, v = (torch.empty(2, 4, 100, 64, dtype=F16, device="cuda") for _ in range(3))
+    bias = torch.empty(mask_shape, dtype=F16, device="cuda").expand(2, 4, 100, 100)
+    out, lse, seed, offset = routers_masked._eff_forward("keys", q, k, v, bias, True, 0.0, causal)
+    routers_masked._eff_backward("keys", torch.empty_like(out), q, k, v, bias, out, lse, seed, offset, 0.0,
+                                 [True, True, True, True], causal)  # fmt: skip
+    assert asked == [unvisited]

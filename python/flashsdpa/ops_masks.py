@@ -19,7 +19,7 @@ from flashsdpa.features import additive
 
 __all__ = [
     "CELL_KEYS", "CELL_NONZERO", "CELL_ROWS", "CELL_VISIBLE", "SUMMARY_MIN_BROADCAST", "additive", "bias_cells",
-    "bias_view", "masked_mods", "reduce_to", "summary_pays",
+    "bias_view", "dense_grad", "masked_mods", "reduce_to", "summary_pays",
 ]
 
 _lib = torch.library.Library("flashsdpa", "FRAGMENT")
@@ -174,6 +174,12 @@ def masked_mods(softcap: float, slopes: Tensor | None, sinks: Tensor | None, bia
     return (*mods, bias_cells(bias, shape[2], shape[3])) if skip and summary_pays(bias, shape) else mods
 
 
+def dense_grad(q: Tensor, shape: tuple[int, ...], unvisited: bool) -> Tensor:
+    """The kernels' dense (B, Hq, Sq, Sk) bias-gradient buffer: zeroed where some elements are
+    never visited (a mask, skipped tiles), else left unfilled (every element is stored)."""
+    return q.new_zeros(shape) if unvisited else q.new_empty(shape)
+
+
 def reduce_to(grad: Tensor, shape: tuple[int, ...]) -> Tensor:
     """A dense (B, Hq, Sq, Sk) gradient summed over the dims a tensor of ``shape`` broadcasts along
     (float32 sums, float64 for float64; the result in grad's dtype), reshaped to ``shape``."""
@@ -281,9 +287,11 @@ def _bwd_cuda(
     ops._require_kernels(reason(q, k, v, spec, mods, backward=True))
     ops._alert_nondeterministic("flashsdpa::bwd_masked", q, v, spec, False, _backend.feature_bits(mods))
     d_sinks32 = d_sinks if d_sinks.numel() == 0 or d_sinks.dtype == torch.float32 else d_sinks.float()
-    # The kernels store dS per visited element; the rest (blocks outside a causal mask / window)
-    # must read 0: a zeroed dense buffer, reduced to the bias's shape below.
-    d_full = q.new_zeros(shape) if grads[2] else None
+    # The kernels store dS per visited element of a dense buffer, reduced to the bias's shape below.
+    # Elements a causal mask / window or the summary's skipped tiles leave unvisited must read 0 (a
+    # zeroed buffer); unmasked and without a summary both families store every element, so no fill
+    # (its bytes: 1.07 GB at B 8, H 16, S 2k; tests/gpu/test_masks_gpu.py poisons it with NaN).
+    d_full = dense_grad(q, shape, unvisited=spec[0] >= 0 or spec[1] >= 0 or len(mods) > 4) if grads[2] else None
     mod_grads = (d_slopes if d_slopes.numel() else None, d_sinks32 if d_sinks32.numel() else None, d_full)
     _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, scale, spec, None, mods, mod_grads)
     _BWD_COUNTS[0] += 1

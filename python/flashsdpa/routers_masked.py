@@ -131,9 +131,11 @@ def _eff_backward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
     dq = query.new_empty(batch, seqlen_q, heads, head_dim).transpose(1, 2)
     dk = key.new_empty(batch, seqlen_k, heads, head_dim).transpose(1, 2)
     dv = value.new_empty(batch, seqlen_k, heads, value.shape[3]).transpose(1, 2)
-    d_full = query.new_zeros(batch, heads, seqlen_q, seqlen_k) if grad_input_mask[3] else None
     grad_out = _backend.aligned_rows(grad_out)
     mods = _eff_mods(attn_bias, query, key, backward=True)
+    # The dense gradient buffer, filled only where some elements are never stored (ops_masks.dense_grad).
+    d_full = (ops_masks.dense_grad(query, (batch, heads, seqlen_q, seqlen_k), unvisited=is_causal or len(mods) > 4)
+              if grad_input_mask[3] else None)  # fmt: skip
     _backend.launch_bwd(grad_out, query, key, value, out, logsumexp.narrow(2, 0, seqlen_q), dq, dk, dv,
                         softmax_scale(scale, head_dim), _EFF_MASKS[is_causal], None, mods, (None, None, d_full))
     _EFF_BWD_COUNTS[0] += 1

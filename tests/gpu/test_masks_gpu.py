@@ -128,7 +128,10 @@ def run_masked(request: pytest.FixtureRequest, kind: str, shape_name: str, mask:
     torch.cuda.synchronize()
     assert torch.equal(out_p, ours[0]) and torch.equal(lse_p, lse), "forward left elements unwritten (NaN)"
     dq, dk, dv = (torch.full_like(t, math.nan) for t in (q, k, v))
-    d_full = torch.zeros(batch, heads, sq, sk, dtype=dtype, device=DEVICE) if additive else None
+    # The dense d_bias: unmasked (and without a summary, as here) the kernels store every element,
+    # so ops_masks leaves it unfilled: poisoned here; with a causal mask / window, zeroed as there.
+    fill = math.nan if mask[0] < 0 and mask[1] < 0 else 0.0
+    d_full = torch.full((batch, heads, sq, sk), fill, dtype=dtype, device=DEVICE) if additive else None
     _backend.launch_bwd(dout, q, k, v, ours[0], lse, dq, dk, dv, scale, mask, None, mods, (None, None, d_full))
     torch.cuda.synchronize()
     poisoned = [dq, dk, dv] + ([ops_masks.reduce_to(d_full, tuple(attn_mask.shape))] if additive else [])
