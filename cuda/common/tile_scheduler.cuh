@@ -85,7 +85,9 @@ struct TailSplit {
   __host__ __device__ __forceinline__ int last_worker(int tau) const { return worker_of((tau + 1) * units - 1); }
   // Worker w's partial slot for its piece of tail tile tau: a piece that starts the worker's range
   // is its first item (slot 2w), any other piece ends it (2w + 1).
-  __host__ __device__ __forceinline__ int slot(int w, int tau) const { return 2 * w + (begin(w) >= tau * units ? 0 : 1); }
+  __host__ __device__ __forceinline__ int slot(int w, int tau) const {
+    return 2 * w + (begin(w) >= tau * units ? 0 : 1);
+  }
   // The slots of tail tile tau's pieces in one word, in worker order whichever piece merges them
   // (so the merged sum, hence every bit, is the same run to run): bits 0-9, 10-19, 20-29 (unused:
   // 0) and the number of pieces - 1 (30-31). Slots < 1024: make_tail_split takes <= 511 workers.
@@ -97,7 +99,9 @@ struct TailSplit {
   }
 };
 // The fields of TailSplit::pieces' word.
-__host__ __device__ __forceinline__ int piece_slot(uint32_t pieces, int i) { return static_cast<int>(pieces >> (10 * i)) & 1023; }
+__host__ __device__ __forceinline__ int piece_slot(uint32_t pieces, int i) {
+  return static_cast<int>(pieces >> (10 * i)) & 1023;
+}
 __host__ __device__ __forceinline__ int piece_count(uint32_t pieces) { return static_cast<int>(pieces >> 30) + 1; }
 
 __host__ __device__ inline TailSplit make_tail_split(int64_t num_tiles, int units, int workers) {

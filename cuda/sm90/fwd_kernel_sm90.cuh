@@ -333,8 +333,9 @@ struct SplitWorkspace {
 // its warpgroup adds the piece's key blocks to the tile's ticket; the piece that completes the
 // tile's blocks reads every piece's slot in worker order (its own too, so the sum does not depend
 // on which piece finished last: bitwise reproducible), merges them into o / lse (softmax.cuh's
-// lse_weight / merged_lse) and returns true: it stores the tile. The others return false and store nothing. No piece waits for
-// another, so the merge is safe however many of the grid's CTAs are resident.
+// lse_weight / merged_lse) and returns true: it stores the tile. The others return false and
+// store nothing. No piece waits for another, so the merge is safe however many of the grid's CTAs
+// are resident.
 template <typename Traits>
 __device__ __forceinline__ bool merge_pieces(const FwdSm90Args& args, const SmemLayout<Traits>& sm,
                                              const TileWork& w, int cwg, float (&o)[Traits::kHeadDim / 2],
@@ -686,9 +687,9 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
 // - Masked (causal, windows: tiles of different lengths), with a tile counter (params.h's
 //   tile_counter, in the call's workspace: fwd_workspace_plan): dynamic. Tiles are ordered in
 //   sections of `group` (head, batch) pairs whose K and V fit in kL2SectionBytes, each section
-//   longest-first (last query block first) with its heads inner; a CTA's first tile is blockIdx.x and each later one the next of the counter
-//   (gridDim.x + atomicAdd), so a CTA that drew long tiles draws fewer: the longest-processing-
-//   time rule, without a static split's imbalance. ncu (causal 2k d128 B8 H16, session 9): the
+//   longest-first (last query block first) with its heads inner; a CTA's first tile is blockIdx.x
+//   and each later one the next of the counter (gridDim.x + atomicAdd), so a CTA that drew long
+//   tiles draws fewer: the longest-processing-time rule, without a static split's imbalance. ncu (causal 2k d128 B8 H16, session 9): the
 //   static block-major order below kept every head's K/V in flight at once (128 MB for 50 MB of
 //   L2): L2 hit rate 33% (cuDNN 75%), DRAM 76% busy reading 1.1 GB, 4x the K/V bytes.
 // - Masked without a counter (a caller that gave no workspace): static block-major, heaviest

@@ -6,8 +6,8 @@
 # sits on the SDPA hot path (budget: a few microseconds over PyTorch's own kernel), so the build
 # facts are module constants, device facts are cached per device index, and nothing synchronizes.
 # Over 500 lines: it is the only module that calls _C, and each of _C's calls (select, fwd, bwd,
-# decode_plan, fwd_workspace_bytes, capabilities) has its spec builder and its cache here; split apart, every
-# launch would import a second module on the hot path for the shared spec helpers.
+# decode_plan, fwd_workspace_bytes, capabilities) has its spec builder and its cache here; split
+# apart, every launch would import a second module on the hot path for the shared spec helpers.
 """Loading of ``flashsdpa._C`` and the tensor-to-pointer launch wrappers."""
 
 from __future__ import annotations
