@@ -311,7 +311,7 @@ __device__ __forceinline__ void produce(const FwdSm90Args& args, const SmemLayou
 }
 
 // The split tail's workspace (TailSplit), allocated by the caller at the bytes the host reports
-// (fwd_workspace_sm90) and zeroed up to slots() by the launcher: one ticket per (tail tile,
+// (fwd_workspace_sm90) and zeroed up to slots_offset() by the launcher: one ticket per (tail tile,
 // consumer warpgroup) counting its finished pieces, then two slots per worker (TailSplit::slot),
 // each holding one piece's normalized O (float32) and LSE per consumer warpgroup in the consumers'
 // own fragment order: O as kOFloats / 4 float4 groups of 128 threads (one 2 KB store per group),
@@ -321,11 +321,11 @@ struct SplitWorkspace {
   static constexpr int kOFloats = Traits::kHeadDim / 2;  // a consumer thread's O accumulator
   static constexpr int kWgBytes = 128 * (kOFloats + 2) * 4;
   static constexpr int64_t kSlotBytes = int64_t(Traits::kConsumerWGs) * kWgBytes;
-  __host__ __device__ static int64_t slots(const TailSplit& s) {
+  __host__ __device__ static int64_t slots_offset(const TailSplit& s) {
     return (int64_t(s.tiles) * Traits::kConsumerWGs * 4 + 255) / 256 * 256;
   }
   __host__ __device__ static int64_t bytes(const TailSplit& s) {
-    return s.enabled() ? slots(s) + 2 * int64_t(s.workers) * kSlotBytes : 0;
+    return s.enabled() ? slots_offset(s) + 2 * int64_t(s.workers) * kSlotBytes : 0;
   }
 };
 
@@ -343,7 +343,7 @@ __device__ __forceinline__ bool merge_pieces(const FwdSm90Args& args, const Smem
   using Ws = SplitWorkspace<Traits>;
   constexpr int kGroups = Ws::kOFloats / 4;
   const int tid = threadIdx.x % 128;
-  char* const wg_slots = args.workspace + Ws::slots(args.split) + cwg * Ws::kWgBytes;
+  char* const wg_slots = args.workspace + Ws::slots_offset(args.split) + cwg * Ws::kWgBytes;
   auto o_part = [&](int slot) { return reinterpret_cast<float4*>(wg_slots + slot * Ws::kSlotBytes) + tid; };
   auto lse_part = [&](int slot) {
     return reinterpret_cast<float2*>(wg_slots + slot * Ws::kSlotBytes + Ws::kOFloats * 128 * 4) + tid;
@@ -826,7 +826,7 @@ inline FwdWorkspacePlan fwd_workspace_plan(const AttnFwdParams& p, bool persiste
   if (persistent && fwd_sm90_dynamic<Traits>(p) && tiles > p.num_sms)
     return {true, TailSplit{static_cast<int>(tiles), 0, 0, 0}, kTileCounterBytes, kTileCounterBytes};
   const TailSplit split = persistent ? fwd_sm90_tail_split<Traits>(p) : TailSplit{static_cast<int>(tiles), 0, 0, 0};
-  return {false, split, SplitWorkspace<Traits>::bytes(split), split.enabled() ? SplitWorkspace<Traits>::slots(split) : 0};
+  return {false, split, SplitWorkspace<Traits>::bytes(split), split.enabled() ? SplitWorkspace<Traits>::slots_offset(split) : 0};
 }
 
 // The dynamic order's section: the (head, batch) pairs whose K and V (one query head's share of
