@@ -1,0 +1,102 @@
+"""bwd_persistent_ab.py: the sm90 backward's persistent grid, A/B in one process (H200).
+
+In a build with FLASHSDPA_SM90_BWD_PERSISTENT=ON, times the whole backward (preprocess, main
+kernel, dQ postprocess: torch.autograd.grad of flashsdpa.attention's output, retain_graph) with the
+persistent grid ("pers": one CTA per SM, items from the workspace counter) and with one CTA per
+item ("grid": FLASHSDPA_SM90_BWD_GRID=0, read per launch), and PyTorch's cuDNN backward, in
+interleaved rounds (order rotated per round), CUDA events, rotated inputs, median of the reps.
+Problems: the standard sweep's d64 / d128 cells (B*S = 16k tokens, H*D = 2048, (B, S, H, D)
+memory) and the Llama-style train shapes (GQA 16/4, causal). Prints TFLOP/s per round and the
+medians of the per-round ratios.
+
+    python3 scripts/dev/bwd_persistent_ab.py [--rounds 3] [--seqlens 1024 2048 8192]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashsdpa
+from flashsdpa.bench.timing import sets_for_bytes, time_cuda_ms
+
+KNOB = "FLASHSDPA_SM90_BWD_GRID"
+
+
+def _sets(b: int, hq: int, hkv: int, s: int, d: int, count: int) -> list[tuple[torch.Tensor, ...]]:
+    def make(h: int) -> torch.Tensor:
+        return torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2).requires_grad_()
+
+    return [(make(hq), make(hkv), make(hkv), torch.randn(b, hq, s, d, device="cuda", dtype=torch.bfloat16))
+            for _ in range(count)]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seqlens", type=int, nargs="+", default=[1024, 2048, 8192])
+    parser.add_argument("--reps", type=int, default=10)
+    args = parser.parse_args()
+    if "sm90_bwd_persistent" not in flashsdpa.build_info().get("switches", []):
+        raise SystemExit("built without FLASHSDPA_SM90_BWD_PERSISTENT=ON: both variants would be the same kernel")
+    problems = [(16384 // s, 2048 // d, 2048 // d, s, d, c) for d in (128, 64) for s in args.seqlens for c in (False, True)]
+    problems += [(1, 16, 4, 8192, 128, True), (4, 16, 4, 2048, 128, True)]
+    results: list[tuple[str, float, float]] = []
+    for b, hq, hkv, s, d, causal in problems:
+        sets = _sets(b, hq, hkv, s, d, sets_for_bytes(4 * b * hq * s * d * 2))
+        flops = 2.5 * 4.0 * b * hq * s * s * d / (2 if causal else 1)
+
+        def ours(knob: str | None) -> list[Callable[[], object]]:
+            def out_of(t: tuple[torch.Tensor, ...]) -> torch.Tensor:
+                out = flashsdpa.attention(t[0], t[1], t[2], causal=causal)
+                assert isinstance(out, torch.Tensor)
+                return out
+
+            outs = [out_of(t) for t in sets]
+
+            def call(o: torch.Tensor, t: tuple[torch.Tensor, ...]) -> object:
+                if knob is None:
+                    os.environ.pop(KNOB, None)
+                else:
+                    os.environ[KNOB] = knob
+                return torch.autograd.grad(o, t[:3], t[3], retain_graph=True)
+
+            return [lambda o=o, t=t: call(o, t) for o, t in zip(outs, sets)]
+
+        def cudnn() -> list[Callable[[], object]]:
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                outs = [F.scaled_dot_product_attention(t[0], t[1], t[2], is_causal=causal, enable_gqa=hq != hkv)
+                        for t in sets]  # fmt: skip
+            return [lambda o=o, t=t: torch.autograd.grad(o, t[:3], t[3], retain_graph=True) for o, t in zip(outs, sets)]
+
+        variants = {"pers": lambda: ours(None), "grid": lambda: ours("0"), "cudnn": cudnn}
+        got: dict[str, list[float]] = {name: [] for name in variants}
+        names = list(variants)
+        for r in range(args.rounds):
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                calls = variants[name]()
+                ms = time_cuda_ms(calls, warmup=3, reps=args.reps)
+                got[name].append(flops / ms / 1e9)
+                del calls
+        os.environ.pop(KNOB, None)
+        label = f"B{b} H{hq}/{hkv} S{s} d{d}{' causal' if causal else ''}"
+        ratio = statistics.median(a / g for a, g in zip(got["pers"], got["grid"]))
+        vs = statistics.median(a / c for a, c in zip(got["pers"], got["cudnn"]))
+        print(f"{label} | " + " | ".join(f"{n} " + " ".join(f"{x:.1f}" for x in got[n]) for n in names)
+              + f" | pers/grid {ratio:.4f} pers/cudnn {vs:.4f}", flush=True)  # fmt: skip
+        results.append((label, ratio, vs))
+        del sets
+        torch.cuda.empty_cache()
+    print("==== persistent backward A/B (median of per-round ratios)")
+    for label, ratio, vs in results:
+        print(f"{label:32s} pers/grid {ratio:.3f}  pers/cudnn {vs:.3f}")
+
+
+if __name__ == "__main__":
+    main()
