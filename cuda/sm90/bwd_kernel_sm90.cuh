@@ -39,6 +39,7 @@
 #include "common/seqlen.cuh"
 #include "common/softmax.cuh"
 #include "flashsdpa/params.h"
+#include "sm90/item_queue_sm90.cuh"
 #include "sm90/ptx_sm90.cuh"
 
 namespace flashsdpa {
@@ -263,39 +264,18 @@ struct BwdItem {
 };
 
 // The load thread's hand-over of items to the other roles (the dQ writer, the row-stats warp, the
-// consumers): kSlots decoded items in shared memory, each with a "full" mbarrier (the load thread's
-// arrival once the item is written) and an "empty" one (every reader's arrival once it has read
-// it). The load thread runs at most an item or two ahead (the ring's stages), so 4 slots never make
-// it wait here.
-struct ItemQueue {
-  static constexpr int kSlots = 4;
-  static constexpr int kBytes = kSlots * (8 + 8 + 32);
+// consumers: sm90::ItemQueue).
+struct ItemQueue : sm90::ItemQueue {
   static constexpr int kReaders = 1 + 32 + 256;  // dQ writer, row-stats warp, two consumer warpgroups
-  uint32_t base;  // kBytes of shared memory, 16-byte aligned
-  __device__ __forceinline__ uint32_t full(int s) const { return base + 8 * s; }
-  __device__ __forceinline__ uint32_t empty(int s) const { return base + 8 * (kSlots + s); }
-  __device__ __forceinline__ uint32_t slot(int s) const { return base + 16 * kSlots + 32 * s; }
-  __device__ __forceinline__ void init() const {
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      sm90::mbar_init(full(s), 1);
-      sm90::mbar_init(empty(s), kReaders);
-    }
-  }
+  __device__ __forceinline__ void init() const { sm90::ItemQueue::init(kReaders); }
   __device__ __forceinline__ void push(int k, const BwdItem& item) const {
-    const int s = k % kSlots;
-    sm90::mbar_wait(empty(s), ((k / kSlots) & 1) ^ 1);
     const StepRange& r = item.range;
-    st_shared_v4(slot(s), make_uint4(item.n_block, item.kv_head, item.batch, item.step0));
-    st_shared_v4(slot(s) + 16, make_uint4(r.head_begin, r.heads, r.m_min, r.m_max));
-    sm90::mbar_arrive(full(s));
+    sm90::ItemQueue::push(k, make_uint4(item.n_block, item.kv_head, item.batch, item.step0),
+                          make_uint4(r.head_begin, r.heads, r.m_min, r.m_max));
   }
   __device__ __forceinline__ BwdItem pop(int k) const {
-    const int s = k % kSlots;
-    sm90::mbar_wait(full(s), (k / kSlots) & 1);
-    const uint4 v = ld_shared_v4(slot(s));
-    const uint4 r = ld_shared_v4(slot(s) + 16);
-    sm90::mbar_arrive(empty(s));
+    uint4 v, r;
+    sm90::ItemQueue::pop(k, v, r);
     return BwdItem{static_cast<int>(v.x), static_cast<int>(v.y), static_cast<int>(v.z), static_cast<int>(v.w),
                    StepRange{static_cast<int>(r.x), static_cast<int>(r.y), static_cast<int>(r.z), static_cast<int>(r.w)}};
   }

@@ -36,6 +36,7 @@
 #include "common/softmax.cuh"
 #include "common/tile_scheduler.cuh"
 #include "flashsdpa/params.h"
+#include "sm90/item_queue_sm90.cuh"
 #include "sm90/ptx_sm90.cuh"
 
 namespace flashsdpa {
@@ -838,43 +839,18 @@ inline int sched_group(const AttnFwdParams& p) {
   return static_cast<int>(group < 1 ? 1 : group > pairs ? pairs : group);
 }
 
-// The producer's hand-over of tiles to the consumers: kSlots decoded tiles (block, head, batch;
-// batch < 0 ends the CTA's work) in shared memory, each with a "full" mbarrier (the producer's
-// arrival, release: the tile is written) and an "empty" one (every consumer thread's arrival once
-// it has read it). Decoded by the producer so that the consumers hold none of the schedule's
-// state (with the linear index, the d64 kMods consumers spilled 8 bytes at their 160 registers).
-// The producer runs at most two tiles ahead (its Q slots), so two slots would do; four leave it
-// never waiting here.
-struct TileQueue {
-  static constexpr int kSlots = 4;
-  static constexpr int kBytes = kSlots * (8 + 8 + 32);  // full and empty mbarriers, an item each
-  uint32_t base;  // kBytes of shared memory, 16-byte aligned
-  __device__ __forceinline__ uint32_t full(int s) const { return base + 8 * s; }
-  __device__ __forceinline__ uint32_t empty(int s) const { return base + 8 * (kSlots + s); }
-  __device__ __forceinline__ uint32_t slot(int s) const { return base + 16 * kSlots + 32 * s; }
-  __device__ __forceinline__ void init(int consumer_threads) const {
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      sm90::mbar_init(full(s), 1);
-      sm90::mbar_init(empty(s), consumer_threads);
-    }
-  }
+// The producer's hand-over of tiles to the consumers (sm90::ItemQueue): decoded tiles (block,
+// head, batch; batch < 0 ends the CTA's work), the key range and tail index of a split piece.
+struct TileQueue : sm90::ItemQueue {
   // Producer: the i-th item of this CTA (i counts from 0).
   __device__ __forceinline__ void push(int i, const FwdItem& item) const {
-    const int s = i % kSlots;
     const WorkTile& t = item.tile;
-    sm90::mbar_wait(empty(s), ((i / kSlots) & 1) ^ 1);
-    st_shared_v4(slot(s), make_uint4(t.block, t.head, t.batch, t.split));
-    st_shared_v4(slot(s) + 16, make_uint4(item.key_begin, item.key_end, item.tail, 0));
-    sm90::mbar_arrive(full(s));
+    ItemQueue::push(i, make_uint4(t.block, t.head, t.batch, t.split), make_uint4(item.key_begin, item.key_end, item.tail, 0));
   }
   // Consumer thread: the i-th item.
   __device__ __forceinline__ FwdItem pop(int i) const {
-    const int s = i % kSlots;
-    sm90::mbar_wait(full(s), (i / kSlots) & 1);
-    const uint4 v = ld_shared_v4(slot(s));
-    const uint4 r = ld_shared_v4(slot(s) + 16);
-    sm90::mbar_arrive(empty(s));
+    uint4 v, r;
+    ItemQueue::pop(i, v, r);
     return FwdItem{{static_cast<int>(v.x), static_cast<int>(v.y), static_cast<int>(v.z), static_cast<int>(v.w)},
                    static_cast<int>(r.x), static_cast<int>(r.y), static_cast<int>(r.z)};
   }
