@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from flashsdpa import reference
 from flashsdpa._backend import build_info, capabilities
-from flashsdpa.ops import attention, attention_varlen
+from flashsdpa.direct import attention, attention_varlen
 from flashsdpa import ops_mods  # noqa: F401  (registers flashsdpa::fwd_mods / bwd_mods)
 from flashsdpa import ops_masks  # noqa: F401  (registers flashsdpa::fwd_masked / bwd_masked)
 from flashsdpa import ops_dropout  # noqa: F401  (registers flashsdpa::fwd_dropout / bwd_dropout)

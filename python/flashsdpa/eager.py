@@ -1,9 +1,9 @@
 # eager.py: whether a call may run our CUDA code right away, without the dispatcher, the op's
 # autograd wrapper or SDPA's own dispatch: nothing would record, trace, cast or wrap it. Shared by
 # the SDPA entry's eager path (entry._eager_skip_reason, which adds SDPA's own conditions) and the
-# direct API (ops.attention), where the torch.library op costs tens of microseconds of host time a
-# call on the H200 (65 µs for a decode-shaped flashsdpa.attention against 25 through SDPA's router,
-# session 5's decode rows) for an answer the CUDA implementation alone gives.
+# direct API (direct.attention), where the torch.library op costs tens of microseconds of host
+# time a call on the H200 (65 µs for a decode-shaped flashsdpa.attention against 25 through SDPA's
+# router, session 5's decode rows) for an answer the CUDA implementation alone gives.
 """The conditions under which a call may skip the dispatcher and run our CUDA implementation."""
 
 from __future__ import annotations

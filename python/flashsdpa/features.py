@@ -361,7 +361,7 @@ def _keep(shape: tuple[int, ...], dropout_p: float, device: torch.device) -> Ten
 def attention(
     query: Tensor, key: Tensor, value: Tensor, mask: MaskSpec, scale: float, extras: Extras
 ) -> tuple[Tensor, Tensor]:
-    """flashsdpa.attention with features (arguments checked by ops.attention and :func:`check`).
+    """flashsdpa.attention with features (arguments checked by direct.attention and :func:`check`).
     On CUDA, dropout alone: flashsdpa::fwd_dropout (ops_dropout.py), PyTorch's flash mask."""
     if query.is_cuda and dropout_only(extras):
         out, lse, _ = torch.ops.flashsdpa.fwd_dropout.default(query, key, value, scale, list(mask), extras.dropout_p)

@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 
 from flashsdpa import _backend, dropout, masks, reporting, routers, selection
-from flashsdpa.ops import _check_cuda, _check_mask
+from flashsdpa.direct import _check_cuda
+from flashsdpa.ops import _check_mask
 
 __all__ = ["attention_dropout"]
 

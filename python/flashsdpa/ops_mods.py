@@ -3,7 +3,7 @@
 # rows) in one schema each, with CUDA impls (our sm80 kernels through _backend, the modifiers as
 # float32 device tensors), CPU impls (features.py's reference), fake impls and autograd (dq, dk,
 # dv and the slopes' and sinks' gradients). Separate from ops.py's plain ops so that those keep
-# their schemas and their per-call cost; ops.attention() / attention_varlen() call these when the
+# their schemas and their per-call cost; direct.attention() / attention_varlen() call these when the
 # modifiers are the only features given. Registered by importing the package (__init__.py).
 """The ``flashsdpa::fwd_mods`` / ``bwd_mods`` ops: softcap, ALiBi and sinks on our kernels."""
 
