@@ -249,9 +249,9 @@ struct StepRange {
 // index order whatever the SMs free up: as the non-persistent grid's hardware launch order did,
 // which the longest-first causal order and deterministic mode's turns rely on (a dQ add only ever
 // waits for an item of smaller index, which a running CTA has taken: no deadlock, even where other
-// kernels hold some SMs). What it buys: the next item's Q / dO stream into the ring while the
-// current one's last steps run, and its K / V load while the consumers store dK / dV, instead of a
-// new CTA's launch, barrier set-up and first loads per key block.
+// kernels hold some SMs). What it buys: the next item's first Q / dO load while the current one's
+// last steps run and its K / V while the consumers store dK / dV (produce), instead of a new CTA's
+// launch, barrier set-up and first loads per key block.
 // Without a counter (the launcher's fallback) the grid is one CTA per item and the loop runs once.
 // Decoded once by the load thread, with its steps (StepRange) and the CTA's count of steps before
 // it (step0: the ring's stages and parities count steps over all of the CTA's items), so that the
@@ -304,21 +304,26 @@ __device__ __forceinline__ void apply_mask_t(float (&s)[1][kMTiles][4], const Bl
 
 // The loads of the CTA's k-th item, whose first step is the CTA's step0-th (the ring's stages and
 // parities count steps over all of the CTA's items; 0, 0 without the persistent grid). Persistent:
-// the K / V of item k > 0 wait for the consumers to release item k - 1's (kv_empty).
+// the first step's Q / dO go first (their stage is free once the consumers are two steps from the
+// end of item k - 1), then K / V, which wait for the consumers to release item k - 1's (kv_empty:
+// after its last dQ GEMM, before its dK / dV stores).
 template <typename Traits>
 __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int n_block,
                                         int kv_head, int batch, const StepRange& range, int step0, int k) {
   sm90::tma_prefetch_desc(&args.tma_q);
   sm90::tma_prefetch_desc(&args.tma_do);
-  if (Traits::kPersistent && k > 0) sm90::mbar_wait(sm.kv_empty(), (k - 1) & 1);
-  sm90::mbar_arrive_expect_tx(sm.kv_full(), 2 * Traits::kKBytes);
+  auto load_kv = [&] {
+    if (Traits::kPersistent && k > 0) sm90::mbar_wait(sm.kv_empty(), (k - 1) & 1);
+    sm90::mbar_arrive_expect_tx(sm.kv_full(), 2 * Traits::kKBytes);
 #pragma unroll
-  for (int c = 0; c < Traits::kColBlocks; ++c) {
-    sm90::tma_load_4d(sm.k + c * Traits::kBlockN * 128, &args.tma_k, sm.kv_full(), c * 64, n_block * Traits::kBlockN,
-                      kv_head, batch);
-    sm90::tma_load_4d(sm.v + c * Traits::kBlockN * 128, &args.tma_v, sm.kv_full(), c * 64, n_block * Traits::kBlockN,
-                      kv_head, batch);
-  }
+    for (int c = 0; c < Traits::kColBlocks; ++c) {
+      sm90::tma_load_4d(sm.k + c * Traits::kBlockN * 128, &args.tma_k, sm.kv_full(), c * 64,
+                        n_block * Traits::kBlockN, kv_head, batch);
+      sm90::tma_load_4d(sm.v + c * Traits::kBlockN * 128, &args.tma_v, sm.kv_full(), c * 64,
+                        n_block * Traits::kBlockN, kv_head, batch);
+    }
+  };
+  if constexpr (!Traits::kPersistent) load_kv();
   auto load = [&](uint32_t empty, uint32_t full, uint32_t slot, const CUtensorMap* map, uint32_t parity, int head,
                   int m_block) {
     sm90::mbar_wait(empty, parity ^ 1);
@@ -328,12 +333,18 @@ __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayou
       sm90::tma_load_4d(slot + c * Traits::kBlockM * 128, map, full, c * 64, m_block * Traits::kBlockM, head, batch);
     }
   };
-  for (int i = 0; i < range.count(); ++i) {
+  auto load_step = [&](int i) {
     const int s = (step0 + i) % Traits::kStages;
     const uint32_t parity = ((step0 + i) / Traits::kStages) & 1;
     load(sm.q_empty(s), sm.q_full(s), sm.q_slot(s), &args.tma_q, parity, range.head(i), range.m_block(i));
     load(sm.do_empty(s), sm.do_full(s), sm.do_slot(s), &args.tma_do, parity, range.head(i), range.m_block(i));
+  };
+  int first = 0;
+  if constexpr (Traits::kPersistent) {  // the first step peeled: n_block and kv_head die with the K / V loads
+    if (range.count() > 0) load_step(first++);
+    load_kv();  // (every item's, stepless ones too: the consumers wait for one phase each)
   }
+  for (int i = first; i < range.count(); ++i) load_step(i);
 }
 
 // LSE * log2(e) and delta of each step's query rows into the Q stage's shared memory (+inf and 0
