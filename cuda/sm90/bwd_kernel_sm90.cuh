@@ -210,7 +210,7 @@ struct BwdGridOrder {
   // persistent load thread's, on 24 registers: the launcher refuses more than INT_MAX items, and
   // group * n_blocks <= items).
   template <typename Index>
-  __device__ __forceinline__ void decode(Index index, int& n_block, int& kv_head, int& batch) const {
+  __host__ __device__ __forceinline__ void decode(Index index, int& n_block, int& kv_head, int& batch) const {
     const Index per_group = Index(group) * n_blocks;
     const int first = static_cast<int>(index / per_group) * group;
     const int size = min(group, heads_batches - first);
@@ -223,7 +223,7 @@ struct BwdGridOrder {
   }
   // Position of key block n_block among the key blocks [n_min, n_max) that add to one query block,
   // in launch order: deterministic mode's turn (0 adds first).
-  __device__ __forceinline__ int turn(int n_block, int n_min, int n_max) const {
+  __host__ __device__ __forceinline__ int turn(int n_block, int n_min, int n_max) const {
     return ascending ? n_block - n_min : n_max - 1 - n_block;
   }
 };
@@ -484,7 +484,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
 
 // After the CTA's last item: every add landed, the last one counted.
 __device__ __forceinline__ void write_dq_done(int32_t* pending) {
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // (not a template: compiled in every device pass)
   bulk_wait_all();
   if (pending != nullptr) {
     sm90::fence_proxy_async_global();

@@ -1,0 +1,20 @@
+# test_bwd_grid_order.py: the sm90 backward's item order (bwd_kernel_sm90.cuh's BwdGridOrder)
+# replayed on the host (tests/cpp/bwd_grid_order.cu, built with nvcc where there is one): decode is a
+# bijection and its int32 form (the persistent grid's load thread) equals its int64 form, up to
+# INT_MAX items; within a (KV head, batch) the dQ turns follow the item index, which both grids'
+# deadlock argument rests on. The kernels themselves: tests/gpu/test_kernels.py and
+# tests/gpu/test_bwd_persistent.py.
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from helpers import run_host_replay
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc: the host replay of the order is built with it")
+def test_order_on_the_host(tmp_path: Path) -> None:
+    # ~2 s to build, under 1 s to run: 6048 problems and 7 grids near INT_MAX items.
+    assert run_host_replay("bwd_grid_order.cu", tmp_path).startswith("ok 6048 problems")
