@@ -41,6 +41,9 @@ CASES = [
     ("causal_br_sq_lt_sk", Shape("p_br", 1, 6, 3, 300, 1500, 64), masks.CAUSAL_BOTTOM_RIGHT),
     ("window_empty_items", Shape("p_win", 1, 4, 2, 200, 1300, 128, 96), (5, 0, masks.TOP_LEFT)),  # key blocks past 205 see no query
     ("one_query_row", Shape("p_row", 3, 2, 2, 1, 900, 64), masks.NO_MASK),
+    # More items than the H200's 132 SMs: the default grid is persistent too (the counter's items).
+    ("many_items", Shape("p_many", 4, 16, 16, 1024, 1024, 64), masks.NO_MASK),  # 512 items of 16 steps
+    ("many_items_causal", Shape("p_many_c", 3, 16, 4, 2048, 2048, 128), masks.CAUSAL_TOP_LEFT),  # 192 items, GQA 4
 ]
 CAPS = ["1", "3", "7", "default"]
 
