@@ -48,7 +48,7 @@ constexpr int kPrePostThreads = 256;
 
 // The sm90 backward's persistent grid (bwd_kernel_sm90.cuh's BwdItem), whose item counter the
 // preprocess zeroes: a compile-time switch, off until measured on the GPU (session 14 prepared it
-// without one); -DFLASHSDPA_SM90_BWD_PERSISTENT=1 in CUDAFLAGS (a fresh build directory) builds it.
+// without one); the build knob FLASHSDPA_SM90_BWD_PERSISTENT=ON defines it for every CUDA target.
 #ifndef FLASHSDPA_SM90_BWD_PERSISTENT
 #define FLASHSDPA_SM90_BWD_PERSISTENT 0
 #endif

@@ -89,10 +89,10 @@ struct BwdTraitsSm90 {
   // Two dS^T buffers: a warpgroup writes step i's half while the other may still read step i-1's
   // in its dQ GEMM (the one barrier per step orders i against i-2). Two dQ staging buffers: the
   // writer warp's bulk reduce-add of step i-1 reads one while the consumers fill the other.
-  // The persistent grid (bwd_sm90::BwdItem): built with -DFLASHSDPA_SM90_BWD_PERSISTENT=1 only
-  // until it has been measured on the GPU (prepared in session 14, which had none; its device
-  // script: scripts/dev/bwd_persistent_gpu.sh). Off, the kernel is the one-CTA-per-item kernel,
-  // its SASS byte-identical to session 13's.
+  // The persistent grid (bwd_sm90::BwdItem): built only with the build knob
+  // FLASHSDPA_SM90_BWD_PERSISTENT=ON until it has been measured on the GPU (prepared in session 14,
+  // which had none; its device script: scripts/dev/bwd_persistent_gpu.sh). Off, the kernel is the
+  // one-CTA-per-item kernel, its SASS byte-identical to session 13's.
   static constexpr bool kPersistent = FLASHSDPA_SM90_BWD_PERSISTENT != 0;
   // kv_full, the Q / dO ring's full and empty, dQ staging's full and empty (and, persistent,
   // kv_empty); then the persistent grid's item queue (bwd_sm90::ItemQueue, 192 bytes).
