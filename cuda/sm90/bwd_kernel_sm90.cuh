@@ -979,7 +979,7 @@ __device__ __forceinline__ StepRange item_steps(const AttnBwdParams& p, const Se
 // items (BwdItem, ItemQueue), every role walks them in the order the queue gives. Each warpgroup's
 // in its own function, called in the branch of its setmaxnreg: ptxas sizes a region's registers
 // from the setmaxnreg that dominates it, and called after the branches merged, the consumers got
-// the producer's 24 and spilled 1.2-3 KB (ptxas 13.0). The producer's roles spill 100-144 bytes at
+// the producer's 24 and spilled 1.2-3 KB (ptxas 13.0). The producer's roles spill 108-128 bytes at
 // 24 registers (per-step loads of loop state: the dQ writer alone fits, the load thread alone
 // spills 40, the row-stats warp alone 32; their per-role functions spilled more): to be weighed
 // on the GPU against the consumers' 240, which d128 needs (232 spills 16-28 bytes there).
