@@ -91,7 +91,7 @@ def main() -> None:
         print(f"{label} | " + " | ".join(f"{n} " + " ".join(f"{x:.1f}" for x in got[n]) for n in names)
               + f" | pers/grid {ratio:.4f} pers/cudnn {vs:.4f}", flush=True)  # fmt: skip
         results.append((label, ratio, vs))
-        del sets
+        sets.clear()  # (the closures above hold the list: emptied, not unbound)
         torch.cuda.empty_cache()
     print("==== persistent backward A/B (median of per-round ratios)")
     for label, ratio, vs in results:
