@@ -7,14 +7,17 @@ item ("grid": FLASHSDPA_SM90_BWD_GRID=0, read per launch), and PyTorch's cuDNN b
 interleaved rounds (order rotated per round), CUDA events, rotated inputs, median of the reps.
 Problems: the standard sweep's d64 / d128 cells (B*S = 16k tokens, H*D = 2048, (B, S, H, D)
 memory) and the Llama-style train shapes (GQA 16/4, causal). Prints TFLOP/s per round and the
-medians of the per-round ratios.
+medians of the per-round ratios. In a default build (no switch) it times "base" (the
+one-CTA-per-item kernel as built) and cuDNN: scripts/dev/bwd_persistent_ab.sh alternates processes
+of both builds and compares them through `--json` (one line per problem: the variants' medians).
 
-    python3 scripts/dev/bwd_persistent_ab.py [--rounds 3] [--seqlens 1024 2048 8192]
+    python3 scripts/dev/bwd_persistent_ab.py [--rounds 3] [--seqlens 1024 2048 8192] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 from collections.abc import Callable
@@ -42,9 +45,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seqlens", type=int, nargs="+", default=[1024, 2048, 8192])
     parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--json", action="store_true", help="one JSON line per problem: the variants' medians")
     args = parser.parse_args()
-    if "sm90_bwd_persistent" not in flashsdpa.build_info().get("switches", []):
-        raise SystemExit("built without FLASHSDPA_SM90_BWD_PERSISTENT=ON: both variants would be the same kernel")
+    persistent = "sm90_bwd_persistent" in flashsdpa.build_info().get("switches", [])
     problems = [(16384 // s, 2048 // d, 2048 // d, s, d, c) for d in (128, 64) for s in args.seqlens for c in (False, True)]
     problems += [(1, 16, 4, 8192, 128, True), (4, 16, 4, 2048, 128, True)]
     results: list[tuple[str, float, float]] = []
@@ -75,7 +78,11 @@ def main() -> None:
                         for t in sets]  # fmt: skip
             return [lambda o=o, t=t: torch.autograd.grad(o, t[:3], t[3], retain_graph=True) for o, t in zip(outs, sets)]
 
-        variants = {"pers": lambda: ours(None), "grid": lambda: ours("0"), "cudnn": cudnn}
+        variants: dict[str, Callable[[], list[Callable[[], object]]]] = (
+            {"pers": lambda: ours(None), "grid": lambda: ours("0"), "cudnn": cudnn}
+            if persistent
+            else {"base": lambda: ours(None), "cudnn": cudnn}
+        )
         got: dict[str, list[float]] = {name: [] for name in variants}
         names = list(variants)
         for r in range(args.rounds):
@@ -86,13 +93,20 @@ def main() -> None:
                 del calls
         os.environ.pop(KNOB, None)
         label = f"B{b} H{hq}/{hkv} S{s} d{d}{' causal' if causal else ''}"
+        if args.json:
+            print(json.dumps({"problem": label, **{n: statistics.median(v) for n, v in got.items()}}), flush=True)
+        if not persistent:
+            continue
         ratio = statistics.median(a / g for a, g in zip(got["pers"], got["grid"]))
         vs = statistics.median(a / c for a, c in zip(got["pers"], got["cudnn"]))
-        print(f"{label} | " + " | ".join(f"{n} " + " ".join(f"{x:.1f}" for x in got[n]) for n in names)
-              + f" | pers/grid {ratio:.4f} pers/cudnn {vs:.4f}", flush=True)  # fmt: skip
+        if not args.json:
+            print(f"{label} | " + " | ".join(f"{n} " + " ".join(f"{x:.1f}" for x in got[n]) for n in names)
+                  + f" | pers/grid {ratio:.4f} pers/cudnn {vs:.4f}", flush=True)  # fmt: skip
         results.append((label, ratio, vs))
         sets.clear()  # (the closures above hold the list: emptied, not unbound)
         torch.cuda.empty_cache()
+    if args.json or not persistent:
+        return
     print("==== persistent backward A/B (median of per-round ratios)")
     for label, ratio, vs in results:
         print(f"{label:32s} pers/grid {ratio:.3f}  pers/cudnn {vs:.3f}")
