@@ -989,44 +989,42 @@ __device__ __forceinline__ void producer_persistent(const BwdSm90Args& args, con
   const ItemQueue queue{sm.queue()};
   const SeqlenInfo seq(p, SeqlenInfo::Dense{});  // (tiles_sm90.cu's bwd_sm90_unsupported: dense only)
   const BlockMask mask(seq, p.mask);
-  {
-    const int warp = threadIdx.x / 32;
-    if (warp == kWarpLoad && threadIdx.x % 32 == 0) {
-      const BwdGridOrder order(p, Traits::kBlockN);
-      const int items = order.n_blocks * order.heads_batches;  // < 2^31: the launcher checked
-      int t = blockIdx.x;
-      for (int k = 0, step0 = 0;; ++k) {
-        BwdItem item{0, 0, -1, step0, StepRange{0, 0, 0, 0}};
-        if (t < items) {
-          order.decode(t, item.n_block, item.kv_head, item.batch);
-          item.range = item_steps<Traits>(p, seq, mask, item.n_block, item.kv_head, item.batch);
-        }
-        queue.push(k, item);
-        if (!item.valid()) break;
-        produce<Traits>(args, sm, item.n_block, item.kv_head, item.batch, item.range, step0, k);
-        step0 += item.range.count();
-        // The next item, fetched once this one's loads are issued (the ring keeps the consumers
-        // busy over the round trip to L2); the counter is the preprocess's to zero, hence the wait
-        // (it returns at once after the first time).
-        grid_dependency_wait();
-        t = p.tile_counter != nullptr ? static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1)
-                                      : t + static_cast<int>(gridDim.x);
+  const int warp = threadIdx.x / 32;
+  if (warp == kWarpLoad && threadIdx.x % 32 == 0) {
+    const BwdGridOrder order(p, Traits::kBlockN);
+    const int items = order.n_blocks * order.heads_batches;  // < 2^31: the launcher checked
+    int t = blockIdx.x;
+    for (int k = 0, step0 = 0;; ++k) {
+      BwdItem item{0, 0, -1, step0, StepRange{0, 0, 0, 0}};
+      if (t < items) {
+        order.decode(t, item.n_block, item.kv_head, item.batch);
+        item.range = item_steps<Traits>(p, seq, mask, item.n_block, item.kv_head, item.batch);
       }
-    } else if (warp == kWarpDq && threadIdx.x % 32 == 0) {
-      const BwdGridOrder order(p, Traits::kBlockN);
-      int32_t* pending = nullptr;  // (first store) the block of the last add not yet counted
-      for (int k = 0;; ++k) {
-        const BwdItem item = queue.pop(k);
-        if (!item.valid()) break;
-        write_dq<Traits>(p, sm, item.batch, seq, mask, item.range, order, item.n_block, item.step0, pending);
-      }
-      write_dq_done(pending);
-    } else if (warp == kWarpRowStats) {
-      for (int k = 0;; ++k) {
-        const BwdItem item = queue.pop(k);
-        if (!item.valid()) break;
-        load_row_stats<Traits>(p, sm, item.batch, seq, item.range, threadIdx.x % 32, item.step0);
-      }
+      queue.push(k, item);
+      if (!item.valid()) break;
+      produce<Traits>(args, sm, item.n_block, item.kv_head, item.batch, item.range, step0, k);
+      step0 += item.range.count();
+      // The next item, fetched once this one's loads are issued (the ring keeps the consumers
+      // busy over the round trip to L2); the counter is the preprocess's to zero, hence the wait
+      // (it returns at once after the first time).
+      grid_dependency_wait();
+      t = p.tile_counter != nullptr ? static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1)
+                                    : t + static_cast<int>(gridDim.x);
+    }
+  } else if (warp == kWarpDq && threadIdx.x % 32 == 0) {
+    const BwdGridOrder order(p, Traits::kBlockN);
+    int32_t* pending = nullptr;  // (first store) the block of the last add not yet counted
+    for (int k = 0;; ++k) {
+      const BwdItem item = queue.pop(k);
+      if (!item.valid()) break;
+      write_dq<Traits>(p, sm, item.batch, seq, mask, item.range, order, item.n_block, item.step0, pending);
+    }
+    write_dq_done(pending);
+  } else if (warp == kWarpRowStats) {
+    for (int k = 0;; ++k) {
+      const BwdItem item = queue.pop(k);
+      if (!item.valid()) break;
+      load_row_stats<Traits>(p, sm, item.batch, seq, item.range, threadIdx.x % 32, item.step0);
     }
   }
 }
@@ -1052,7 +1050,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   const bwd_sm90::SmemLayout<Traits> sm((smem_u32(fwd_smem) + 1023u) & ~1023u);
   const AttnBwdParams& p = args.p;
   const bwd_sm90::BwdGridOrder order(p, Traits::kBlockN);
-  // One CTA per item (without the persistent grid): blockIdx.x's, decoded before the register split.
+  // One CTA per item (without the persistent grid): blockIdx.x's, decoded before the register split
+  // (persistent: unused and compiled away; the roles take their items from the queue).
   int n_block = 0, kv_head = 0, batch = 0;
   if constexpr (!Traits::kPersistent) order.decode(int64_t(blockIdx.x), n_block, kv_head, batch);
   const SeqlenInfo seq(p, batch);

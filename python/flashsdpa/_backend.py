@@ -35,6 +35,8 @@ MAX_HEAD_DIM = 256
 _NO_BUILD: dict[str, Any] = {"version": None, "with_cuda": False, "cuda_version": None, "archs": [], "dtypes": [],
                              "head_dims": [], "kernel_families": [], "max_head_dim": MAX_HEAD_DIM, "switches": []}
 
+_ITEM_COUNTER_BYTES = 16  # the backward workspace's item counter (api.h's kItemCounterBytes)
+
 _DTYPE_BY_NAME = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 _CODE_BY_DTYPE = {torch.float16: 0, torch.bfloat16: 1}  # flashsdpa::DType in params.h
 
@@ -590,7 +592,7 @@ def launch_bwd(
     # and the persistent main kernel's 16-byte item counter (api.cpp's workspace_layout).
     d_slopes, d_sinks = mod_grads[:2] if mods is not None and mod_grads is not None else (None, None)
     row_floats = 1 if d_slopes is None and d_sinks is None else 3
-    semaphores = 0 if varlen is not None else sizes[0] * sizes[1] * ((sizes[3] + 63) // 64) * 4 + 16
+    semaphores = 0 if varlen is not None else sizes[0] * sizes[1] * ((sizes[3] + 63) // 64) * 4 + _ITEM_COUNTER_BYTES
     delta_bytes = row_floats * rows * 4 + semaphores
     dq_accum, delta = _workspace(rows * bucket * 4, q), _workspace(delta_bytes, q)
     if varlen is None:
