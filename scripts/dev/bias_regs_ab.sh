@@ -12,18 +12,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
-build_into() {  # build_into NAME [CUDAFLAGS]: a narrow build, its python/ copied to /tmp/pkg_NAME
-  local name=$1 flags=${2:-} t0=$(date +%s)
-  CUDAFLAGS="$flags" FLASHSDPA_BUILD_DIR=/tmp/build_$name FLASHSDPA_DTYPES=bf16 FLASHSDPA_HEAD_DIMS=128 \
-    FLASHSDPA_ARCHS=90 FLASHSDPA_BUILD_JOBS="$(nproc)" FLASHSDPA_PTXAS_VERBOSE=1 \
-    timeout 200 $PY setup.py build_ext --inplace > "$OUT/build_$name.log" 2>&1
-  local rc=$?
-  check "build $name" $rc
-  rm -rf /tmp/pkg_$name && mkdir -p /tmp/pkg_$name && cp -r python /tmp/pkg_$name/
-  step "build $name" "rc=$rc in $(( $(date +%s) - t0 )) s; spill lines: $(grep -c 'bytes spill stores' "$OUT/build_$name.log")"
-}
-build_into base
-build_into split32 "-DFLASHSDPA_SM90_FWD_BIAS_SPLIT32=1"
+build_copy base 128 CUDAFLAGS=
+build_copy split32 128 CUDAFLAGS=-DFLASHSDPA_SM90_FWD_BIAS_SPLIT32=1
 grep -B1 "bytes spill stores" "$OUT/build_split32.log" | grep -E "ModsKindE2" | head -3
 export PYTHONPATH="/tmp/pkg_split32/python:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
 tests "mask tests (split32)" 240 tests.log $PY -m pytest -q -p no:cacheprovider -n 10 tests/gpu/test_masks_gpu.py

@@ -11,18 +11,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
-build_into() {  # build_into NAME KNOB: a narrow build, its python/ copied to /tmp/pkg_NAME
-  local name=$1 knob=$2 t0=$(date +%s)
-  FLASHSDPA_SM90_BWD_PERSISTENT=$knob FLASHSDPA_BUILD_DIR=/tmp/build_$name FLASHSDPA_DTYPES=bf16 \
-    FLASHSDPA_HEAD_DIMS="64;128" FLASHSDPA_ARCHS=90 FLASHSDPA_BUILD_JOBS="$(nproc)" \
-    timeout 200 $PY setup.py build_ext --inplace > "$OUT/build_$name.log" 2>&1
-  local rc=$?
-  check "build $name" $rc
-  rm -rf /tmp/pkg_$name && mkdir -p /tmp/pkg_$name && cp -r python /tmp/pkg_$name/
-  step "build $name" "rc=$rc in $(( $(date +%s) - t0 )) s"
-}
-build_into base OFF
-build_into pers ON
+build_copy base "64;128" FLASHSDPA_SM90_BWD_PERSISTENT=OFF
+build_copy pers "64;128" FLASHSDPA_SM90_BWD_PERSISTENT=ON
 for round in 0 1 2; do
   for name in base pers; do
     PYTHONPATH="/tmp/pkg_$name/python" timeout 150 $PY scripts/dev/bwd_persistent_ab.py --rounds 1 --json \
