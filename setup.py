@@ -27,14 +27,7 @@ from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
-FORWARDED = (
-    "FLASHSDPA_CUDA",
-    "FLASHSDPA_ARCHS",
-    "FLASHSDPA_DTYPES",
-    "FLASHSDPA_HEAD_DIMS",
-    "FLASHSDPA_FAMILIES",
-    "FLASHSDPA_SM90_BWD_PERSISTENT",
-)
+FORWARDED = ("FLASHSDPA_CUDA", "FLASHSDPA_ARCHS", "FLASHSDPA_DTYPES", "FLASHSDPA_HEAD_DIMS", "FLASHSDPA_FAMILIES")
 REQUEST_FILE = "_build_request.json"
 ROUTERS_LIBRARY = "libflashsdpa_routers.so"  # CMake's flashsdpa_routers target (routers/routers.cpp)
 

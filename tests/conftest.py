@@ -135,7 +135,6 @@ class FakeCudaBuild:
             "head_dims": list(self.head_dims) if self.with_cuda else [],
             "kernel_families": ["sm80"] if self.with_cuda else [],
             "max_head_dim": 256,
-            "switches": [],
         }
 
     def device_info(self, index: int) -> dict[str, Any]:

@@ -76,22 +76,6 @@ kernel_families=['sm80']: missing ['sm90'] (FLASHSDPA_ARCHS=80;90)""",
     assert buildcheck.mismatches(_CPU_ONLY, dict(_FULL, cuda_compiler=None)) == []
 
 
-def test_buildcheck_names_a_missing_switch() -> None:
-    # FLASHSDPA_SM90_BWD_PERSISTENT=ON builds the sm90 backward's persistent grid, which _C then
-    # lists among its switches; a build that lacks it (or has it unasked) is named.
-    built = {"with_cuda": True, "archs": [80, 90], "dtypes": ["bfloat16", "float16"],
-             "head_dims": [32, 64, 96, 128, 192, 256], "kernel_families": ["sm80", "sm90"]}  # fmt: skip
-    asked_on = dict(_FULL, FLASHSDPA_SM90_BWD_PERSISTENT="ON")
-    assert_expected_inline(
-        "\n".join(buildcheck.mismatches(dict(built, switches=[]), asked_on)),
-        """switches=[]: the build was asked for ['sm90_bwd_persistent'] (FLASHSDPA_SM90_BWD_PERSISTENT=ON)""",
-    )
-    assert buildcheck.mismatches(dict(built, switches=["sm90_bwd_persistent"]), asked_on) == []
-    assert buildcheck.mismatches(dict(built, switches=[]), _FULL) == []  # OFF is the default
-    assert buildcheck.mismatches(dict(built, switches=["sm90_bwd_persistent"]), _FULL) != []
-    assert buildcheck.mismatches(_CPU_ONLY, dict(asked_on, FLASHSDPA_CUDA="OFF")) == []
-
-
 def test_buildcheck_command(capsys: pytest.CaptureFixture[str]) -> None:
     rc = buildcheck.main([])
     out = capsys.readouterr().out

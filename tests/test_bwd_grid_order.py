@@ -1,9 +1,7 @@
 # test_bwd_grid_order.py: the sm90 backward's item order (bwd_kernel_sm90.cuh's BwdGridOrder)
 # replayed on the host (tests/cpp/bwd_grid_order.cu, built with nvcc where there is one): decode is a
-# bijection and its int32 form (the persistent grid's load thread) equals its int64 form, up to
-# INT_MAX items; within a (KV head, batch) the dQ turns follow the item index, which both grids'
-# deadlock argument rests on. The kernels themselves: tests/gpu/test_kernels.py and
-# tests/gpu/test_bwd_persistent.py.
+# bijection, up to INT_MAX items; within a (KV head, batch) the dQ turns follow the item index, which
+# the grid's deadlock argument rests on. The kernels themselves: tests/gpu/test_kernels.py.
 from __future__ import annotations
 
 import shutil

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from flashsdpa import _backend, buildcheck, cli
+from flashsdpa import buildcheck, cli
 from flashsdpa.bench import overhead, report
 from flashsdpa.bench.problems import Problem, Result, parse_count
 
@@ -51,19 +51,6 @@ def test_info_json(capsys) -> None:
     assert info["build"]["with_cuda"] == expected["with_cuda"]
     if expected["with_cuda"]:
         assert sorted(info["build"]["kernel_families"]) == expected["kernel_families"]
-    assert sorted(info["build"]["switches"]) == expected["switches"]  # FLASHSDPA_SM90_BWD_PERSISTENT
-
-
-def test_info_names_kernel_switches(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    # A developer build with a compile-time kernel switch says so (FLASHSDPA_SM90_BWD_PERSISTENT=ON);
-    # the default build prints no such row.
-    if not _backend.BUILD_INFO.get("with_cuda"):
-        pytest.skip("the build rows are printed for CUDA builds")
-    cli.main(["info"])
-    assert "kernel switches" not in capsys.readouterr().out or _backend.BUILD_INFO["switches"]
-    monkeypatch.setitem(_backend.BUILD_INFO, "switches", ["sm90_bwd_persistent"])
-    cli.main(["info"])
-    assert any(line.split() == ["kernel", "switches", "sm90_bwd_persistent"] for line in capsys.readouterr().out.splitlines())
 
 
 def _results() -> list[Result]:

@@ -597,10 +597,9 @@ def test_launch_bwd_allocates_the_workspace(recorded_build: Any) -> None:
     pointers, strides, nbytes, deterministic = grads
     assert pointers[:4] == (dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
     # dq_accum and delta: two buffers, rows x heads x bucket (64 for head dim 48) and rows x heads
-    # floats, then one int32 per (batch, head, 64-row query block), the dQ semaphores, and the
-    # persistent main kernel's 16-byte item counter.
+    # floats, then one int32 per (batch, head, 64-row query block): the deterministic mode's semaphores.
     assert pointers[4] != 0 and pointers[5] != 0 and pointers[4] != pointers[5]
-    assert nbytes == (2 * 16 * 64 * 4, 2 * 16 * 4 + 1 * 2 * 1 * 4 + 16)
+    assert nbytes == (2 * 16 * 64 * 4, 2 * 16 * 4 + 1 * 2 * 1 * 4)
     assert strides == (dout.stride(), dq.stride(), dk.stride(), dv.stride())
     assert deterministic is False
 

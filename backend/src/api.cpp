@@ -107,9 +107,7 @@ WorkspaceLayout workspace_layout(const ProblemShape& shape, int64_t total_q, int
   w.dq_accum_bytes = rows * bucket * int64_t(sizeof(float));
   // Deterministic dQ (params.h's dq_semaphore): one int32 per (batch, head, 64-row query block),
   // dense layouts only (the family that orders its adds serves no varlen), after delta's floats.
-  // Then the persistent sm90 main kernel's item counter (params.h's tile_counter): 16 bytes.
-  w.semaphore_bytes =
-      varlen ? 0 : shape.batch * shape.heads_q * ((shape.seqlen_q + 63) / 64) * int64_t(sizeof(int32_t)) + kItemCounterBytes;
+  w.semaphore_bytes = varlen ? 0 : shape.batch * shape.heads_q * ((shape.seqlen_q + 63) / 64) * int64_t(sizeof(int32_t));
   // With the modifiers' gradients, row_pdp and row_pdist (params.h) follow delta: 3 floats a row.
   w.delta_bytes = (mod_rows ? 3 : 1) * rows * int64_t(sizeof(float)) + w.semaphore_bytes;
   return w;
@@ -221,10 +219,6 @@ void bwd(const BwdSpec& spec) {
   p.dq_semaphore = (ordered || family.dq_first_store) && w.semaphore_bytes > 0
                        ? reinterpret_cast<int32_t*>(ws.delta + w.delta_bytes - w.semaphore_bytes)
                        : nullptr;
-  // The persistent main kernel's item counter, the workspace's last 16 bytes (dense only; zeroed
-  // by the preprocess): a family that has no use for it ignores it.
-  p.tile_counter = w.semaphore_bytes > 0 ? reinterpret_cast<int32_t*>(ws.delta + w.delta_bytes - kItemCounterBytes)
-                                         : nullptr;
   // Skipped tiles (bias_cells) leave query blocks unvisited by key blocks BlockMask says visit
   // them: the first-store protocol would wait for them, so the preprocess zeroes all of dq_accum.
   p.dq_first_store = family.dq_first_store && p.dq_semaphore != nullptr && p.mods.bias_cells == nullptr;

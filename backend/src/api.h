@@ -134,14 +134,12 @@ int64_t fwd_workspace_bytes(const FwdSpec& spec);
 // Workspace of the backward for a head-dim bucket: float32 dq_accum (rows x heads_q x bucket) and
 // delta = rowsum(dO * O) (rows x heads_q), rows = seqlen_q per batch (dense) or total_q (varlen).
 // Python computes the same sizes from the bucket _C.select reports (one _C call per backward).
-// The backward workspace's item counter for persistent main kernels (params.h's tile_counter).
-constexpr int64_t kItemCounterBytes = 16;
 struct WorkspaceLayout {
   int64_t rows_per_head;
   int64_t delta_floats;  // delta's rows: batches x heads x rows_per_head (row_pdp, row_pdist follow)
   int64_t dq_accum_bytes;
   int64_t delta_bytes;      // delta's floats, then (mod_rows) row_pdp's and row_pdist's, then semaphore_bytes
-  int64_t semaphore_bytes;  // dQ: int32 per (batch, head, 64-row query block), then the item counter; 0 for varlen
+  int64_t semaphore_bytes;  // deterministic dQ: int32 per (batch, head, 64-row query block); 0 for varlen
 };
 // mod_rows: the score modifiers' gradients are wanted (params.h's row_pdp / row_pdist).
 WorkspaceLayout workspace_layout(const ProblemShape& shape, int64_t total_q, int bucket, bool mod_rows = false);

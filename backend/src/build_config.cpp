@@ -50,9 +50,6 @@ BuildConfig make_config() {
   c.archs = split_ints(FLASHSDPA_ARCHS_LIST);
   c.head_dims = split_ints(FLASHSDPA_HEAD_DIMS_LIST);
   for (const auto& d : split(FLASHSDPA_DTYPES_LIST)) c.dtypes.push_back(d == "fp16" ? "float16" : "bfloat16");
-#if defined(FLASHSDPA_SM90_BWD_PERSISTENT) && FLASHSDPA_SM90_BWD_PERSISTENT
-  c.switches.push_back("sm90_bwd_persistent");
-#endif
 #else
   c.with_cuda = false;
 #endif

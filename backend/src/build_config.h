@@ -16,8 +16,6 @@ struct BuildConfig {
   std::vector<int> archs;            // FLASHSDPA_ARCHS: SASS targets of the portable family, e.g. {80, 90}
   std::vector<std::string> dtypes;   // "float16", "bfloat16"
   std::vector<int> head_dims;        // compiled head-dim buckets, ascending
-  // Compile-time kernel switches that are on (FLASHSDPA_SM90_BWD_PERSISTENT=ON: "sm90_bwd_persistent").
-  std::vector<std::string> switches;
 };
 
 const BuildConfig& build_config();

@@ -32,7 +32,6 @@ py::dict build_info() {
   d["archs"] = c.archs;
   d["dtypes"] = c.dtypes;
   d["head_dims"] = c.head_dims;
-  d["switches"] = c.switches;
   py::list names;
   for (const FamilyCaps& f : families()) names.append(f.name);
   d["kernel_families"] = names;

@@ -46,13 +46,6 @@ constexpr int kPrePostRows = 64;
 constexpr int kDqFirstStoreBlockN = 128;
 constexpr int kPrePostThreads = 256;
 
-// The sm90 backward's persistent grid (bwd_kernel_sm90.cuh's BwdItem), whose item counter the
-// preprocess zeroes: a compile-time switch, off until measured on the GPU (session 14 prepared it
-// without one); the build knob FLASHSDPA_SM90_BWD_PERSISTENT=ON defines it for every CUDA target.
-#ifndef FLASHSDPA_SM90_BWD_PERSISTENT
-#define FLASHSDPA_SM90_BWD_PERSISTENT 0
-#endif
-
 // One CTA per kPrePostRows query rows of one (batch, head); the launcher sizes the grid with it.
 __host__ __device__ __forceinline__ SingleTileScheduler prepost_scheduler(const AttnBwdParams& p) {
   return SingleTileScheduler{ceil_div(p.seqlen_q, kPrePostRows), p.heads_q, p.batch, TileOrder::kBlockMajor};
@@ -64,12 +57,6 @@ __global__ void __launch_bounds__(kPrePostThreads)
     flashsdpa_bwd_preprocess_kernel(const __grid_constant__ AttnBwdParams p) {
   grid_dependents_launch();
   const WorkTile tile = prepost_scheduler(p).initial_tile();
-#if FLASHSDPA_SM90_BWD_PERSISTENT
-  // The persistent sm90 main kernel's item counter (params.h's tile_counter, after the dQ
-  // semaphores): that kernel fetches its second item only after this grid has completed
-  // (griddepcontrol.wait).
-  if (p.tile_counter != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *p.tile_counter = 0;
-#endif
   const SeqlenInfo seq(p, tile.batch);
   const int row0 = tile.block * kPrePostRows;
   if (row0 >= seq.seqlen_q) return;

@@ -21,13 +21,6 @@ struct SeqlenInfo {
   int64_t q_row_offset;  // rows of q/o/lse/dq before this sequence (varlen), else 0
   int64_t k_row_offset;  // rows of k/v/dk/dv before this sequence (varlen), else 0
 
-  // A dense problem without seqused_k, known at compile time (a family that serves nothing else:
-  // the sm90 backward, whose per-item roles run on 24 registers): the lengths are the params' and
-  // no offsets.
-  struct Dense {};
-  __device__ __forceinline__ SeqlenInfo(const AttnFwdParams& p, Dense)
-      : seqlen_q(p.seqlen_q), seqlen_k(p.seqlen_k), q_row_offset(0), k_row_offset(0) {}
-
   __device__ __forceinline__ SeqlenInfo(const AttnFwdParams& p, int batch) {
     if (p.cu_seqlens_q != nullptr) {
       q_row_offset = clamp_row(p.cu_seqlens_q[batch], 0, p.total_q);

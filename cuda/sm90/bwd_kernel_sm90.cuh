@@ -39,7 +39,6 @@
 #include "common/seqlen.cuh"
 #include "common/softmax.cuh"
 #include "flashsdpa/params.h"
-#include "sm90/item_queue_sm90.cuh"
 #include "sm90/ptx_sm90.cuh"
 
 namespace flashsdpa {
@@ -89,17 +88,9 @@ struct BwdTraitsSm90 {
   // Two dS^T buffers: a warpgroup writes step i's half while the other may still read step i-1's
   // in its dQ GEMM (the one barrier per step orders i against i-2). Two dQ staging buffers: the
   // writer warp's bulk reduce-add of step i-1 reads one while the consumers fill the other.
-  // The persistent grid (bwd_sm90::BwdItem): built only with the build knob
-  // FLASHSDPA_SM90_BWD_PERSISTENT=ON until it has been measured on the GPU (prepared in session 14,
-  // which had none; its device script: scripts/dev/bwd_persistent_gpu.sh). Off, the kernel is the
-  // one-CTA-per-item kernel, its SASS byte-identical to session 13's.
-  static constexpr bool kPersistent = FLASHSDPA_SM90_BWD_PERSISTENT != 0;
-  // kv_full, the Q / dO ring's full and empty, dQ staging's full and empty (and, persistent,
-  // kv_empty); then the persistent grid's item queue (bwd_sm90::ItemQueue, 192 bytes).
-  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages + 4 + (kPersistent ? 1 : 0));
-  static constexpr int kQueueBytes = kPersistent ? 192 : 0;
+  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages + 4);
   static constexpr int kSmemBytes = 2 * kKBytes + 2 * kStages * kQBytes + kStages * kRowStatBytes + 2 * kDsBytes +
-                                    2 * kDqBytes + kBarrierBytes + kQueueBytes + 1024;
+                                    2 * kDqBytes + kBarrierBytes + 1024;
 
   static_assert(std::is_same<Elem, __half>::value || std::is_same<Elem, __nv_bfloat16>::value, "fp16 or bf16");
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128 (d256 needs a tile of its own)");
@@ -164,10 +155,6 @@ struct SmemLayout {
   __device__ __forceinline__ uint32_t do_empty(int s) const { return bars + 8 * (1 + 3 * Traits::kStages + s); }
   __device__ __forceinline__ uint32_t dq_full(int b) const { return bars + 8 * (1 + 4 * Traits::kStages + b); }
   __device__ __forceinline__ uint32_t dq_empty(int b) const { return bars + 8 * (3 + 4 * Traits::kStages + b); }
-  // Persistent grid: the consumers are done reading the item's K and V (the producer then loads
-  // the next item's).
-  __device__ __forceinline__ uint32_t kv_empty() const { return bars + 8 * (5 + 4 * Traits::kStages); }
-  __device__ __forceinline__ uint32_t queue() const { return bars + Traits::kBarrierBytes; }
   __device__ __forceinline__ uint32_t q_slot(int s) const { return q + s * Traits::kQBytes; }
   __device__ __forceinline__ uint32_t do_slot(int s) const { return dout + s * Traits::kQBytes; }
   __device__ __forceinline__ uint32_t lse_slot(int s) const { return stats + s * Traits::kRowStatBytes; }
@@ -206,15 +193,12 @@ struct BwdGridOrder {
       group = static_cast<int>(max(int64_t(1), min(int64_t(heads_batches), kL2GroupBytes / max(bytes, int64_t(1)))));
     }
   }
-  // Item (CTA) `index` -> its key block, KV head and batch. Index int64 (blockIdx.x) or int32 (the
-  // persistent load thread's, on 24 registers: the launcher refuses more than INT_MAX items, and
-  // group * n_blocks <= items).
-  template <typename Index>
-  __host__ __device__ __forceinline__ void decode(Index index, int& n_block, int& kv_head, int& batch) const {
-    const Index per_group = Index(group) * n_blocks;
+  // CTA `index` -> its key block, KV head and batch.
+  __host__ __device__ __forceinline__ void decode(int64_t index, int& n_block, int& kv_head, int& batch) const {
+    const int64_t per_group = int64_t(group) * n_blocks;
     const int first = static_cast<int>(index / per_group) * group;
     const int size = min(group, heads_batches - first);
-    const Index within = index % per_group;
+    const int64_t within = index % per_group;
     const int n = static_cast<int>(within / size);
     const int head_batch = first + static_cast<int>(within % size);
     n_block = ascending ? n : n_blocks - 1 - n;
@@ -242,46 +226,6 @@ struct StepRange {
   __device__ __forceinline__ int m_block(int i) const { return m_max - 1 - i / heads; }
 };
 
-// The persistent grid (p.tile_counter set: dense problems, the counter in the backward's workspace
-// after the dQ semaphores, zeroed by the preprocess): gridDim.x = min(items, SMs) CTAs, each running
-// items (key block, KV head, batch: BwdGridOrder's index) one after the other. A CTA's first item is
-// blockIdx.x, each later one the next of the counter (gridDim.x + atomicAdd), so items are taken in
-// index order whatever the SMs free up: as the non-persistent grid's hardware launch order did,
-// which the longest-first causal order and deterministic mode's turns rely on (a dQ add only ever
-// waits for an item of smaller index, which a running CTA has taken: no deadlock, even where other
-// kernels hold some SMs). What it buys: the next item's first Q / dO load while the current one's
-// last steps run and its K / V while the consumers store dK / dV (produce), instead of a new CTA's
-// launch, barrier set-up and first loads per key block.
-// Without a counter (the launcher's fallback) the grid is one CTA per item and the loop runs once.
-// Decoded once by the load thread, with its steps (StepRange) and the CTA's count of steps before
-// it (step0: the ring's stages and parities count steps over all of the CTA's items), so that the
-// other roles, which run on 24 registers too, derive nothing but the mask from it.
-struct BwdItem {
-  int n_block, kv_head, batch;  // batch < 0: no more items
-  int step0;
-  StepRange range;
-  __device__ __forceinline__ bool valid() const { return batch >= 0; }
-};
-
-// The load thread's hand-over of items to the other roles (the dQ writer, the row-stats warp, the
-// consumers: sm90::ItemQueue).
-struct ItemQueue : sm90::ItemQueue {
-  static constexpr int kReaders = 1 + 32 + 256;  // dQ writer, row-stats warp, two consumer warpgroups
-  __device__ __forceinline__ void init() const { sm90::ItemQueue::init(kReaders); }
-  __device__ __forceinline__ void push(int k, const BwdItem& item) const {
-    const StepRange& r = item.range;
-    sm90::ItemQueue::push(k, make_uint4(item.n_block, item.kv_head, item.batch, item.step0),
-                          make_uint4(r.head_begin, r.heads, r.m_min, r.m_max));
-  }
-  __device__ __forceinline__ BwdItem pop(int k) const {
-    uint4 v, r;
-    sm90::ItemQueue::pop(k, v, r);
-    return BwdItem{static_cast<int>(v.x), static_cast<int>(v.y), static_cast<int>(v.z), static_cast<int>(v.w),
-                   StepRange{static_cast<int>(r.x), static_cast<int>(r.y), static_cast<int>(r.z), static_cast<int>(r.w)}};
-  }
-};
-static_assert(ItemQueue::kBytes == 192, "the traits' kQueueBytes counts the queue as 192 bytes");
-
 // Element-wise mask of a transposed score tile: rows are keys, columns queries (the forward's
 // apply() has them the other way round). Key row `key0` is the thread's fragment row g.
 template <int kMTiles>
@@ -302,28 +246,19 @@ __device__ __forceinline__ void apply_mask_t(float (&s)[1][kMTiles][4], const Bl
   }
 }
 
-// The loads of the CTA's k-th item, whose first step is the CTA's step0-th (the ring's stages and
-// parities count steps over all of the CTA's items; 0, 0 without the persistent grid). Persistent:
-// the first step's Q / dO go first (their stage is free once the consumers are two steps from the
-// end of item k - 1), then K / V, which wait for the consumers to release item k - 1's (kv_empty:
-// after its last dQ GEMM, before its dK / dV stores).
 template <typename Traits>
 __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int n_block,
-                                        int kv_head, int batch, const StepRange& range, int step0, int k) {
+                                        int kv_head, int batch, const StepRange& range) {
   sm90::tma_prefetch_desc(&args.tma_q);
   sm90::tma_prefetch_desc(&args.tma_do);
-  auto load_kv = [&] {
-    if (Traits::kPersistent && k > 0) sm90::mbar_wait(sm.kv_empty(), (k - 1) & 1);
-    sm90::mbar_arrive_expect_tx(sm.kv_full(), 2 * Traits::kKBytes);
+  sm90::mbar_arrive_expect_tx(sm.kv_full(), 2 * Traits::kKBytes);
 #pragma unroll
-    for (int c = 0; c < Traits::kColBlocks; ++c) {
-      sm90::tma_load_4d(sm.k + c * Traits::kBlockN * 128, &args.tma_k, sm.kv_full(), c * 64,
-                        n_block * Traits::kBlockN, kv_head, batch);
-      sm90::tma_load_4d(sm.v + c * Traits::kBlockN * 128, &args.tma_v, sm.kv_full(), c * 64,
-                        n_block * Traits::kBlockN, kv_head, batch);
-    }
-  };
-  if constexpr (!Traits::kPersistent) load_kv();
+  for (int c = 0; c < Traits::kColBlocks; ++c) {
+    sm90::tma_load_4d(sm.k + c * Traits::kBlockN * 128, &args.tma_k, sm.kv_full(), c * 64, n_block * Traits::kBlockN,
+                      kv_head, batch);
+    sm90::tma_load_4d(sm.v + c * Traits::kBlockN * 128, &args.tma_v, sm.kv_full(), c * 64, n_block * Traits::kBlockN,
+                      kv_head, batch);
+  }
   auto load = [&](uint32_t empty, uint32_t full, uint32_t slot, const CUtensorMap* map, uint32_t parity, int head,
                   int m_block) {
     sm90::mbar_wait(empty, parity ^ 1);
@@ -333,37 +268,29 @@ __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayou
       sm90::tma_load_4d(slot + c * Traits::kBlockM * 128, map, full, c * 64, m_block * Traits::kBlockM, head, batch);
     }
   };
-  auto load_step = [&](int i) {
-    const int s = (step0 + i) % Traits::kStages;
-    const uint32_t parity = ((step0 + i) / Traits::kStages) & 1;
+  for (int i = 0; i < range.count(); ++i) {
+    const int s = i % Traits::kStages;
+    const uint32_t parity = (i / Traits::kStages) & 1;
     load(sm.q_empty(s), sm.q_full(s), sm.q_slot(s), &args.tma_q, parity, range.head(i), range.m_block(i));
     load(sm.do_empty(s), sm.do_full(s), sm.do_slot(s), &args.tma_do, parity, range.head(i), range.m_block(i));
-  };
-  int first = 0;
-  if constexpr (Traits::kPersistent) {  // the first step peeled: n_block and kv_head die with the K / V loads
-    if (range.count() > 0) load_step(first++);
-    load_kv();  // (every item's, stepless ones too: the consumers wait for one phase each)
   }
-  for (int i = first; i < range.count(); ++i) load_step(i);
 }
 
 // LSE * log2(e) and delta of each step's query rows into the Q stage's shared memory (+inf and 0
 // past the sequence, so P and dS^T are 0 there), one warp: 2 rows per lane, and whether any row's
 // |LSE * log2(e)| reaches 2^14 (huge_lse2: the consumers then cap the probabilities). The stage's
 // q_full barrier counts the warp's 32 arrivals besides the TMA thread's.
-// One item's steps, from the CTA's step0-th (persistent: the waits below return at once after the
-// first item's).
 template <typename Traits>
 __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const SmemLayout<Traits>& sm, int batch,
-                                               const SeqlenInfo& seq, const StepRange& range, int lane, int step0) {
+                                               const SeqlenInfo& seq, const StepRange& range, int lane) {
   grid_dependency_wait();  // delta is the preprocess's
   // Only now (the preprocess has completed) may the dQ postprocess's CTAs be placed on SMs this
   // grid leaves idle: with first store they start converting blocks before this grid ends and
   // read the semaphores, which must be the zeroed ones.
   grid_dependents_launch();
   for (int i = 0; i < range.count(); ++i) {
-    const int s = (step0 + i) % Traits::kStages;
-    const uint32_t parity = ((step0 + i) / Traits::kStages) & 1;
+    const int s = i % Traits::kStages;
+    const uint32_t parity = (i / Traits::kStages) & 1;
     const int head = range.head(i), m_block = range.m_block(i);
     const float* lse = p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride;
     const float* delta = p.delta + batch * p.delta_batch_stride + head * p.delta_head_stride;
@@ -405,12 +332,10 @@ __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const Sme
 // word (in deterministic mode: for their turn, as above) and add. The preprocess then zeroes only
 // the blocks no key block visits: 128 MB less to write at 16k tokens x 2048 (d128), ~37 us of its
 // 82 (kernel_notes_bwd_sm90.md, session 7).
-// One item's steps (from the CTA's step0-th); `pending` carries over from item to item, and the
-// caller finishes it after the last (write_dq_done).
 template <typename Traits>
 __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayout<Traits>& sm, int batch,
                                          const SeqlenInfo& seq, const BlockMask& mask, const StepRange& range,
-                                         const BwdGridOrder& order, int n_block, int step0, int32_t*& pending) {
+                                         const BwdGridOrder& order, int n_block) {
 #if defined(__CUDA_ARCH__)  // ptx.cuh declares the bulk copies for device passes of sm_90 only
   static_assert(Traits::kBlockM == kPrePostRows, "dq_semaphore counts blocks of the preprocess's rows");
   static_assert(Traits::kBlockN == kDqFirstStoreBlockN, "the preprocess finds the unvisited blocks with this tile");
@@ -421,8 +346,9 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
   const bool ordered = p.deterministic && p.dq_semaphore != nullptr;
   const bool first_store = p.dq_first_store && p.dq_semaphore != nullptr;
   grid_dependency_wait();  // dq_accum and the semaphores are zeroed by the preprocess
+  int32_t* pending = nullptr;  // (first store) the block of the last add not yet counted
   for (int i = 0; i < range.count(); ++i) {
-    const int b = (step0 + i) % 2;
+    const int b = i % 2;
     const int head = range.head(i), m_block = range.m_block(i);
     const int rows = min(Traits::kBlockM, seq.seqlen_q - m_block * Traits::kBlockM);
     float* dst = p.dq_accum + batch * p.dq_accum_batch_stride + head * p.dq_accum_head_stride +
@@ -431,7 +357,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
                        ? nullptr
                        : p.dq_semaphore + (int64_t(batch) * p.heads_q + head) * m_blocks + m_block;
     const uint32_t bytes = rows * Traits::kHeadDim * 4;
-    sm90::mbar_wait(sm.dq_full(b), ((step0 + i) / 2) & 1);
+    sm90::mbar_wait(sm.dq_full(b), (i / 2) & 1);
     const int turn = sem == nullptr ? -1
                                     : order.turn(n_block, mask.template n_block_min<Traits::kBlockM, Traits::kBlockN>(m_block),
                                                  mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(m_block));
@@ -479,12 +405,6 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
     }
     sm90::mbar_arrive(sm.dq_empty(b));
   }
-#endif
-}
-
-// After the CTA's last item: every add landed, the last one counted.
-__device__ __forceinline__ void write_dq_done(int32_t* pending) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // (not a template: compiled in every device pass)
   bulk_wait_all();
   if (pending != nullptr) {
     sm90::fence_proxy_async_global();
@@ -496,7 +416,7 @@ __device__ __forceinline__ void write_dq_done(int32_t* pending) {
 template <typename Traits>
 __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int n_block,
                                         int kv_head, int batch, const SeqlenInfo& seq, const BlockMask& mask,
-                                        const StepRange& range, int cwg, int step0, int k) {
+                                        const StepRange& range, int cwg) {
   using Elem = typename Traits::Elem;
   using Mod = ScoreModBwd<Traits::kModsKind>;
   constexpr int kMTiles = Traits::kMTiles;
@@ -548,8 +468,8 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   // warp. Rows: this thread's queries (the M dimension of the dQ product). Called after step i + 1's
   // S^T GEMM is issued, so the tensor cores have work while the warpgroups stage it.
   auto stage_dq = [&](int step) {
-    const int buf = (step0 + step) % 2;
-    sm90::mbar_wait(sm.dq_empty(buf), (((step0 + step) / 2) & 1) ^ 1);
+    const int buf = step % 2;
+    sm90::mbar_wait(sm.dq_empty(buf), ((step / 2) & 1) ^ 1);
     const int q_row = warp * 16 + lane / 4;
     const int64_t row0 = seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM;
 #pragma unroll
@@ -599,7 +519,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
         const bool aligned16 =
             rows_aligned16(p.mods.bias, p.mods.bias_batch_stride, p.mods.bias_head_stride, p.mods.bias_row_stride);
         const int64_t plane = bias_plane(batch, range.head(step), p.mods.bias_batch_stride, p.mods.bias_head_stride);
-        bias_tile((step0 + step) % 2).load(static_cast<const uint16_t*>(p.mods.bias) + plane, p.mods.bias_row_stride, aligned16,
+        bias_tile(step % 2).load(static_cast<const uint16_t*>(p.mods.bias) + plane, p.mods.bias_row_stride, aligned16,
                                  range.m_block(step) * kBlockM, n_block * kBlockN + cwg * 64 + warp * 16, seq.seqlen_q,
                                  seq.seqlen_k, lane);
       }
@@ -644,7 +564,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   };
 
   if (range.count() > 0) stage_bias(0);  // (a key block no query sees, through the mask or the bias, has no step)
-  sm90::mbar_wait(sm.kv_full(), k & 1);
+  sm90::mbar_wait(sm.kv_full(), 0);
   // kKVInRegs: this warp's 16 key rows of K and V as RS A fragments, one per k step of 16 columns
   // (ldmatrix.x4: matrices rows 0-7 / 8-15 x columns 0-7 / 8-15 of the step, the A fragment's
   // a0..a3; the TMA tile's 128-byte rows hold 16-byte chunk c at c ^ (row % 8)).
@@ -661,9 +581,9 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     }
   }
   for (int i = 0; i < range.count(); ++i) {
-    const int s = (step0 + i) % Traits::kStages;
-    const uint32_t parity = ((step0 + i) / Traits::kStages) & 1;
-    const int b = (step0 + i) % 2;  // dS^T and dQ staging buffer
+    const int s = i % Traits::kStages;
+    const uint32_t parity = (i / Traits::kStages) & 1;
+    const int b = i % 2;  // dS^T and dQ staging buffer
     const int m_block = range.m_block(i);
     const int c0 = 2 * (lane % 4);  // this thread's element-0 query within the block
     const int q0 = m_block * kBlockM + c0;
@@ -674,7 +594,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     // accumulator in the next iteration; dV and dK cross it freely (only wgmmas read theirs in the
     // loop). The runtime `if` costs nothing here: ptxas 13.0 keeps all 32 HGMMAs asynchronous.
     if constexpr (Traits::kOverlap) {
-      if (i > 0) issue_dq((step0 + i - 1) % 2);
+      if (i > 0) issue_dq((i - 1) % 2);
     }
     // S^T = K Q^T and dP^T = V dO^T, two commit groups; the previous step's dQ is staged between.
     sm90::mbar_wait(sm.q_full(s), parity);
@@ -704,7 +624,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
         // Scaled into registers no wgmma defines, as the end of the step does without overlap.
 #pragma unroll
         for (int x = 0; x < Traits::kDqAcc; ++x) dq_prev[x] = dq_acc[x] * p.scale;
-        const int s_prev = (step0 + i - 1) % Traits::kStages;
+        const int s_prev = (i - 1) % Traits::kStages;
         sm90::mbar_arrive(sm.q_empty(s_prev));
         if (arriver) sm90::mbar_arrive(sm.do_empty(s_prev));
         stage_dq(i - 1);
@@ -907,7 +827,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   if constexpr (Traits::kOverlap) {
     // The last step's dQ GEMM; its dV, dK and dQ retired, its stage released (nobody waits for it
     // any more: released as every other step's) and its dQ staged.
-    if (range.count() > 0) issue_dq((step0 + range.count() - 1) % 2);
+    if (range.count() > 0) issue_dq((range.count() - 1) % 2);
     sm90::wgmma_wait<0>();
     sm90::fence_regs(dv_acc);
     sm90::fence_regs(dk_acc);
@@ -916,8 +836,8 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       const int last = range.count() - 1;
 #pragma unroll
       for (int x = 0; x < Traits::kDqAcc; ++x) dq_prev[x] = dq_acc[x] * p.scale;
-      sm90::mbar_arrive(sm.q_empty((step0 + last) % Traits::kStages));
-      if (arriver) sm90::mbar_arrive(sm.do_empty((step0 + last) % Traits::kStages));
+      sm90::mbar_arrive(sm.q_empty(last % Traits::kStages));
+      if (arriver) sm90::mbar_arrive(sm.do_empty(last % Traits::kStages));
       stage_dq(last);
     }
   } else {
@@ -927,9 +847,6 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   sm90::wgmma_wait<0>();  // (every group is done here; this tells the compiler so)
   sm90::fence_regs(dv_acc);
   sm90::fence_regs(dk_acc);
-  // Persistent: K and V are read no more (the last dQ GEMM has retired), so the producer may load
-  // the next item's while this one's dK and dV are stored.
-  if constexpr (Traits::kPersistent) sm90::mbar_arrive(sm.kv_empty());
 
   // ---- epilogue: dK * scale, dV; plain stores of this warpgroup's 64 keys (rows past Sk skipped) --
   Elem* dk = static_cast<Elem*>(p.dk) + batch * p.dk_batch_stride + kv_head * p.dk_head_stride +
@@ -957,90 +874,6 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   }
 }
 
-// The steps of key block n_block of (kv_head, batch) (persistent: the load thread's, which it
-// hands on with the item).
-template <typename Traits>
-__device__ __forceinline__ StepRange item_steps(const AttnBwdParams& p, const SeqlenInfo& seq, const BlockMask& mask,
-                                                int n_block, int kv_head, int batch) {
-  const int group = p.heads_q / p.heads_kv;
-  int m_min = mask.template m_block_min<Traits::kBlockM, Traits::kBlockN>(n_block);
-  int m_max = mask.template m_block_max<Traits::kBlockM, Traits::kBlockN>(n_block);
-  // Query blocks the bias hides from this key block for the whole head group, at either end, are
-  // not steps at all (bias_cells.cuh): every role walks this one range. With skipped tiles the host
-  // turns first store off and deterministic mode drops the summary (api.cpp), whose protocols count
-  // every key block BlockMask lists for a query block.
-  if constexpr (Traits::kModsKind == kModsBias)
-    narrow_queries<Traits::kBlockM, Traits::kBlockN>(p.mods, batch, kv_head * group, group, seq.seqlen_q, n_block,
-                                                     m_min, m_max);
-  return StepRange{kv_head * group, group, m_min, m_max};
-}
-
-// The persistent grid's roles (Traits::kPersistent): the load thread decodes and hands out the
-// items (BwdItem, ItemQueue), every role walks them in the order the queue gives. Each warpgroup's
-// in its own function, called in the branch of its setmaxnreg: ptxas sizes a region's registers
-// from the setmaxnreg that dominates it, and called after the branches merged, the consumers got
-// the producer's 24 and spilled 1.2-3 KB (ptxas 13.0). The producer's roles spill 108-128 bytes at
-// 24 registers (per-step loads of loop state: the dQ writer alone fits, the load thread alone
-// spills 40, the row-stats warp alone 32; their per-role functions spilled more): to be weighed
-// on the GPU against the consumers' 240, which d128 needs (232 spills 16-28 bytes there).
-template <typename Traits>
-__device__ __forceinline__ void producer_persistent(const BwdSm90Args& args, const SmemLayout<Traits>& sm) {
-  const AttnBwdParams& p = args.p;
-  const ItemQueue queue{sm.queue()};
-  const SeqlenInfo seq(p, SeqlenInfo::Dense{});  // (tiles_sm90.cu's bwd_sm90_unsupported: dense only)
-  const BlockMask mask(seq, p.mask);
-  const int warp = threadIdx.x / 32;
-  if (warp == kWarpLoad && threadIdx.x % 32 == 0) {
-    const BwdGridOrder order(p, Traits::kBlockN);
-    const int items = order.n_blocks * order.heads_batches;  // < 2^31: the launcher checked
-    int t = blockIdx.x;
-    for (int k = 0, step0 = 0;; ++k) {
-      BwdItem item{0, 0, -1, step0, StepRange{0, 0, 0, 0}};
-      if (t < items) {
-        order.decode(t, item.n_block, item.kv_head, item.batch);
-        item.range = item_steps<Traits>(p, seq, mask, item.n_block, item.kv_head, item.batch);
-      }
-      queue.push(k, item);
-      if (!item.valid()) break;
-      produce<Traits>(args, sm, item.n_block, item.kv_head, item.batch, item.range, step0, k);
-      step0 += item.range.count();
-      // The next item, fetched once this one's loads are issued (the ring keeps the consumers
-      // busy over the round trip to L2); the counter is the preprocess's to zero, hence the wait
-      // (it returns at once after the first time).
-      grid_dependency_wait();
-      t = p.tile_counter != nullptr ? static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1)
-                                    : t + static_cast<int>(gridDim.x);
-    }
-  } else if (warp == kWarpDq && threadIdx.x % 32 == 0) {
-    const BwdGridOrder order(p, Traits::kBlockN);
-    int32_t* pending = nullptr;  // (first store) the block of the last add not yet counted
-    for (int k = 0;; ++k) {
-      const BwdItem item = queue.pop(k);
-      if (!item.valid()) break;
-      write_dq<Traits>(p, sm, item.batch, seq, mask, item.range, order, item.n_block, item.step0, pending);
-    }
-    write_dq_done(pending);
-  } else if (warp == kWarpRowStats) {
-    for (int k = 0;; ++k) {
-      const BwdItem item = queue.pop(k);
-      if (!item.valid()) break;
-      load_row_stats<Traits>(p, sm, item.batch, seq, item.range, threadIdx.x % 32, item.step0);
-    }
-  }
-}
-
-template <typename Traits>
-__device__ __forceinline__ void consumer_persistent(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int cwg) {
-  const ItemQueue queue{sm.queue()};
-  const SeqlenInfo seq(args.p, SeqlenInfo::Dense{});
-  const BlockMask mask(seq, args.p.mask);
-  for (int k = 0;; ++k) {
-    const BwdItem item = queue.pop(k);
-    if (!item.valid()) break;
-    consume<Traits>(args, sm, item.n_block, item.kv_head, item.batch, seq, mask, item.range, cwg, item.step0, k);
-  }
-}
-
 }  // namespace bwd_sm90
 
 template <typename Traits>
@@ -1050,13 +883,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   const bwd_sm90::SmemLayout<Traits> sm((smem_u32(fwd_smem) + 1023u) & ~1023u);
   const AttnBwdParams& p = args.p;
   const bwd_sm90::BwdGridOrder order(p, Traits::kBlockN);
-  // One CTA per item (without the persistent grid): blockIdx.x's, decoded before the register split
-  // (persistent: unused and compiled away; the roles take their items from the queue).
-  int n_block = 0, kv_head = 0, batch = 0;
-  if constexpr (!Traits::kPersistent) order.decode(int64_t(blockIdx.x), n_block, kv_head, batch);
+  int n_block, kv_head, batch;
+  order.decode(blockIdx.x, n_block, kv_head, batch);
   const SeqlenInfo seq(p, batch);
   const BlockMask mask(seq, p.mask);
-  const bwd_sm90::StepRange range = bwd_sm90::item_steps<Traits>(p, seq, mask, n_block, kv_head, batch);
+  const int group = p.heads_q / p.heads_kv;
+  int m_min = mask.template m_block_min<Traits::kBlockM, Traits::kBlockN>(n_block);
+  int m_max = mask.template m_block_max<Traits::kBlockM, Traits::kBlockN>(n_block);
+  // Query blocks the bias hides from this key block for the whole head group, at either end, are
+  // not steps at all (bias_cells.cuh): every role walks this one range. With skipped tiles the host
+  // turns first store off and deterministic mode drops the summary (api.cpp), whose protocols count
+  // every key block BlockMask lists for a query block.
+  if constexpr (Traits::kModsKind == kModsBias)
+    narrow_queries<Traits::kBlockM, Traits::kBlockN>(p.mods, batch, kv_head * group, group, seq.seqlen_q, n_block, m_min,
+                                                     m_max);
+  const bwd_sm90::StepRange range{kv_head * group, group, m_min, m_max};
 
   if (threadIdx.x == 0) {
     sm90::mbar_init(sm.kv_full(), 1);
@@ -1072,40 +913,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
       sm90::mbar_init(sm.dq_full(b), 128 * Traits::kConsumerWGs);
       sm90::mbar_init(sm.dq_empty(b), 1);
     }
-    if constexpr (Traits::kPersistent) {
-      sm90::mbar_init(sm.kv_empty(), 128 * Traits::kConsumerWGs);
-      bwd_sm90::ItemQueue{sm.queue()}.init();
-    }
     sm90::fence_mbar_init();
   }
   __syncthreads();
 
   const int warpgroup = threadIdx.x / 128;
-  if constexpr (Traits::kPersistent) {
-    if (warpgroup == 0) {
-      sm90::setmaxnreg_dec<Traits::kProducerRegs>();
-      bwd_sm90::producer_persistent<Traits>(args, sm);
-    } else {
-      sm90::setmaxnreg_inc<Traits::kConsumerRegs>();
-      grid_dependency_wait();  // (the kMods kernel adds into row_pdp, which the preprocess zeroes)
-      bwd_sm90::consumer_persistent<Traits>(args, sm, warpgroup - 1);
-    }
-  } else if (warpgroup == 0) {
+  if (warpgroup == 0) {
     sm90::setmaxnreg_dec<Traits::kProducerRegs>();
     const int warp = threadIdx.x / 32;
     if (warp == bwd_sm90::kWarpLoad && threadIdx.x % 32 == 0) {
-      bwd_sm90::produce<Traits>(args, sm, n_block, kv_head, batch, range, 0, 0);
+      bwd_sm90::produce<Traits>(args, sm, n_block, kv_head, batch, range);
     } else if (warp == bwd_sm90::kWarpDq && threadIdx.x % 32 == 0) {
-      int32_t* pending = nullptr;
-      bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block, 0, pending);
-      bwd_sm90::write_dq_done(pending);
+      bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block);
     } else if (warp == bwd_sm90::kWarpRowStats) {
-      bwd_sm90::load_row_stats<Traits>(p, sm, batch, seq, range, threadIdx.x % 32, 0);
+      bwd_sm90::load_row_stats<Traits>(p, sm, batch, seq, range, threadIdx.x % 32);
     }
   } else {
     sm90::setmaxnreg_inc<Traits::kConsumerRegs>();
     grid_dependency_wait();  // (the kMods kernel adds into row_pdp, which the preprocess zeroes)
-    bwd_sm90::consume<Traits>(args, sm, n_block, kv_head, batch, seq, mask, range, warpgroup - 1, 0, 0);
+    bwd_sm90::consume<Traits>(args, sm, n_block, kv_head, batch, seq, mask, range, warpgroup - 1);
   }
 #endif
 }

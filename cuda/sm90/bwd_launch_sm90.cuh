@@ -10,7 +10,6 @@
 
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
 
 #include "common/launch.cuh"
 #include "common/smem_optin.cuh"
@@ -33,19 +32,9 @@ template <typename Traits>
 cudaError_t launch_bwd_sm90_main(const BwdSm90Args& args, cudaStream_t stream) {
   const AttnBwdParams& params = args.p;
   const int64_t n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-  const int64_t items = n_blocks * params.heads_kv * params.batch;
-  if (items == 0) return cudaSuccess;
-  if (items > INT_MAX) return cudaErrorInvalidConfiguration;
-  // Persistent (Traits::kPersistent: one CTA per SM, items from the counter, bwd_kernel_sm90.cuh's
-  // BwdItem) where the workspace has the counter, else one CTA per item. FLASHSDPA_SM90_BWD_GRID
-  // (read per launch, so that A/B runs and tests switch it in one process): 0 keeps one CTA per
-  // item, n > 0 caps the persistent grid at n CTAs (tests: many items per CTA on small problems).
-  int64_t grid = items;
-  if constexpr (Traits::kPersistent) {
-    const char* knob = std::getenv("FLASHSDPA_SM90_BWD_GRID");
-    const long cap = knob != nullptr ? std::strtol(knob, nullptr, 10) : params.num_sms;
-    if (params.tile_counter != nullptr && cap > 0 && items > cap) grid = cap;
-  }
+  const int64_t grid = n_blocks * params.heads_kv * params.batch;
+  if (grid == 0) return cudaSuccess;
+  if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
   cudaError_t err = opt_in_dynamic_smem<&flashsdpa_bwd_sm90_kernel<Traits>>(Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
   // Programmatic: its CTAs may start while the preprocess's last wave drains (they wait for it

@@ -84,9 +84,6 @@ const char* fwd_sm90_unsupported(const AttnFwdParams& p) {
 // The backward reads q, k, v and dout through TMA (o only in the common preprocess, dq / dk / dv
 // by plain stores), and its dQ reduction order is arbitrary.
 const char* bwd_sm90_unsupported(const AttnBwdParams& p) {
-  // (The capability table routes varlen backwards to the portable family already; the kernel's
-  // persistent grid relies on it: its roles read dense lengths, SeqlenInfo::Dense.)
-  if (p.cu_seqlens_q != nullptr) return "varlen: portable family";
   if (p.seqused_k != nullptr) return "seqused_k: portable family";
   if (!(p.scale > 0.f)) return "softmax scale <= 0: portable family";
   if (p.seqlen_k == 0 || p.seqlen_q == 0)

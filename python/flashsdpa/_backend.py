@@ -33,9 +33,7 @@ else:
 MAX_HEAD_DIM = 256
 
 _NO_BUILD: dict[str, Any] = {"version": None, "with_cuda": False, "cuda_version": None, "archs": [], "dtypes": [],
-                             "head_dims": [], "kernel_families": [], "max_head_dim": MAX_HEAD_DIM, "switches": []}
-
-_ITEM_COUNTER_BYTES = 16  # the backward workspace's item counter (api.h's kItemCounterBytes)
+                             "head_dims": [], "kernel_families": [], "max_head_dim": MAX_HEAD_DIM}
 
 _DTYPE_BY_NAME = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 _CODE_BY_DTYPE = {torch.float16: 0, torch.bfloat16: 1}  # flashsdpa::DType in params.h
@@ -588,11 +586,11 @@ def launch_bwd(
     bucket = (verdict if deterministic else select(*problem, 1, bits))[1]
     rows = sizes[1] * (sizes[7] if varlen is not None else sizes[0] * sizes[3])
     # delta's floats, then with the modifiers' gradients two more per row (params.h's row_pdp and
-    # row_pdist), then (dense) one int32 per (batch, head, 64-row query block), the dQ semaphores,
-    # and the persistent main kernel's 16-byte item counter (api.cpp's workspace_layout).
+    # row_pdist), then (dense) one int32 per (batch, head, 64-row query block): the dQ semaphores
+    # of the deterministic mode (api.cpp's workspace_layout).
     d_slopes, d_sinks = mod_grads[:2] if mods is not None and mod_grads is not None else (None, None)
     row_floats = 1 if d_slopes is None and d_sinks is None else 3
-    semaphores = 0 if varlen is not None else sizes[0] * sizes[1] * ((sizes[3] + 63) // 64) * 4 + _ITEM_COUNTER_BYTES
+    semaphores = 0 if varlen is not None else sizes[0] * sizes[1] * ((sizes[3] + 63) // 64) * 4
     delta_bytes = row_floats * rows * 4 + semaphores
     dq_accum, delta = _workspace(rows * bucket * 4, q), _workspace(delta_bytes, q)
     if varlen is None:

@@ -71,8 +71,6 @@ def _print_info(info: dict[str, Any]) -> None:
         row("  dtypes", ", ".join(build["dtypes"]))
         row("  head dims", ", ".join(map(str, build["head_dims"])) + f" (max {build['max_head_dim']})")
         row("  kernel families", ", ".join(build["kernel_families"]))
-        if build.get("switches"):  # compile-time kernel switches that are on (a developer build)
-            row("  kernel switches", ", ".join(build["switches"]))
     _print_capabilities(info["capabilities"], info["capabilities_reason"])
     row("active", "yes" if info["active"] else "no (enter flashsdpa.enable() or call flashsdpa.install())")
     routers = info["routers"]

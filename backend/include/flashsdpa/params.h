@@ -162,10 +162,8 @@ struct AttnFwdParams {
   // kernel runs its static schedule. Other kernels ignore it.
   void* workspace;
   int64_t workspace_bytes;
-  // Set by the host, never by the caller: the forward's dynamic schedule's counter (the sm90
-  // launcher, from the workspace: fwd_kernel_sm90.cuh's PersistentTileScheduler), nullptr =
-  // static; the backward's item counter (api.cpp, the backward workspace's last 16 bytes, zeroed by
-  // the preprocess: the sm90 main kernel's persistent grid, bwd_kernel_sm90.cuh's BwdItem).
+  // Set by the sm90 launcher from the workspace, never by the caller: the dynamic schedule's
+  // counter (fwd_kernel_sm90.cuh's PersistentTileScheduler: tiles handed out), nullptr = static.
   int32_t* tile_counter;
   // Facts of the launch device, filled by the host launcher (backend/src/launch.cpp):
   int32_t num_sms;           // schedulers may size persistent grids from it

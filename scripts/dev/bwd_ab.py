@@ -1,24 +1,23 @@
-"""bwd_persistent_ab.py: the sm90 backward's persistent grid, A/B in one process (H200).
+"""bwd_ab.py: the whole backward of one build against cuDNN in one process (H200), for A/B runs
+between builds: scripts/dev/delta_final_gpu.sh alternates processes of two builds and
+compares them through `--json`.
 
-In a build with FLASHSDPA_SM90_BWD_PERSISTENT=ON, times the whole backward (preprocess, main
-kernel, dQ postprocess: torch.autograd.grad of flashsdpa.attention's output, retain_graph) with the
-persistent grid ("pers": one CTA per SM, items from the workspace counter) and with one CTA per
-item ("grid": FLASHSDPA_SM90_BWD_GRID=0, read per launch), and PyTorch's cuDNN backward, in
-interleaved rounds (order rotated per round), CUDA events, rotated inputs, median of the reps.
-Problems: the standard sweep's d64 / d128 cells (B*S = 16k tokens, H*D = 2048, (B, S, H, D)
-memory) and the Llama-style train shapes (GQA 16/4, causal). Prints TFLOP/s per round and the
-medians of the per-round ratios. In a default build (no switch) it times "base" (the
-one-CTA-per-item kernel as built) and cuDNN: scripts/dev/bwd_persistent_ab.sh alternates processes
-of both builds and compares them through `--json` (one line per problem: the variants' medians).
+Times the whole backward (preprocess, main kernel, dQ postprocess: torch.autograd.grad of
+flashsdpa.attention's output, retain_graph) as "base" and PyTorch's cuDNN backward, in interleaved
+rounds (order rotated per round), CUDA events, rotated inputs, median of the reps. Problems: the
+standard sweep's d64 / d128 cells (B*S = 16k tokens, H*D = 2048, (B, S, H, D) memory) and the
+Llama-style train shapes (GQA 16/4, causal). Prints TFLOP/s per round and the median ratio to
+cuDNN, or with `--json` one line per problem: {"problem", "base", "cudnn"} medians.
+(Session 14 wrote it as bwd_persistent_ab.py for the persistent grid, now on branch
+next/bwd-persistent.)
 
-    python3 scripts/dev/bwd_persistent_ab.py [--rounds 3] [--seqlens 1024 2048 8192] [--json]
+    python3 scripts/dev/bwd_ab.py [--rounds 3] [--seqlens 1024 2048 8192] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 from collections.abc import Callable
 
@@ -28,8 +27,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashsdpa
 from flashsdpa.bench.timing import sets_for_bytes, time_cuda_ms
-
-KNOB = "FLASHSDPA_SM90_BWD_GRID"
 
 
 def _sets(b: int, hq: int, hkv: int, s: int, d: int, count: int) -> list[tuple[torch.Tensor, ...]]:
@@ -47,21 +44,13 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--json", action="store_true", help="one JSON line per problem: the variants' medians")
     args = parser.parse_args()
-    persistent = "sm90_bwd_persistent" in flashsdpa.build_info().get("switches", [])
     problems = [(16384 // s, 2048 // d, 2048 // d, s, d, c) for d in (128, 64) for s in args.seqlens for c in (False, True)]
     problems += [(1, 16, 4, 8192, 128, True), (4, 16, 4, 2048, 128, True)]
-    results: list[tuple[str, float, float]] = []
     for b, hq, hkv, s, d, causal in problems:
         sets = _sets(b, hq, hkv, s, d, sets_for_bytes(4 * b * hq * s * d * 2))
         flops = 2.5 * 4.0 * b * hq * s * s * d / (2 if causal else 1)
 
-        def ours(knob: str | None) -> list[Callable[[], object]]:
-            # The knob is read per launch: set once here, as the timing of these calls follows.
-            if knob is None:
-                os.environ.pop(KNOB, None)
-            else:
-                os.environ[KNOB] = knob
-
+        def ours() -> list[Callable[[], object]]:
             def out_of(t: tuple[torch.Tensor, ...]) -> torch.Tensor:
                 out = flashsdpa.attention(t[0], t[1], t[2], causal=causal)
                 assert isinstance(out, torch.Tensor)
@@ -71,17 +60,12 @@ def main() -> None:
             return [lambda o=o, t=t: torch.autograd.grad(o, t[:3], t[3], retain_graph=True) for o, t in zip(outs, sets)]
 
         def cudnn() -> list[Callable[[], object]]:
-            os.environ.pop(KNOB, None)
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                 outs = [F.scaled_dot_product_attention(t[0], t[1], t[2], is_causal=causal, enable_gqa=hq != hkv)
                         for t in sets]  # fmt: skip
             return [lambda o=o, t=t: torch.autograd.grad(o, t[:3], t[3], retain_graph=True) for o, t in zip(outs, sets)]
 
-        variants: dict[str, Callable[[], list[Callable[[], object]]]] = (
-            {"pers": lambda: ours(None), "grid": lambda: ours("0"), "cudnn": cudnn}
-            if persistent
-            else {"base": lambda: ours(None), "cudnn": cudnn}
-        )
+        variants: dict[str, Callable[[], list[Callable[[], object]]]] = {"base": ours, "cudnn": cudnn}
         got: dict[str, list[float]] = {name: [] for name in variants}
         names = list(variants)
         for r in range(args.rounds):
@@ -90,25 +74,15 @@ def main() -> None:
                 ms = time_cuda_ms(calls, warmup=3, reps=args.reps)
                 got[name].append(flops / ms / 1e9)
                 del calls
-        os.environ.pop(KNOB, None)
         label = f"B{b} H{hq}/{hkv} S{s} d{d}{' causal' if causal else ''}"
         if args.json:
             print(json.dumps({"problem": label, **{n: statistics.median(v) for n, v in got.items()}}), flush=True)
-        if not persistent:
-            continue
-        ratio = statistics.median(a / g for a, g in zip(got["pers"], got["grid"]))
-        vs = statistics.median(a / c for a, c in zip(got["pers"], got["cudnn"]))
-        if not args.json:
-            print(f"{label} | " + " | ".join(f"{n} " + " ".join(f"{x:.1f}" for x in got[n]) for n in names)
-                  + f" | pers/grid {ratio:.4f} pers/cudnn {vs:.4f}", flush=True)  # fmt: skip
-        results.append((label, ratio, vs))
+        else:
+            vs = statistics.median(a / c for a, c in zip(got["base"], got["cudnn"]))
+            print(f"{label:32s} | " + " | ".join(f"{n} " + " ".join(f"{x:.1f}" for x in got[n]) for n in names)
+                  + f" | base/cudnn {vs:.3f}", flush=True)  # fmt: skip
         sets.clear()  # (the closures above hold the list: emptied, not unbound)
         torch.cuda.empty_cache()
-    if args.json or not persistent:
-        return
-    print("==== persistent backward A/B (median of per-round ratios)")
-    for label, ratio, vs in results:
-        print(f"{label:32s} pers/grid {ratio:.3f}  pers/cudnn {vs:.3f}")
 
 
 if __name__ == "__main__":
