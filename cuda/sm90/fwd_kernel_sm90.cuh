@@ -111,15 +111,10 @@ struct FwdTraitsSm90 {
   static constexpr int kThreads = 128 * (kConsumerWGs + 1);
   // setmaxnreg budgets: the register file (64K) split so the consumers get as many as possible.
   // Two consumers: 24 x 128 + 240 x 256 = 64,512. Three: 32 x 128 + 160 x 384 = 65,536.
-  // -DFLASHSDPA_SM90_FWD_BIAS_SPLIT32=1: the bias kernels with two consumer warpgroups at 32 / 232
-  // (63,488), where ptxas 13.0 spills 0 bytes at d128 / d256 instead of the producer's 40 / 16;
-  // prepared in session 14 for an A/B (scripts/dev/bias_regs_ab.sh, kernel_notes_fwd_sm90.md).
-#ifndef FLASHSDPA_SM90_FWD_BIAS_SPLIT32
-#define FLASHSDPA_SM90_FWD_BIAS_SPLIT32 0
-#endif
-  static constexpr bool kSplit32 = FLASHSDPA_SM90_FWD_BIAS_SPLIT32 && kModsKind == kModsBias && kConsumerWGs == 2;
-  static constexpr int kProducerRegs = kConsumerWGs == 2 ? (kSplit32 ? 32 : 24) : 32;
-  static constexpr int kConsumerRegs = kConsumerWGs == 2 ? (kSplit32 ? 232 : 240) : 160;
+  // (The bias kernels at 32 / 232, which spill 0 bytes where 24 / 240 spill the producer's 40 / 16
+  // at d128 / d256, timed within noise of this: +0.4%, session 15; kernel_notes_fwd_sm90.md.)
+  static constexpr int kProducerRegs = kConsumerWGs == 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kConsumerWGs == 2 ? 240 : 160;
 
   static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte column blocks of a tile (TMA boxes)
   static constexpr int kMTiles = 1;                 // m16 tiles per warp (wgmma: 16 rows per warp)

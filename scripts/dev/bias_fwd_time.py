@@ -1,6 +1,6 @@
 """bias_fwd_time.py: the additive-bias rows of `bench --masks` (issue 14's bars: forward 420,
-backward 300 TFLOP/s at S 2k), ours only, for A/B runs between two builds (scripts/dev/bias_regs_ab.sh
-alternates processes of this script, one per build). SDPA inside enable() with a (1, H, S, S) bias
+backward 300 TFLOP/s at S 2k), ours only, for A/B runs between two builds (alternate processes of
+this script, one per build: session 15's register-split A/B, kernel_notes_fwd_sm90.md). SDPA inside enable() with a (1, H, S, S) bias
 that requires grad, B*S = 16k, H 16, D 128, bf16, the inputs bench/masked.py builds; TFLOP/s counted
 dense (forward 4 B H S^2 D, backward 2.5x), CUDA events, median of the reps. Prints one line:
 `bias fwd <TFLOP/s> bwd <TFLOP/s>`.
