@@ -38,7 +38,7 @@ struct DqAccumLayout {
 // ---- preprocess: delta = rowsum(dO * O) in fp32, and zero dq_accum ------------------------------
 // With the modifiers' gradients it also zeroes row_pdp and row_pdist (params.h), which the main
 // kernel adds into and the postprocess reads.
-// One CTA per 64 query rows of one (batch, head); 8 lanes share a row (16-byte loads, 3 shuffles).
+// One CTA per 64 query rows of one (batch, head); delta by 4 of its warps on the tensor cores.
 constexpr int kPrePostRows = 64;
 // The key-block size of the family whose main kernel stores the first dQ tile of a query block
 // (params.h's dq_first_store: the sm90 backward's kBlockN, which static_asserts it): the
@@ -73,30 +73,70 @@ __global__ void __launch_bounds__(kPrePostThreads)
                     tile.head * p.dq_accum_head_stride + q_row0 * p.dq_accum_row_stride;
   const int rows = min(kPrePostRows, seq.seqlen_q - row0);
 
-  constexpr int kLanesPerRow = 8;
-  const int sub = tid % kLanesPerRow;
+  // delta in the tensor cores' own arithmetic: every family's dP (sm80's dO V^T with mma.sync,
+  // sm90's V dO^T with wgmma) sums each row's products in k chunks of 16 from column 0 up, with a
+  // float32 accumulator that starts at 0, so delta = dO . O summed the same way is bitwise dP
+  // wherever the output row equals a value row (one visible key: Sk = 1, a window of 0, a one-hot
+  // softmax), and dS = P (dP - delta) is then exactly 0, as in exact arithmetic (the H200 shows
+  // wgmma and mma.sync agree bit for bit: tests/gpu/test_one_hot_grads.py). The FMA chain it
+  // replaces left a residue of a few float32 ulps of |dO| |V| there, which the query and key sums
+  // grew into dK (fp16 Sk 1: 1.25e-5 against the rule's 1e-5 floor; fp16 q = k = v = 65504 with 16
+  // tied keys: 2110 against 1535). Elsewhere the error stays dP's own (delta in float64 moved the
+  // first case by 6%). Cost: the whole backward at 0.995 of the chain's (median; d64 S 1k 0.983;
+  // kernel_notes_bwd_sm90.md, session 15).
+  // All threads stage the rows' dO and O in shared memory with 16-byte loads (columns past
+  // head_dim_v and rows past the sequence as 0, as the main kernels load them), up to 128 columns
+  // a pass; 4 warps then take 16 rows each through ldmatrix: an m16n8k16 with dO as A and O's rows
+  // as the 8 columns of B, twice (rows 0-7, 8-15), whose diagonals are the rows' deltas. (Loaded
+  // straight from global memory in fragment order, 4 bytes a lane, it cost 1.5% more.)
+  constexpr int kDeltaWarps = kPrePostRows / 16;
+  static_assert(kDeltaWarps <= kPrePostThreads / 32, "a warp per 16 rows");
+  constexpr int kPass = kHeadDim < 128 ? kHeadDim : 128;
+  constexpr int kPitch = kPass + 8;  // +16 bytes a row: ldmatrix's 8 row addresses hit 8 bank groups
+  constexpr int kVecs = kPass / 8;   // 16-byte vectors of a row's pass
+  __shared__ __align__(16) Elem s_do[kPrePostRows * kPitch], s_o[kPrePostRows * kPitch];
+  const int warp = tid / 32, lane = tid % 32;
+  float lo[4] = {0.f, 0.f, 0.f, 0.f}, hi[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-  for (int r = tid / kLanesPerRow; r < kPrePostRows; r += kPrePostThreads / kLanesPerRow) {
-    float acc = 0.f;
-    if (r < rows) {
+  for (int c0 = 0; c0 < kHeadDim; c0 += kPass) {
+    if (c0 > 0) __syncthreads();  // the last pass's fragments are read
 #pragma unroll
-      for (int c = sub; c < kHeadDim / 8; c += kLanesPerRow) {
-        if (c * 8 < p.head_dim_v) {
-          const uint4 a = *reinterpret_cast<const uint4*>(dout + r * p.dout_row_stride + c * 8);
-          const uint4 b = *reinterpret_cast<const uint4*>(out + r * p.o_row_stride + c * 8);
-          const uint32_t av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+    for (int i = tid; i < kPrePostRows * kVecs; i += kPrePostThreads) {
+      const int r = i / kVecs, c = c0 + (i % kVecs) * 8;
+      uint4 a = make_uint4(0u, 0u, 0u, 0u), b = a;
+      if (r < rows && c < p.head_dim_v) {  // (head_dim_v is a multiple of 8: whole vectors)
+        a = *reinterpret_cast<const uint4*>(dout + r * p.dout_row_stride + c);
+        b = *reinterpret_cast<const uint4*>(out + r * p.o_row_stride + c);
+      }
+      *reinterpret_cast<uint4*>(s_do + r * kPitch + (c - c0)) = a;
+      *reinterpret_cast<uint4*>(s_o + r * kPitch + (c - c0)) = b;
+    }
+    __syncthreads();
+    if (warp < kDeltaWarps) {
+      const int r0 = warp * 16;
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const float2 x = ElemTraits<Elem>::unpack(av[j]), y = ElemTraits<Elem>::unpack(bv[j]);
-            acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));
-          }
-        }
+      for (int k0 = 0; k0 < kPass; k0 += 16) {
+        // A = dO rows r0..r0+15 (a0..a3: rows 0-7 / 8-15 by k 0-7 / 8-15); B = O rows r0..r0+7
+        // and r0+8..r0+15 as two n8 tiles (b0, b1 each: k 0-7, 8-15).
+        uint32_t a[4], b[4];
+        ldmatrix_x4(a, smem_u32(s_do + (r0 + lane % 16) * kPitch + k0 + (lane / 16) * 8));
+        ldmatrix_x4(b, smem_u32(s_o + (r0 + (lane / 16) * 8 + lane % 8) * kPitch + k0 + ((lane / 8) % 2) * 8));
+        const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
+        mma_m16n8k16<Elem>(lo, a, b_lo);
+        mma_m16n8k16<Elem>(hi, a, b_hi);
       }
     }
-    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-    acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-    if (sub == 0 && r < rows) delta[r * p.delta_row_stride] = acc;
+  }
+  if (warp < kDeltaWarps) {
+    // C (g, 2t + e) is lo[e], (g + 8, 2t + e) is hi[2 + e] (g = lane / 4, t = lane % 4): row
+    // r0 + g's delta sits at column g of the first product, row r0 + 8 + g's at column g of the
+    // second, both in the lane with 2t + e = g. (Picked by a select: an index into the fragments
+    // would put them in local memory.)
+    const int g = lane / 4, t = lane % 4, r_lo = warp * 16 + g, r_hi = r_lo + 8;
+    if (t == g / 2) {
+      if (r_lo < rows) delta[r_lo * p.delta_row_stride] = g % 2 ? lo[1] : lo[0];
+      if (r_hi < rows) delta[r_hi * p.delta_row_stride] = g % 2 ? hi[3] : hi[2];
+    }
   }
   if (p.row_pdp != nullptr && tid < rows) {
     const int64_t at = (delta - p.delta) + tid * p.delta_row_stride;
