@@ -116,10 +116,26 @@ inline cudaError_t encode_tma_4d(CUtensorMap* map, const TmaTensor4d& t, bool bf
                                  static_cast<cuuint64_t>(batch_bytes)};
   const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  const CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-                            const_cast<void*>(t.ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  // The encode is a driver call that wants a current context, which a thread that has only run
+  // cached allocations and launches does not have yet: autograd's device thread at a process's
+  // first backward, a new Python thread (torch's device guard skips cudaSetDevice when the device
+  // already reads as current). Its CUDA_ERROR_INVALID_CONTEXT sent such calls to the portable
+  // family without a word (compute-sanitizer reported it, session 15). So once per thread, and
+  // again should the error come back, cudaSetDevice makes the current device's primary context
+  // (torch's) current.
+  thread_local bool context_made_current = false;
+  auto make_context_current = [] {
+    int device = 0;
+    return cudaGetDevice(&device) == cudaSuccess && cudaSetDevice(device) == cudaSuccess;
+  };
+  if (!context_made_current) context_made_current = make_context_current();
+  auto run = [&] {
+    return encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+                  const_cast<void*>(t.ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  };
+  CUresult r = run();
+  if (r == CUDA_ERROR_INVALID_CONTEXT && make_context_current()) r = run();
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorNotSupported;
 }
 

@@ -148,13 +148,17 @@ def test_enable_from_several_threads() -> None:
     on its own stream, overlapping in every way: every result is right and, at the end, flashsdpa
     is inactive and SDPA's priority order is PyTorch's again."""
     skip_unless_compiled(BF16, D)
-    order = torch._C._get_sdp_priority_order()
     n_threads, rounds = 8, 10
     barrier = threading.Barrier(n_threads)
     errors: list[BaseException] = []
     inputs = [[torch.randn(1, 4, 128, D, device="cuda", dtype=BF16) for _ in range(3)] for _ in range(n_threads)]
     refs = [_reference(*x) for x in inputs]
     torch.cuda.synchronize()
+    # PyTorch's order as SDPA sees it: its first backend choice of the process sets the default
+    # (cuDNN first on an H100 / H200), so it is read after the references' SDPA calls. Read
+    # before them, a process whose first SDPA call is this test's saw the order from before that
+    # choice ([1, 2, 0, 3, 4] against [3, 1, 2, 0, 4]: the test failed alone, passed in the suite).
+    order = torch._C._get_sdp_priority_order()
 
     def work(i: int) -> None:
         try:
@@ -184,3 +188,43 @@ def test_enable_from_several_threads() -> None:
     assert not errors, errors[0]
     assert not flashsdpa.is_active()
     assert torch._C._get_sdp_priority_order() == order
+
+
+def test_a_new_thread_gets_the_hopper_family() -> None:
+    """A thread that has not made a CUDA context current (a new Python thread; autograd's device
+    thread at a process's first backward: torch's device guard skips cudaSetDevice when the device
+    already reads as current) still runs the sm90 kernels: their TMA descriptors are encoded by a
+    driver call that needs a current context, whose CUDA_ERROR_INVALID_CONTEXT once sent such calls
+    to the portable family without a word (compute-sanitizer showed it; cuda/sm90/tma_sm90.h)."""
+    import ctypes
+
+    from flashsdpa import _backend
+
+    skip_unless_compiled(BF16, D)
+    rows = [f for f in _backend.capabilities() if f["family"] == "sm90"]
+    backward_dims = rows[0]["head_dims_by_direction"].get("backward", []) if rows else []
+    if torch.cuda.get_device_capability() != (9, 0) or D not in backward_dims:
+        pytest.skip("needs an sm_90 GPU and the sm90 family built for d128 in both directions")
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    q, k, v = (torch.randn(2, 4, 512, D, device="cuda", dtype=BF16, requires_grad=True) for _ in range(3))
+    dout = torch.randn_like(q)
+    seen: dict[str, object] = {}
+
+    def work() -> None:
+        ctx = ctypes.c_void_p()
+        libcuda.cuCtxGetCurrent(ctypes.byref(ctx))
+        seen["context before"] = ctx.value
+        out = flashsdpa.attention(q, k, v, causal=True)
+        seen["grads"] = torch.autograd.grad(out, (q, k, v), dout)
+        torch.cuda.synchronize()
+
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+    assert "grads" in seen, "the thread's attention call raised"
+    assert seen["context before"] is None, "the premise: a new thread starts without a current context"
+    names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "flashsdpa" in e.name}
+    assert any("fwd_sm90" in n for n in names) and any("bwd_sm90" in n for n in names), sorted(names)
+    assert not any("sm80" in n for n in names), sorted(names)
