@@ -1,6 +1,6 @@
 """bwd_ab.py: the whole backward of one build against cuDNN in one process (H200), for A/B runs
-between builds: scripts/dev/delta_final_gpu.sh alternates processes of two builds and
-compares them through `--json`.
+between builds: alternate processes of two builds (scripts/device_env.sh's build_copy makes them)
+and compare their `--json` lines, as session 15's delta A/B did (kernel_notes_bwd_sm90.md).
 
 Times the whole backward (preprocess, main kernel, dQ postprocess: torch.autograd.grad of
 flashsdpa.attention's output, retain_graph) as "base" and PyTorch's cuDNN backward, in interleaved
