@@ -51,7 +51,18 @@ struct BwdSm90Args {
   CUtensorMap tma_v;   // box 64 columns x kBlockN rows
 };
 
-template <typename Elem_, int kHeadDim_, int kStages_ = 2, ModsKind kModsKind_ = kModsNone, bool kDropout_ = false>
+// Experiment switches (branch next/bwd-dq-single, prepared in session 15 without device time):
+// FLASHSDPA_SM90_BWD_DQ_BUFS (2 by default) dQ staging buffers, FLASHSDPA_SM90_BWD_STAGES (2) Q / dO
+// ring stages. One buffer frees 32 KB at d128 (a third stage's 32 KB, or an 80-query step:
+// kernel_notes_bwd_sm90.md, "Next for the backward").
+#ifndef FLASHSDPA_SM90_BWD_DQ_BUFS
+#define FLASHSDPA_SM90_BWD_DQ_BUFS 2
+#endif
+#ifndef FLASHSDPA_SM90_BWD_STAGES
+#define FLASHSDPA_SM90_BWD_STAGES 2
+#endif
+template <typename Elem_, int kHeadDim_, int kStages_ = FLASHSDPA_SM90_BWD_STAGES, ModsKind kModsKind_ = kModsNone,
+          bool kDropout_ = false>
 struct BwdTraitsSm90 {
   using Elem = Elem_;
   // The score modifiers (softcap, ALiBi, sinks' and slopes' row sums; the bias and its gradient:
@@ -82,15 +93,17 @@ struct BwdTraitsSm90 {
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;  // also V
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T: keys x queries, one column block
   static constexpr int kDqBytes = kBlockM * kHeadDim * 4;  // fp32 dQ staging, dq_accum's row order
+  static constexpr int kDqBufs = FLASHSDPA_SM90_BWD_DQ_BUFS;
+  static_assert(kDqBufs == 1 || kDqBufs == 2, "one or two dQ staging buffers");
   // LSE * log2(e) and delta of a stage's rows, then the stage's huge-LSE flag (16 bytes keep the
   // slots 16-byte aligned; at d128 the total is 230,536 of 232,448 bytes).
   static constexpr int kRowStatBytes = 2 * kBlockM * 4 + 16;
   // Two dS^T buffers: a warpgroup writes step i's half while the other may still read step i-1's
   // in its dQ GEMM (the one barrier per step orders i against i-2). Two dQ staging buffers: the
   // writer warp's bulk reduce-add of step i-1 reads one while the consumers fill the other.
-  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages + 4);
+  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages + 2 * kDqBufs);
   static constexpr int kSmemBytes = 2 * kKBytes + 2 * kStages * kQBytes + kStages * kRowStatBytes + 2 * kDsBytes +
-                                    2 * kDqBytes + kBarrierBytes + 1024;
+                                    kDqBufs * kDqBytes + kBarrierBytes + 1024;
 
   static_assert(std::is_same<Elem, __half>::value || std::is_same<Elem, __nv_bfloat16>::value, "fp16 or bf16");
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128 (d256 needs a tile of its own)");
@@ -144,7 +157,7 @@ struct SmemLayout {
     dout = q + Traits::kStages * Traits::kQBytes;
     ds = dout + Traits::kStages * Traits::kQBytes;
     dq = ds + 2 * Traits::kDsBytes;
-    stats = dq + 2 * Traits::kDqBytes;
+    stats = dq + Traits::kDqBufs * Traits::kDqBytes;
     bars = stats + Traits::kStages * Traits::kRowStatBytes;
   }
   __device__ __forceinline__ uint32_t kv_full() const { return bars; }
@@ -154,7 +167,9 @@ struct SmemLayout {
   __device__ __forceinline__ uint32_t do_full(int s) const { return bars + 8 * (1 + 2 * Traits::kStages + s); }
   __device__ __forceinline__ uint32_t do_empty(int s) const { return bars + 8 * (1 + 3 * Traits::kStages + s); }
   __device__ __forceinline__ uint32_t dq_full(int b) const { return bars + 8 * (1 + 4 * Traits::kStages + b); }
-  __device__ __forceinline__ uint32_t dq_empty(int b) const { return bars + 8 * (3 + 4 * Traits::kStages + b); }
+  __device__ __forceinline__ uint32_t dq_empty(int b) const {
+    return bars + 8 * (1 + 4 * Traits::kStages + Traits::kDqBufs + b);
+  }
   __device__ __forceinline__ uint32_t q_slot(int s) const { return q + s * Traits::kQBytes; }
   __device__ __forceinline__ uint32_t do_slot(int s) const { return dout + s * Traits::kQBytes; }
   __device__ __forceinline__ uint32_t lse_slot(int s) const { return stats + s * Traits::kRowStatBytes; }
@@ -348,7 +363,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
   grid_dependency_wait();  // dq_accum and the semaphores are zeroed by the preprocess
   int32_t* pending = nullptr;  // (first store) the block of the last add not yet counted
   for (int i = 0; i < range.count(); ++i) {
-    const int b = i % 2;
+    const int b = i % Traits::kDqBufs;
     const int head = range.head(i), m_block = range.m_block(i);
     const int rows = min(Traits::kBlockM, seq.seqlen_q - m_block * Traits::kBlockM);
     float* dst = p.dq_accum + batch * p.dq_accum_batch_stride + head * p.dq_accum_head_stride +
@@ -357,7 +372,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
                        ? nullptr
                        : p.dq_semaphore + (int64_t(batch) * p.heads_q + head) * m_blocks + m_block;
     const uint32_t bytes = rows * Traits::kHeadDim * 4;
-    sm90::mbar_wait(sm.dq_full(b), (i / 2) & 1);
+    sm90::mbar_wait(sm.dq_full(b), (i / Traits::kDqBufs) & 1);
     const int turn = sem == nullptr ? -1
                                     : order.turn(n_block, mask.template n_block_min<Traits::kBlockM, Traits::kBlockN>(m_block),
                                                  mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(m_block));
@@ -464,12 +479,12 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   const float scale_log2 = Mod::scale_log2(p);  // p.scale_log2 but with softcap (its raw unit)
   const int drop_k16 = n_block * kBlockN + cwg * 64 + warp * 16;  // the warp's first key (m16 slice of S^T)
 
-  // Step i's dQ tile into staging buffer i % 2 in dq_accum's (permuted) row order, for the writer
+  // Step i's dQ tile into staging buffer i % kDqBufs in dq_accum's (permuted) row order, for the writer
   // warp. Rows: this thread's queries (the M dimension of the dQ product). Called after step i + 1's
   // S^T GEMM is issued, so the tensor cores have work while the warpgroups stage it.
   auto stage_dq = [&](int step) {
-    const int buf = step % 2;
-    sm90::mbar_wait(sm.dq_empty(buf), ((step / 2) & 1) ^ 1);
+    const int buf = step % Traits::kDqBufs;
+    sm90::mbar_wait(sm.dq_empty(buf), ((step / Traits::kDqBufs) & 1) ^ 1);
     const int q_row = warp * 16 + lane / 4;
     const int64_t row0 = seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM;
 #pragma unroll
@@ -583,7 +598,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   for (int i = 0; i < range.count(); ++i) {
     const int s = i % Traits::kStages;
     const uint32_t parity = (i / Traits::kStages) & 1;
-    const int b = i % 2;  // dS^T and dQ staging buffer
+    const int b = i % 2;  // dS^T buffer (dQ staging: stage_dq's own)
     const int m_block = range.m_block(i);
     const int c0 = 2 * (lane % 4);  // this thread's element-0 query within the block
     const int q0 = m_block * kBlockM + c0;
@@ -909,7 +924,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
       sm90::mbar_init(sm.do_empty(s), 4 * Traits::kConsumerWGs);
     }
 #pragma unroll
-    for (int b = 0; b < 2; ++b) {
+    for (int b = 0; b < Traits::kDqBufs; ++b) {
       sm90::mbar_init(sm.dq_full(b), 128 * Traits::kConsumerWGs);
       sm90::mbar_init(sm.dq_empty(b), 1);
     }
