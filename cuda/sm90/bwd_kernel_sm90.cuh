@@ -51,7 +51,7 @@ struct BwdSm90Args {
   CUtensorMap tma_v;   // box 64 columns x kBlockN rows
 };
 
-// Experiment switches (branch next/bwd-dq-single, prepared in session 15 without device time):
+// Experiment parameters (session 15, compiled only; scripts/dev/dq_bufs_ab.sh measures them):
 // FLASHSDPA_SM90_BWD_DQ_BUFS (2 by default) dQ staging buffers, FLASHSDPA_SM90_BWD_STAGES (2) Q / dO
 // ring stages. One buffer frees 32 KB at d128 (a third stage's 32 KB, or an 80-query step:
 // kernel_notes_bwd_sm90.md, "Next for the backward").

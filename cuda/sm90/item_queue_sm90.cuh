@@ -1,6 +1,6 @@
 // item_queue_sm90.cuh: a persistent CTA's hand-over of work items from the thread that schedules
 // them to the roles that run them: the sm90 forward's tiles (fwd_kernel_sm90.cuh's TileQueue; the
-// backward's persistent grid used it too, a losing variant kept on branch next/bwd-persistent). The
+// backward's persistent grid used it too, a losing variant that main's history keeps at a284916). The
 // scheduling thread decodes each item once, so that the readers hold none of the schedule's state
 // (the forward's d64 kMods consumers spilled 8 bytes at their 160 registers with the linear index).
 #pragma once

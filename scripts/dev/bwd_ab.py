@@ -8,8 +8,8 @@ rounds (order rotated per round), CUDA events, rotated inputs, median of the rep
 standard sweep's d64 / d128 cells (B*S = 16k tokens, H*D = 2048, (B, S, H, D) memory) and the
 Llama-style train shapes (GQA 16/4, causal). Prints TFLOP/s per round and the median ratio to
 cuDNN, or with `--json` one line per problem: {"problem", "base", "cudnn"} medians.
-(Session 14 wrote it as bwd_persistent_ab.py for the persistent grid, now on branch
-next/bwd-persistent.)
+(Session 14 wrote it as bwd_persistent_ab.py for the persistent grid, which main's history keeps
+at a284916.)
 
     python3 scripts/dev/bwd_ab.py [--rounds 3] [--seqlens 1024 2048 8192] [--json]
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dq_bufs_ab.sh (branch next/bwd-dq-single, prepared in session 15 without device time): the sm90
+# dq_bufs_ab.sh (prepared in session 15 without device time; to run first in the next): the sm90
 # backward with one dQ staging buffer (-DFLASHSDPA_SM90_BWD_DQ_BUFS=1, 32 KB freed at d128) and with
 # that plus a third Q / dO stage (-DFLASHSDPA_SM90_BWD_STAGES=3), against the default (2 / 2), on
 # the H200. Three narrow builds (bf16, d64 / d128, both families) via build_copy; the variants' GPU
