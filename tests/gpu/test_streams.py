@@ -6,6 +6,7 @@
 # so a launch on any other stream reads them before they are written.
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import pytest
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import flashsdpa
+from flashsdpa import _backend
 from helpers import gpu_skip_reason, skip_unless_compiled
 
 GPU_SKIP = gpu_skip_reason()
@@ -196,10 +198,6 @@ def test_a_new_thread_gets_the_hopper_family() -> None:
     already reads as current) still runs the sm90 kernels: their TMA descriptors are encoded by a
     driver call that needs a current context, whose CUDA_ERROR_INVALID_CONTEXT once sent such calls
     to the portable family without a word (compute-sanitizer showed it; cuda/sm90/tma_sm90.h)."""
-    import ctypes
-
-    from flashsdpa import _backend
-
     skip_unless_compiled(BF16, D)
     rows = [f for f in _backend.capabilities() if f["family"] == "sm90"]
     backward_dims = rows[0]["head_dims_by_direction"].get("backward", []) if rows else []
