@@ -42,13 +42,17 @@ fi
 
 # Each step has its own time limit (a device call is capped at 10 minutes), so one slow step
 # cannot take the bench or the summary table with it.
+# pytest-xdist where the carried wheels provide it (device_env.sh): the whole GPU suite then takes
+# ~2 minutes instead of ~3.5, which leaves the CPU suite room in one 10-minute device call.
+XDIST=()
+$PY -c "import xdist" 2>/dev/null && XDIST=(-n "${TEST_JOBS:-8}")
 t0=$(date +%s)
 TESTS="${TESTS:-tests/gpu}"
 # A full build (no narrowing knob): a test that finds its kernel missing fails instead of skipping.
 if [[ -z "${FLASHSDPA_DTYPES:-}${FLASHSDPA_HEAD_DIMS:-}${FLASHSDPA_ARCHS:-}" ]]; then
   export FLASHSDPA_REQUIRE_KERNELS="${FLASHSDPA_REQUIRE_KERNELS:-all}"
 fi
-timeout "${TESTS_TIMEOUT:-240}" $PY -m pytest $TESTS -q -p no:cacheprovider --durations=10 -rs 2>&1 \
+timeout "${TESTS_TIMEOUT:-240}" $PY -m pytest "${XDIST[@]}" $TESTS -q -p no:cacheprovider --durations=10 -rs 2>&1 \
   | tee "$OUT/tests.log" | tail -40
 rc=${PIPESTATUS[0]}
 step "gpu tests" "rc=$rc $(grep -E '(passed|failed|error)' "$OUT/tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
@@ -61,7 +65,7 @@ grep -qE '[0-9]+ passed' "$OUT/tests.log" || failed+=("gpu tests (none passed)")
 # the same shapes here (FLASHSDPA_FAMILY forces it). FAMILY_TESTS narrows it as TESTS does.
 if [[ "${BOTH_FAMILIES:-1}" == 1 ]] && [[ "$($PY -c 'import torch; print(torch.cuda.get_device_capability() if torch.cuda.is_available() else "")' 2>/dev/null)" == "(9, 0)" ]]; then
   t0=$(date +%s)
-  FLASHSDPA_FAMILY=sm80 timeout "${TESTS_TIMEOUT:-240}" $PY -m pytest ${FAMILY_TESTS:-tests/gpu/test_kernels.py} -q -p no:cacheprovider 2>&1 \
+  FLASHSDPA_FAMILY=sm80 timeout "${TESTS_TIMEOUT:-240}" $PY -m pytest "${XDIST[@]}" ${FAMILY_TESTS:-tests/gpu/test_kernels.py} -q -p no:cacheprovider 2>&1 \
     | tee "$OUT/tests_sm80.log" | tail -5
   rc=${PIPESTATUS[0]}
   step "gpu kernels (sm80 forced)" "rc=$rc $(grep -E '(passed|failed|error)' "$OUT/tests_sm80.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
@@ -108,7 +112,7 @@ fi
 
 if [[ "${FAST:-0}" != 1 ]]; then
   t0=$(date +%s)
-  timeout "${CPU_TESTS_TIMEOUT:-120}" $PY -m pytest tests -q -p no:cacheprovider --ignore=tests/gpu 2>&1 \
+  timeout "${CPU_TESTS_TIMEOUT:-150}" $PY -m pytest "${XDIST[@]}" tests -q -p no:cacheprovider --ignore=tests/gpu 2>&1 \
     | tee "$OUT/cpu_tests.log" | tail -15
   rc=${PIPESTATUS[0]}
   step "cpu tests (this torch)" "rc=$rc $(grep -E '(passed|failed|error)' "$OUT/cpu_tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"

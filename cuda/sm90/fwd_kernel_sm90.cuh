@@ -111,10 +111,12 @@ struct FwdTraitsSm90 {
   static constexpr int kThreads = 128 * (kConsumerWGs + 1);
   // setmaxnreg budgets: the register file (64K) split so the consumers get as many as possible.
   // Two consumers: 24 x 128 + 240 x 256 = 64,512. Three: 32 x 128 + 160 x 384 = 65,536.
-  // (The bias kernels at 32 / 232, which spill 0 bytes where 24 / 240 spill the producer's 40 / 16
-  // at d128 / d256, timed within noise of this: +0.4%, session 15; kernel_notes_fwd_sm90.md.)
-  static constexpr int kProducerRegs = kConsumerWGs == 2 ? 24 : 32;
-  static constexpr int kConsumerRegs = kConsumerWGs == 2 ? 240 : 160;
+  // The bias kernels with two consumers at 32 / 232 (63,488): at 24 / 240 ptxas 13.0 spills the
+  // producer 40 / 16 bytes at d128 / d256, at 32 / 232 nothing; timed 1.004x of 24 / 240 (H200,
+  // 6 rounds, session 15: within noise), so the split buys no local-memory traffic for free.
+  static constexpr bool kBiasSplit = kModsKind == kModsBias && kConsumerWGs == 2;
+  static constexpr int kProducerRegs = kConsumerWGs == 2 ? (kBiasSplit ? 32 : 24) : 32;
+  static constexpr int kConsumerRegs = kConsumerWGs == 2 ? (kBiasSplit ? 232 : 240) : 160;
 
   static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte column blocks of a tile (TMA boxes)
   static constexpr int kMTiles = 1;                 // m16 tiles per warp (wgmma: 16 rows per warp)

@@ -11,7 +11,7 @@ cuDNN, or with `--json` one line per problem: {"problem", "base", "cudnn"} media
 (Session 14 wrote it as bwd_persistent_ab.py for the persistent grid, which main's history keeps
 at a284916.)
 
-    python3 scripts/dev/bwd_ab.py [--rounds 3] [--seqlens 1024 2048 8192] [--json]
+    python3 scripts/dev/bwd_ab.py [--rounds 3] [--seqlens 1024 2048 8192] [--dims 128 64] [--causal both|no|yes] [--json]
 """
 
 from __future__ import annotations
@@ -43,9 +43,12 @@ def main() -> None:
     parser.add_argument("--seqlens", type=int, nargs="+", default=[1024, 2048, 8192])
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--json", action="store_true", help="one JSON line per problem: the variants' medians")
+    parser.add_argument("--dims", type=int, nargs="+", default=[128, 64])
+    parser.add_argument("--causal", choices=("both", "no", "yes"), default="both")
     args = parser.parse_args()
-    problems = [(16384 // s, 2048 // d, 2048 // d, s, d, c) for d in (128, 64) for s in args.seqlens for c in (False, True)]
-    problems += [(1, 16, 4, 8192, 128, True), (4, 16, 4, 2048, 128, True)]
+    masks = {"both": (False, True), "no": (False,), "yes": (True,)}[args.causal]
+    problems = [(16384 // s, 2048 // d, 2048 // d, s, d, c) for d in args.dims for s in args.seqlens for c in masks]
+    problems += [(b, 16, 4, s, 128, c) for b, s in ((1, 8192), (4, 2048)) for c in masks if 128 in args.dims]
     for b, hq, hkv, s, d, causal in problems:
         sets = _sets(b, hq, hkv, s, d, sets_for_bytes(4 * b * hq * s * d * 2))
         flops = 2.5 * 4.0 * b * hq * s * s * d / (2 if causal else 1)
