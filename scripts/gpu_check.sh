@@ -4,7 +4,7 @@
 #   2. the GPU test suite (tests/gpu)
 #   3. the benchmark (BENCH="--quick" by default; BENCH=full for the standard sweep; BENCH=none)
 #   4. compute-sanitizer memcheck, racecheck, synccheck and initcheck on a small subset (SANITIZE=1)
-#   5. unless FAST=1, the CPU suite under this machine's torch
+#   5. with CPU_TESTS=1, the CPU suite under this machine's torch (CI runs it on every change)
 # and prints a short table last. Logs and bench files go to $OUT (the device tool brings them back).
 # Exits 1 when any step fails (the build, a test, the bench's checks, a sanitizer report), so a
 # caller cannot mistake a red run for a green one; the table still prints first.
@@ -12,7 +12,7 @@
 #   FLASHSDPA_HEAD_DIMS=128 FLASHSDPA_DTYPES=bf16 FLASHSDPA_ARCHS=90 bash scripts/gpu_check.sh   # dev config
 #   TESTS="tests/gpu/test_kernels.py -k bf16" BENCH=none bash scripts/gpu_check.sh
 #   TESTS="tests/gpu/test_kernels.py -k bwd_bucket128" FAMILY_TESTS="tests/gpu/test_kernels.py -k bwd_bucket128" \
-#     BENCH=none FAST=1 bash scripts/gpu_check.sh     # one row group on both families (Hopper)
+#     BENCH=none bash scripts/gpu_check.sh     # one row group on both families (Hopper)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh
@@ -110,9 +110,12 @@ if [[ "${SANITIZE:-0}" == 1 ]]; then
   done
 fi
 
-if [[ "${FAST:-0}" != 1 ]]; then
+# The CPU suite is CI's (.ci/run on a CPU machine, the README's command). Here only on request
+# (CPU_TESTS=1): under this machine's torch it does not fit beside the rest in one 10-minute call
+# (7% done after 120 s, session 16), and under xdist some of its tests error (not investigated).
+if [[ "${CPU_TESTS:-0}" == 1 ]]; then
   t0=$(date +%s)
-  timeout "${CPU_TESTS_TIMEOUT:-150}" $PY -m pytest "${XDIST[@]}" tests -q -p no:cacheprovider --ignore=tests/gpu 2>&1 \
+  timeout "${CPU_TESTS_TIMEOUT:-300}" $PY -m pytest tests -q -p no:cacheprovider --ignore=tests/gpu 2>&1 \
     | tee "$OUT/cpu_tests.log" | tail -15
   rc=${PIPESTATUS[0]}
   step "cpu tests (this torch)" "rc=$rc $(grep -E '(passed|failed|error)' "$OUT/cpu_tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"

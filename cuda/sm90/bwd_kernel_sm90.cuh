@@ -51,26 +51,11 @@ struct BwdSm90Args {
   CUtensorMap tma_v;   // box 64 columns x kBlockN rows
 };
 
-// Experiment parameters (session 15, compiled only; scripts/dev/dq_bufs_ab.sh measures them):
-// FLASHSDPA_SM90_BWD_DQ_BUFS (2 by default) dQ staging buffers, FLASHSDPA_SM90_BWD_STAGES (2) Q / dO
-// ring stages. One buffer frees 32 KB at d128 (a third stage's 32 KB, or an 80-query step:
-// kernel_notes_bwd_sm90.md, "Next for the backward").
-#ifndef FLASHSDPA_SM90_BWD_DQ_BUFS
-#define FLASHSDPA_SM90_BWD_DQ_BUFS 2
-#endif
-#ifndef FLASHSDPA_SM90_BWD_STAGES
-#define FLASHSDPA_SM90_BWD_STAGES 2
-#endif
-// FLASHSDPA_SM90_BWD_M80 (experiment, session 16): the d128 plain kernel's unmasked, non-deterministic
-// calls take the 80-query step below (kBlockM_ = 80) instead of 64.
-#ifndef FLASHSDPA_SM90_BWD_M80
-#define FLASHSDPA_SM90_BWD_M80 0
-#endif
-#ifndef FLASHSDPA_SM90_BWD_M80_EARLY
-#define FLASHSDPA_SM90_BWD_M80_EARLY 0
-#endif
-template <typename Elem_, int kHeadDim_, int kStages_ = FLASHSDPA_SM90_BWD_STAGES, ModsKind kModsKind_ = kModsNone,
-          bool kDropout_ = false, int kBlockM_ = 64>
+// Two Q / dO stages and two dQ staging buffers: one buffer measured 0.984x and one buffer with a
+// third stage 0.96x (H200, session 16; the parameters and the 80-query step that needed one
+// buffer stay in main's history at 927f940: kernel_notes_bwd_sm90.md, session 16).
+template <typename Elem_, int kHeadDim_, int kStages_ = 2, ModsKind kModsKind_ = kModsNone,
+          bool kDropout_ = false>
 struct BwdTraitsSm90 {
   using Elem = Elem_;
   // The score modifiers (softcap, ALiBi, sinks' and slopes' row sums; the bias and its gradient:
@@ -86,20 +71,7 @@ struct BwdTraitsSm90 {
   static constexpr bool kDropoutShuffle = true;
   static_assert(!(kDropout && kMods), "dropout: plain instantiation only");
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = kBlockM_;  // query rows per step: the wgmma N of S^T and dP^T
-  // The 80-query step (d128 plain kernel, kernel_notes_bwd_sm90.md "an 80-query step"): S^T, dP^T
-  // and dQ move from the shared-memory-bound N = 64 (32 tensor / 32 operand clocks per wgmma) to
-  // N = 80 (40 / 36), and the step's fixed chain is spread over 25% more work. wgmma's M is 64 a
-  // warpgroup, so dQ is computed swapped, dQ^T = K^T dS^T (M = the warpgroup's 64 columns, N = 80
-  // queries): dS goes to shared memory queries x keys (stmatrix.trans), K-major like a Q tile, and
-  // the dQ^T fragments are transposed in registers (shuffles) before the staging. One dQ staging
-  // buffer of 40 KB (226.4 KB of shared memory in all; two would need 266.4). The query blocks are not the
-  // preprocess's 64 rows, so neither first store nor deterministic mode's turns (both count dQ
-  // tiles per 64-row block): the launcher takes this step only without them.
-  static constexpr bool kSwapDq = kBlockM != 64;
-  static constexpr int kRowStatWarps = (kBlockM + 63) / 64;  // 64 rows a warp (bwd_sm90::load_row_stats)
-  static_assert(kBlockM == 64 || (kBlockM == 80 && kHeadDim_ == 128 && kModsKind_ == kModsNone && !kDropout_),
-                "the 80-query step: d128 plain kernel only");
+  static constexpr int kBlockM = 64;   // query rows per step: one wgmma N of S^T, one 128-byte dS^T row
   static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
   static constexpr int kStages = kStages_;
   static constexpr int kConsumerWGs = 2;
@@ -114,8 +86,7 @@ struct BwdTraitsSm90 {
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;  // also V
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T: keys x queries, one column block
   static constexpr int kDqBytes = kBlockM * kHeadDim * 4;  // fp32 dQ staging, dq_accum's row order
-  static constexpr int kDqBufs = kSwapDq ? 1 : FLASHSDPA_SM90_BWD_DQ_BUFS;
-  static_assert(kDqBufs == 1 || kDqBufs == 2, "one or two dQ staging buffers");
+  static constexpr int kDqBufs = 2;
   // LSE * log2(e) and delta of a stage's rows, then the stage's huge-LSE flag (16 bytes keep the
   // slots 16-byte aligned; at d128 the total is 230,536 of 232,448 bytes).
   static constexpr int kRowStatBytes = 2 * kBlockM * 4 + 16;
@@ -318,7 +289,7 @@ __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayou
 // q_full barrier counts the warp's 32 arrivals besides the TMA thread's.
 template <typename Traits>
 __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const SmemLayout<Traits>& sm, int batch,
-                                               const SeqlenInfo& seq, const StepRange& range, int lane, int w) {
+                                               const SeqlenInfo& seq, const StepRange& range, int lane) {
   grid_dependency_wait();  // delta is the preprocess's
   // Only now (the preprocess has completed) may the dQ postprocess's CTAs be placed on SMs this
   // grid leaves idle: with first store they start converting blocks before this grid ends and
@@ -330,15 +301,11 @@ __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const Sme
     const int head = range.head(i), m_block = range.m_block(i);
     const float* lse = p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride;
     const float* delta = p.delta + batch * p.delta_batch_stride + head * p.delta_head_stride;
-    // Warp w takes rows [64 w, 64 w + 64): two rounds of 32 (80 rows: a second warp, rows 64-79;
-    // one warp's three rounds spilled 12 bytes at 24 registers).
-    constexpr int kRounds = 2;
-    auto in_block = [&](int r) { return Traits::kBlockM % 64 == 0 || 64 * w + 32 * r + lane < Traits::kBlockM; };
-    float l[kRounds], d[kRounds];
+    float l[Traits::kBlockM / 32], d[Traits::kBlockM / 32];
 #pragma unroll
-    for (int r = 0; r < kRounds; ++r) {  // loads before the wait: they overlap it
-      const int q = m_block * Traits::kBlockM + 64 * w + 32 * r + lane;
-      const bool ok = q < seq.seqlen_q && in_block(r);
+    for (int r = 0; r < Traits::kBlockM / 32; ++r) {  // loads before the wait: they overlap it
+      const int q = m_block * Traits::kBlockM + 32 * r + lane;
+      const bool ok = q < seq.seqlen_q;
       // A forward that wrote -inf for a row that sees no key is read as +inf (P = 0), as sm80's.
       const float row_lse = ok ? lse[(seq.q_row_offset + q) * p.lse_row_stride] : INFINITY;
       l[r] = backward_lse2(row_lse);
@@ -346,17 +313,14 @@ __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const Sme
     }
     bool huge = false;
 #pragma unroll
-    for (int r = 0; r < kRounds; ++r) huge |= in_block(r) && huge_lse2(l[r]);
+    for (int r = 0; r < Traits::kBlockM / 32; ++r) huge |= huge_lse2(l[r]);
     const uint32_t any_huge = __any_sync(0xffffffffu, huge);
     sm90::mbar_wait(sm.q_empty(s), parity ^ 1);
-    // One flag word per warp (the consumers OR them).
-    if (lane == 0) asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sm.huge_slot(s) + 4 * w), "r"(any_huge) : "memory");
+    if (lane == 0) asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sm.huge_slot(s)), "r"(any_huge) : "memory");
 #pragma unroll
-    for (int r = 0; r < kRounds; ++r) {
-      if (!in_block(r)) continue;
-      const int row = 64 * w + 32 * r + lane;
-      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.lse_slot(s) + row * 4), "f"(l[r]) : "memory");
-      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.delta_slot(s) + row * 4), "f"(d[r]) : "memory");
+    for (int r = 0; r < Traits::kBlockM / 32; ++r) {
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.lse_slot(s) + (32 * r + lane) * 4), "f"(l[r]) : "memory");
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.delta_slot(s) + (32 * r + lane) * 4), "f"(d[r]) : "memory");
     }
     sm90::mbar_arrive(sm.q_full(s));
   }
@@ -380,16 +344,14 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
                                          const SeqlenInfo& seq, const BlockMask& mask, const StepRange& range,
                                          const BwdGridOrder& order, int n_block) {
 #if defined(__CUDA_ARCH__)  // ptx.cuh declares the bulk copies for device passes of sm_90 only
-  static_assert(Traits::kSwapDq || Traits::kBlockM == kPrePostRows, "dq_semaphore counts blocks of the preprocess's rows");
+  static_assert(Traits::kBlockM == kPrePostRows, "dq_semaphore counts blocks of the preprocess's rows");
   static_assert(Traits::kBlockN == kDqFirstStoreBlockN, "the preprocess finds the unvisited blocks with this tile");
   const int m_blocks = ceil_div(p.seqlen_q, Traits::kBlockM);
   // Deterministic: the key blocks add in launch order (BwdGridOrder::turn); first store: the first
   // of them stores instead (the preprocess zeroed only the blocks nobody visits). Both need the
-  // semaphores, which the host gives the sm90 family for dense problems; the 80-query step uses
-  // neither (its blocks are not the semaphores' 64 rows; the launcher clears both).
-  auto semaphores = [&]() -> int32_t* { return Traits::kSwapDq ? nullptr : p.dq_semaphore; };
-  const bool ordered = p.deterministic && semaphores() != nullptr;
-  const bool first_store = p.dq_first_store && semaphores() != nullptr;
+  // semaphores, which the host gives the sm90 family for dense problems.
+  const bool ordered = p.deterministic && p.dq_semaphore != nullptr;
+  const bool first_store = p.dq_first_store && p.dq_semaphore != nullptr;
   grid_dependency_wait();  // dq_accum and the semaphores are zeroed by the preprocess
   int32_t* pending = nullptr;  // (first store) the block of the last add not yet counted
   for (int i = 0; i < range.count(); ++i) {
@@ -398,7 +360,9 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
     const int rows = min(Traits::kBlockM, seq.seqlen_q - m_block * Traits::kBlockM);
     float* dst = p.dq_accum + batch * p.dq_accum_batch_stride + head * p.dq_accum_head_stride +
                  (seq.q_row_offset + m_block * Traits::kBlockM) * p.dq_accum_row_stride;
-    int32_t* sem = semaphores() == nullptr ? nullptr : semaphores() + (int64_t(batch) * p.heads_q + head) * m_blocks + m_block;
+    int32_t* sem = p.dq_semaphore == nullptr
+                       ? nullptr
+                       : p.dq_semaphore + (int64_t(batch) * p.heads_q + head) * m_blocks + m_block;
     const uint32_t bytes = rows * Traits::kHeadDim * 4;
     sm90::mbar_wait(sm.dq_full(b), (i / Traits::kDqBufs) & 1);
     const int turn = sem == nullptr ? -1
@@ -468,8 +432,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   constexpr int kBlockN = Traits::kBlockN;
   using OpS = sm90::WgmmaOp<Elem, kBlockM>;               // S^T, dP^T: N = 64 queries
   using OpD = sm90::WgmmaOp<Elem, Traits::kHeadDim>;      // dV, dK: N = head dim
-  // dQ: N = this warpgroup's half of the columns; swapped (dQ^T), N = the step's queries.
-  using OpQ = sm90::WgmmaOp<Elem, Traits::kSwapDq ? kBlockM : Traits::kDqCols>;
+  using OpQ = sm90::WgmmaOp<Elem, Traits::kDqCols>;      // dQ: N = this warpgroup's half of the columns
   const AttnBwdParams& p = args.p;
   const int tid = threadIdx.x % 128;
   const int warp = tid / 32, lane = tid % 32;
@@ -480,12 +443,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   float dv_acc[Traits::kHeadDim / 2], dk_acc[Traits::kHeadDim / 2];
 #pragma unroll
   for (int i = 0; i < Traits::kHeadDim / 2; ++i) dv_acc[i] = dk_acc[i] = 0.f;
-  float st_acc[kBlockM / 2], dpt_acc[kBlockM / 2], dq_own[Traits::kSwapDq ? 1 : Traits::kDqAcc];
-  // (kSwapDq) The dQ^T accumulator is S^T's registers: S^T is dead (P^T's 16-bit copy taken) when
-  // the dQ^T GEMM is issued, and dQ^T is copied out (dq_prev) before the next S^T. Apart, the five
-  // 40-float accumulators beside dV and dK (248 of 240) made ptxas serialize every wgmma (C7512).
-  static_assert(!Traits::kSwapDq || kBlockM / 2 == Traits::kDqAcc, "dQ^T in S^T's registers");
-  float (&dq_acc)[Traits::kDqAcc] = *reinterpret_cast<float(*)[Traits::kDqAcc]>(Traits::kSwapDq ? st_acc : dq_own);
+  float st_acc[kBlockM / 2], dpt_acc[kBlockM / 2], dq_acc[Traits::kDqAcc];
   auto& st = *reinterpret_cast<float(*)[1][kMTiles][4]>(st_acc);
   auto& dpt = *reinterpret_cast<float(*)[1][kMTiles][4]>(dpt_acc);
   float dq_prev[Traits::kDqAcc];  // the previous step's dQ tile (scaled), staged during this step's S^T GEMM
@@ -508,10 +466,6 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   constexpr int kDqCol0 = Traits::kDqCols;  // first column of warpgroup 1
   const uint64_t kq_desc = sm90::make_desc(
       sm.k + (cwg * kDqCol0 / 64) * kBlockN * 128 + (cwg * kDqCol0 % 64) * 2, kBlockN * 128, 1024);
-  // (kSwapDq) dQ^T = K^T dS^T: K's column block cwg as the M-major A (the form kq_desc reads as a
-  // B), dS (queries x keys, K-major like a Q slot) as the B.
-  const uint64_t kt_desc = sm90::make_desc(sm.k + cwg * kBlockN * 128, kBlockN * 128, 1024);
-  const uint64_t dsk_desc0 = sm90::make_desc(sm.ds, 16, 1024);
   constexpr uint64_t kSlot = Traits::kQBytes >> 4;
   constexpr uint64_t kDsBuf = Traits::kDsBytes >> 4;
   const float scale_log2 = Mod::scale_log2(p);  // p.scale_log2 but with softcap (its raw unit)
@@ -525,41 +479,15 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     sm90::mbar_wait(sm.dq_empty(buf), ((step / Traits::kDqBufs) & 1) ^ 1);
     const int q_row = warp * 16 + lane / 4;
     const int64_t row0 = seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM;
-    if constexpr (Traits::kSwapDq) {
-      // dQ^T's register 4 j + 2 h + e is (column 16 warp + 8 h + g, query 8 j + 2 t + e) of the
-      // warpgroup's 64 x 80 tile (g = lane / 4, t = lane % 4). Each 8 x 8 block (j, h) is
-      // transposed in registers, so that the thread holds (query 8 j + g, columns 2 t, 2 t + 1) as
-      // the unswapped tile's fragment does: a pair swap with lane ^ 4 (then a lane holds the
-      // elements of its g's low bit as its query's, indexed by the column's low bit), then one
-      // shuffle per element with the lane whose bits (4, 3) and (1, 0) are exchanged.
-      const bool odd = (lane >> 2) & 1;
-      const int src = ((lane & 3) << 3) | (lane & 4) | ((lane >> 3) & 3);
 #pragma unroll
-      for (int j = 0; j < kBlockM / 8; ++j) {
+    for (int j = 0; j < Traits::kDqCols / 8; ++j) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float a0 = dq_prev[4 * j + 2 * h], a1 = dq_prev[4 * j + 2 * h + 1];
-          const float x = __shfl_xor_sync(0xffffffffu, odd ? a0 : a1, 4);
-          if (odd) a0 = x; else a1 = x;
-          a0 = __shfl_sync(0xffffffffu, a0, src);
-          a1 = __shfl_sync(0xffffffffu, a1, src);
-          const int row = 8 * j + lane / 4;
-          const int col = Traits::kDqCols * cwg + 16 * warp + 8 * h + 2 * (lane % 4);
-          const uint32_t addr = sm.dq_buf(buf) + (row * Traits::kHeadDim + DqAccumLayout::position(row0 + row, col)) * 4;
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a0), "f"(a1) : "memory");
-        }
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < Traits::kDqCols / 8; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = q_row + 8 * h;
-          const int col = Traits::kDqCols * cwg + 8 * j + 2 * (lane % 4);
-          const uint32_t addr = sm.dq_buf(buf) + (row * Traits::kHeadDim + DqAccumLayout::position(row0 + row, col)) * 4;
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[0][j][2 * h]), "f"(dq[0][j][2 * h + 1])
-                       : "memory");
-        }
+      for (int h = 0; h < 2; ++h) {
+        const int row = q_row + 8 * h;
+        const int col = Traits::kDqCols * cwg + 8 * j + 2 * (lane % 4);
+        const uint32_t addr = sm.dq_buf(buf) + (row * Traits::kHeadDim + DqAccumLayout::position(row0 + row, col)) * 4;
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[0][j][2 * h]), "f"(dq[0][j][2 * h + 1])
+                     : "memory");
       }
     }
     sm90::fence_async_shared();
@@ -676,9 +604,6 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       if (i > 0) issue_dq((i - 1) % 2);
     }
     // S^T = K Q^T and dP^T = V dO^T, two commit groups; the previous step's dQ is staged between.
-    if constexpr (Traits::kSwapDq && FLASHSDPA_SM90_BWD_M80_EARLY) {
-      if (i > 0) stage_dq(i - 1);
-    }
     sm90::mbar_wait(sm.q_full(s), parity);
     sm90::wgmma_fence();
 #pragma unroll
@@ -713,7 +638,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       }
     };
     if constexpr (!Traits::kOverlap) {
-      if (i > 0 && !(Traits::kSwapDq && FLASHSDPA_SM90_BWD_M80_EARLY)) stage_dq(i - 1);
+      if (i > 0) stage_dq(i - 1);
     } else if constexpr (!Traits::kOverlapDp) {
       retire_prev(std::integral_constant<int, 1>{});  // S^T of step i may still run
     }
@@ -746,25 +671,17 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     }
 
     // The stage's per-query floats (LSE * log2 e, delta) of this thread's columns 8 j + c0, + 1.
-    auto load_column = [&](float2& v, uint32_t slot, int j) {
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(slot + (8 * j + c0) * 4));
-    };
     auto load_columns = [&](float2 (&v)[kMTiles], uint32_t slot) {
 #pragma unroll
-      for (int j = 0; j < kMTiles; ++j) load_column(v[j], slot, j);
+      for (int j = 0; j < kMTiles; ++j) {
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v[j].x), "=f"(v[j].y) : "r"(slot + (8 * j + c0) * 4));
+      }
     };
     // The LSEs while the GEMMs run, and whether a row of the stage has a huge one (one word).
     float2 lse2[kMTiles];
     uint32_t huge;
-    if constexpr (Traits::kRowStatWarps == 1) {
-      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(huge) : "r"(sm.huge_slot(s)));
-    } else {
-      uint32_t h1;
-      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(huge), "=r"(h1) : "r"(sm.huge_slot(s)));
-      huge |= h1;
-    }
-    // (kSwapDq: each column pair's where it is used, below: 20 registers fewer beside S^T and dP^T.)
-    if constexpr (!Traits::kSwapDq) load_columns(lse2, sm.lse_slot(s));
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(huge) : "r"(sm.huge_slot(s)));
+    load_columns(lse2, sm.lse_slot(s));
     sm90::wgmma_wait<1>();
     sm90::fence_regs(st_acc);
     // The score modifiers (kMods only) on S^T, in score_mod.cuh's key-rows layout: this thread's
@@ -788,7 +705,6 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     // made ptxas spill 20 bytes at d64 and capping every exponent cost 1-4% at d128.
 #pragma unroll
     for (int j = 0; j < kMTiles; ++j) {
-      if constexpr (Traits::kSwapDq) load_column(lse2[j], sm.lse_slot(s), j);
 #pragma unroll
       for (int x = 0; x < 4; ++x) st[0][j][x] = fast_exp2(fmaf(st[0][j][x], scale_log2, x % 2 ? -lse2[j].y : -lse2[j].x));
     }
@@ -799,21 +715,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
         for (int x = 0; x < 4; ++x) st[0][j][x] = capped_probability(st[0][j][x]);
       }
     }
-    if constexpr (Traits::kSwapDq) {
-      // Unmasked (the launcher's condition): only keys past seqlen_k (TMA's zero rows: S^T = 0 there,
-      // P^T = 2^-LSE, unbounded) are cleared, whole fragment rows; query columns past seqlen_q have
-      // LSE = +inf (P^T = 0). apply_mask_t's per-column bounds made ptxas spill 64 bytes here.
-      if ((n_block + 1) * kBlockN > seq.seqlen_k) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (key0 + 8 * h < seq.seqlen_k) continue;
-#pragma unroll
-          for (int j = 0; j < kMTiles; ++j) st[0][j][2 * h] = st[0][j][2 * h + 1] = 0.f;
-        }
-      }
-    } else if (mask.template partial<kBlockM, kBlockN>(m_block, n_block)) {
-      apply_mask_t<kMTiles>(st, mask, key0, q0, seq.seqlen_q, 0.f);
-    }
+    if (mask.template partial<kBlockM, kBlockN>(m_block, n_block)) apply_mask_t<kMTiles>(st, mask, key0, q0, seq.seqlen_q, 0.f);
     if constexpr (Traits::kDropout) {
       // A dropped P^T is kept negated, as FlashAttention-2's backward does (P >= 0, so the sign
       // bit is the mask, -0 included): dS^T below needs the undropped value and the mask, and the
@@ -831,31 +733,21 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
         }
       }
       sm90::accumulator_to_a<Elem, kMTiles>(pt16, zpt);
-    } else if constexpr (!Traits::kSwapDq) {
+    } else {
       sm90::accumulator_to_a<Elem, kMTiles>(pt16, st);
     }
 
-    // dV += P^T dO (K steps over the 64 queries), issued before dS^T exists. (kSwapDq: after it,
-    // below. With 80 queries P^T's 16-bit copy (20 registers) live beside P^T, dP^T, dV and dK
-    // (228) made ptxas serialize every wgmma (C7512).)
-    auto issue_dv = [&] {
-      sm90::wgmma_fence();
+    // dV += P^T dO (K steps over the 64 queries), issued before dS^T exists.
+    sm90::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk)
-        OpD::template rs<1>(dv_acc, pt16[kk], do_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
-      sm90::wgmma_commit();
-    };
-    if constexpr (!Traits::kSwapDq) issue_dv();
+    for (int kk = 0; kk < kBlockM / 16; ++kk) OpD::template rs<1>(dv_acc, pt16[kk], do_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
+    sm90::wgmma_commit();
 
     // delta is loaded while the dP^T GEMM runs; in the kMods kernel after the modifiers' column sums
     // instead, whose registers the d128 step has only without delta's 16 live (else ptxas spills).
     float2 delta[kMTiles];
-    if constexpr (!Traits::kMods && !Traits::kSwapDq) load_columns(delta, sm.delta_slot(s));
-    if constexpr (Traits::kSwapDq) {
-      sm90::wgmma_wait<0>();  // dP^T done (the only group in flight)
-    } else {
-      sm90::wgmma_wait<1>();  // dP^T done (dV may still run)
-    }
+    if constexpr (!Traits::kMods) load_columns(delta, sm.delta_slot(s));
+    sm90::wgmma_wait<1>();  // dP^T done (dV may still run)
     sm90::fence_regs(dpt_acc);
     if constexpr (Traits::kMods) {
       // The sinks' and slopes' exact delta: column (query) sums of P dP and P |distance|.
@@ -878,20 +770,8 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     } else {
 #pragma unroll
       for (int j = 0; j < kMTiles; ++j) {
-        if constexpr (Traits::kSwapDq) load_column(delta[j], sm.delta_slot(s), j);
 #pragma unroll
         for (int x = 0; x < 4; ++x) dpt[0][j][x] = st[0][j][x] * (dpt[0][j][x] - (x % 2 ? delta[j].y : delta[j].x));
-        if constexpr (Traits::kSwapDq) {
-          // Both 16-bit A fragments of n8 tile j as soon as its P^T and dS^T are final, so the
-          // float32 tiles die one by one (accumulator_to_a's layout: tile j is fragment j / 2,
-          // registers 2 (j % 2), + 1). Converted after the loop, ptxas held P^T, dP^T and P^T's
-          // 16-bit copy at once (253 registers live: C7512 at 240).
-          const int kk = j / 2, r0 = (j % 2) * 2;
-          pt16[kk][r0] = ElemTraits<Elem>::pack(st[0][j][0], st[0][j][1]);
-          pt16[kk][r0 + 1] = ElemTraits<Elem>::pack(st[0][j][2], st[0][j][3]);
-          dst16[kk][r0] = ElemTraits<Elem>::pack(dpt[0][j][0], dpt[0][j][1]);
-          dst16[kk][r0 + 1] = ElemTraits<Elem>::pack(dpt[0][j][2], dpt[0][j][3]);
-        }
       }
     }
     if constexpr (Traits::kMods) {
@@ -900,11 +780,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       load_columns(lse2, sm.lse_slot(s));
       Mod::template grads<ScoreLayout::kKeyRows>(p, seq, batch, mod_head, dpt, st, lse2, mod_key0, mod_q0);
     }
-    if constexpr (Traits::kSwapDq) {
-      issue_dv();
-    } else {
-      sm90::accumulator_to_a<Elem, kMTiles>(dst16, dpt);
-    }
+    sm90::accumulator_to_a<Elem, kMTiles>(dst16, dpt);
 
     // dK += dS^T Q.
     sm90::wgmma_fence();
@@ -914,38 +790,17 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
 
     // dS^T to shared memory (keys x queries, 128-byte swizzled rows), for dQ = dS K.
     const uint32_t ds = sm.ds_buf(b);
-    if constexpr (Traits::kSwapDq) {
-      // dS (queries x keys, 128-byte swizzled rows, column block cwg: K-major like a Q slot) for
-      // dQ^T = K^T dS^T: dst16[kk][x] is the 8 x 8 block (keys 16 warp + 8 (x % 2) + 0..7, queries
-      // 16 kk + 8 (x / 2) + 0..7), stored transposed: lane 8 x + r addresses its query row r.
-      const int x = lane / 8, r = lane % 8;
 #pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        const int q = 16 * kk + 8 * (x >> 1) + r;  // q % 8 == r
-        stmatrix_x4_trans(ds + cwg * kBlockM * 128 + q * 128 + (((2 * warp + (x & 1)) ^ r) << 4), dst16[kk][0],
-                          dst16[kk][1], dst16[kk][2], dst16[kk][3]);
-      }
-    } else {
+    for (int j = 0; j < kMTiles; ++j) {
 #pragma unroll
-      for (int j = 0; j < kMTiles; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = key_row + 8 * h;  // row % 8 == lane / 4
-          st_shared_b32(ds + row * 128 + ((j ^ (lane / 4)) << 4) + (lane % 4) * 4, dst16[j / 2][(j % 2) * 2 + h]);
-        }
+      for (int h = 0; h < 2; ++h) {
+        const int row = key_row + 8 * h;  // row % 8 == lane / 4
+        st_shared_b32(ds + row * 128 + ((j ^ (lane / 4)) << 4) + (lane % 4) * 4, dst16[j / 2][(j % 2) * 2 + h]);
       }
     }
     sm90::fence_async_shared();
     if constexpr (Traits::kModsKind == kModsBias) {  // attn_mask's gradient: scattered 16-bit stores where not aligned
       if (!dbias_rows) Mod::bias_grad_t(p, seq, batch, mod_head, dst16, key0, q0);
-    }
-    if constexpr (Traits::kSwapDq) {
-      // dV and dK retired before the dQ^T GEMM: their 16-bit A fragments (40 registers) are dead
-      // there, beside dV, dK and the dQ^T accumulator (168 of 240); held, ptxas serialized every
-      // wgmma of the kernel (C7512).
-      sm90::wgmma_wait<0>();
-      sm90::fence_regs(dv_acc);
-      sm90::fence_regs(dk_acc);
     }
     sm90::named_sync(kBarDs, 256);  // both halves of dS^T written
     if constexpr (Traits::kModsKind == kModsBias) {
@@ -953,20 +808,11 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     }
 
     if constexpr (!Traits::kOverlap) {  // (kOverlap: dQ issued and retired in step i + 1, or below)
-      // dQ[:, 64 cwg .. 64 cwg + 63] = dS K over all 128 keys (M-major A, N-major B); swapped,
-      // dQ^T = K^T dS^T (M-major A, K-major B).
+      // dQ[:, 64 cwg .. 64 cwg + 63] = dS K over all 128 keys (M-major A, N-major B).
       sm90::wgmma_fence();
-      if constexpr (Traits::kSwapDq) {
 #pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk) {
-          const uint64_t off_ds = ((kk / 4) * kBlockM * 128 + (kk % 4) * 32) >> 4;
-          OpQ::template ss<0, 1>(dq_acc, kt_desc + ((kk * 2048) >> 4), dsk_desc0 + b * kDsBuf + off_ds, kk > 0);
-        }
-      } else {
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk)
-          OpQ::template ss<1, 1>(dq_acc, ds_desc0 + b * kDsBuf + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
-      }
+      for (int kk = 0; kk < kBlockN / 16; ++kk)
+        OpQ::template ss<1, 1>(dq_acc, ds_desc0 + b * kDsBuf + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
       sm90::wgmma_commit();
       if constexpr (Traits::kModsKind == kModsBias) {  // while the dQ GEMM runs (it reads the same buffer)
         if (dbias_rows) store_bias_grad(i, b);
@@ -1064,7 +910,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
     sm90::mbar_init(sm.kv_full(), 1);
 #pragma unroll
     for (int s = 0; s < Traits::kStages; ++s) {
-      sm90::mbar_init(sm.q_full(s), 1 + 32 * Traits::kRowStatWarps);  // the TMA thread's arrive + tx, the row-stats warps
+      sm90::mbar_init(sm.q_full(s), 1 + 32);  // the TMA thread's arrive + tx, the row-stats warp
       sm90::mbar_init(sm.do_full(s), 1);
       sm90::mbar_init(sm.q_empty(s), 128 * Traits::kConsumerWGs);
       sm90::mbar_init(sm.do_empty(s), 4 * Traits::kConsumerWGs);
@@ -1087,9 +933,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
     } else if (warp == bwd_sm90::kWarpDq && threadIdx.x % 32 == 0) {
       bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block);
     } else if (warp == bwd_sm90::kWarpRowStats) {
-      bwd_sm90::load_row_stats<Traits>(p, sm, batch, seq, range, threadIdx.x % 32, 0);
-    } else if (Traits::kRowStatWarps > 1 && warp == bwd_sm90::kWarpRowStats + 1) {
-      bwd_sm90::load_row_stats<Traits>(p, sm, batch, seq, range, threadIdx.x % 32, 1);
+      bwd_sm90::load_row_stats<Traits>(p, sm, batch, seq, range, threadIdx.x % 32);
     }
   } else {
     sm90::setmaxnreg_inc<Traits::kConsumerRegs>();

@@ -53,25 +53,6 @@ cudaError_t run_bwd_sm90_(const AttnBwdParams& params, cudaStream_t stream) {
   using BiasTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsBias>;
   // Dropout: its own instantiation, plain otherwise (the host pairs it with no modifier).
   using DropoutTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsNone, true>;
-  // The 80-query step (FLASHSDPA_SM90_BWD_M80; bwd_kernel_sm90.cuh's kSwapDq): unmasked, plain,
-  // non-deterministic d128 calls. Without first store: the preprocess zeroes every dQ block and the
-  // postprocess converts after the whole grid (the semaphores count 64-row blocks).
-  if constexpr (FLASHSDPA_SM90_BWD_M80 && kHeadDim == 128) {
-    if (!params.dropout.enabled() && mods_kind(params.mods) == kModsNone && params.mask.is_none() &&
-        !params.deterministic) {
-      using Traits80 = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsNone, false, 80>;
-      AttnBwdParams plain = params;
-      plain.dq_first_store = false;
-      plain.dq_semaphore = nullptr;
-      BwdSm90Args args;
-      cudaError_t err = encode_bwd_sm90<Traits80>(plain, args);
-      if (err != cudaSuccess) return err;
-      if ((err = launch_bwd_prepost<Elem, kHeadDim, false>(plain, stream)) != cudaSuccess) return err;
-      if ((err = launch_bwd_sm90_main<Traits80>(args, stream)) != cudaSuccess) return err;
-      plain.scale = 1.f;  // the main kernel stages dQ already scaled
-      return launch_bwd_prepost<Elem, kHeadDim, true>(plain, stream, /*programmatic=*/true);
-    }
-  }
   BwdSm90Args args;
   cudaError_t err = encode_bwd_sm90<Traits>(params, args);
   if (err != cudaSuccess) return err;

@@ -1,11 +1,12 @@
-"""bias_fwd_time.py: the additive-bias rows of `bench --masks` (issue 14's bars: forward 420,
-backward 300 TFLOP/s at S 2k), ours only, for A/B runs between two builds (alternate processes of
-this script, one per build: session 15's register-split A/B, kernel_notes_fwd_sm90.md). SDPA inside enable() with a (1, H, S, S) bias
-that requires grad, B*S = 16k, H 16, D 128, bf16, the inputs bench/masked.py builds; TFLOP/s counted
-dense (forward 4 B H S^2 D, backward 2.5x), CUDA events, median of the reps. Prints one line:
-`bias fwd <TFLOP/s> bwd <TFLOP/s>`.
+"""bias_fwd_time.py: the additive-bias forward and backward through SDPA inside enable(), ours
+only, for A/B runs between two builds (scripts/dev/bias64_ab.sh alternates processes of this
+script, one per build). B*S = 16k tokens, H*D = 2048, S 2k, a (1, H, S, S) bf16 bias that requires
+grad (the bench's additive-bias row, bench/masked.py, at any head dim); TFLOP/s counted dense
+(forward 4 B H S^2 D, backward 2.5x), CUDA events, median of the reps. Prints one line:
+`bias d<D> fwd <TFLOP/s> bwd <TFLOP/s>`. (Session 15 kept a d128 form of it until its A/B was
+done; main's history has it at 05cbb85.)
 
-    python3 scripts/dev/bias_fwd_time.py [--seed 0]
+    python3 scripts/dev/bias_fwd_time.py [--head-dim 64] [--seqlen 2048] [--seed 0]
 """
 
 from __future__ import annotations
@@ -13,20 +14,34 @@ from __future__ import annotations
 import argparse
 
 import torch
+import torch.nn.functional as F
 
-from flashsdpa.bench import masked
+import flashsdpa
+from flashsdpa.bench.timing import time_cuda_ms
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--seqlen", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    case = next(c for c in masked.CASES if c.kind == "bias")
-    qkv, mask, dout = masked._inputs(case, torch.bfloat16, args.seed)
-    fwd_ms, bwd_ms = masked._times("ours", qkv, mask, dout)
-    batch, s = qkv[0].shape[0], case.seqlen
-    flops = 4.0 * batch * masked.HEADS * s * s * masked.HEAD_DIM
-    print(f"bias fwd {flops / fwd_ms / 1e9:.1f} bwd {2.5 * flops / bwd_ms / 1e9:.1f}", flush=True)
+    d, s = args.head_dim, args.seqlen
+    b, h = max(1, 16384 // s), 2048 // d
+    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    q, k, v, dout = (torch.randn(b, h, s, d, generator=gen, device="cuda").to(torch.bfloat16) for _ in range(4))
+    qkv = [t.requires_grad_() for t in (q, k, v)]
+    bias = torch.randn(1, h, s, s, generator=gen, device="cuda").to(torch.bfloat16).requires_grad_()
+    before = flashsdpa.stats()["served"]
+    with flashsdpa.enable():
+        with torch.no_grad():
+            fwd = time_cuda_ms([lambda: F.scaled_dot_product_attention(*qkv, attn_mask=bias)], warmup=5, reps=20)
+        out = F.scaled_dot_product_attention(*qkv, attn_mask=bias)
+        bwd = time_cuda_ms([lambda: torch.autograd.grad(out, [*qkv, bias], dout, retain_graph=True)], warmup=3, reps=10)
+    if flashsdpa.stats()["served"] == before:
+        raise SystemExit("not served by our kernels (flashsdpa.explain says why)")
+    flops = 4.0 * b * h * s * s * d
+    print(f"bias d{d} fwd {flops / fwd / 1e9:.1f} bwd {2.5 * flops / bwd / 1e9:.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ for t in memcheck racecheck synccheck; do
   echo "$t rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$t.log" | tail -1)"
 done
 if [[ "${PACKAGE:-1}" == 1 ]]; then
-  FLASHSDPA_ARCHS="${FLASHSDPA_ARCHS:-90}" BENCH="${BENCH:-none}" FAST=1 TESTS_TIMEOUT="${TESTS_TIMEOUT:-300}" \
+  FLASHSDPA_ARCHS="${FLASHSDPA_ARCHS:-90}" BENCH="${BENCH:-none}" TESTS_TIMEOUT="${TESTS_TIMEOUT:-300}" \
     bash scripts/gpu_check.sh 2>&1 | tail -25
 fi
 echo "==== sm90 sweep (TFLOP/s) ===="
