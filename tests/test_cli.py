@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from flashsdpa import buildcheck, cli
-from flashsdpa.bench import overhead, report
+from flashsdpa.bench import bars, overhead, report
 from flashsdpa.bench.problems import Problem, Result, parse_count
 
 
@@ -83,22 +83,40 @@ def test_bench_without_gpu_runs_the_self_check(capsys) -> None:
 
 
 def test_overhead_report(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """The overhead report's fields and table, run on CPU tensors (no GPU here: the numbers mean
-    nothing, the structure is what is checked; the fields of earlier reports stay)."""
+    """The overhead report's fields, derived figures, bars and table, run on CPU tensors (no GPU
+    here: the numbers mean nothing, the structure is what is checked; the fields of earlier reports
+    stay). The aten flash op has no CPU kernel, so its rows are reported unsupported here."""
     randn = torch.randn
     monkeypatch.setattr(torch, "randn", lambda *size, device=None, **kwargs: randn(*size, **kwargs))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     o = overhead.overhead_us(torch.bfloat16, rounds=3, calls_per_round=2)
-    assert {"shape", "dtype", "us_per_call", "shim_overhead_us", "bar_us", "status"} <= set(o)
-    assert o["shape"] == [1, 4, 64, 64] and o["dtype"] == "bfloat16" and o["bar_us"] == 6.0 and o["status"] == {}
+    assert {"shape", "dtype", "us_per_call", "shim_overhead_us", "status", "bars_us"} <= set(o)
+    assert o["shape"] == [1, 4, 64, 64] and o["dtype"] == "bfloat16"
+    assert o["bars_us"] == {"no grad, equal work": 0.0, "grad (fwd)": 2.0, "backward": 2.0}
+    assert set(o["status"]) <= {"torch-flash (aten)", "flashsdpa-sdpa (aten)"}
     assert set(o["us_per_call"]) == {"torch-flash", "flashsdpa-sdpa", "flashsdpa"}
-    assert set(o["grad_us_per_call"]) == {"torch-flash", "flashsdpa-sdpa"}
-    us, grad = o["us_per_call"], o["grad_us_per_call"]
+    sides = {"torch-flash", "flashsdpa-sdpa"}
+    for field in ("equal_us_per_call", "grad_us_per_call", "step_us_per_call", "bwd_us_per_call"):
+        assert set(o[field]) == sides, field
+    us, grad, step, bwd = o["us_per_call"], o["grad_us_per_call"], o["step_us_per_call"], o["bwd_us_per_call"]
     assert o["shim_overhead_us"] == pytest.approx(us["flashsdpa-sdpa"] - us["torch-flash"])
     assert o["grad_shim_overhead_us"] == pytest.approx(grad["flashsdpa-sdpa"] - grad["torch-flash"])
-    assert (o["rounds"], o["calls_per_round"]) == (3, 2) and len(o["us_spread"]) == 5
+    assert o["step_shim_overhead_us"] == pytest.approx(step["flashsdpa-sdpa"] - step["torch-flash"])
+    for side in sides:  # the backward alone: the step less its forward, on each side
+        assert bwd[side] == pytest.approx(step[side] - grad[side])
+    assert o["bwd_shim_overhead_us"] == pytest.approx(bwd["flashsdpa-sdpa"] - bwd["torch-flash"])
+    if not o["status"]:
+        equal = o["equal_us_per_call"]
+        assert o["equal_shim_overhead_us"] == pytest.approx(equal["flashsdpa-sdpa"] - equal["torch-flash"])
+    else:  # unsupported rows give no figure, never a made-up one
+        assert o["equal_shim_overhead_us"] is None
+    assert (o["rounds"], o["calls_per_round"]) == (3, 2) and len(o["us_spread"]) == 9
     json.dumps(o)  # goes into results.json as it is
     report.print_overhead(o)
     out = capsys.readouterr().out
-    assert "median of 3 interleaved rounds" in out and "us bar, judged without grad)" in out
+    assert "median of 3 interleaved rounds" in out and "not equal work" in out and "the headline" in out
     assert out.count("\n  flashsdpa-sdpa ") == 1 and "shim overhead" in out
+    assert "bars: no grad, equal work <= 0 us, grad (fwd) <= 2 us, backward <= 2 us" in out
+    names = [b.name for b in bars.overhead_bars(o)]
+    assert names == ["shim per-call overhead, no grad, equal work", "shim per-call overhead, grad (fwd)",
+                     "shim per-call overhead, backward"]  # fmt: skip

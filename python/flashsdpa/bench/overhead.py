@@ -12,68 +12,108 @@ import torch
 from flashsdpa.bench.timing import UNSUPPORTED, backend_context, forward, unsupported_status
 
 OVERHEAD_SHAPE = (1, 4, 64, 64)
-OVERHEAD_BAR_US = 6.0  # the issue's bar: SDPA inside flashsdpa.enable() at most this over PyTorch's flash
+# Issue 9's per-call bars, microseconds over PyTorch's flash on the same call: the forward without
+# grad on equal work (both write the LSE: the aten flash op), the forward with grad (the training
+# forward through autograd and the routers), the backward alone. The training step (forward +
+# backward) is the headline figure, reported without a bar of its own.
+OVERHEAD_BARS_US = {"no grad, equal work": 0.0, "grad (fwd)": 2.0, "backward": 2.0}
 
-# (backend, gradients) of each variant the overhead report times; the no-grad ones keep their
-# backend's name (the JSON fields of earlier reports), the training path's get a suffix.
-_OVERHEAD_VARIANTS: dict[str, tuple[str, bool]] = {
-    "torch-flash": ("torch-flash", False),
-    "flashsdpa-sdpa": ("flashsdpa-sdpa", False),
-    "flashsdpa": ("flashsdpa", False),
-    "torch-flash (grad)": ("torch-flash", True),
-    "flashsdpa-sdpa (grad)": ("flashsdpa-sdpa", True),
+# Variant -> (backend, road): "sdpa" F.sdpa without grad (PyTorch writes the LSE, our eager path
+# does not: not equal work, reported for what a user's inference call costs), "aten" the aten
+# flash op without grad (both write the LSE: the no-grad bar's equal work; inside enable() our
+# router serves it), "grad" F.sdpa on inputs that require grad, "step" that plus its backward
+# (torch.autograd.grad). The "sdpa" and "grad" names are those of earlier reports' fields.
+_OVERHEAD_VARIANTS: dict[str, tuple[str, str]] = {
+    "torch-flash": ("torch-flash", "sdpa"),
+    "flashsdpa-sdpa": ("flashsdpa-sdpa", "sdpa"),
+    "flashsdpa": ("flashsdpa", "sdpa"),
+    "torch-flash (aten)": ("torch-flash", "aten"),
+    "flashsdpa-sdpa (aten)": ("flashsdpa-sdpa", "aten"),
+    "torch-flash (grad)": ("torch-flash", "grad"),
+    "flashsdpa-sdpa (grad)": ("flashsdpa-sdpa", "grad"),
+    "torch-flash (step)": ("torch-flash", "step"),
+    "flashsdpa-sdpa (step)": ("flashsdpa-sdpa", "step"),
 }
+_SIDES = ("torch-flash", "flashsdpa-sdpa")
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
 
 
 def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200) -> dict[str, Any]:
-    """Wall microseconds per forward call on a tiny shape, where the GPU work is negligible and the
-    host path (Python, dispatcher, router, launch) is what is measured: SDPA inside
-    flashsdpa.enable() against PyTorch's own flash kernel, and the direct API, under no_grad (the
-    bar's setting: inference, the SDPA entry's eager path); and SDPA with inputs that require grad under
-    enable_grad (the training forward: autograd and the routers), reported beside it.
+    """Wall microseconds per call on a tiny shape, where the GPU work is negligible and the host
+    path (Python, dispatcher, router, launch) is what is measured: SDPA inside flashsdpa.enable()
+    against PyTorch's own flash kernel on the same call, and the direct API. Without grad through
+    F.sdpa (inference: our eager path skips the LSE, so not equal work) and through the aten flash
+    op (both write the LSE: the bar's equal work); with grad, the forward alone and the training
+    step (forward + backward, the headline); the backward alone is step - forward on each side.
 
     Rounds are interleaved (each times every variant once, in turn, so clock or load drift hits
     all alike) and each variant's median round is reported, with the spread of its rounds. 41
-    rounds of 200 calls (5 x 41 x 220 calls of 20-40 us: about a second and a half): with 9, past
-    reports varied by several microseconds from run to run (PyTorch's flash 18-23 us, SDPA inside
-    enable() 30-37 us), as much as the effects measured.
+    rounds of 200 calls (about 3 seconds on an H200 host): with 9, past reports varied by several
+    microseconds from run to run (PyTorch's flash 18-23 us, SDPA inside enable() 30-37 us), as much
+    as the effects measured.
     """
     q, k, v = (torch.randn(OVERHEAD_SHAPE, device="cuda", dtype=dtype) for _ in range(3))
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    dout = torch.randn(OVERHEAD_SHAPE, device="cuda", dtype=dtype)
+    aten_flash = torch.ops.aten._scaled_dot_product_flash_attention.default
+
+    def call(backend: str, road: str) -> None:
+        if road == "aten":
+            aten_flash(q, k, v)
+        elif road == "sdpa":
+            forward(backend, q, k, v, False)
+        else:
+            out = forward(backend, *leaves, False)
+            if road == "step":
+                torch.autograd.grad(out, leaves, dout)
+
     samples: dict[str, list[float]] = {name: [] for name in _OVERHEAD_VARIANTS}
     status: dict[str, str] = {}
     for _ in range(rounds):
-        for name, (backend, grad) in _OVERHEAD_VARIANTS.items():
+        for name, (backend, road) in _OVERHEAD_VARIANTS.items():
             if name in status:
                 continue
-            inputs = leaves if grad else (q, k, v)
             try:
-                with backend_context(backend), torch.set_grad_enabled(grad):
+                with backend_context(backend), torch.set_grad_enabled(road in ("grad", "step")):
                     for _ in range(20):
-                        forward(backend, *inputs, False)
+                        call(backend, road)
                     torch.cuda.synchronize()
                     start = time.perf_counter()
                     for _ in range(calls_per_round):
-                        forward(backend, *inputs, False)
+                        call(backend, road)
                     torch.cuda.synchronize()
                     samples[name].append((time.perf_counter() - start) / calls_per_round * 1e6)
             except UNSUPPORTED as exc:
                 status[name] = unsupported_status(exc)
     us = {name: statistics.median(s) if s else None for name, s in samples.items()}
 
-    def overhead(ours: str, theirs: str) -> float | None:
-        mine, reference = us[ours], us[theirs]
-        return None if mine is None or reference is None else mine - reference
+    def by_side(road: str) -> dict[str, float | None]:
+        return {side: us[f"{side} ({road})"] for side in _SIDES}
 
+    def overhead(values: dict[str, float | None]) -> float | None:
+        return _minus(values["flashsdpa-sdpa"], values["torch-flash"])
+
+    grad, step = by_side("grad"), by_side("step")
+    bwd = {side: _minus(step[side], grad[side]) for side in _SIDES}
     return {
         "shape": list(OVERHEAD_SHAPE),
         "dtype": str(dtype).removeprefix("torch."),
         "us_per_call": {name: us[name] for name in ("torch-flash", "flashsdpa-sdpa", "flashsdpa")},
-        "shim_overhead_us": overhead("flashsdpa-sdpa", "torch-flash"),
-        "bar_us": OVERHEAD_BAR_US,
+        # F.sdpa without grad: not equal work (PyTorch's flash writes the LSE, our eager path not).
+        "shim_overhead_us": overhead({side: us[side] for side in _SIDES}),
+        "equal_us_per_call": by_side("aten"),
+        "equal_shim_overhead_us": overhead(by_side("aten")),
+        "grad_us_per_call": grad,
+        "grad_shim_overhead_us": overhead(grad),
+        "step_us_per_call": step,
+        "step_shim_overhead_us": overhead(step),
+        "bwd_us_per_call": bwd,
+        "bwd_shim_overhead_us": overhead(bwd),
+        "bars_us": dict(OVERHEAD_BARS_US),
         "status": status,
-        "grad_us_per_call": {name: us[f"{name} (grad)"] for name in ("torch-flash", "flashsdpa-sdpa")},
-        "grad_shim_overhead_us": overhead("flashsdpa-sdpa (grad)", "torch-flash (grad)"),
         "us_spread": {name: [min(s), max(s)] if s else None for name, s in samples.items()},
         "rounds": rounds,
         "calls_per_round": calls_per_round,

@@ -125,21 +125,26 @@ def print_overhead(o: dict[str, Any] | None) -> None:
     if not o:
         return
     print(
-        f"\nPer-call wall time on a tiny shape {tuple(o['shape'])} {o['dtype']}, forward, median of "
-        f"{o['rounds']} interleaved rounds (us)"
+        f"\nPer-call wall time on a tiny shape {tuple(o['shape'])} {o['dtype']}, median of {o['rounds']} "
+        "interleaved rounds (us)"
     )
-    print(f"  {'':<16} {'no grad':>8} {'grad':>8}")
-    for name, us in o["us_per_call"].items():
-        grad = o["grad_us_per_call"].get(name)
-        notes = "  ".join(o["status"][n] for n in (name, f"{name} (grad)") if n in o["status"])
-        print(f"  {name:<16} {_fmt(us, 8)} {_fmt(grad, 8)}  {notes}".rstrip())
-    overhead = o["shim_overhead_us"]
-    line = f"  {'shim overhead':<16} {_fmt(overhead, 8)} {_fmt(o['grad_shim_overhead_us'], 8)}"
-    if overhead is not None:
-        verdict = "within" if overhead <= o["bar_us"] else "OVER"
-        line += f"  ({verdict} the {o['bar_us']:.0f} us bar, judged without grad)"
-    print(line)
-    print("  (grad: inputs that require grad, the training forward through autograd and the routers)")
+    columns = (("no grad", "us_per_call"), ("equal", "equal_us_per_call"), ("grad fwd", "grad_us_per_call"),
+               ("step", "step_us_per_call"), ("bwd", "bwd_us_per_call"))  # fmt: skip
+    print(f"  {'':<16} " + " ".join(f"{label:>8}" for label, _ in columns))
+    for name in o["us_per_call"]:
+        cells = " ".join(_fmt(o.get(field, {}).get(name), 8) for _, field in columns)
+        roads = ("", " (aten)", " (grad)", " (step)")
+        notes = "  ".join(o["status"][name + r] for r in roads if name + r in o["status"])
+        print(f"  {name:<16} {cells}  {notes}".rstrip())
+    overheads = ("shim_overhead_us", "equal_shim_overhead_us", "grad_shim_overhead_us", "step_shim_overhead_us",
+                 "bwd_shim_overhead_us")  # fmt: skip
+    print(f"  {'shim overhead':<16} " + " ".join(_fmt(o.get(field), 8) for field in overheads))
+    print("  (no grad: F.sdpa, where our eager path skips the LSE PyTorch's flash writes, so not equal work; "
+          "equal: the aten flash op, both writing it; grad fwd: inputs that require grad, through autograd and "
+          "the routers; step: forward + backward, the headline; bwd: step - grad fwd)")  # fmt: skip
+    bars = o.get("bars_us", {})
+    if bars:
+        print("  bars: " + ", ".join(f"{k} <= {v:g} us" for k, v in bars.items()) + " over PyTorch's flash")
 
 
 def _csv_value(value: Any) -> Any:
