@@ -7,7 +7,9 @@
 #      configurations (grid, block, registers, shared memory, time) of cuDNN's, PyTorch flash's and
 #      our backward kernels (kernel_notes_bwd_sm90.md, "Next for the backward");
 #   3. scripts/dev/overhead_only.py on that build: the bench's re-defined overhead rows (equal
-#      work, training step, backward; issue 9).
+#      work, training step, backward; issue 9);
+#   4. scripts/dev/decode_splits.py on that build: decode GPU time (replayed graphs) against the
+#      number of KV splits, beside cuDNN and flash (issue 11's B 1 x 8k bar).
 # Each part's table in its log under $OUT; exits 1 if a part failed.
 #   run(command="bash scripts/dev/prepared_gpu.sh", carry=[".whl"], timeout_s=600)
 set -uo pipefail
@@ -21,4 +23,6 @@ timed "bwd_launch_spy.py" 150 spy.log $PY scripts/dev/bwd_launch_spy.py --json "
 grep -E "bprop|bwd|dq|dk|flash|cudnn" "$OUT/spy.log" | head -40
 timed "overhead_only.py" 90 overhead.log $PY scripts/dev/overhead_only.py
 tail -12 "$OUT/overhead.log"
+timed "decode_splits.py" 150 decode_splits.log $PY scripts/dev/decode_splits.py
+cat "$OUT/decode_splits.log" | tail -45
 finish
