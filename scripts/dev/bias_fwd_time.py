@@ -2,7 +2,7 @@
 only, for A/B runs between two builds (scripts/dev/bias64_ab.sh alternates processes of this
 script, one per build). B*S = 16k tokens, H*D = 2048, S 2k, a (1, H, S, S) bf16 bias that requires
 grad (the bench's additive-bias row, bench/masked.py, at any head dim); TFLOP/s counted dense
-(forward 4 B H S^2 D, backward 2.5x), CUDA events, median of the reps. Prints one line:
+(forward 4 B H S^2 D, backward 2.5x), CUDA events, median of the reps (bench/masked.py's _times). Prints one line:
 `bias d<D> fwd <TFLOP/s> bwd <TFLOP/s>`. (Session 15 kept a d128 form of it until its A/B was
 done; main's history has it at 05cbb85.)
 
@@ -14,10 +14,8 @@ from __future__ import annotations
 import argparse
 
 import torch
-import torch.nn.functional as F
 
-import flashsdpa
-from flashsdpa.bench.timing import time_cuda_ms
+from flashsdpa.bench import masked
 
 
 def main() -> None:
@@ -30,16 +28,9 @@ def main() -> None:
     b, h = max(1, 16384 // s), 2048 // d
     gen = torch.Generator(device="cuda").manual_seed(args.seed)
     q, k, v, dout = (torch.randn(b, h, s, d, generator=gen, device="cuda").to(torch.bfloat16) for _ in range(4))
-    qkv = [t.requires_grad_() for t in (q, k, v)]
     bias = torch.randn(1, h, s, s, generator=gen, device="cuda").to(torch.bfloat16).requires_grad_()
-    before = flashsdpa.stats()["served"]
-    with flashsdpa.enable():
-        with torch.no_grad():
-            fwd = time_cuda_ms([lambda: F.scaled_dot_product_attention(*qkv, attn_mask=bias)], warmup=5, reps=20)
-        out = F.scaled_dot_product_attention(*qkv, attn_mask=bias)
-        bwd = time_cuda_ms([lambda: torch.autograd.grad(out, [*qkv, bias], dout, retain_graph=True)], warmup=3, reps=10)
-    if flashsdpa.stats()["served"] == before:
-        raise SystemExit("not served by our kernels (flashsdpa.explain says why)")
+    # The bench's own timing of a masked row (raises if our kernels served none of the calls).
+    fwd, bwd = masked._times("ours", [t.requires_grad_() for t in (q, k, v)], bias, dout)
     flops = 4.0 * b * h * s * s * d
     print(f"bias d{d} fwd {flops / fwd / 1e9:.1f} bwd {2.5 * flops / bwd / 1e9:.1f}", flush=True)
 

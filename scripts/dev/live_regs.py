@@ -46,7 +46,7 @@ def compile_tu(source: str, defines: list[str], out: str) -> None:
     if done.returncode != 0:
         raise SystemExit(done.stderr[-4000:])
     for line in done.stderr.splitlines():
-        if "C75" in line or "spill" in line and " 0 bytes spill stores" not in line:
+        if "C75" in line or ("spill" in line and " 0 bytes spill stores" not in line):
             print(line[:200])
 
 
