@@ -77,6 +77,14 @@ constexpr FwdTileShapeSm90 fwd_tile_shape_sm90(int head_dim) {
                            : FwdTileShapeSm90{128, 64, 2};
 }
 
+// The bias kernels' query rows (the launcher and the workspace size read it): d64 takes 128 rows,
+// two consumers at 232 registers and 0 spills, where the plain tile's 192 rows spilled the three
+// 160-register consumers 62 bytes in the main loop and ran 1.9% slower (H200, bias (1, H, S, S),
+// 6 interleaved rounds: 231.8 against 227.5 TFLOP/s; kernel_notes_fwd_sm90.md, session 17).
+constexpr int fwd_bias_block_m_sm90(int head_dim) {
+  return head_dim <= 64 ? 128 : fwd_tile_shape_sm90(head_dim).block_m;
+}
+
 template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
           int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone, bool kDropout_ = false>
 struct FwdTraitsSm90 {

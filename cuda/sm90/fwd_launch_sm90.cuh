@@ -63,9 +63,6 @@ cudaError_t launch_fwd_sm90(const AttnFwdParams& params, cudaStream_t stream, bo
   return cudaGetLastError();
 }
 
-#ifndef FLASHSDPA_SM90_FWD_BIAS64_M
-#define FLASHSDPA_SM90_FWD_BIAS64_M 192
-#endif
 template <typename Elem, int kHeadDim>
 cudaError_t run_fwd_sm90_(const AttnFwdParams& params, cudaStream_t stream) {
   constexpr FwdTileShapeSm90 kShape = fwd_tile_shape_sm90(kHeadDim);
@@ -78,9 +75,7 @@ cudaError_t run_fwd_sm90_(const AttnFwdParams& params, cudaStream_t stream) {
     case kModsScore:
       return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kM, kN, kS, kPingPong, 2, kModsScore>>(params, stream);
     case kModsBias: {
-      // d64: FLASHSDPA_SM90_FWD_BIAS64_M query rows (experiment, session 16: 192 spills the three
-      // 160-register consumers 62 bytes in the main loop; 128 gives two consumers at 232).
-      constexpr int kMBias = kHeadDim == 64 ? FLASHSDPA_SM90_FWD_BIAS64_M : kM;
+      constexpr int kMBias = fwd_bias_block_m_sm90(kHeadDim);
       return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kMBias, kN, kS, kPingPong, 2, kModsBias>>(params, stream);
     }
     default:

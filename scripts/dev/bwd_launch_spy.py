@@ -38,9 +38,11 @@ def kernels(backend: str, d: int, s: int, causal: bool) -> list[dict[str, Any]]:
     dout = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
 
     def step() -> None:
+        # The backward inside the context too: after leaving enable() PyTorch's flash backward runs
+        # on our forward's outputs (docs/usage.md), which session 17's first run of this script saw.
         with BACKENDS[backend]():
             out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        torch.autograd.grad(out, (q, k, v), dout)
+            torch.autograd.grad(out, (q, k, v), dout)
 
     step()
     torch.cuda.synchronize()

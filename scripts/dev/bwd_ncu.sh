@@ -1,21 +1,35 @@
 #!/usr/bin/env bash
-# bwd_ncu.sh: ncu of our backward main kernel and PyTorch's FA2 backward kernel on one shape each,
-# exported as per-instruction SASS counters (source page) and section details, for offline reading.
-#   DIMS="64 128" S=4096 bash scripts/dev/bwd_ncu.sh
+# bwd_ncu.sh (session 17): Nsight Compute's full section set on the backward's main kernel, ours
+# (flashsdpa_bwd_sm90_kernel) against cuDNN's (…sdpa_sm90_flash_bprop…), d128 S 8k dense, one
+# launch each (~40 replay passes of a ~5 ms kernel), clocks left alone (--clock-control none, as
+# the device notes ask). Each report's details page (speed of light, compute and memory workload,
+# warp state, scheduler, instruction stats, occupancy) as text under $OUT, the raw metrics as CSV.
+# Needs an in-place build (bf16 d128) first: ARG1=nobuild skips building.
+#   run(command="bash scripts/dev/bwd_ncu.sh", carry=[".whl"], timeout_s=600)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT="${OUT:-/tmp/bwd_out}"; mkdir -p "$OUT"
-B=/tmp/bncu
-cmake -S . -B $B -GNinja -DCMAKE_BUILD_TYPE=Release -DFLASHSDPA_CUDA=ON -DFLASHSDPA_ARCHS=90 \
-  -DFLASHSDPA_DTYPES=bf16 -DFLASHSDPA_HEAD_DIMS="64;128" -DCMAKE_CUDA_FLAGS="${FLAGS:-}" \
-  -DPython_EXECUTABLE="$(which python3)" -Dpybind11_DIR="$(python3 -c 'import pybind11;print(pybind11.get_cmake_dir())')" \
-  -DFLASHSDPA_OUTPUT_DIR=$B/out > /tmp/bncu_build.log 2>&1 && cmake --build $B --target _C -j "$(nproc)" >> /tmp/bncu_build.log 2>&1 \
-  || { tail -30 /tmp/bncu_build.log; exit 1; }
-for d in ${DIMS:-64 128}; do
-  FLASHSDPA_C_DIR=$B/out timeout 200 ncu --clock-control none -k regex:'dkdv|dq_dk_dv' --launch-skip 2 --launch-count 2 \
-    --set full -f -o /tmp/ncu_d$d python3 scripts/dev/bwd_profile.py $d ${S:-4096} ${CAUSAL:-0} > /tmp/ncu_d$d.log 2>&1 \
-    || tail -20 /tmp/ncu_d$d.log
-  ncu -i /tmp/ncu_d$d.ncu-rep --page source --csv --print-source sass > "$OUT/src_d$d.csv" 2>&1
-  ncu -i /tmp/ncu_d$d.ncu-rep --page details --csv > "$OUT/details_d$d.csv" 2>&1
-  ls -la "$OUT"
+source scripts/device_env.sh
+if [[ "${1:-}" != nobuild ]]; then build_copy ncu "128" CUDAFLAGS=; fi
+export PYTHONPATH="/tmp/pkg_ncu/python${PYTHONPATH:+:$PYTHONPATH}"
+NCU=${NCU:-ncu}
+for backend in flashsdpa cudnn; do
+  case $backend in
+    flashsdpa) kname='regex:flashsdpa_bwd_sm90_kernel' ;;
+    cudnn) kname='regex:sdpa_sm90_flash_bprop' ;;
+  esac
+  timed "ncu $backend" 200 "ncu_$backend.log" $NCU --profile-from-start off --clock-control none --set full \
+    --kernel-name "$kname" --launch-count 1 -f -o "/tmp/ncu_$backend" $PY scripts/dev/bwd_ncu.py --backend $backend
+  tail -5 "$OUT/ncu_$backend.log"
+  $NCU --import "/tmp/ncu_$backend.ncu-rep" --page details > "$OUT/ncu_${backend}_details.txt" 2>&1
+  $NCU --import "/tmp/ncu_$backend.ncu-rep" --page raw --csv > "$OUT/ncu_${backend}_raw.csv" 2>&1
+  wc -l "$OUT/ncu_${backend}_details.txt"
 done
+timed "bwd_launch_spy.py" 120 spy.log $PY scripts/dev/bwd_launch_spy.py --dims 128
+grep -E "flashsdpa" "$OUT/spy.log" | head -12
+# The side-by-side lines a reader wants first.
+for backend in flashsdpa cudnn; do
+  echo "== $backend"
+  grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Registers Per|Shared Memory Configuration Size|Issue Slots Busy|Executed Ipc Active|No Eligible|One or More Eligible|Warp Cycles Per Issued|Achieved Occupancy|Executed Instructions  " \
+    "$OUT/ncu_${backend}_details.txt" | head -30
+done
+finish
