@@ -132,6 +132,10 @@ struct BwdTraitsSm90 {
   static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared memory limit");
 };
 
+#ifndef FLASHSDPA_SM90_BWD_NARROW_STORES
+#define FLASHSDPA_SM90_BWD_NARROW_STORES 0
+#endif
+
 namespace bwd_sm90 {
 
 constexpr int kBarDs = 1;  // both consumer warpgroups: dS^T of the step written (256 threads)
@@ -479,6 +483,13 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     sm90::mbar_wait(sm.dq_empty(buf), ((step / Traits::kDqBufs) & 1) ^ 1);
     const int q_row = warp * 16 + lane / 4;
     const int64_t row0 = seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM;
+    // DqAccumLayout puts a thread's pairs of two adjacent n8 blocks (j, j + 1: columns 8j + 2t, +1
+    // and 8j + 8 + 2t, +1) in four consecutive floats, so one 16-byte store takes both, and the
+    // group swap of odd rows spreads each quarter warp (rows g, g + 1) over all 32 banks. The
+    // 8-byte form before it issued twice the stores with 2-way bank conflicts: ncu (session 17, d128
+    // S 8k) counted 68.4 M shared stores and 69.5 M store bank conflicts in this kernel against
+    // cuDNN's 17.8 M and 1.0 M, and 12x its MIO-throttle stalls.
+#if FLASHSDPA_SM90_BWD_NARROW_STORES  // (A/B only: the 8-byte stores, session 16's kernel)
 #pragma unroll
     for (int j = 0; j < Traits::kDqCols / 8; ++j) {
 #pragma unroll
@@ -490,6 +501,20 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
                      : "memory");
       }
     }
+#else
+#pragma unroll
+    for (int j = 0; j < Traits::kDqCols / 8; j += 2) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = q_row + 8 * h;
+        const int col = Traits::kDqCols * cwg + 8 * j + 2 * (lane % 4);
+        const uint32_t addr = sm.dq_buf(buf) + (row * Traits::kHeadDim + DqAccumLayout::position(row0 + row, col)) * 4;
+        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(dq[0][j][2 * h]),
+                     "f"(dq[0][j][2 * h + 1]), "f"(dq[0][j + 1][2 * h]), "f"(dq[0][j + 1][2 * h + 1])
+                     : "memory");
+      }
+    }
+#endif
     sm90::fence_async_shared();
     sm90::mbar_arrive(sm.dq_full(buf));
   };
@@ -788,8 +813,12 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     for (int kk = 0; kk < kBlockM / 16; ++kk) OpD::template rs<1>(dk_acc, dst16[kk], q_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
     sm90::wgmma_commit();
 
-    // dS^T to shared memory (keys x queries, 128-byte swizzled rows), for dQ = dS K.
+    // dS^T to shared memory (keys x queries, 128-byte swizzled rows), for dQ = dS K: one stmatrix.x4
+    // per 16 queries, matrix q = (query chunk 2m + q / 2, key rows 8 (q % 2) ..), whose fragment is
+    // dst16[m][q] (the A layout); lane L gives row L % 8 of matrix L / 8. A quarter of the 32-bit
+    // stores it replaces (ncu, session 17: cuDNN's backward stores dS so too).
     const uint32_t ds = sm.ds_buf(b);
+#if FLASHSDPA_SM90_BWD_NARROW_STORES
 #pragma unroll
     for (int j = 0; j < kMTiles; ++j) {
 #pragma unroll
@@ -798,6 +827,16 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
         st_shared_b32(ds + row * 128 + ((j ^ (lane / 4)) << 4) + (lane % 4) * 4, dst16[j / 2][(j % 2) * 2 + h]);
       }
     }
+#else
+    {
+      const int q = lane / 8, row = cwg * 64 + warp * 16 + 8 * (q % 2) + lane % 8;  // row % 8 == lane % 8
+#pragma unroll
+      for (int m = 0; m < kMTiles / 2; ++m) {
+        const int chunk = 2 * m + q / 2;
+        stmatrix_x4(ds + row * 128 + ((chunk ^ (lane % 8)) << 4), dst16[m][0], dst16[m][1], dst16[m][2], dst16[m][3]);
+      }
+    }
+#endif
     sm90::fence_async_shared();
     if constexpr (Traits::kModsKind == kModsBias) {  // attn_mask's gradient: scattered 16-bit stores where not aligned
       if (!dbias_rows) Mod::bias_grad_t(p, seq, batch, mod_head, dst16, key0, q0);
