@@ -103,6 +103,12 @@ struct BwdTraitsSm90 {
   // over all kBlockN keys, so the dS^T tile is the only thing they share.
   static constexpr int kDqCols = kHeadDim / 2;
   static constexpr int kDqAcc = kBlockM * kDqCols / 128;  // fp32 per thread
+  // The dQ staging and dS^T stores (stage_dq, the dS^T store): 16-byte dQ stores and stmatrix for
+  // dS^T, or 8-byte dQ stores and 32-bit dS^T stores. ncu (H200, d128 S 8k, session 17): the wide
+  // form takes the kernel's shared stores from 68.4 M to 18.1 M + 8.4 M stmatrix and their bank
+  // conflicts from 69.5 M to 2.1 M; whole backward (3 alternating rounds, new / old) d128 1.004-1.029
+  // (median 1.01, GQA 2k 1.029), d64 0.968-0.995 (its overlapped step stages dQ elsewhere): d128 only.
+  static constexpr bool kWideStores = kHeadDim == 128;
   // K and V of the warpgroup's 64 keys held as the register A operands of S^T and dP^T (RS), read
   // from shared memory once per CTA instead of once per step: -512 of ~1650 shared-memory clocks per
   // d64 step (kernel_notes_bwd_sm90.md, "A budget per step on paper"), for 2 x 16 registers, which
@@ -131,10 +137,6 @@ struct BwdTraitsSm90 {
   static_assert(!(kOverlap && kMods), "the bias kernel's staging (consume) assumes dQ retires within its step");
   static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared memory limit");
 };
-
-#ifndef FLASHSDPA_SM90_BWD_NARROW_STORES
-#define FLASHSDPA_SM90_BWD_NARROW_STORES 0
-#endif
 
 namespace bwd_sm90 {
 
@@ -489,32 +491,23 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     // 8-byte form before it issued twice the stores with 2-way bank conflicts: ncu (session 17, d128
     // S 8k) counted 68.4 M shared stores and 69.5 M store bank conflicts in this kernel against
     // cuDNN's 17.8 M and 1.0 M, and 12x its MIO-throttle stalls.
-#if FLASHSDPA_SM90_BWD_NARROW_STORES  // (A/B only: the 8-byte stores, session 16's kernel)
 #pragma unroll
-    for (int j = 0; j < Traits::kDqCols / 8; ++j) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = q_row + 8 * h;
-        const int col = Traits::kDqCols * cwg + 8 * j + 2 * (lane % 4);
-        const uint32_t addr = sm.dq_buf(buf) + (row * Traits::kHeadDim + DqAccumLayout::position(row0 + row, col)) * 4;
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[0][j][2 * h]), "f"(dq[0][j][2 * h + 1])
-                     : "memory");
-      }
-    }
-#else
-#pragma unroll
-    for (int j = 0; j < Traits::kDqCols / 8; j += 2) {
+    for (int j = 0; j < Traits::kDqCols / 8; j += (Traits::kWideStores ? 2 : 1)) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = q_row + 8 * h;
         const int col = Traits::kDqCols * cwg + 8 * j + 2 * (lane % 4);
         const uint32_t addr = sm.dq_buf(buf) + (row * Traits::kHeadDim + DqAccumLayout::position(row0 + row, col)) * 4;
-        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(dq[0][j][2 * h]),
-                     "f"(dq[0][j][2 * h + 1]), "f"(dq[0][j + 1][2 * h]), "f"(dq[0][j + 1][2 * h + 1])
-                     : "memory");
+        if constexpr (Traits::kWideStores) {
+          asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(dq[0][j][2 * h]),
+                       "f"(dq[0][j][2 * h + 1]), "f"(dq[0][j + 1][2 * h]), "f"(dq[0][j + 1][2 * h + 1])
+                       : "memory");
+        } else {
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[0][j][2 * h]), "f"(dq[0][j][2 * h + 1])
+                       : "memory");
+        }
       }
     }
-#endif
     sm90::fence_async_shared();
     sm90::mbar_arrive(sm.dq_full(buf));
   };
@@ -818,25 +811,23 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     // dst16[m][q] (the A layout); lane L gives row L % 8 of matrix L / 8. A quarter of the 32-bit
     // stores it replaces (ncu, session 17: cuDNN's backward stores dS so too).
     const uint32_t ds = sm.ds_buf(b);
-#if FLASHSDPA_SM90_BWD_NARROW_STORES
-#pragma unroll
-    for (int j = 0; j < kMTiles; ++j) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = key_row + 8 * h;  // row % 8 == lane / 4
-        st_shared_b32(ds + row * 128 + ((j ^ (lane / 4)) << 4) + (lane % 4) * 4, dst16[j / 2][(j % 2) * 2 + h]);
-      }
-    }
-#else
-    {
+    if constexpr (Traits::kWideStores) {
       const int q = lane / 8, row = cwg * 64 + warp * 16 + 8 * (q % 2) + lane % 8;  // row % 8 == lane % 8
 #pragma unroll
       for (int m = 0; m < kMTiles / 2; ++m) {
         const int chunk = 2 * m + q / 2;
         stmatrix_x4(ds + row * 128 + ((chunk ^ (lane % 8)) << 4), dst16[m][0], dst16[m][1], dst16[m][2], dst16[m][3]);
       }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kMTiles; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = key_row + 8 * h;  // row % 8 == lane / 4
+          st_shared_b32(ds + row * 128 + ((j ^ (lane / 4)) << 4) + (lane % 4) * 4, dst16[j / 2][(j % 2) * 2 + h]);
+        }
+      }
     }
-#endif
     sm90::fence_async_shared();
     if constexpr (Traits::kModsKind == kModsBias) {  // attn_mask's gradient: scattered 16-bit stores where not aligned
       if (!dbias_rows) Mod::bias_grad_t(p, seq, batch, mod_head, dst16, key0, q0);
