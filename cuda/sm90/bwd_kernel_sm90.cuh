@@ -77,7 +77,10 @@ struct BwdTraitsSm90 {
   static constexpr int kConsumerWGs = 2;
   static constexpr int kThreads = 128 * (kConsumerWGs + 1);
   static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;  // d128: S^T 32 + dP^T 32 + dV 64 + dK 64 + dQ 2 x 32 fp32
+#ifndef FLASHSDPA_SM90_BWD_CONSUMER_REGS  // (compile-only register studies: scripts/dev/live_regs.py)
+#define FLASHSDPA_SM90_BWD_CONSUMER_REGS 240
+#endif
+  static constexpr int kConsumerRegs = FLASHSDPA_SM90_BWD_CONSUMER_REGS;  // d128: S^T 32 + dP^T 32 + dV 64 + dK 64 + dQ 2 x 32 fp32
   static constexpr int kColBlocks = kHeadDim / 64;
   static constexpr int kMTiles = kBlockM / 8;  // n8 column groups of S^T (queries)
   static constexpr int kDTiles = kHeadDim / 8;

@@ -3,7 +3,9 @@
 # (flashsdpa_bwd_sm90_kernel) against cuDNN's (…sdpa_sm90_flash_bprop…), d128 S 8k dense, one
 # launch each (~40 replay passes of a ~5 ms kernel), clocks left alone (--clock-control none, as
 # the device notes ask). Each report's details page (speed of light, compute and memory workload,
-# warp state, scheduler, instruction stats, occupancy) as text under $OUT, the raw metrics as CSV.
+# warp state, scheduler, instruction stats, occupancy) as text under $OUT; the source page (SASS
+# with warp-stall samples per instruction, gzipped) and its top rows (scripts/dev/ncu_source_top.py).
+# (Session 17 also exported the raw page; its numbers are in kernel_notes_bwd_sm90.md.)
 # Needs an in-place build (bf16 d128) first: ARG1=nobuild skips building.
 #   run(command="bash scripts/dev/bwd_ncu.sh", carry=[".whl"], timeout_s=600)
 set -uo pipefail
@@ -21,11 +23,13 @@ for backend in flashsdpa cudnn; do
     --kernel-name "$kname" --launch-count 1 -f -o "/tmp/ncu_$backend" $PY scripts/dev/bwd_ncu.py --backend $backend
   tail -5 "$OUT/ncu_$backend.log"
   $NCU --import "/tmp/ncu_$backend.ncu-rep" --page details > "$OUT/ncu_${backend}_details.txt" 2>&1
-  $NCU --import "/tmp/ncu_$backend.ncu-rep" --page raw --csv > "$OUT/ncu_${backend}_raw.csv" 2>&1
+  # The source page (SASS with each instruction's warp-stall samples), gzipped, and its top rows:
+  # where the consumers wait (session 17's averages could not say).
+  $NCU --import "/tmp/ncu_$backend.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/ncu_${backend}_source.csv.gz"
+  # (appended to the details: the device tool brings back at most ~8 files)
+  $PY scripts/dev/ncu_source_top.py "$OUT/ncu_${backend}_source.csv.gz" --top 40 2>&1 | tee -a "$OUT/ncu_${backend}_details.txt" | head -70
   wc -l "$OUT/ncu_${backend}_details.txt"
 done
-timed "bwd_launch_spy.py" 120 spy.log $PY scripts/dev/bwd_launch_spy.py --dims 128
-grep -E "flashsdpa" "$OUT/spy.log" | head -12
 # The side-by-side lines a reader wants first.
 for backend in flashsdpa cudnn; do
   echo "== $backend"
