@@ -113,6 +113,104 @@ __global__ void __launch_bounds__(32 * kCombineRowsPerCta)
   }
 }
 
+// Experiment (session 17, compiled only; kernel_notes_decode.md, "The combine in one round trip"):
+// one CTA of kCombineWarps warps per row, warp w merging its contiguous share of the splits, so a
+// row's partials are all loaded at once (33 splits: 5 per warp, one batch) instead of 8 splits per
+// batch one after the other (5 dependent L2 round trips, after the LSEs' own), and the LSE loads
+// overlap the partials' (issued first: they do not need the weights). The warps' sums meet in
+// shared memory, in warp order (the sum's order, hence every bit, fixed). Selected by
+// -DFLASHSDPA_COMBINE_ROW_CTA=1 for the A/B (scripts/dev/combine_ab.sh); the default build keeps
+// the kernel above.
+#ifndef FLASHSDPA_COMBINE_ROW_CTA
+#define FLASHSDPA_COMBINE_ROW_CTA 0
+#endif
+constexpr int kCombineWarps = 8;
+constexpr int kCombineBatch = 8;  // a warp's splits in flight per lane (16-byte loads)
+
+template <typename Elem>
+__global__ void __launch_bounds__(32 * kCombineWarps)
+    flashsdpa_split_combine_row_kernel(const __grid_constant__ AttnFwdParams p) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+  const int64_t row = blockIdx.x;  // the grid is `rows` CTAs
+  const int i = static_cast<int>(row % p.seqlen_q);
+  const int h = static_cast<int>((row / p.seqlen_q) % p.heads_q);
+  const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
+  grid_dependency_wait();  // (programmatic launch) the decode kernel's partials are complete
+
+  const int splits = min(p.num_splits, kMaxSplits);
+  const int per_warp = (splits + kCombineWarps - 1) / kCombineWarps;
+  const int s_begin = min(splits, warp * per_warp), s_end = min(splits, s_begin + per_warp);
+  __shared__ float lse_smem[kMaxSplits];
+  __shared__ float4 part_smem[kCombineWarps][32];
+  static_assert(32 * kCombineWarps >= kMaxSplits, "one LSE per thread");
+
+  // This warp's first batch of partials for column chunk 0, issued before the LSEs are known.
+  const int c0 = lane * 4;
+  float4 x[kCombineBatch];
+  auto load_batch = [&](int s0, int c) {
+#pragma unroll
+    for (int u = 0; u < kCombineBatch; ++u) {
+      const int s = s0 + u;
+      x[u] = s < s_end && c < p.head_dim_v
+                 ? *reinterpret_cast<const float4*>(p.o_accum + (s * rows + row) * p.head_dim_v + c)
+                 : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+  load_batch(s_begin, c0);
+  if (threadIdx.x < kMaxSplits) lse_smem[threadIdx.x] = threadIdx.x < splits ? p.lse_accum[threadIdx.x * rows + row] : -INFINITY;
+  __syncthreads();
+  // Every warp reduces the row's LSEs itself (lane l: splits l, l + 32, ...): max, then the sum of
+  // the weights, the order fixed by the shuffle tree.
+  float max_lse = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kMaxSplits / 32; ++k) max_lse = fmaxf(max_lse, lse_smem[32 * k + lane]);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
+  float weight_sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < kMaxSplits / 32; ++k) weight_sum += lse_weight(lse_smem[32 * k + lane], max_lse);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) weight_sum += __shfl_xor_sync(0xffffffffu, weight_sum, offset);
+  const float inv_sum = weight_sum > 0.f ? 1.f / weight_sum : 0.f;
+
+  Elem* out = static_cast<Elem*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + static_cast<int64_t>(i) * p.o_row_stride;
+  // Column chunks of 128 (Dv <= 128: one); every warp runs every chunk (the barriers below).
+  for (int c_base = 0; c_base < p.head_dim_v; c_base += 128) {
+    const int c = c_base + c0;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s0 = s_begin; s0 < s_end; s0 += kCombineBatch) {
+      if (s0 != s_begin || c_base != 0) load_batch(s0, c);
+#pragma unroll
+      for (int u = 0; u < kCombineBatch; ++u) {
+        const int s = s0 + u;
+        // An empty split (weight 0) and a split past this warp's share add nothing.
+        const float w = s < s_end ? lse_weight(lse_smem[s], max_lse) : 0.f;
+        if (w != 0.f) acc.x += w * x[u].x, acc.y += w * x[u].y, acc.z += w * x[u].z, acc.w += w * x[u].w;
+      }
+    }
+    part_smem[warp][lane] = acc;
+    __syncthreads();
+    if (warp == 0 && c < p.head_dim_v) {
+      float4 sum = part_smem[0][lane];
+#pragma unroll
+      for (int w = 1; w < kCombineWarps; ++w) {
+        const float4 v = part_smem[w][lane];
+        sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+      }
+      uint2 packed;
+      packed.x = ElemTraits<Elem>::pack(sum.x * inv_sum, sum.y * inv_sum);
+      packed.y = ElemTraits<Elem>::pack(sum.z * inv_sum, sum.w * inv_sum);
+      *reinterpret_cast<uint2*>(out + c) = packed;
+    }
+    __syncthreads();  // part_smem is rewritten by the next chunk
+  }
+  if (threadIdx.x == 0 && p.lse != nullptr) {
+    p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + static_cast<int64_t>(i) * p.lse_row_stride] =
+        merged_lse(max_lse, weight_sum, INFINITY);
+  }
+}
+
 // After the decode kernel, on the same stream. On sm_90+ (a combine compiled with its wait) the
 // launch is programmatic: the decode kernel lets it start as it begins (grid_dependents_launch),
 // so its CTAs are resident and waiting when the decode kernel's last CTAs drain, and the gap
@@ -121,18 +219,24 @@ __global__ void __launch_bounds__(32 * kCombineRowsPerCta)
 template <typename Elem>
 cudaError_t launch_split_combine(const AttnFwdParams& params, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(params.batch) * params.heads_q * params.seqlen_q;
-  const int64_t grid = (rows + kCombineRowsPerCta - 1) / kCombineRowsPerCta;
+  constexpr int kRowsPerCta = FLASHSDPA_COMBINE_ROW_CTA ? 1 : kCombineRowsPerCta;
+  constexpr int kThreads = FLASHSDPA_COMBINE_ROW_CTA ? 32 * kCombineWarps : 32 * kCombineRowsPerCta;
+  const int64_t grid = (rows + kRowsPerCta - 1) / kRowsPerCta;
   if (grid == 0) return cudaSuccess;
   if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;
+#if FLASHSDPA_COMBINE_ROW_CTA  // (only the selected kernel is instantiated: the default build's SASS is unchanged)
+  constexpr auto kernel = &flashsdpa_split_combine_row_kernel<Elem>;
+#else
   constexpr auto kernel = &flashsdpa_split_combine_kernel<Elem>;
+#endif
   bool programmatic = false;
   if (params.cc_major >= 9) {
     if (const cudaError_t err = programmatic_capable<kernel>(programmatic); err != cudaSuccess) return err;
   }
   if (programmatic) {
-    return launch_programmatic(kernel, static_cast<unsigned>(grid), 32 * kCombineRowsPerCta, 0, stream, params);
+    return launch_programmatic(kernel, static_cast<unsigned>(grid), kThreads, 0, stream, params);
   }
-  kernel<<<static_cast<unsigned>(grid), 32 * kCombineRowsPerCta, 0, stream>>>(params);
+  kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(params);
   return cudaGetLastError();
 }
 
