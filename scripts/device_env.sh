@@ -38,12 +38,13 @@ narrow_build() {
   grep -E "spill stores" "$OUT/build.log" | sed -E 's/.*function .(_Z[^ ]*). ([0-9]+ bytes spill stores.*)/\2 \1/' \
     | sort -u | cut -c1-220 > "$OUT/spills.txt"
 }
-# build_copy NAME DIMS [VAR=VALUE ...]: a narrow build (bf16, the given head dims, sm_90 SASS: both
+# build_copy NAME DIMS [VAR=VALUE ...]: a narrow build (bf16, or $BUILD_DTYPES: "bf16;fp16" for
+# builds whose tests include fp16 rows; the given head dims, sm_90 SASS: both
 # families) in its own fresh build directory with the given environment added, then python/ copied
 # to /tmp/pkg_NAME, so that A/B scripts run two builds side by side (PYTHONPATH=/tmp/pkg_NAME/python).
 build_copy() {
   local name=$1 dims=$2 t0=$(date +%s); shift 2
-  env "$@" FLASHSDPA_BUILD_DIR=/tmp/build_$name FLASHSDPA_DTYPES=bf16 FLASHSDPA_HEAD_DIMS="$dims" \
+  env "$@" FLASHSDPA_BUILD_DIR=/tmp/build_$name FLASHSDPA_DTYPES="${BUILD_DTYPES:-bf16}" FLASHSDPA_HEAD_DIMS="$dims" \
     FLASHSDPA_ARCHS=90 FLASHSDPA_BUILD_JOBS="$(nproc)" FLASHSDPA_PTXAS_VERBOSE=1 \
     timeout 200 $PY setup.py build_ext --inplace > "$OUT/build_$name.log" 2>&1
   local rc=$?

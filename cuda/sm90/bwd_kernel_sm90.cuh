@@ -110,8 +110,15 @@ struct BwdTraitsSm90 {
   // dS^T, or 8-byte dQ stores and 32-bit dS^T stores. ncu (H200, d128 S 8k, session 17): the wide
   // form takes the kernel's shared stores from 68.4 M to 18.1 M + 8.4 M stmatrix and their bank
   // conflicts from 69.5 M to 2.1 M; whole backward (3 alternating rounds, new / old) d128 1.004-1.029
-  // (median 1.01, GQA 2k 1.029), d64 0.968-0.995 (its overlapped step stages dQ elsewhere): d128 only.
-  static constexpr bool kWideStores = kHeadDim == 128;
+  // (median 1.01, GQA 2k 1.029), d64 0.968-0.995 (its overlapped step stages dQ elsewhere): d128 only
+  // until the two are measured apart at d64.
+  // -DFLASHSDPA_SM90_BWD64_STORES (A/B only, scripts/dev/bwd64_stores_ab.sh: which of the two
+  // changes d64 loses on): bit 0 the 16-byte dQ stores, bit 1 stmatrix for dS^T, at d64.
+#ifndef FLASHSDPA_SM90_BWD64_STORES
+#define FLASHSDPA_SM90_BWD64_STORES 0
+#endif
+  static constexpr bool kWideDqStores = kHeadDim == 128 || (FLASHSDPA_SM90_BWD64_STORES & 1);
+  static constexpr bool kStmatrixDs = kHeadDim == 128 || (FLASHSDPA_SM90_BWD64_STORES & 2);
   // K and V of the warpgroup's 64 keys held as the register A operands of S^T and dP^T (RS), read
   // from shared memory once per CTA instead of once per step: -512 of ~1650 shared-memory clocks per
   // d64 step (kernel_notes_bwd_sm90.md, "A budget per step on paper"), for 2 x 16 registers, which
@@ -495,13 +502,13 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     // S 8k) counted 68.4 M shared stores and 69.5 M store bank conflicts in this kernel against
     // cuDNN's 17.8 M and 1.0 M, and 12x its MIO-throttle stalls.
 #pragma unroll
-    for (int j = 0; j < Traits::kDqCols / 8; j += (Traits::kWideStores ? 2 : 1)) {
+    for (int j = 0; j < Traits::kDqCols / 8; j += (Traits::kWideDqStores ? 2 : 1)) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = q_row + 8 * h;
         const int col = Traits::kDqCols * cwg + 8 * j + 2 * (lane % 4);
         const uint32_t addr = sm.dq_buf(buf) + (row * Traits::kHeadDim + DqAccumLayout::position(row0 + row, col)) * 4;
-        if constexpr (Traits::kWideStores) {
+        if constexpr (Traits::kWideDqStores) {
           asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(dq[0][j][2 * h]),
                        "f"(dq[0][j][2 * h + 1]), "f"(dq[0][j + 1][2 * h]), "f"(dq[0][j + 1][2 * h + 1])
                        : "memory");
@@ -814,7 +821,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     // dst16[m][q] (the A layout); lane L gives row L % 8 of matrix L / 8. A quarter of the 32-bit
     // stores it replaces (ncu, session 17: cuDNN's backward stores dS so too).
     const uint32_t ds = sm.ds_buf(b);
-    if constexpr (Traits::kWideStores) {
+    if constexpr (Traits::kStmatrixDs) {
       const int q = lane / 8, row = cwg * 64 + warp * 16 + 8 * (q % 2) + lane % 8;  // row % 8 == lane % 8
 #pragma unroll
       for (int m = 0; m < kMTiles / 2; ++m) {
