@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (Ran in session 17, call 1: 128 / 192 = 1.019 forward, so 128 rows became the d64 bias tile and
+# the macro went in 5c866b1; this script builds two identical kernels since. Its run: be8e905.)
 # bias64_ab.sh (prepared in session 16 without device time; to run in the next): the sm90 forward's
 # d64 bias kernel at 128 query rows, two consumer warpgroups at 32 / 232 registers
 # (-DFLASHSDPA_SM90_FWD_BIAS64_M=128: 0 spills, ptxas 13.0), against the default 192 rows, three

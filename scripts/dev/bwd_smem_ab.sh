@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (Ran in session 17, call 3, on 408955f; the old-stores macro went in 45e9c9f, so this script no
+# longer builds the old kernel: check out 408955f to repeat it. Outcome: kernel_notes_bwd_sm90.md.)
 # bwd_smem_ab.sh (session 17): the sm90 backward's shared-memory stores after ncu's comparison with
 # cuDNN's (kernel_notes_bwd_sm90.md, "ncu against cuDNN"): dQ staged with 16-byte stores (was
 # 8-byte, 2-way conflicted) and dS^T with stmatrix (was 32-bit stores), against the old stores

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (Ran in session 17, call 1; outcomes in the kernel notes. Its bias64 part no longer builds a
+# variant since 5c866b1: check out be8e905 to repeat it.)
 # prepared_gpu.sh (session 16, for the next session's first device call): what session 16 prepared
 # without device time, in one call of ~5 minutes:
 #   1. scripts/dev/bias64_ab.sh: the d64 bias forward at 128 rows (0 spills) against 192 (A/B,
