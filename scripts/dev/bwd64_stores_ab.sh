@@ -41,24 +41,5 @@ for round in 0 1 2; do
     check "A/B $name round $round" $?
   done
 done
-$PY - "$OUT" <<'PYEOF'
-import json, statistics, sys
-def load(name):
-    rows = {}
-    for line in open(f"{sys.argv[1]}/ab_{name}.jsonl"):
-        r = json.loads(line)
-        rows.setdefault(r["problem"], []).append(r)
-    return rows
-base = load("base")
-variants = {n: load(n) for n in ("dq", "ds")}
-print(f"{'problem':32s} {'base':>7s} {'dq/base':>8s} {'ds/base':>8s} {'base/cuDNN':>10s}")
-for problem, rb in base.items():
-    cells = []
-    for n, rows in variants.items():
-        rv = rows.get(problem, [])
-        k = min(len(rb), len(rv))
-        cells.append(statistics.median(rv[i]["base"] / rb[i]["base"] for i in range(k)) if k else float("nan"))
-    print(f"{problem:32s} {statistics.median(r['base'] for r in rb):7.1f} {cells[0]:8.3f} {cells[1]:8.3f} "
-          f"{statistics.median(r['base'] / r['cudnn'] for r in rb):10.3f}")
-PYEOF
+$PY scripts/dev/ab_table.py "$OUT" base dq ds
 finish

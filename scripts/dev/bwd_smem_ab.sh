@@ -51,23 +51,5 @@ for round in 0 1 2; do
     check "A/B $name round $round" $?
   done
 done
-$PY - "$OUT" <<'PYEOF'
-import json, statistics, sys
-def load(name):
-    rows = {}
-    for line in open(f"{sys.argv[1]}/ab_{name}.jsonl"):
-        r = json.loads(line)
-        rows.setdefault(r["problem"], []).append(r)
-    return rows
-old, new = load("old"), load("new")
-print(f"{'problem':32s} {'new':>7s} {'old':>7s} {'new/old':>8s} {'new/cuDNN':>9s} {'old/cuDNN':>9s}")
-for problem, ro in old.items():
-    rn = new.get(problem, [])
-    k = min(len(ro), len(rn))
-    if not k:
-        continue
-    print(f"{problem:32s} {statistics.median(r['base'] for r in rn):7.1f} {statistics.median(r['base'] for r in ro):7.1f} "
-          f"{statistics.median(rn[i]['base'] / ro[i]['base'] for i in range(k)):8.3f} "
-          f"{statistics.median(r['base'] / r['cudnn'] for r in rn):9.3f} {statistics.median(r['base'] / r['cudnn'] for r in ro):9.3f}")
-PYEOF
+$PY scripts/dev/ab_table.py "$OUT" old new
 finish
