@@ -1,15 +1,32 @@
 #!/usr/bin/env bash
-# fwd_ncu.sh: ncu of our sm90 forward kernel and cuDNN's on one shape (scripts/dev/fwd_profile.py),
-# exported as per-instruction SASS counters (source page) and section details, for offline reading.
-# Run after a package build (scripts/dev/session_gpu.sh builds one), e.g.
-#   D=128 S=2048 CAUSAL=1 bash scripts/dev/fwd_ncu.sh
+# fwd_ncu.sh: Nsight Compute's full section set on our sm90 forward kernel and cuDNN's, one shape
+# of the standard sweep (scripts/dev/fwd_profile.py; default D 128, S 8k, causal: issue 12's 650
+# bar, 612-644 in session 17), clocks left alone. Each kernel's details page, its source page
+# (SASS with warp-stall samples per instruction, gzipped) and scripts/dev/ncu_source_top.py's
+# summary of it (appended to the details), then the side-by-side lines. Builds a narrow package
+# first (bf16, the head dim) unless ARG1=nobuild. (Session 17 made it self-contained; session 8
+# wrote it for a package build made elsewhere.)
+#   run(command="D=128 S=8192 CAUSAL=1 bash scripts/dev/fwd_ncu.sh", carry=[".whl"], timeout_s=600)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT="${OUT:-/tmp/fwd_out}"; mkdir -p "$OUT"
-tag="d${D:-128}_s${S:-2048}_c${CAUSAL:-1}"
-timeout 300 ncu --clock-control none -k regex:'fwd_sm90|cudnn|xmma|sm90' --launch-skip 2 --launch-count 2 \
-  --set full -f -o /tmp/ncu_fwd_$tag python3 scripts/dev/fwd_profile.py "${D:-128}" "${S:-2048}" "${CAUSAL:-1}" \
-  > /tmp/ncu_fwd_$tag.log 2>&1 || tail -20 /tmp/ncu_fwd_$tag.log
-ncu -i /tmp/ncu_fwd_$tag.ncu-rep --page source --csv --print-source sass > "$OUT/fwd_src_$tag.csv" 2>&1
-ncu -i /tmp/ncu_fwd_$tag.ncu-rep --page details --csv > "$OUT/fwd_details_$tag.csv" 2>&1
-ls -la "$OUT"
+source scripts/device_env.sh
+D=${D:-128} S=${S:-8192} CAUSAL=${CAUSAL:-1}
+if [[ "${1:-}" != nobuild ]]; then build_copy fncu "$D" CUDAFLAGS=; fi
+export PYTHONPATH="/tmp/pkg_fncu/python${PYTHONPATH:+:$PYTHONPATH}"
+for who in flashsdpa cudnn; do
+  case $who in
+    flashsdpa) kname='regex:flashsdpa_fwd_sm90_kernel' ;;
+    cudnn) kname='regex:sdpa_sm90_flash_fprop' ;;
+  esac
+  timed "ncu $who" 200 "ncu_fwd_$who.log" ncu --clock-control none --set full --kernel-name "$kname" \
+    --launch-skip 1 --launch-count 1 -f -o "/tmp/ncu_fwd_$who" $PY scripts/dev/fwd_profile.py "$D" "$S" "$CAUSAL"
+  ncu -i "/tmp/ncu_fwd_$who.ncu-rep" --page details > "$OUT/fwd_${who}_details.txt" 2>&1
+  ncu -i "/tmp/ncu_fwd_$who.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/fwd_${who}_source.csv.gz"
+  $PY scripts/dev/ncu_source_top.py "$OUT/fwd_${who}_source.csv.gz" --top 40 2>&1 | tee -a "$OUT/fwd_${who}_details.txt" | head -60
+done
+for who in flashsdpa cudnn; do
+  echo "== $who"
+  grep -E "Duration|Compute \(SM\) Throughput|L2 Cache Throughput|Issue Slots Busy|Warp Cycles Per Issued|Executed Instructions  |Registers Per|Dynamic Shared Memory Per Block|Grid Size|Block Size" \
+    "$OUT/fwd_${who}_details.txt" | head -14
+done
+finish
