@@ -14,8 +14,21 @@ failed=()
 # step NAME TEXT: a row of the table; check NAME RC: record a failed step (the exit code says so).
 step() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
 check() { [[ "$2" == 0 ]] || failed+=("$1 (rc=$2)"); }
-# finish: print the table and exit 1 if any step failed, else 0.
+# pack_out: the device tool brings back at most 8 files from $OUT (16 MiB each); with more, every
+# file goes into one $OUT/out.tgz (session 17 lost three logs to the count; `pack_out 1` packs
+# whenever there are two or more). Unpack it here with
+# `tar xzf /work/.device/N/out.tgz -C DIR`.
+pack_out() {
+  local n limit=${1:-8}
+  n=$(find "$OUT" -type f | wc -l)
+  if ((n > limit)); then
+    (cd "$OUT" && tar czf /tmp/flashsdpa_out.tgz --exclude=out.tgz . && find . -type f -delete && mv /tmp/flashsdpa_out.tgz out.tgz)
+    echo "(\$OUT held $n files: packed into out.tgz)"
+  fi
+}
+# finish: pack $OUT if needed, print the table and exit 1 if any step failed, else 0.
 finish() {
+  pack_out
   echo "================ summary ================"
   printf '%s\n' "${summary[@]}"
   if ((${#failed[@]})); then echo "FAILED: ${failed[*]}"; exit 1; fi

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# next_gpu.sh (prepared in session 17 for the next session's first device call, ~6-8 minutes): the
+# three prepared measurements, each in its own process and folder, everything packed into one
+# $OUT/out.tgz (tar xzf it here):
+#   1. scripts/dev/bwd_ncu.sh: the backward's warp-stall samples per SASS instruction, ours and
+#      cuDNN's (d128 S 8k): where our consumers wait (kernel_notes_bwd_sm90.md, "Next");
+#   2. scripts/dev/fwd_ncu.sh: the same for the forward on the causal 8k cell (issue 12's 650 bar);
+#   3. scripts/dev/combine_ab.sh: the one-round-trip split combine against today's (issue 11's
+#      B 1 x 8k row).
+# Then, as a second call: scripts/dev/bwd64_stores_ab.sh (the d64 store changes apart).
+#   run(command="bash scripts/dev/next_gpu.sh", carry=[".whl"], timeout_s=600)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/device_env.sh
+ROOT_OUT="$OUT"
+for part in bwd_ncu fwd_ncu combine_ab; do
+  mkdir -p "$ROOT_OUT/$part"
+  t0=$(date +%s)
+  OUT="$ROOT_OUT/$part" timeout 280 bash "scripts/dev/$part.sh" > "$ROOT_OUT/$part/console.log" 2>&1
+  rc=$?
+  step "$part" "rc=$rc ($(( $(date +%s) - t0 )) s)"
+  check "$part" "$rc"
+  tail -40 "$ROOT_OUT/$part/console.log"
+done
+OUT="$ROOT_OUT"
+pack_out 1
+finish
