@@ -111,6 +111,7 @@ def test_mask_equals_pytorch_flash(shape: tuple[int, ...], p: float) -> None:
 def test_capture_path_takes_the_same_state(monkeypatch: pytest.MonkeyPatch) -> None:
     """The capture-safe generator path (PyTorch's kernel on a dummy, seed / offset read on the
     device) gives the same state and mask as the eager one, outside a capture too."""
+    skip_unless_compiled(torch.float16, 128)  # _ours_applied_mask's dtype (a bf16-only build failed it)
     eager, state_eager = _ours_applied_mask(2, 4, 2, 113, 200, 128, True, 0.2, 7)
     monkeypatch.setattr(dropout, "take", functools.partial(dropout.take, via_torch=True))
     graph_path, state_graph = _ours_applied_mask(2, 4, 2, 113, 200, 128, True, 0.2, 7)
@@ -364,6 +365,7 @@ def test_cuda_graph_fresh_masks_per_replay() -> None:
 
 @pytest.mark.parametrize("p", [0.1, 0.25])
 def test_keep_rate(p: float) -> None:
+    skip_unless_compiled(torch.float16, 128)
     kept, _ = _ours_applied_mask(4, 8, 8, 512, 512, 128, False, p, 99)
     rate = reference_dropout.keep_rate(p)
     se = math.sqrt(rate * (1 - rate) / kept.numel())
