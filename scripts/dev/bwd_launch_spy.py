@@ -11,6 +11,7 @@ H*D = 2048, bf16, (B, S, H, D) memory as the sweep; forward and backward, 3 iter
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import tempfile
@@ -28,6 +29,10 @@ BACKENDS: dict[str, Callable[[], Any]] = {
     "cudnn": lambda: sdpa_kernel(SDPBackend.CUDNN_ATTENTION),
     "flash": lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION),
     "flashsdpa": flashsdpa.enable,
+    # The direct API (no SDPA in between): session 17's spy saw a 94 us copy kernel (64 MiB) in
+    # the flash-op road's step, ours and PyTorch flash's alike, and none in cuDNN's; this row says
+    # whether our own road has it.
+    "direct": contextlib.nullcontext,
 }
 
 
@@ -41,7 +46,10 @@ def kernels(backend: str, d: int, s: int, causal: bool) -> list[dict[str, Any]]:
         # The backward inside the context too: after leaving enable() PyTorch's flash backward runs
         # on our forward's outputs (docs/usage.md), which session 17's first run of this script saw.
         with BACKENDS[backend]():
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            if backend == "direct":
+                out = flashsdpa.attention(q, k, v, causal=causal)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             torch.autograd.grad(out, (q, k, v), dout)
 
     step()

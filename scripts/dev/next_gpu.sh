@@ -6,7 +6,9 @@
 #      cuDNN's (d128 S 8k): where our consumers wait (kernel_notes_bwd_sm90.md, "Next");
 #   2. scripts/dev/fwd_ncu.sh: the same for the forward on the causal 8k cell (issue 12's 650 bar);
 #   3. scripts/dev/combine_ab.sh: the one-round-trip split combine against today's (issue 11's
-#      B 1 x 8k row).
+#      B 1 x 8k row);
+#   4. scripts/dev/bwd_launch_spy.py at d128 with the direct API's row: whether the 94 us copy
+#      kernel of the SDPA road's step (ours and PyTorch flash's, not cuDNN's) is on our own road.
 # Then, as a second call: scripts/dev/bwd64_stores_ab.sh (the d64 store changes apart).
 #   run(command="bash scripts/dev/next_gpu.sh", carry=[".whl"], timeout_s=600)
 set -uo pipefail
@@ -23,5 +25,9 @@ for part in bwd_ncu fwd_ncu combine_ab; do
   tail -40 "$ROOT_OUT/$part/console.log"
 done
 OUT="$ROOT_OUT"
+[[ -d /tmp/pkg_ncu/python ]] || build_copy ncu "128" CUDAFLAGS=  # (bwd_ncu.sh's d128 build)
+PYTHONPATH="/tmp/pkg_ncu/python${PYTHONPATH:+:$PYTHONPATH}" timed "launch spy" 120 spy.log \
+  $PY scripts/dev/bwd_launch_spy.py --dims 128
+grep -E "copy|elementwise|flashsdpa_bwd|bprop" "$OUT/spy.log" | head -24
 pack_out 1
 finish
