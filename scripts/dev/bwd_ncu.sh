@@ -6,8 +6,11 @@
 # warp state, scheduler, instruction stats, occupancy) as text under $OUT; the source page (SASS
 # with warp-stall samples per instruction, gzipped) and its top rows (scripts/dev/ncu_source_top.py).
 # (Session 17 also exported the raw page; its numbers are in kernel_notes_bwd_sm90.md.)
-# Needs an in-place build (bf16 d128) first: ARG1=nobuild skips building.
+# BIAS=1 SEQLEN=2048: the same on issue 14's bias row (an additive (1, H, S, S) mask with its
+# gradient; ours is the kModsBias instantiation). Builds a narrow package first (bf16 d128):
+# ARG1=nobuild skips building.
 #   run(command="bash scripts/dev/bwd_ncu.sh", carry=[".whl"], timeout_s=600)
+#   run(command="BIAS=1 SEQLEN=2048 bash scripts/dev/bwd_ncu.sh", carry=[".whl"], timeout_s=600)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
@@ -20,7 +23,8 @@ for backend in flashsdpa cudnn; do
     cudnn) kname='regex:sdpa_sm90_flash_bprop' ;;
   esac
   timed "ncu $backend" 200 "ncu_$backend.log" $NCU --profile-from-start off --clock-control none --set full \
-    --kernel-name "$kname" --launch-count 1 -f -o "/tmp/ncu_$backend" $PY scripts/dev/bwd_ncu.py --backend $backend
+    --kernel-name "$kname" --launch-count 1 -f -o "/tmp/ncu_$backend" $PY scripts/dev/bwd_ncu.py --backend $backend \
+    ${BIAS:+--bias} ${SEQLEN:+--seqlen $SEQLEN}
   tail -5 "$OUT/ncu_$backend.log"
   $NCU --import "/tmp/ncu_$backend.ncu-rep" --page details > "$OUT/ncu_${backend}_details.txt" 2>&1
   # The source page (SASS with each instruction's warp-stall samples), gzipped, and its top rows:
