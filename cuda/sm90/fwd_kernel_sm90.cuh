@@ -77,14 +77,6 @@ constexpr FwdTileShapeSm90 fwd_tile_shape_sm90(int head_dim) {
                            : FwdTileShapeSm90{128, 64, 2};
 }
 
-// The bias kernels' query rows (the launcher and the workspace size read it): d64 takes 128 rows,
-// two consumers at 232 registers and 0 spills, where the plain tile's 192 rows spilled the three
-// 160-register consumers 62 bytes in the main loop and ran 1.9% slower (H200, bias (1, H, S, S),
-// 6 interleaved rounds: 231.8 against 227.5 TFLOP/s; kernel_notes_fwd_sm90.md, session 17).
-constexpr int fwd_bias_block_m_sm90(int head_dim) {
-  return head_dim <= 64 ? 128 : fwd_tile_shape_sm90(head_dim).block_m;
-}
-
 template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
           int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone, bool kDropout_ = false>
 struct FwdTraitsSm90 {
@@ -161,6 +153,16 @@ struct FwdTraitsSm90 {
   static_assert(!kDropout || (kBlockN % 32 == 0 && !kMods), "dropout: whole 32-key blocks, no modifiers");
   static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared memory limit");
 };
+
+// The bias kernels' traits (the launcher and the host's workspace size both name this type): d64
+// takes 128 query rows, two consumers at 232 registers and 0 spills, where the plain tile's 192
+// rows spilled the three 160-register consumers 62 bytes in the main loop and ran 1.9% slower
+// (H200, bias (1, H, S, S), 6 interleaved rounds; kernel_notes_fwd_sm90.md, session 17).
+template <typename Elem, int kHeadDim>
+using FwdBiasTraitsSm90 =
+    FwdTraitsSm90<Elem, kHeadDim, kHeadDim <= 64 ? 128 : fwd_tile_shape_sm90(kHeadDim).block_m,
+                  fwd_tile_shape_sm90(kHeadDim).block_n, fwd_tile_shape_sm90(kHeadDim).stages, (kHeadDim <= 128), 2,
+                  kModsBias>;
 
 namespace fwd_sm90 {
 

@@ -74,10 +74,8 @@ cudaError_t run_fwd_sm90_(const AttnFwdParams& params, cudaStream_t stream) {
   switch (mods_kind(params.mods)) {
     case kModsScore:
       return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kM, kN, kS, kPingPong, 2, kModsScore>>(params, stream);
-    case kModsBias: {
-      constexpr int kMBias = fwd_bias_block_m_sm90(kHeadDim);
-      return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kMBias, kN, kS, kPingPong, 2, kModsBias>>(params, stream);
-    }
+    case kModsBias:
+      return launch_fwd_sm90<FwdBiasTraitsSm90<Elem, kHeadDim>>(params, stream);
     default:
       return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kM, kN, kS>>(params, stream);
   }

@@ -59,12 +59,10 @@ int64_t fwd_workspace_sm90(const AttnFwdParams& p) {
     constexpr int kHeadDim = decltype(hdim)::value;
     constexpr FwdTileShapeSm90 kShape = fwd_tile_shape_sm90(kHeadDim);
     using Traits = FwdTraitsSm90<__half, kHeadDim, kShape.block_m, kShape.block_n, kShape.stages>;
-    // The bias kernels' tile may have fewer rows (fwd_bias_block_m_sm90), hence more tiles: the
+    // The bias kernels' tile may have fewer rows (FwdBiasTraitsSm90), hence more tiles: the
     // dynamic schedule's counter is wanted where that tile's count exceeds the SMs.
-    using BiasTraits = FwdTraitsSm90<__half, kHeadDim, fwd_bias_block_m_sm90(kHeadDim), kShape.block_n, kShape.stages,
-                                     (kHeadDim <= 128), 2, kModsBias>;
     const fwd_sm90::FwdWorkspacePlan plan = mods_kind(p.mods) == kModsBias
-                                                ? fwd_sm90::fwd_workspace_plan<BiasTraits>(p)
+                                                ? fwd_sm90::fwd_workspace_plan<FwdBiasTraitsSm90<__half, kHeadDim>>(p)
                                                 : fwd_sm90::fwd_workspace_plan<Traits>(p);
     return plan.counter || plain ? plan.bytes : 0;
   };
