@@ -119,6 +119,13 @@ struct FwdTraitsSm90 {
   static constexpr int kConsumerRegs = kConsumerWGs == 2 ? (kBiasSplit ? 232 : 240) : 160;
 
   static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte column blocks of a tile (TMA boxes)
+  // Of every 8 scores of a row, how many take exp2 on the FMA pipe (softmax.cuh's kFmaOf8): 0, the
+  // MUFU only, until -DFLASHSDPA_SM90_FWD_EXP_FMA=N (the A/B: scripts/dev/fwd_expfma_ab.sh) says
+  // what a share is worth.
+#ifndef FLASHSDPA_SM90_FWD_EXP_FMA
+#define FLASHSDPA_SM90_FWD_EXP_FMA 0
+#endif
+  static constexpr int kExpFmaOf8 = FLASHSDPA_SM90_FWD_EXP_FMA;
   static constexpr int kMTiles = 1;                 // m16 tiles per warp (wgmma: 16 rows per warp)
   static constexpr int kNTiles = kBlockN / 8;       // n8 column groups of S
   static constexpr int kDTiles = kHeadDim / 8;      // n8 column groups of O
@@ -445,7 +452,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
 #pragma unroll
   for (int i = 0; i < Traits::kHeadDim / 2; ++i) o_acc[i] = 0.f;
   uint32_t p16[Traits::kKStepsPV][4];
-  OnlineSoftmax<1> softmax;
+  OnlineSoftmax<1, Traits::kExpFmaOf8> softmax;
   // Dropout: this lane's Philox stream for the (batch, head); the warp's 16 rows start at warp_row.
   DropoutRng rng;
   if constexpr (Traits::kDropout) rng = DropoutRng(p.dropout, tile.batch, tile.head, p.heads_q, lane);

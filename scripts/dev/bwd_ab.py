@@ -12,11 +12,15 @@ cuDNN, or with `--json` one line per problem: {"problem", "base", "cudnn"} media
 at a284916.)
 
     python3 scripts/dev/bwd_ab.py [--rounds 3] [--seqlens 1024 2048 8192] [--dims 128 64] [--causal both|no|yes] [--json]
+
+`--forward` times the forward instead (flashsdpa.attention against cuDNN's SDPA forward, no grad,
+FLOPs 4 B H S^2 D, halved when causal), for the forward's A/Bs (session 18: scripts/dev/fwd_expfma_ab.sh).
 """
 
 from __future__ import annotations
 
 import argparse
+from contextlib import nullcontext
 import json
 import statistics
 from collections.abc import Callable
@@ -45,13 +49,23 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="one JSON line per problem: the variants' medians")
     parser.add_argument("--dims", type=int, nargs="+", default=[128, 64])
     parser.add_argument("--causal", choices=("both", "no", "yes"), default="both")
+    parser.add_argument("--forward", action="store_true", help="time the forward (no grad) instead of the backward")
     args = parser.parse_args()
     masks = {"both": (False, True), "no": (False,), "yes": (True,)}[args.causal]
     problems = [(16384 // s, 2048 // d, 2048 // d, s, d, c) for d in args.dims for s in args.seqlens for c in masks]
     problems += [(b, 16, 4, s, 128, c) for b, s in ((1, 8192), (4, 2048)) for c in masks if 128 in args.dims]
     for b, hq, hkv, s, d, causal in problems:
         sets = _sets(b, hq, hkv, s, d, sets_for_bytes(4 * b * hq * s * d * 2))
-        flops = 2.5 * 4.0 * b * hq * s * s * d / (2 if causal else 1)
+        flops = (1.0 if args.forward else 2.5) * 4.0 * b * hq * s * s * d / (2 if causal else 1)
+
+        def ours_fwd() -> list[Callable[[], object]]:
+            return [lambda t=t: flashsdpa.attention(t[0].detach(), t[1].detach(), t[2].detach(), causal=causal)
+                    for t in sets]  # fmt: skip
+
+        def cudnn_fwd() -> list[Callable[[], object]]:  # (timed inside sdpa_kernel: below)
+            return [lambda t=t: F.scaled_dot_product_attention(t[0].detach(), t[1].detach(), t[2].detach(),
+                                                               is_causal=causal, enable_gqa=hq != hkv)
+                    for t in sets]  # fmt: skip
 
         def ours() -> list[Callable[[], object]]:
             def out_of(t: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -68,13 +82,18 @@ def main() -> None:
                         for t in sets]  # fmt: skip
             return [lambda o=o, t=t: torch.autograd.grad(o, t[:3], t[3], retain_graph=True) for o, t in zip(outs, sets)]
 
-        variants: dict[str, Callable[[], list[Callable[[], object]]]] = {"base": ours, "cudnn": cudnn}
+        variants: dict[str, Callable[[], list[Callable[[], object]]]] = (
+            {"base": ours_fwd, "cudnn": cudnn_fwd} if args.forward else {"base": ours, "cudnn": cudnn})
         got: dict[str, list[float]] = {name: [] for name in variants}
         names = list(variants)
         for r in range(args.rounds):
             for name in names[r % len(names):] + names[: r % len(names)]:
                 calls = variants[name]()
-                ms = time_cuda_ms(calls, warmup=3, reps=args.reps)
+                # The forward's cuDNN calls run inside one sdpa_kernel context, entered once, so its
+                # host cost (a few us) is not inside their events.
+                ctx = sdpa_kernel([SDPBackend.CUDNN_ATTENTION]) if args.forward and name == "cudnn" else nullcontext()
+                with ctx:
+                    ms = time_cuda_ms(calls, warmup=3, reps=args.reps)
                 got[name].append(flops / ms / 1e9)
                 del calls
         label = f"B{b} H{hq}/{hkv} S{s} d{d}{' causal' if causal else ''}"
