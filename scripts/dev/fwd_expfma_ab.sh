@@ -38,4 +38,12 @@ for round in 0 1 2; do
 done
 echo "A/B ended at $SECONDS s"
 $PY scripts/dev/ab_table.py "$OUT" base e1 e2 e4
+# Softcap's forward (tanh and exp2 both on MUFU: issue 14's 90%-of-plain bar), one process a
+# build while the call has time: the fewer MUFU ops per score the larger the share should be.
+for name in base e2 e4; do
+  (( SECONDS > 560 )) && break
+  echo "== $name" >> "$OUT/features.log"
+  PYTHONPATH="/tmp/pkg_$name/python:$SITE" timeout 40 $PY scripts/dev/features_timing.py --reps 10 >> "$OUT/features.log" 2>&1
+done
+grep -E "^==|softcap|plain" "$OUT/features.log" | head -30
 finish
