@@ -101,6 +101,9 @@ class _NoLaunchBuild:
                backward: bool) -> tuple[Any, ...]:  # fmt: skip
         return ("sm80", self.head_dim_bucket(head_dim_qk, head_dim_v), 0, 163840, None)
 
+    def fwd_workspace_bytes(self, *args: Any) -> int:
+        return 0  # (the sm80 family's forward needs none)
+
     def fwd(self, *args: Any) -> None:
         pass
 
