@@ -145,6 +145,16 @@ struct BwdTraitsSm90 {
   static constexpr bool kOverlap = FLASHSDPA_SM90_BWD_OVERLAP && kHeadDim == 64 && !kMods && !kDropout;
   static constexpr bool kOverlapDp = kOverlap && FLASHSDPA_SM90_BWD_OVERLAP_DP;
   static_assert(!(kOverlap && kMods), "the bias kernel's staging (consume) assumes dQ retires within its step");
+  // Late dK (the non-overlapped plain kernel: d128): dK's GEMM issued after dQ's instead of before
+  // the dS^T stores, so the end-of-step wait retires dV and dQ only and dK runs on across the step
+  // boundary (its accumulator is read by wgmmas alone in the loop, so ptxas keeps it asynchronous);
+  // the Q stage it reads is freed at the next step's first wait. ncu (H200, d128 S 8k, session
+  // 18): the end-of-step wait held 5.7% of the kernel's stall samples, the largest consumer wait.
+  // -DFLASHSDPA_SM90_BWD_DK_LATE=1: the A/B (scripts/dev/bwd_dklate_ab.sh).
+#ifndef FLASHSDPA_SM90_BWD_DK_LATE
+#define FLASHSDPA_SM90_BWD_DK_LATE 0
+#endif
+  static constexpr bool kDkLate = FLASHSDPA_SM90_BWD_DK_LATE && !kOverlap && !kMods && !kDropout;
   static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared memory limit");
 };
 
@@ -712,6 +722,9 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     load_columns(lse2, sm.lse_slot(s));
     sm90::wgmma_wait<1>();
     sm90::fence_regs(st_acc);
+    if constexpr (Traits::kDkLate) {  // step i - 1's dK (older than this S^T) has retired too
+      if (i > 0) sm90::mbar_arrive(sm.q_empty((i - 1) % Traits::kStages));
+    }
     // The score modifiers (kMods only) on S^T, in score_mod.cuh's key-rows layout: this thread's
     // keys key0, key0 + 8 are its rows and its queries q0 + 8 j, + 1 its columns. Each hook reads
     // what it needs from the params inside its feature's branch (no register held across the step).
@@ -810,11 +823,25 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     }
     sm90::accumulator_to_a<Elem, kMTiles>(dst16, dpt);
 
-    // dK += dS^T Q.
-    sm90::wgmma_fence();
+    // dK += dS^T Q (kDkLate: after the dQ GEMM, below).
+    auto issue_dk = [&] {
+      sm90::wgmma_fence();
+      if constexpr (Traits::kDkLate) {
+        // A = this warpgroup's 64 rows of the dS^T buffer (keys x queries, K-major, 128-byte
+        // swizzled rows, written by the stmatrix below and ordered by the dS^T barrier), so the
+        // dS^T fragments die at the stores instead of living until dK retires in step i + 1
+        // (the register form serialized every wgmma: C7512, 233 live at 256).
+        const uint64_t dsk_desc = sm90::make_desc(sm.ds_buf(b) + cwg * 64 * 128, 16, 1024);
 #pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) OpD::template rs<1>(dk_acc, dst16[kk], q_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
-    sm90::wgmma_commit();
+        for (int kk = 0; kk < kBlockM / 16; ++kk)
+          OpD::template ss<1>(dk_acc, dsk_desc + ((kk * 32) >> 4), q_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kBlockM / 16; ++kk) OpD::template rs<1>(dk_acc, dst16[kk], q_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
+      }
+      sm90::wgmma_commit();
+    };
+    if constexpr (!Traits::kDkLate) issue_dk();
 
     // dS^T to shared memory (keys x queries, 128-byte swizzled rows), for dQ = dS K: one stmatrix.x4
     // per 16 queries, matrix q = (query chunk 2m + q / 2, key rows 8 (q % 2) ..), whose fragment is
@@ -857,17 +884,24 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       if constexpr (Traits::kModsKind == kModsBias) {  // while the dQ GEMM runs (it reads the same buffer)
         if (dbias_rows) store_bias_grad(i, b);
       }
-      sm90::wgmma_wait<0>();  // dK, dV and dQ done: the Q / dO slot is free
-      sm90::fence_regs(dv_acc);
-      sm90::fence_regs(dk_acc);
+      if constexpr (Traits::kDkLate) {
+        issue_dk();
+        sm90::wgmma_wait<1>();  // dV and dQ done; dK may still run (it reads the Q stage only)
+        sm90::fence_regs(dv_acc);
+      } else {
+        sm90::wgmma_wait<0>();  // dK, dV and dQ done: the Q / dO slot is free
+        sm90::fence_regs(dv_acc);
+        sm90::fence_regs(dk_acc);
+      }
       // dQ is scaled here (the postprocess then runs with scale 1): the multiply redefines the
       // registers, which the staging reads after the next step's S^T GEMM is issued; read straight
       // from the wgmma, ptxas injects a wait for that GEMM there (C7517) and the overlap is lost.
 #pragma unroll
       for (int x = 0; x < Traits::kDqAcc; ++x) dq_prev[x] = dq_acc[x] * p.scale;
       // Every consumer thread frees the Q stage (it read the stage's LSE and delta), lane 0 of each
-      // warp the dO stage (read by the warpgroup's wgmmas only).
-      sm90::mbar_arrive(sm.q_empty(s));
+      // warp the dO stage (read by the warpgroup's wgmmas only). kDkLate: the Q stage once dK has
+      // retired (the next step's first wait, or after the loop).
+      if constexpr (!Traits::kDkLate) sm90::mbar_arrive(sm.q_empty(s));
       if (arriver) sm90::mbar_arrive(sm.do_empty(s));
     }
   }
@@ -889,6 +923,10 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     }
   } else {
     if (range.count() > 0) stage_dq(range.count() - 1);
+    if constexpr (Traits::kDkLate) {
+      sm90::wgmma_wait<0>();  // the last step's dK
+      if (range.count() > 0) sm90::mbar_arrive(sm.q_empty((range.count() - 1) % Traits::kStages));
+    }
   }
 
   sm90::wgmma_wait<0>();  // (every group is done here; this tells the compiler so)

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# bwd_dklate_ab.sh (session 18, prepared without device time; for the next session): the d128
+# backward with dK's GEMM issued after dQ's, from the dS^T tile in shared memory (SS), retiring in
+# the next step (-DFLASHSDPA_SM90_BWD_DK_LATE=1: BwdTraitsSm90::kDkLate) against today's kernel.
+# Builds bf16 d128 (d64's plain kernel and the mods / dropout kernels are unchanged by the switch);
+# the variant's backward tests, racecheck (deterministic: the ordered path) and memcheck; 3 rounds
+# alternating one process per build of bwd_ab.py (d128 S 2k / 8k, causal or not, the Llama GQA
+# shapes). Prediction: kernel_notes_bwd_sm90.md ("Late dK"). Table last.
+#   run(command="bash scripts/dev/bwd_dklate_ab.sh", carry=[".whl"], timeout_s=600)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/device_env.sh
+build_copy base "128" CUDAFLAGS=
+build_copy late "128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_DK_LATE=1
+SITE="${PYTHONPATH:-}"
+PYTHONPATH="/tmp/pkg_late/python:$PWD/tests:$SITE" tests "tests late" 200 tests_late.log $PY -m pytest -q -p no:cacheprovider \
+  -n 12 tests/gpu/test_kernels.py tests/gpu/test_one_hot_grads.py tests/gpu/test_extreme.py tests/gpu/test_training.py
+cat > /tmp/bwd_small.py <<'PYEOF'
+import sys, torch, flashsdpa
+torch.use_deterministic_algorithms(sys.argv[1] == "det")
+q = torch.randn(1, 8, 700, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+k, v = (torch.randn(1, 2, 500, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+out = flashsdpa.attention(q, k, v, causal=True)
+g = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+q, k, v = (torch.randn(2, 4, 1000, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+out = flashsdpa.attention(q, k, v)
+g = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+torch.cuda.synchronize(); print("ok", [float(t.float().abs().sum()) for t in g])
+PYEOF
+PYTHONPATH="/tmp/pkg_late/python:$SITE" timed "racecheck det late" 100 racecheck_late.log \
+  compute-sanitizer --tool racecheck --kernel-name kns=flashsdpa_bwd_sm90 --error-exitcode 1 $PY /tmp/bwd_small.py det
+PYTHONPATH="/tmp/pkg_late/python:$SITE" timed "synccheck late" 60 synccheck_late.log \
+  compute-sanitizer --tool synccheck --kernel-name kns=flashsdpa_bwd_sm90 --error-exitcode 1 $PY /tmp/bwd_small.py def
+PYTHONPATH="/tmp/pkg_late/python:$SITE" timed "memcheck late" 60 memcheck_late.log \
+  compute-sanitizer --tool memcheck --kernel-name kns=flashsdpa --error-exitcode 1 $PY /tmp/bwd_small.py def
+for round in 0 1 2; do
+  for name in base late; do
+    (( SECONDS > 540 )) && break 2
+    PYTHONPATH="/tmp/pkg_$name/python:$SITE" timeout 60 $PY scripts/dev/bwd_ab.py --rounds 1 --json --dims 128 \
+      --seqlens 2048 8192 >> "$OUT/ab_$name.jsonl" 2>> "$OUT/ab_$name.err"
+    check "A/B $name round $round" $?
+  done
+done
+echo "A/B ended at $SECONDS s"
+$PY scripts/dev/ab_table.py "$OUT" base late
+finish
