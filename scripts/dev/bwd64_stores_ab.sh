@@ -22,17 +22,9 @@ for name in dq ds; do
   PYTHONPATH="/tmp/pkg_$name/python:$PWD/tests:$SITE" tests "tests $name" 200 tests_$name.log \
     $PY -m pytest -q -p no:cacheprovider -n 12 tests/gpu/test_kernels.py tests/gpu/test_one_hot_grads.py
 done
-cat > /tmp/bwd64_small.py <<'PYEOF'
-import sys, torch, flashsdpa
-torch.use_deterministic_algorithms(sys.argv[1] == "det")
-q = torch.randn(1, 8, 700, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-k, v = (torch.randn(1, 2, 500, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
-g = torch.autograd.grad(flashsdpa.attention(q, k, v, causal=True), (q, k, v), torch.randn(1, 8, 700, 64, device="cuda", dtype=torch.bfloat16))
-torch.cuda.synchronize(); print("ok", [float(t.float().abs().sum()) for t in g])
-PYEOF
 for name in dq ds; do
   PYTHONPATH="/tmp/pkg_$name/python:$SITE" timed "racecheck $name" 90 racecheck_$name.log \
-    compute-sanitizer --tool racecheck --kernel-name kns=flashsdpa_bwd_sm90 --error-exitcode 1 $PY /tmp/bwd64_small.py det
+    compute-sanitizer --tool racecheck --kernel-name kns=flashsdpa_bwd_sm90 --error-exitcode 1 $PY scripts/dev/bwd_small.py det --dims 64
 done
 for round in 0 1 2; do
   for name in base dq ds; do

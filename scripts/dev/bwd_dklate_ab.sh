@@ -15,24 +15,12 @@ build_copy late "128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_DK_LATE=1
 SITE="${PYTHONPATH:-}"
 PYTHONPATH="/tmp/pkg_late/python:$PWD/tests:$SITE" tests "tests late" 200 tests_late.log $PY -m pytest -q -p no:cacheprovider \
   -n 12 tests/gpu/test_kernels.py tests/gpu/test_one_hot_grads.py tests/gpu/test_extreme.py tests/gpu/test_training.py
-cat > /tmp/bwd_small.py <<'PYEOF'
-import sys, torch, flashsdpa
-torch.use_deterministic_algorithms(sys.argv[1] == "det")
-q = torch.randn(1, 8, 700, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-k, v = (torch.randn(1, 2, 500, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
-out = flashsdpa.attention(q, k, v, causal=True)
-g = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
-q, k, v = (torch.randn(2, 4, 1000, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-out = flashsdpa.attention(q, k, v)
-g = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
-torch.cuda.synchronize(); print("ok", [float(t.float().abs().sum()) for t in g])
-PYEOF
 PYTHONPATH="/tmp/pkg_late/python:$SITE" timed "racecheck det late" 100 racecheck_late.log \
-  compute-sanitizer --tool racecheck --kernel-name kns=flashsdpa_bwd_sm90 --error-exitcode 1 $PY /tmp/bwd_small.py det
+  compute-sanitizer --tool racecheck --kernel-name kns=flashsdpa_bwd_sm90 --error-exitcode 1 $PY scripts/dev/bwd_small.py det --dims 128
 PYTHONPATH="/tmp/pkg_late/python:$SITE" timed "synccheck late" 60 synccheck_late.log \
-  compute-sanitizer --tool synccheck --kernel-name kns=flashsdpa_bwd_sm90 --error-exitcode 1 $PY /tmp/bwd_small.py def
+  compute-sanitizer --tool synccheck --kernel-name kns=flashsdpa_bwd_sm90 --error-exitcode 1 $PY scripts/dev/bwd_small.py def --dims 128
 PYTHONPATH="/tmp/pkg_late/python:$SITE" timed "memcheck late" 60 memcheck_late.log \
-  compute-sanitizer --tool memcheck --kernel-name kns=flashsdpa --error-exitcode 1 $PY /tmp/bwd_small.py def
+  compute-sanitizer --tool memcheck --kernel-name kns=flashsdpa --error-exitcode 1 $PY scripts/dev/bwd_small.py def --dims 128
 for round in 0 1 2; do
   for name in base late; do
     (( SECONDS > 540 )) && break 2

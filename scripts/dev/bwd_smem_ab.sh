@@ -21,22 +21,12 @@ export PYTHONPATH="/tmp/pkg_new/python:$PWD/tests:$SITE"
 tests "tests new" 240 tests_new.log $PY -m pytest -q -p no:cacheprovider -n 12 -x \
   tests/gpu/test_kernels.py tests/gpu/test_one_hot_grads.py tests/gpu/test_dropout_gpu.py \
   tests/gpu/test_masks_gpu.py tests/gpu/test_extreme.py tests/gpu/test_features_gpu.py tests/gpu/test_training.py
-cat > /tmp/bwd_small.py <<'PYEOF'
-import sys, torch, flashsdpa
-torch.use_deterministic_algorithms(sys.argv[1] == "det")
-for d in (64, 128):
-    q = torch.randn(1, 8, 700, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    k, v = (torch.randn(1, 2, 500, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
-    out = flashsdpa.attention(q, k, v, causal=True)
-    g = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
-torch.cuda.synchronize(); print("ok", [float(t.float().abs().sum()) for t in g])
-PYEOF
 timed "racecheck new" 150 racecheck.log \
-  compute-sanitizer --tool racecheck --kernel-name kns=flashsdpa_bwd_sm90 --error-exitcode 1 $PY /tmp/bwd_small.py det
+  compute-sanitizer --tool racecheck --kernel-name kns=flashsdpa_bwd_sm90 --error-exitcode 1 $PY scripts/dev/bwd_small.py det
 timed "synccheck new" 90 synccheck.log \
-  compute-sanitizer --tool synccheck --kernel-name kns=flashsdpa --error-exitcode 1 $PY /tmp/bwd_small.py def
+  compute-sanitizer --tool synccheck --kernel-name kns=flashsdpa --error-exitcode 1 $PY scripts/dev/bwd_small.py def
 timed "memcheck new" 90 memcheck.log \
-  compute-sanitizer --tool memcheck --kernel-name kns=flashsdpa --error-exitcode 1 $PY /tmp/bwd_small.py def
+  compute-sanitizer --tool memcheck --kernel-name kns=flashsdpa --error-exitcode 1 $PY scripts/dev/bwd_small.py def
 METRICS=gpu__time_duration.sum,smsp__sass_inst_executed_op_shared_st.sum,smsp__inst_executed_op_shared_stsm.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio
 for name in new old; do
   PYTHONPATH="/tmp/pkg_$name/python:$SITE" timed "ncu $name" 120 ncu_$name.log ncu --profile-from-start off \

@@ -5,8 +5,8 @@
 #   1. scripts/dev/bwd_ncu.sh: the backward's warp-stall samples per SASS instruction, ours and
 #      cuDNN's (d128 S 8k): where our consumers wait (kernel_notes_bwd_sm90.md, "Next");
 #   2. scripts/dev/fwd_ncu.sh: the same for the forward on the causal 8k cell (issue 12's 650 bar);
-#   3. scripts/dev/combine_ab.sh: the one-round-trip split combine against today's (issue 11's
-#      B 1 x 8k row);
+#   3. (session 18: combine_ab.sh, the one-round-trip split combine against the old one, in
+#      main's history at ca630cd; the row combine is the only one since, so it is gone);
 #   4. scripts/dev/bwd_launch_spy.py at d128 with the direct API's row: whether the 94 us copy
 #      kernel of the SDPA road's step (ours and PyTorch flash's, not cuDNN's) is on our own road.
 # Then, as a second call: scripts/dev/bwd64_stores_ab.sh (the d64 store changes apart).
@@ -17,7 +17,7 @@ source scripts/device_env.sh
 ROOT_OUT="$OUT"
 # PARTS picks the measurements (session 18: the three do not fit one 600 s call; fwd_ncu reuses
 # bwd_ncu's d128 build, the same flags).
-for part in ${PARTS:-bwd_ncu fwd_ncu combine_ab}; do
+for part in ${PARTS:-bwd_ncu fwd_ncu}; do
   mkdir -p "$ROOT_OUT/$part"
   t0=$(date +%s)
   arg=""
