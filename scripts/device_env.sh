@@ -12,7 +12,12 @@ fi
 summary=()
 failed=()
 # step NAME TEXT: a row of the table; check NAME RC: record a failed step (the exit code says so).
-step() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
+# Each step's row also goes to $OUT/summary.txt as it happens: a call the device tool's limit ends
+# keeps the rows so far (session 18 lost the SASS gate's and the suites' rows that way).
+step() {
+  summary+=("$(printf '%-28s %s' "$1" "$2")")
+  printf '%-28s %s\n' "$1" "$2" >> "$OUT/summary.txt"
+}
 check() { [[ "$2" == 0 ]] || failed+=("$1 (rc=$2)"); }
 # pack_out: the device tool brings back at most 8 files from $OUT (16 MiB each); with more, every
 # file goes into one $OUT/out.tgz (session 17 lost three logs to the count; `pack_out 1` packs
