@@ -723,7 +723,11 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
 struct PersistentTileScheduler {
   // Of the H100's / H200's 50 MB of L2, as the backward's grouped order (BwdGridOrder, measured
   // there: 32 MB 0.974 ms, 8 MB 0.975, everything in one group 1.20 at 2k causal d128).
-  static constexpr int64_t kL2SectionBytes = int64_t(32) << 20;
+  // (-DFLASHSDPA_SM90_FWD_L2_SECTION_MB: A/B only, scripts/dev/fwd_order_ab.sh.)
+#ifndef FLASHSDPA_SM90_FWD_L2_SECTION_MB
+#define FLASHSDPA_SM90_FWD_L2_SECTION_MB 32
+#endif
+  static constexpr int64_t kL2SectionBytes = int64_t(FLASHSDPA_SM90_FWD_L2_SECTION_MB) << 20;
   int num_blocks, num_heads, batch;
   bool head_major;
   int32_t* counter;  // dynamic when non-null (masked calls only)
@@ -794,7 +798,13 @@ struct PersistentTileScheduler {
 // 4k 0.90-1.02x, 8k 0.95-0.98x, 16k 0.98-0.99x; d256 2k 1.10x, 4k 0.91-1.00x, 8k 0.90-0.93x; d64
 // (192-row blocks) 2k 1.04-1.07x, 4k 1.00-1.02x. Long tiles walk their keys in step under the
 // static order and share them in L2 that way; short ones do not.
-constexpr int kMaxDynamicBlocks = 16;
+// (-DFLASHSDPA_SM90_FWD_MAX_DYNAMIC_BLOCKS: A/B only, scripts/dev/fwd_order_ab.sh: whether the
+// dynamic order with small sections, which keeps ~4 pairs' K/V in L2 instead of every pair's at 8k,
+// meets issue 12's ncu bar of a >= 90% L2 hit rate without losing speed.)
+#ifndef FLASHSDPA_SM90_FWD_MAX_DYNAMIC_BLOCKS
+#define FLASHSDPA_SM90_FWD_MAX_DYNAMIC_BLOCKS 16
+#endif
+constexpr int kMaxDynamicBlocks = FLASHSDPA_SM90_FWD_MAX_DYNAMIC_BLOCKS;
 
 // Whether the problem takes the dynamic order when it has a counter (masked, few query blocks).
 template <typename Traits>
