@@ -153,23 +153,19 @@ __device__ __forceinline__ void produce(const Params& p, uint32_t base, int rank
     sm90::tma_load_4d(base + kQ + c * kBlockM * 128, &p.tma_q, base + bar_q_full(), col0 + c * 64, m_block * kBlockM,
                       head, batch);
   }
+  // One K or V half into its ring slot, once the consumers have released the slot.
+  auto load_half = [&](uint32_t empty, uint32_t full, uint32_t slot, const CUtensorMap* map, uint32_t parity, int n) {
+    sm90::mbar_wait(empty, parity ^ 1);
+    sm90::mbar_arrive_expect_tx(full, kKVBytes);
+#pragma unroll
+    for (int c = 0; c < kColBlocks; ++c)
+      sm90::tma_load_4d(slot + c * kBlockN * 128, map, full, col0 + c * 64, n * kBlockN, kv_head, batch);
+  };
   for (int n = 0; n < n_blocks; ++n) {
     const int s = n % kStages;
     const uint32_t parity = (n / kStages) & 1;
-    sm90::mbar_wait(base + bar_k_empty(s), parity ^ 1);
-    sm90::mbar_arrive_expect_tx(base + bar_k_full(s), kKVBytes);
-#pragma unroll
-    for (int c = 0; c < kColBlocks; ++c) {
-      sm90::tma_load_4d(base + kK + s * kKVBytes + c * kBlockN * 128, &p.tma_k, base + bar_k_full(s), col0 + c * 64,
-                        n * kBlockN, kv_head, batch);
-    }
-    sm90::mbar_wait(base + bar_v_empty(s), parity ^ 1);
-    sm90::mbar_arrive_expect_tx(base + bar_v_full(s), kKVBytes);
-#pragma unroll
-    for (int c = 0; c < kColBlocks; ++c) {
-      sm90::tma_load_4d(base + kV + s * kKVBytes + c * kBlockN * 128, &p.tma_v, base + bar_v_full(s), col0 + c * 64,
-                        n * kBlockN, kv_head, batch);
-    }
+    load_half(base + bar_k_empty(s), base + bar_k_full(s), base + kK + s * kKVBytes, &p.tma_k, parity, n);
+    load_half(base + bar_v_empty(s), base + bar_v_full(s), base + kV + s * kKVBytes, &p.tma_v, parity, n);
   }
 }
 

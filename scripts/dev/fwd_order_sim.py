@@ -1,7 +1,7 @@
 """fwd_order_sim.py: the sm90 forward's causal tile orders simulated (no GPU): 132 CTAs, a tile of
 query block b costing b + 1 key blocks plus 1.5 of fixed cost; per order the makespan, the balance
-(mean CTA time / makespan) and how many (head, batch) pairs have a tile in flight (their K/V is
-the L2 working set). Orders: static block-major with snake rounds (today's for > 16 query blocks),
+(mean CTA time / makespan) and how many (head, batch) pairs have a tile in flight (their K/V is the
+L2 working set). Orders: static block-major with snake rounds (today's for > 16 query blocks),
 static pair-major, static bands of G pairs, and the dynamic counter order with sections of G pairs
 (longest first within; today's for <= 16 query blocks). kernel_notes_fwd_sm90.md, "The causal order
 and L2" (session 18).
@@ -9,78 +9,80 @@ and L2" (session 18).
     python3 scripts/dev/fwd_order_sim.py
 """
 
+from __future__ import annotations
+
 import heapq
-def sim(nb, pairs, ctas=132, order="block", overhead=1.5):
-    tiles=nb*pairs
-    def tile(lin):
-        if order=="block":
-            b = nb-1 - lin//pairs; p = lin%pairs
-        else:
-            p = lin//nb; b = nb-1 - lin%nb
-        return p,b
-    # snake rounds static
-    work=[0.0]*ctas; events=[]
-    for c in range(ctas):
-        t=0.0; r=0; lin=c
-        while lin < tiles:
-            p,b=tile(lin); L=b+1+overhead
-            events.append((t,t+L,p)); t+=L
-            r+=1; base=r*ctas
-            lin = base + (ctas-1-c if (r&1) else c)
-        work[c]=t
-    mk=max(work); avg=sum(work)/ctas
-    # distinct pairs active at sample times
-    import statistics
-    samples=[]
-    for k in range(1,50):
-        tt=mk*k/50
-        act={p for (a,b_,p) in events if a<=tt<b_}
-        samples.append(len(act))
-    return mk, avg/mk, statistics.median(samples), max(samples)
-for S,blockm in ((4096,128),(8192,128),(16384,128),(8192,192),(16384,192)):
-    nb=(S+blockm-1)//blockm; pairs=(16384//S)*(2048//(128 if blockm==128 else 64))
-    for order in ("block","pair"):
-        mk,eff,med,mx=sim(nb,pairs,order=order)
-        print(f"S {S} M {blockm} nb {nb} pairs {pairs} {order:5s} makespan {mk:7.1f} balance {eff:.3f} pairs-in-flight median {med} max {mx}")
-print("--- bands")
-def sim2(nb,pairs,G,ctas=132,overhead=1.5):
-    tiles=nb*pairs
-    def tile(lin):
-        per=G*nb; band=lin//per; first=band*G; size=min(G,pairs-first); within=lin-band*per
-        b=nb-1-within//size; p=first+within%size
-        return p,b
-    work=[0.0]*ctas; events=[]
-    for c in range(ctas):
-        t=0.0; r=0; lin=c
-        while lin<tiles:
-            p,b=tile(lin); L=b+1+overhead; events.append((t,t+L,p)); t+=L
-            r+=1; lin=r*ctas+(ctas-1-c if (r&1) else c)
-        work[c]=t
-    mk=max(work); avg=sum(work)/ctas
-    import statistics
-    s=[len({p for (a,b_,p) in events if a<=mk*k/50<b_}) for k in range(1,50)]
-    return mk,avg/mk,statistics.median(s),max(s)
-for S,blockm in ((4096,128),(8192,128),(16384,128),(8192,192),(16384,192)):
-    nb=(S+blockm-1)//blockm; pairs=(16384//S)*(2048//(128 if blockm==128 else 64))
-    for G in (2,4,8):
-        mk,eff,med,mx=sim2(nb,pairs,G)
-        print(f"S {S} M {blockm} G {G} makespan {mk:7.1f} balance {eff:.3f} pairs-in-flight median {med} max {mx}")
-print("--- dynamic (counter) sections, longest first within")
-def sim3(nb,pairs,G,ctas=132,overhead=1.5):
-    tiles=nb*pairs
-    def tile(lin):
-        per=G*nb; band=lin//per; first=band*G; size=min(G,pairs-first); within=lin-band*per
-        return first+within%size, nb-1-within//size
-    heap=[(0.0,c) for c in range(ctas)]; nxt=0; events=[]; end=0
-    while nxt<tiles:
-        t,c=heapq.heappop(heap); p,b=tile(nxt); nxt+=1; L=b+1+overhead
-        events.append((t,t+L,p)); heapq.heappush(heap,(t+L,c)); end=max(end,t+L)
-    total=sum(b_-a for a,b_,p in events)
-    import statistics
-    s=[len({p for (a,b_,p) in events if a<=end*k/50<b_}) for k in range(1,50)]
-    return end,total/ctas/end,statistics.median(s),max(s)
-for S,blockm in ((4096,128),(8192,128),(16384,128),(8192,192),(16384,192)):
-    nb=(S+blockm-1)//blockm; pairs=(16384//S)*(2048//(128 if blockm==128 else 64))
-    for G in (1,2,4,8,pairs):
-        mk,eff,med,mx=sim3(nb,pairs,G)
-        print(f"S {S} M {blockm} G {G} makespan {mk:7.1f} balance {eff:.3f} pairs-in-flight median {med} max {mx}")
+import statistics
+from collections.abc import Callable
+
+CTAS = 132
+OVERHEAD = 1.5  # a tile's fixed cost (Q load, epilogue) in key blocks
+
+Tile = tuple[int, int]  # (pair, query block)
+Event = tuple[float, float, int]  # (start, end, pair)
+
+
+def sectioned(nb: int, pairs: int, group: int) -> Callable[[int], Tile]:
+    """Linear index -> tile: sections of `group` pairs, each block-major longest first, pairs inner
+    (group = pairs: today's static block-major order; group = 1: pair-major)."""
+
+    def tile(linear: int) -> Tile:
+        per = group * nb
+        first = (linear // per) * group
+        size = min(group, pairs - first)
+        within = linear % per
+        return first + within % size, nb - 1 - within // size
+
+    return tile
+
+
+def static_snake(nb: int, pairs: int, order: Callable[[int], Tile]) -> list[Event]:
+    """CTA c takes position c of even rounds and CTAS - 1 - c of odd ones."""
+    events: list[Event] = []
+    for c in range(CTAS):
+        t, r, linear = 0.0, 0, c
+        while linear < nb * pairs:
+            pair, block = order(linear)
+            events.append((t, t + block + 1 + OVERHEAD, pair))
+            t = events[-1][1]
+            r += 1
+            linear = r * CTAS + (CTAS - 1 - c if r % 2 else c)
+    return events
+
+
+def dynamic(nb: int, pairs: int, order: Callable[[int], Tile]) -> list[Event]:
+    """Each CTA takes the next tile of the order when it finishes one (the tile counter)."""
+    free = [(0.0, c) for c in range(CTAS)]
+    events: list[Event] = []
+    for linear in range(nb * pairs):
+        t, c = heapq.heappop(free)
+        pair, block = order(linear)
+        events.append((t, t + block + 1 + OVERHEAD, pair))
+        heapq.heappush(free, (events[-1][1], c))
+    return events
+
+
+def summary(events: list[Event]) -> tuple[float, float, float, int]:
+    end = max(e[1] for e in events)
+    busy = sum(e[1] - e[0] for e in events)
+    in_flight = [len({p for a, b, p in events if a <= end * k / 50 < b}) for k in range(1, 50)]
+    return end, busy / CTAS / end, statistics.median(in_flight), max(in_flight)
+
+
+def main() -> None:
+    # (seqlen, 128-row tiles: d128; 192-row: d64), B * S = 16k tokens, H * D = 2048
+    for s, block_m in ((4096, 128), (8192, 128), (16384, 128), (8192, 192), (16384, 192)):
+        nb = (s + block_m - 1) // block_m
+        pairs = (16384 // s) * (2048 // (128 if block_m == 128 else 64))
+        rows = [("static block-major", static_snake(nb, pairs, sectioned(nb, pairs, pairs))),
+                ("static pair-major", static_snake(nb, pairs, sectioned(nb, pairs, 1)))]
+        rows += [(f"static bands of {g}", static_snake(nb, pairs, sectioned(nb, pairs, g))) for g in (2, 4, 8)]
+        rows += [(f"dynamic sections of {g}", dynamic(nb, pairs, sectioned(nb, pairs, g))) for g in (1, 2, 4, 8, pairs)]
+        for name, events in rows:
+            end, balance, median, most = summary(events)
+            print(f"S {s:5d} M {block_m} ({nb} blocks, {pairs} pairs) {name:26s} makespan {end:7.1f} "
+                  f"balance {balance:.3f} pairs in flight median {median:g} max {most}")
+
+
+if __name__ == "__main__":
+    main()
