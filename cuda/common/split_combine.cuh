@@ -10,9 +10,10 @@
 // are only 32 rows, so latency, not bandwidth (0.55 MB, ~1 us at L2 speed), decides: the kernel it
 // replaced (one warp per row, 4 rows a CTA, 8 splits per batch) made 5 dependent L2 round trips
 // after the LSEs' own. Measured (H200, bf16 d128, decode graph us, 3 interleaved rounds, session
-// 18, scripts/dev/combine_ab.sh; new / old): B 1 x 8k heuristic 16.1 / 17.2 (0.936), 128 splits
-// 23.9 / 29.6; B 1 x 128k 125.8 / 127.1 (0.990); B 32 x 4k 122.9 / 122.9. The warps' sums meet in
-// shared memory in warp order (the sum's order, hence every bit, fixed).
+// 18, scripts/dev/combine_ab.sh, in main's history at ca630cd; new / old): B 1 x 8k heuristic
+// 16.1 / 17.2 (0.936), 128 splits 23.9 / 29.6; B 1 x 128k 125.8 / 127.1 (0.990); B 32 x 4k 122.9 /
+// 122.9. The warps' sums meet in shared memory in warp order (the sum's order, hence every bit,
+// fixed).
 #pragma once
 
 #include <cmath>
