@@ -923,13 +923,12 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     }
   } else {
     if (range.count() > 0) stage_dq(range.count() - 1);
-    if constexpr (Traits::kDkLate) {
-      sm90::wgmma_wait<0>();  // the last step's dK
-      if (range.count() > 0) sm90::mbar_arrive(sm.q_empty((range.count() - 1) % Traits::kStages));
-    }
   }
 
-  sm90::wgmma_wait<0>();  // (every group is done here; this tells the compiler so)
+  sm90::wgmma_wait<0>();  // (every group is done here, kDkLate's last dK included; this tells the compiler so)
+  if constexpr (Traits::kDkLate) {
+    if (range.count() > 0) sm90::mbar_arrive(sm.q_empty((range.count() - 1) % Traits::kStages));
+  }
   sm90::fence_regs(dv_acc);
   sm90::fence_regs(dk_acc);
 
