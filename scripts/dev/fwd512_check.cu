@@ -46,6 +46,7 @@
 #include "sm90/tma_sm90.h"
 
 #include "check_cuda.cuh"
+#include "fill_cuda.cuh"
 
 using namespace flashsdpa;
 using Elem = __nv_bfloat16;
@@ -341,18 +342,6 @@ __global__ void __launch_bounds__(kThreads, 1) fwd512_kernel(const __grid_consta
 }  // namespace d512
 
 // ---- host: reference, comparison, cases, timing ------------------------------------------------------
-__device__ uint32_t mix32(uint64_t x) {
-  x ^= x >> 31; x *= 0x7fb5d329728ea185ull; x ^= x >> 27; x *= 0x81dadef4bc2dd44dull; x ^= x >> 33;
-  return static_cast<uint32_t>(x);
-}
-// Uniform in (-1.7, 1.7) x magnitude (variance ~magnitude^2): no zeros, every element different.
-__global__ void fill(Elem* x, int64_t n, uint64_t seed, float magnitude) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float u = (mix32(seed * 0x9E3779B97F4A7C15ull + i) + 0.5f) * (1.f / 4294967296.f);
-    x[i] = __float2bfloat16_rn((2.f * u - 1.f) * 1.7320508f * magnitude);
-  }
-}
-
 // One block of 256 threads per (batch, head, row): the row's scores in shared memory (seqlen <=
 // kRefMaxKeys), then max, exp, sum and P V in float32. Q, K, V, O as (B, H, S, 512).
 constexpr int kRefMaxKeys = 4096;
@@ -366,13 +355,13 @@ __global__ void reference(const Elem* q, const Elem* k, const Elem* v, float* o_
   const Elem* qp = q + (int64_t(bh) * seqlen + row) * d512::kHeadDim;
   const Elem* kp = k + (int64_t(b) * heads_kv + hk) * seqlen * d512::kHeadDim;
   const Elem* vp = v + (int64_t(b) * heads_kv + hk) * seqlen * d512::kHeadDim;
-  for (int d = threadIdx.x; d < d512::kHeadDim; d += blockDim.x) qrow[d] = __bfloat162float(qp[d]);
+  for (int d = threadIdx.x; d < d512::kHeadDim; d += blockDim.x) qrow[d] = to_f(qp[d]);
   __syncthreads();
   const int limit = causal ? row + 1 : seqlen;
   float m = -INFINITY;
   for (int j = threadIdx.x; j < limit; j += blockDim.x) {
     float acc = 0.f;
-    for (int d = 0; d < d512::kHeadDim; ++d) acc += qrow[d] * __bfloat162float(kp[int64_t(j) * d512::kHeadDim + d]);
+    for (int d = 0; d < d512::kHeadDim; ++d) acc += qrow[d] * to_f(kp[int64_t(j) * d512::kHeadDim + d]);
     scores[j] = __fmul_rn(acc, scale);
     m = fmaxf(m, scores[j]);
   }
@@ -396,7 +385,7 @@ __global__ void reference(const Elem* q, const Elem* k, const Elem* v, float* o_
   float* orow = o_ref + (int64_t(bh) * seqlen + row) * d512::kHeadDim;
   for (int d = threadIdx.x; d < d512::kHeadDim; d += blockDim.x) {
     float acc = 0.f;
-    for (int j = 0; j < limit; ++j) acc += scores[j] * __bfloat162float(vp[int64_t(j) * d512::kHeadDim + d]);
+    for (int j = 0; j < limit; ++j) acc += scores[j] * to_f(vp[int64_t(j) * d512::kHeadDim + d]);
     orow[d] = acc / l;
   }
   if (threadIdx.x == 0) lse_ref[int64_t(bh) * seqlen + row] = m + logf(l);
@@ -408,7 +397,7 @@ __global__ void compare(const Elem* o, const float* lse, const float* o_ref, con
                         unsigned* o_err, unsigned* lse_err) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * d512::kHeadDim;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const float x = __bfloat162float(o[i]), r = o_ref[i];
+    const float x = to_f(o[i]), r = o_ref[i];
     const float e = isfinite(x) ? fabsf(x - r) / fmaxf(1.f, fabsf(r)) : INFINITY;
     atomicMax(o_err, __float_as_uint(e));
     if (i % d512::kHeadDim == 0) {
@@ -433,9 +422,9 @@ struct Buffers {
     CHECK_CUDA(cudaMalloc(&v, nk * 2));
     CHECK_CUDA(cudaMalloc(&o, nq * 2));
     CHECK_CUDA(cudaMalloc(&lse, int64_t(c.batch) * c.heads * c.seqlen * 4));
-    fill<<<512, 256>>>(q, nq, 1, 1.f);
-    fill<<<512, 256>>>(k, nk, 2, 1.f);
-    fill<<<512, 256>>>(v, nk, 3, 1.f);
+    fill_random<<<512, 256>>>(q, nq, 1);
+    fill_random<<<512, 256>>>(k, nk, 2);
+    fill_random<<<512, 256>>>(v, nk, 3);
     CHECK_CUDA(cudaMemset(o, 0xFF, nq * 2));  // NaN poison: every row the kernel misses shows
     CHECK_CUDA(cudaMemset(lse, 0xFF, int64_t(c.batch) * c.heads * c.seqlen * 4));
   }
