@@ -195,14 +195,6 @@ __device__ __forceinline__ float exp2_fma(float x) {
   // t's bits are 0x4B400000 + round(x); shifted left by 23 only round(x) << 23 remains.
   return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
 }
-// exp2_fma with exactly 0 below -125, as ex2.approx.ftz gives (it flushes results below 2^-126):
-// masked scores (-inf) and underflowing ones then weigh nothing, so an inf or NaN value row behind
-// them stays out of the output (what kept exp2_fma out of the sm90 backward: test_extreme's NaN
-// pattern). NaN stays NaN (the compare is false for it). Two more instructions (FSETP, FSEL).
-__device__ __forceinline__ float exp2_fma_zero(float x) {
-  const float y = exp2_fma(x);
-  return x < -125.f ? 0.f : y;
-}
 
 // Programmatic dependent launch (sm_90+; no-ops where a kernel was launched without it): the
 // preprocess lets the main kernel's CTAs start as its own last wave drains (the main kernel loads

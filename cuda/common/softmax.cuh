@@ -19,14 +19,12 @@
 
 namespace flashsdpa {
 
-// kFmaOf8: of every 8 consecutive scores of a row, how many take their exponential on the FMA pipe
-// (exp2_fma_zero: ~12 FMA / ALU instructions) instead of MUFU.EX2 (16 a clock per SM against 128
-// FMAs), so the two pipes share a tile's exponentials; 0 (every kernel today) is the MUFU only.
-// ncu (H200, sm90 forward, d128 causal 8k, session 18): MUFU.EX2 held 19.3% of our stall samples,
-// 4.8% of cuDNN's.
-template <int kMTiles, int kFmaOf8 = 0>
+// Every exponential on MUFU.EX2. Moving 1, 2 or 4 of every 8 scores' exponentials to the FMA pipe
+// (a degree-4 polynomial, ~12 FMA / ALU instructions each) lost 5%, 8% and 16% in the sm90 forward
+// (H200, d128, session 19; kernel_notes_fwd_sm90.md "Exponentials on the FMA pipe"): the
+// forward's FMA / ALU pipes are as busy as MUFU.
+template <int kMTiles>
 struct OnlineSoftmax {
-  static_assert(kFmaOf8 >= 0 && kFmaOf8 <= 8, "a count out of 8");
   static constexpr int kRows = 2 * kMTiles;
   static constexpr float kRescaleThresholdLog2 = 8.f;
 
@@ -159,9 +157,8 @@ struct OnlineSoftmax {
         for (int j = 0; j < kNTiles; ++j) {
           const float x0 = fmaf(s[i][j][2 * h], scale_log2, -max_scaled);
           const float x1 = fmaf(s[i][j][2 * h + 1], scale_log2, -max_scaled);
-          // Scores 2j, 2j + 1 of the thread's row: compile-time choice per position.
-          const float p0 = (2 * j) % 8 < kFmaOf8 ? exp2_fma_zero(x0) : fast_exp2(x0);
-          const float p1 = (2 * j + 1) % 8 < kFmaOf8 ? exp2_fma_zero(x1) : fast_exp2(x1);
+          const float p0 = fast_exp2(x0);
+          const float p1 = fast_exp2(x1);
           s[i][j][2 * h] = p0;
           s[i][j][2 * h + 1] = p1;
           sum_even += p0;

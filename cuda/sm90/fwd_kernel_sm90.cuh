@@ -119,13 +119,6 @@ struct FwdTraitsSm90 {
   static constexpr int kConsumerRegs = kConsumerWGs == 2 ? (kBiasSplit ? 232 : 240) : 160;
 
   static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte column blocks of a tile (TMA boxes)
-  // Of every 8 scores of a row, how many take exp2 on the FMA pipe (softmax.cuh's kFmaOf8): 0, the
-  // MUFU only, until -DFLASHSDPA_SM90_FWD_EXP_FMA=N (the A/B: scripts/dev/fwd_expfma_ab.sh) says
-  // what a share is worth.
-#ifndef FLASHSDPA_SM90_FWD_EXP_FMA
-#define FLASHSDPA_SM90_FWD_EXP_FMA 0
-#endif
-  static constexpr int kExpFmaOf8 = FLASHSDPA_SM90_FWD_EXP_FMA;
   static constexpr int kMTiles = 1;                 // m16 tiles per warp (wgmma: 16 rows per warp)
   static constexpr int kNTiles = kBlockN / 8;       // n8 column groups of S
   static constexpr int kDTiles = kHeadDim / 8;      // n8 column groups of O
@@ -452,7 +445,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
 #pragma unroll
   for (int i = 0; i < Traits::kHeadDim / 2; ++i) o_acc[i] = 0.f;
   uint32_t p16[Traits::kKStepsPV][4];
-  OnlineSoftmax<1, Traits::kExpFmaOf8> softmax;
+  OnlineSoftmax<1> softmax;
   // Dropout: this lane's Philox stream for the (batch, head); the warp's 16 rows start at warp_row.
   DropoutRng rng;
   if constexpr (Traits::kDropout) rng = DropoutRng(p.dropout, tile.batch, tile.head, p.heads_q, lane);
@@ -723,11 +716,8 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
 struct PersistentTileScheduler {
   // Of the H100's / H200's 50 MB of L2, as the backward's grouped order (BwdGridOrder, measured
   // there: 32 MB 0.974 ms, 8 MB 0.975, everything in one group 1.20 at 2k causal d128).
-  // (-DFLASHSDPA_SM90_FWD_L2_SECTION_MB: A/B only, scripts/dev/fwd_order_ab.sh.)
-#ifndef FLASHSDPA_SM90_FWD_L2_SECTION_MB
-#define FLASHSDPA_SM90_FWD_L2_SECTION_MB 32
-#endif
-  static constexpr int64_t kL2SectionBytes = int64_t(FLASHSDPA_SM90_FWD_L2_SECTION_MB) << 20;
+  // 8 MB lost at d128 causal 8k / 16k (0.977 / 0.950 of 32 MB, session 19).
+  static constexpr int64_t kL2SectionBytes = int64_t(32) << 20;
   int num_blocks, num_heads, batch;
   bool head_major;
   int32_t* counter;  // dynamic when non-null (masked calls only)
@@ -792,24 +782,27 @@ struct PersistentTileScheduler {
 
 // group: the section size (sched_group below), which the launcher computes once (host) and the
 // kernel reads from its parameters.
-// Dynamic only up to kMaxDynamicBlocks query blocks per head. Measured (H200, bf16, B*S = 16k,
-// H*D = 2048, causal, TFLOP/s dynamic / static, two calls of 3 interleaved rounds each;
-// kernel_notes_fwd_sm90.md, session 9): d128 512 1.14-1.15x, 1k 1.19-1.22x, 2k 1.17-1.25x,
-// 4k 0.90-1.02x, 8k 0.95-0.98x, 16k 0.98-0.99x; d256 2k 1.10x, 4k 0.91-1.00x, 8k 0.90-0.93x; d64
-// (192-row blocks) 2k 1.04-1.07x, 4k 1.00-1.02x. Long tiles walk their keys in step under the
-// static order and share them in L2 that way; short ones do not.
-// (-DFLASHSDPA_SM90_FWD_MAX_DYNAMIC_BLOCKS: A/B only, scripts/dev/fwd_order_ab.sh: whether the
-// dynamic order with small sections, which keeps ~4 pairs' K/V in L2 instead of every pair's at 8k,
-// meets issue 12's ncu bar of a >= 90% L2 hit rate without losing speed.)
-#ifndef FLASHSDPA_SM90_FWD_MAX_DYNAMIC_BLOCKS
-#define FLASHSDPA_SM90_FWD_MAX_DYNAMIC_BLOCKS 16
-#endif
-constexpr int kMaxDynamicBlocks = FLASHSDPA_SM90_FWD_MAX_DYNAMIC_BLOCKS;
+// Dynamic up to max_dynamic_blocks<Traits>() query blocks per head, static beyond (long tiles walk
+// their keys in step under the static order and share them in L2 that way; short ones do not).
+// Measured (H200, bf16, B*S = 16k, H*D = 2048, causal, TFLOP/s dynamic / static, two calls of 3
+// interleaved rounds each; kernel_notes_fwd_sm90.md, session 9): d128 512 1.14-1.15x, 1k
+// 1.19-1.22x, 2k 1.17-1.25x, 4k 0.90-1.02x, 8k 0.95-0.98x, 16k 0.98-0.99x; d256 2k 1.10x, 4k
+// 0.91-1.00x, 8k 0.90-0.93x; d64 (192-row blocks) 2k 1.04-1.07x, 4k 1.00-1.02x: 16 blocks then.
+// d128 since session 19 at every length: on today's kernel (3 interleaved rounds, dynamic /
+// static, scripts/dev/fwd_order_ab.sh at 57cf4e7) 4k 1.079, 8k 1.042, 16k 1.016, GQA 16/4 8k
+// 0.994, 2k 0.997 (16 blocks: dynamic in both); ncu causal 8k: L2 hit rate 66.1% -> 91.4%, DRAM
+// reads 1.12 GB -> 239 MB, 839 -> 810 us. 8 MB sections instead of 32 lost (8k 0.977, 16k 0.950).
+// d64 and d256 keep 16 until measured on today's kernel. (1000000 rather than 1 << 30: the A/B's
+// value, SASS-identical to its build; 1 << 30 cost the d128 producer 8 bytes of spill in ptxas 13.0.)
+template <typename Traits>
+__host__ __device__ constexpr int max_dynamic_blocks() {
+  return Traits::kHeadDim == 128 ? 1000000 : 16;
+}
 
 // Whether the problem takes the dynamic order when it has a counter (masked, few query blocks).
 template <typename Traits>
 __host__ __device__ inline bool fwd_sm90_dynamic(const AttnFwdParams& p) {
-  return !p.mask.is_none() && (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM <= kMaxDynamicBlocks;
+  return !p.mask.is_none() && (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM <= max_dynamic_blocks<Traits>();
 }
 
 template <typename Traits>

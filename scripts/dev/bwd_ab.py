@@ -14,7 +14,7 @@ at a284916.)
     python3 scripts/dev/bwd_ab.py [--rounds 3] [--seqlens 1024 2048 8192] [--dims 128 64] [--causal both|no|yes] [--json]
 
 `--forward` times the forward instead (flashsdpa.attention against cuDNN's SDPA forward, no grad,
-FLOPs 4 B H S^2 D, halved when causal), for the forward's A/Bs (session 18: scripts/dev/fwd_expfma_ab.sh).
+FLOPs 4 B H S^2 D, halved when causal), for the forward's A/Bs (session 18: the FMA-exponential A/B, history 57cf4e7).
 """
 
 from __future__ import annotations

@@ -61,6 +61,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=15)
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--calls", action="store_true", help="only parts 4 and 5 (per-call timing, cProfile)")
     args = parser.parse_args()
     dtype = torch.float32 if args.dtype == "fp32" else torch.bfloat16
     torch.manual_seed(0)
@@ -74,6 +75,10 @@ def main() -> None:
         opt.step()
 
     names = ("default", "enable")
+    if args.calls:
+        per_call(dtype, args.device)
+        cprofile_steps(step, args.steps)
+        return
     for name in names:  # warm both roads (AdamW's state, cuDNN / efficient plans, our routers)
         with variant(name):
             for _ in range(3):
@@ -132,6 +137,87 @@ def main() -> None:
     for name in names:
         rows = {k: v for k, v in cpu[name].items() if "attention" in k or "sdpa" in k.lower() or "flashsdpa" in k}
         print(f"   {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(rows.items(), key=lambda kv: -kv[1])[:8]))
+
+
+def per_call(dtype: torch.dtype, device: str) -> None:
+    """4. one attention call's host cost, CPU-bound shape (1, 4, 64, 64) in this dtype: F.sdpa with
+    grad + backward, F.sdpa without grad, and the aten efficient op directly (the router alone,
+    without the SDPA entry), each outside / inside enable(), interleaved rounds, median us."""
+    q, k, v = (torch.randn(1, 4, 64, 64, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    g = torch.randn_like(q)
+    eff = torch.ops.aten._scaled_dot_product_efficient_attention.default
+    F = torch.nn.functional
+
+    def step() -> None:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        torch.autograd.grad(out, (q, k, v), g)
+
+    def fwd() -> None:
+        with torch.no_grad():
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def aten() -> None:
+        with torch.no_grad():
+            eff(q, k, v, None, True, 0.0, True)
+
+    def aten_bwd() -> None:
+        out = eff(q, k, v, None, True, 0.0, True)[0]
+        torch.autograd.grad(out, (q, k, v), g)
+
+    calls = {"sdpa step": step, "sdpa no-grad": fwd}
+    if device != "cpu":  # the efficient op has no CPU kernel
+        calls.update({"aten eff fwd": aten, "aten eff step": aten_bwd})
+        # The backward op on the main thread (not autograd's device thread), and PyTorch's kernel
+        # through call_boxed alone (what the router's fallback runs), to split the backward's cost.
+        with torch.no_grad():
+            o, lse, seed, off = eff(q, k, v, None, True, 0.0, True)
+        eff_bwd = torch.ops.aten._scaled_dot_product_efficient_attention_backward.default
+        args = (g, q, k, v, None, o, lse, seed, off, 0.0, [True, True, True, False], True)
+        from flashsdpa import routers
+
+        def bwd_main() -> None:
+            eff_bwd(*args)
+
+        def boxed() -> None:
+            native = routers._NATIVE.get("_scaled_dot_product_efficient_attention_backward")
+            if native is not None:
+                native.call_boxed(torch._C.DispatchKeySet("CUDA"), *args)
+            else:
+                eff_bwd(*args)
+
+        calls.update({"aten eff bwd main": bwd_main, "call_boxed bwd": boxed})
+    got: dict[str, list[float]] = defaultdict(list)
+    for r in range(15):
+        for what, f in calls.items():
+            for name in ("default", "enable") if r % 2 == 0 else ("enable", "default"):
+                with variant(name):
+                    for _ in range(20):
+                        f()
+                    got[(what, name)].append(wall_ms(f, 200) * 1e3)
+    print("4. per call us (median of 15 rounds):")
+    for what in calls:
+        a, b = statistics.median(got[(what, "default")]), statistics.median(got[(what, "enable")])
+        print(f"   {what:16s} default {a:8.1f}  enable {b:8.1f}  diff {b - a:+7.1f}")
+
+
+def cprofile_steps(step: Callable[[], None], steps: int) -> None:
+    """5. cProfile of the model's steps inside enable(): the Python functions by own time."""
+    import cProfile
+    import pstats
+
+    with variant("enable"):
+        for _ in range(3):
+            step()
+        sync()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(steps):
+            step()
+        sync()
+        prof.disable()
+    print(f"5. cProfile inside enable(), {steps} steps, by own time:")
+    stats = pstats.Stats(prof)
+    stats.sort_stats("tottime").print_stats(25)
 
 
 if __name__ == "__main__":

@@ -109,6 +109,10 @@ def test_no_workspace_where_no_split(head_dim: int, seqlen_k: int) -> None:
     """Only the d128 kernel splits (FwdTraitsSm90::kTailSplit: the others spill with it), and only
     tiles of 16 key blocks or more (15 here: kTailSplitMinBlocks)."""
     skip_unless_compiled(BF16, head_dim)
+    if head_dim not in _backend.BUILD_INFO["head_dims"]:
+        # A narrowed build serves d64 with its d128 kernel, which splits (session 19's d128-only run).
+        served_by = min((d for d in _backend.BUILD_INFO["head_dims"] if d >= head_dim), default=None)
+        pytest.skip(f"head dim {head_dim} runs on the d{served_by} kernel in this build")
     q, k, v = make_qkv(Shape("other", 2, 9, 9, 1000, seqlen_k, head_dim), BF16, DEVICE, layout="bshd")
     assert _workspace_bytes(q, k, v) == 0
 
