@@ -794,9 +794,14 @@ struct PersistentTileScheduler {
 // reads 1.12 GB -> 239 MB, 839 -> 810 us. 8 MB sections instead of 32 lost (8k 0.977, 16k 0.950).
 // d64 and d256 keep 16 until measured on today's kernel. (1000000 rather than 1 << 30: the A/B's
 // value, SASS-identical to its build; 1 << 30 cost the d128 producer 8 bytes of spill in ptxas 13.0.)
+// -DFLASHSDPA_SM90_FWD_DYNAMIC_ALL=1: every head dim dynamic at every length (A/B only:
+// scripts/dev/fwd_order_dims_ab.sh, the d64 / d256 half of session 19's measurement).
+#ifndef FLASHSDPA_SM90_FWD_DYNAMIC_ALL
+#define FLASHSDPA_SM90_FWD_DYNAMIC_ALL 0
+#endif
 template <typename Traits>
 __host__ __device__ constexpr int max_dynamic_blocks() {
-  return Traits::kHeadDim == 128 ? 1000000 : 16;
+  return Traits::kHeadDim == 128 || FLASHSDPA_SM90_FWD_DYNAMIC_ALL ? 1000000 : 16;
 }
 
 // Whether the problem takes the dynamic order when it has a counter (masked, few query blocks).
