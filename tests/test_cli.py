@@ -92,7 +92,8 @@ def test_overhead_report(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capture
     o = overhead.overhead_us(torch.bfloat16, rounds=3, calls_per_round=2)
     assert {"shape", "dtype", "us_per_call", "shim_overhead_us", "status", "bars_us"} <= set(o)
     assert o["shape"] == [1, 4, 64, 64] and o["dtype"] == "bfloat16"
-    assert o["bars_us"] == {"no grad, equal work": 0.0, "grad (fwd)": 2.0, "backward": 2.0}
+    assert o["bars_us"] == {"no grad, equal work": 0.0, "grad (fwd)": 2.0, "backward": 2.0,
+                            "unserved step (float32)": 2.0}  # fmt: skip
     assert set(o["status"]) <= {"torch-flash (aten)", "flashsdpa-sdpa (aten)"}
     assert set(o["us_per_call"]) == {"torch-flash", "flashsdpa-sdpa", "flashsdpa"}
     sides = {"torch-flash", "flashsdpa-sdpa"}
@@ -110,13 +111,17 @@ def test_overhead_report(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capture
         assert o["equal_shim_overhead_us"] == pytest.approx(equal["flashsdpa-sdpa"] - equal["torch-flash"])
     else:  # unsupported rows give no figure, never a made-up one
         assert o["equal_shim_overhead_us"] is None
-    assert (o["rounds"], o["calls_per_round"]) == (3, 2) and len(o["us_spread"]) == 9
+    unserved = o["unserved_step_us_per_call"]  # float32: PyTorch's kernels on both sides
+    assert set(unserved) == {"torch-default", "flashsdpa-sdpa"} and all(v is not None for v in unserved.values())
+    assert o["unserved_step_overhead_us"] == pytest.approx(unserved["flashsdpa-sdpa"] - unserved["torch-default"])
+    assert (o["rounds"], o["calls_per_round"]) == (3, 2) and len(o["us_spread"]) == 11
     json.dumps(o)  # goes into results.json as it is
     report.print_overhead(o)
     out = capsys.readouterr().out
     assert "median of 3 interleaved rounds" in out and "not equal work" in out and "the headline" in out
     assert out.count("\n  flashsdpa-sdpa ") == 1 and "shim overhead" in out
     assert "bars: no grad, equal work <= 0 us, grad (fwd) <= 2 us, backward <= 2 us" in out
+    assert "unserved step (float32) <= 2 us over PyTorch alone" in out and "unserved step (float32 fwd + bwd" in out
     names = [b.name for b in bars.overhead_bars(o)]
     assert names == ["shim per-call overhead, no grad, equal work", "shim per-call overhead, grad (fwd)",
-                     "shim per-call overhead, backward"]  # fmt: skip
+                     "shim per-call overhead, backward", "shim per-call overhead, unserved step (float32)"]  # fmt: skip

@@ -214,7 +214,7 @@ def overhead_bars(o: dict[str, Any] | None) -> list[Bar]:
     if not o:
         return []
     fields = {"no grad, equal work": "equal_shim_overhead_us", "grad (fwd)": "grad_shim_overhead_us",
-              "backward": "bwd_shim_overhead_us"}  # fmt: skip
+              "backward": "bwd_shim_overhead_us", "unserved step (float32)": "unserved_step_overhead_us"}  # fmt: skip
     return [Bar("overhead", f"shim per-call overhead, {name}", o.get(field), OVERHEAD_BARS_US[name], "µs", False)
             for name, field in fields.items()]  # fmt: skip
 

@@ -15,8 +15,11 @@ OVERHEAD_SHAPE = (1, 4, 64, 64)
 # Issue 9's per-call bars, microseconds over PyTorch's flash on the same call: the forward without
 # grad on equal work (both write the LSE: the aten flash op), the forward with grad (the training
 # forward through autograd and the routers), the backward alone. The training step (forward +
-# backward) is the headline figure, reported without a bar of its own.
-OVERHEAD_BARS_US = {"no grad, equal work": 0.0, "grad (fwd)": 2.0, "backward": 2.0}
+# backward) is the headline figure, reported without a bar of its own. "unserved step": a training
+# step (forward + backward) in float32, which no kernel of ours takes, inside enable() against
+# PyTorch alone (issue 9's "no tax on calls we do not serve"; session 19 measured +90 to +200 us,
+# nearly all of it the efficient backward's Python router on autograd's device thread).
+OVERHEAD_BARS_US = {"no grad, equal work": 0.0, "grad (fwd)": 2.0, "backward": 2.0, "unserved step (float32)": 2.0}
 
 # Variant -> (backend, road): "sdpa" F.sdpa without grad (PyTorch writes the LSE, our eager path
 # does not: not equal work, reported for what a user's inference call costs), "aten" the aten
@@ -33,8 +36,11 @@ _OVERHEAD_VARIANTS: dict[str, tuple[str, str]] = {
     "flashsdpa-sdpa (grad)": ("flashsdpa-sdpa", "grad"),
     "torch-flash (step)": ("torch-flash", "step"),
     "flashsdpa-sdpa (step)": ("flashsdpa-sdpa", "step"),
+    "torch-default (unserved)": ("torch-default", "unserved"),
+    "flashsdpa-sdpa (unserved)": ("flashsdpa-sdpa", "unserved"),
 }
 _SIDES = ("torch-flash", "flashsdpa-sdpa")
+_UNSERVED_SIDES = ("torch-default", "flashsdpa-sdpa")
 
 
 def _minus(a: float | None, b: float | None) -> float | None:
@@ -58,6 +64,8 @@ def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200
     q, k, v = (torch.randn(OVERHEAD_SHAPE, device="cuda", dtype=dtype) for _ in range(3))
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     dout = torch.randn(OVERHEAD_SHAPE, device="cuda", dtype=dtype)
+    leaves32 = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    dout32 = dout.float()
     aten_flash = torch.ops.aten._scaled_dot_product_flash_attention.default
 
     def call(backend: str, road: str) -> None:
@@ -65,6 +73,8 @@ def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200
             aten_flash(q, k, v)
         elif road == "sdpa":
             forward(backend, q, k, v, False)
+        elif road == "unserved":
+            torch.autograd.grad(forward(backend, *leaves32, False), leaves32, dout32)
         else:
             out = forward(backend, *leaves, False)
             if road == "step":
@@ -77,7 +87,7 @@ def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200
             if name in status:
                 continue
             try:
-                with backend_context(backend), torch.set_grad_enabled(road in ("grad", "step")):
+                with backend_context(backend), torch.set_grad_enabled(road in ("grad", "step", "unserved")):
                     for _ in range(20):
                         call(backend, road)
                     torch.cuda.synchronize()
@@ -98,6 +108,7 @@ def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200
 
     grad, step = by_side("grad"), by_side("step")
     bwd = {side: _minus(step[side], grad[side]) for side in _SIDES}
+    unserved = {side: us[f"{side} (unserved)"] for side in _UNSERVED_SIDES}
     return {
         "shape": list(OVERHEAD_SHAPE),
         "dtype": str(dtype).removeprefix("torch."),
@@ -112,6 +123,8 @@ def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200
         "step_shim_overhead_us": overhead(step),
         "bwd_us_per_call": bwd,
         "bwd_shim_overhead_us": overhead(bwd),
+        "unserved_step_us_per_call": unserved,
+        "unserved_step_overhead_us": _minus(unserved["flashsdpa-sdpa"], unserved["torch-default"]),
         "bars_us": dict(OVERHEAD_BARS_US),
         "status": status,
         "us_spread": {name: [min(s), max(s)] if s else None for name, s in samples.items()},

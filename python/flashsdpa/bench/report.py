@@ -142,9 +142,17 @@ def print_overhead(o: dict[str, Any] | None) -> None:
     print("  (no grad: F.sdpa, where our eager path skips the LSE PyTorch's flash writes, so not equal work; "
           "equal: the aten flash op, both writing it; grad fwd: inputs that require grad, through autograd and "
           "the routers; step: forward + backward, the headline; bwd: step - grad fwd)")  # fmt: skip
+    unserved = o.get("unserved_step_us_per_call")
+    if unserved:
+        alone, inside = _fmt(unserved.get("torch-default"), 0), _fmt(unserved.get("flashsdpa-sdpa"), 0)
+        extra = _fmt(o.get("unserved_step_overhead_us"), 0)
+        print(f"  unserved step (float32 fwd + bwd, PyTorch's kernels on both sides): PyTorch alone {alone}, "
+              f"inside enable() {inside}, overhead {extra}")
     bars = o.get("bars_us", {})
     if bars:
-        print("  bars: " + ", ".join(f"{k} <= {v:g} us" for k, v in bars.items()) + " over PyTorch's flash")
+        served = {k: v for k, v in bars.items() if not k.startswith("unserved")}
+        print("  bars: " + ", ".join(f"{k} <= {v:g} us" for k, v in served.items()) + " over PyTorch's flash"
+              + "".join(f"; {k} <= {v:g} us over PyTorch alone" for k, v in bars.items() if k not in served))
 
 
 def _csv_value(value: Any) -> Any:
