@@ -91,8 +91,8 @@ struct FwdTraitsSm90 {
   // Row sums on the tensor pipe (kernel_notes_fwd_sm90.md, "Next: the row sums on the tensor
   // pipe"): P times a ones matrix (m64n8k16, 8 per block beside P V) into a 4-float accumulator,
   // instead of the exponent loop's 64 FADDs a thread and block. A/B only,
-  // -DFLASHSDPA_SM90_FWD_TENSOR_ROWSUM=1; plain kernels (dropout sums the kept-before-drop P, mods
-  // add sinks to the sums).
+  // -DFLASHSDPA_SM90_FWD_TENSOR_ROWSUM=1; plain kernels only (with dropout the sums count P before
+  // the drop while P V sees it after; the mods' sinks join the sums in finalize_with_sink).
 #ifndef FLASHSDPA_SM90_FWD_TENSOR_ROWSUM
 #define FLASHSDPA_SM90_FWD_TENSOR_ROWSUM 0
 #endif
