@@ -11,7 +11,12 @@ on both:
    CUDA kernels each variant launched (name, count, total us), with the ones only one side ran;
 3. the SDPA calls' own cost: the fused op each variant's SDPA dispatched to and its CPU time.
 
-    python3 scripts/dev/small_fp32_profile.py [--steps 20] [--pairs 15] [--dtype fp32|bf16]
+`--calls` runs two other parts instead (session 19): 4. one tiny attention call's host cost outside /
+inside enable() (F.sdpa with grad + backward, without grad, the aten efficient op alone, its
+backward on the main thread, PyTorch's kernel through call_boxed); 5. cProfile of the model's steps
+inside enable() (the main thread only: autograd's device thread is not seen).
+
+    python3 scripts/dev/small_fp32_profile.py [--steps 20] [--pairs 15] [--dtype fp32|bf16] [--calls]
 
 (`--device cpu` runs the same on the CPU, as a smoke test of the script itself.)
 """
