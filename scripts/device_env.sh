@@ -9,6 +9,8 @@ if compgen -G ".whl/*.whl" >/dev/null; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
     && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
+# The Python path the dev scripts put behind a build copy's (/tmp/pkg_NAME/python).
+SITE="${PYTHONPATH:-}"
 summary=()
 failed=()
 # step NAME TEXT: a row of the table; check NAME RC: record a failed step (the exit code says so).
@@ -86,4 +88,22 @@ tests() {
   timed "$@"
   grep -qE '[0-9]+ passed' "$OUT/$3" || failed+=("$1 (none passed)")
   grep -E "^(FAILED|ERROR) " "$OUT/$3" | cut -c1-180 | head -15
+}
+# ab_rounds "NAMES" LIMIT ARGS...: 3 rounds alternating one process per build copy (build_copy's
+# /tmp/pkg_NAME) of `scripts/dev/bwd_ab.py --rounds 1 --json ARGS`, each under LIMIT seconds, its
+# JSON lines into $OUT/ab_NAME.jsonl; no new process once the call is 550 s old (the device tool
+# ends it at 600); then ab_table.py's table of the medians.
+ab_rounds() {
+  local names=$1 limit=$2 round name
+  shift 2
+  for round in 0 1 2; do
+    for name in $names; do
+      (( SECONDS > 550 )) && break 2
+      PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timeout "$limit" $PY scripts/dev/bwd_ab.py --rounds 1 --json "$@" \
+        >> "$OUT/ab_$name.jsonl" 2>> "$OUT/ab_$name.err"
+      check "A/B $name round $round" $?
+    done
+  done
+  echo "A/B ended at $SECONDS s"
+  $PY scripts/dev/ab_table.py "$OUT" $names
 }

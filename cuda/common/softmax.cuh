@@ -165,10 +165,8 @@ struct OnlineSoftmax {
         float sum_even = 0.f, sum_odd = 0.f;
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j) {
-          const float x0 = fmaf(s[i][j][2 * h], scale_log2, -max_scaled);
-          const float x1 = fmaf(s[i][j][2 * h + 1], scale_log2, -max_scaled);
-          const float p0 = fast_exp2(x0);
-          const float p1 = fast_exp2(x1);
+          const float p0 = fast_exp2(fmaf(s[i][j][2 * h], scale_log2, -max_scaled));
+          const float p1 = fast_exp2(fmaf(s[i][j][2 * h + 1], scale_log2, -max_scaled));
           s[i][j][2 * h] = p0;
           s[i][j][2 * h + 1] = p1;
           if constexpr (kSum) {

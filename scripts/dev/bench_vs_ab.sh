@@ -16,7 +16,6 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 build_copy base "128" CUDAFLAGS=
-SITE="${PYTHONPATH:-}"
 export PYTHONPATH="/tmp/pkg_base/python:$SITE"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 100 > "$OUT/clocks.csv" 2>&1 &
 smi=$!

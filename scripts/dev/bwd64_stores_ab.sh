@@ -17,7 +17,6 @@ export BUILD_DTYPES="bf16;fp16"
 build_copy base "64;128" CUDAFLAGS=
 build_copy dq "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD64_STORES=1
 build_copy ds "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD64_STORES=2
-SITE="${PYTHONPATH:-}"
 for name in dq ds; do
   PYTHONPATH="/tmp/pkg_$name/python:$PWD/tests:$SITE" tests "tests $name" 200 tests_$name.log \
     $PY -m pytest -q -p no:cacheprovider -n 12 tests/gpu/test_kernels.py tests/gpu/test_one_hot_grads.py
@@ -26,12 +25,5 @@ for name in dq ds; do
   PYTHONPATH="/tmp/pkg_$name/python:$SITE" timed "racecheck $name" 90 racecheck_$name.log \
     compute-sanitizer --tool racecheck --kernel-name kns=flashsdpa_bwd_sm90 --error-exitcode 1 $PY scripts/dev/bwd_small.py det --dims 64
 done
-for round in 0 1 2; do
-  for name in base dq ds; do
-    PYTHONPATH="/tmp/pkg_$name/python:$SITE" timeout 90 $PY scripts/dev/bwd_ab.py --rounds 1 --json --dims 64 \
-      --seqlens 2048 8192 >> "$OUT/ab_$name.jsonl" 2>> "$OUT/ab.err"
-    check "A/B $name round $round" $?
-  done
-done
-$PY scripts/dev/ab_table.py "$OUT" base dq ds
+ab_rounds "base dq ds" 90 --dims 64 --seqlens 2048 8192
 finish

@@ -20,10 +20,10 @@ FLOPs 4 B H S^2 D, halved when causal), for the forward's A/Bs (session 18: the 
 from __future__ import annotations
 
 import argparse
-from contextlib import nullcontext
 import json
 import statistics
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F

@@ -9,7 +9,6 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 build_copy base "128" CUDAFLAGS=
-SITE="${PYTHONPATH:-}"
 for mode in cxx python; do
   FLASHSDPA_ROUTERS=$([[ $mode == python ]] && echo python || echo auto) PYTHONPATH="/tmp/pkg_base/python:$SITE" \
     timed "per call fp32 ($mode)" 80 calls_$mode.log $PY scripts/dev/small_fp32_profile.py --calls --steps 5

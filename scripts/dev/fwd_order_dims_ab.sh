@@ -16,7 +16,6 @@ cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 build_copy base "64;256" CUDAFLAGS=
 build_copy all "64;256" CUDAFLAGS=-DFLASHSDPA_SM90_FWD_DYNAMIC_ALL=1
-SITE="${PYTHONPATH:-}"
 # (static_4k_d256 asserts today's static choice at d256, which this build changes on purpose.)
 PYTHONPATH="/tmp/pkg_all/python:$PWD/tests:$SITE" tests "tests all" 150 tests_all.log $PY -m pytest -q \
   -p no:cacheprovider -n 12 -k "not static_4k_d256" tests/gpu/test_fwd_schedule.py tests/gpu/test_kernels.py \
@@ -30,14 +29,5 @@ for d in 64 256; do
     grep -E "gpu__time|hit_rate|dram__bytes" "$OUT/ncu_${name}_$d.log"
   done
 done
-for round in 0 1 2; do
-  for name in base all; do
-    (( SECONDS > 550 )) && break 2
-    PYTHONPATH="/tmp/pkg_$name/python:$SITE" timeout 80 $PY scripts/dev/bwd_ab.py --forward --causal yes --rounds 1 \
-      --json --dims 64 256 --seqlens 4096 8192 16384 >> "$OUT/ab_$name.jsonl" 2>> "$OUT/ab_$name.err"
-    check "A/B $name round $round" $?
-  done
-done
-echo "A/B ended at $SECONDS s"
-$PY scripts/dev/ab_table.py "$OUT" base all
+ab_rounds "base all" 80 --forward --causal yes --dims 64 256 --seqlens 4096 8192 16384
 finish

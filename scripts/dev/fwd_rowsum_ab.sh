@@ -15,7 +15,6 @@ cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 build_copy base "128" CUDAFLAGS=
 build_copy rs "128" CUDAFLAGS=-DFLASHSDPA_SM90_FWD_TENSOR_ROWSUM=1
-SITE="${PYTHONPATH:-}"
 PYTHONPATH="/tmp/pkg_rs/python:$PWD/tests:$SITE" tests "tests rs" 170 tests_rs.log $PY -m pytest -q \
   -p no:cacheprovider -n 12 tests/gpu/test_kernels.py tests/gpu/test_extreme.py tests/gpu/test_masks_gpu.py \
   tests/gpu/test_split_tail.py tests/gpu/test_fwd_schedule.py
@@ -31,14 +30,5 @@ for tool in memcheck racecheck; do
   PYTHONPATH="/tmp/pkg_rs/python:$SITE" timed "$tool rs" 90 ${tool}_rs.log \
     compute-sanitizer --tool $tool --kernel-name kns=flashsdpa --error-exitcode 1 $PY /tmp/fwd_small.py
 done
-for round in 0 1 2; do
-  for name in base rs; do
-    (( SECONDS > 540 )) && break 2
-    PYTHONPATH="/tmp/pkg_$name/python:$SITE" timeout 60 $PY scripts/dev/bwd_ab.py --forward --rounds 1 --json \
-      --dims 128 --seqlens 2048 8192 >> "$OUT/ab_$name.jsonl" 2>> "$OUT/ab_$name.err"
-    check "A/B $name round $round" $?
-  done
-done
-echo "A/B ended at $SECONDS s"
-$PY scripts/dev/ab_table.py "$OUT" base rs
+ab_rounds "base rs" 60 --forward --dims 128 --seqlens 2048 8192
 finish
