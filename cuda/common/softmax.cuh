@@ -23,10 +23,7 @@ namespace flashsdpa {
 // (a degree-4 polynomial, ~12 FMA / ALU instructions each) lost 5%, 8% and 16% in the sm90 forward
 // (H200, d128, session 19; kernel_notes_fwd_sm90.md "Exponentials on the FMA pipe"): the
 // forward's FMA / ALU pipes are as busy as MUFU.
-// kSum = false: the row sums come from elsewhere (the sm90 forward's ones GEMM: P times a ones
-// matrix on the tensor pipe, -DFLASHSDPA_SM90_FWD_TENSOR_ROWSUM, A/B only) and the exponent loop
-// adds nothing; finalize() then takes them, whole rows, through set_full_sums().
-template <int kMTiles, bool kSum = true>
+template <int kMTiles>
 struct OnlineSoftmax {
   static constexpr int kRows = 2 * kMTiles;
   static constexpr float kRescaleThresholdLog2 = 8.f;
@@ -34,13 +31,6 @@ struct OnlineSoftmax {
   float row_max[kRows];  // raw-score max over the keys seen so far; -inf until a visible key
   float row_sum[kRows];  // this lane's share of sum(p); the quad's lanes are added in finalize()
   bool huge_logits;      // some row of the warp has |max * scale_log2| >= 2^14: exact exponents (step())
-
-  // Whole rows' sums from outside (kSum = false), for finalize(), which then adds no quad.
-  __device__ __forceinline__ void set_full_sums(const float (&sums)[kRows]) {
-    static_assert(!kSum, "the exponent loop keeps its own sums");
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) row_sum[r] = sums[r];
-  }
 
   __device__ __forceinline__ OnlineSoftmax() {
 #pragma unroll
@@ -169,12 +159,10 @@ struct OnlineSoftmax {
           const float p1 = fast_exp2(fmaf(s[i][j][2 * h + 1], scale_log2, -max_scaled));
           s[i][j][2 * h] = p0;
           s[i][j][2 * h + 1] = p1;
-          if constexpr (kSum) {
-            sum_even += p0;
-            sum_odd += p1;
-          }
+          sum_even += p0;
+          sum_odd += p1;
         }
-        if constexpr (kSum) row_sum[r] += sum_even + sum_odd;
+        row_sum[r] += sum_even + sum_odd;
       }
     }
   }
@@ -209,7 +197,7 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = 2 * i + h;
-        const float sum = kSum ? quad_sum(row_sum[r]) : row_sum[r];
+        const float sum = quad_sum(row_sum[r]);
         const bool empty = !(sum > 0.f);  // also catches NaN from non-finite inputs
         const float inv_sum = empty ? 1.f : 1.f / sum;
         lse[r] = empty ? INFINITY : fmaf(row_max[r], scale, logf(sum));

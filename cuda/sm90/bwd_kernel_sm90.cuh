@@ -110,15 +110,13 @@ struct BwdTraitsSm90 {
   // dS^T, or 8-byte dQ stores and 32-bit dS^T stores. ncu (H200, d128 S 8k, session 17): the wide
   // form takes the kernel's shared stores from 68.4 M to 18.1 M + 8.4 M stmatrix and their bank
   // conflicts from 69.5 M to 2.1 M; whole backward (3 alternating rounds, new / old) d128 1.004-1.029
-  // (median 1.01, GQA 2k 1.029), d64 0.968-0.995 (its overlapped step stages dQ elsewhere): d128 only
-  // until the two are measured apart at d64.
-  // -DFLASHSDPA_SM90_BWD64_STORES (A/B only, scripts/dev/bwd64_stores_ab.sh: which of the two
-  // changes d64 loses on): bit 0 the 16-byte dQ stores, bit 1 stmatrix for dS^T, at d64.
-#ifndef FLASHSDPA_SM90_BWD64_STORES
-#define FLASHSDPA_SM90_BWD64_STORES 0
-#endif
-  static constexpr bool kWideDqStores = kHeadDim == 128 || (FLASHSDPA_SM90_BWD64_STORES & 1);
-  static constexpr bool kStmatrixDs = kHeadDim == 128 || (FLASHSDPA_SM90_BWD64_STORES & 2);
+  // (median 1.01, GQA 2k 1.029), d64 0.968-0.995 (its overlapped step stages dQ elsewhere).
+  // Measured apart at d64 (session 20, 3 alternating rounds, scripts/dev/bwd64_stores_ab.sh at
+  // 1433008, variant / old, S 2k, 2k causal, 8k, 8k causal): the 16-byte dQ stores 0.993, 0.995,
+  // 0.982, 0.977 (the loser: they lengthen dq_prev's live range across the next S^T / dP^T issue);
+  // stmatrix for dS^T 1.005, 1.002, 1.011, 1.001. So stmatrix at every head dim (one dS^T store
+  // path), the 16-byte dQ stores at d128 only.
+  static constexpr bool kWideDqStores = kHeadDim == 128;
   // K and V of the warpgroup's 64 keys held as the register A operands of S^T and dP^T (RS), read
   // from shared memory once per CTA instead of once per step: -512 of ~1650 shared-memory clocks per
   // d64 step (kernel_notes_bwd_sm90.md, "A budget per step on paper"), for 2 x 16 registers, which
@@ -847,21 +845,12 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     // dst16[m][q] (the A layout); lane L gives row L % 8 of matrix L / 8. A quarter of the 32-bit
     // stores it replaces (ncu, session 17: cuDNN's backward stores dS so too).
     const uint32_t ds = sm.ds_buf(b);
-    if constexpr (Traits::kStmatrixDs) {
+    {
       const int q = lane / 8, row = cwg * 64 + warp * 16 + 8 * (q % 2) + lane % 8;  // row % 8 == lane % 8
 #pragma unroll
       for (int m = 0; m < kMTiles / 2; ++m) {
         const int chunk = 2 * m + q / 2;
         stmatrix_x4(ds + row * 128 + ((chunk ^ (lane % 8)) << 4), dst16[m][0], dst16[m][1], dst16[m][2], dst16[m][3]);
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < kMTiles; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = key_row + 8 * h;  // row % 8 == lane / 4
-          st_shared_b32(ds + row * 128 + ((j ^ (lane / 4)) << 4) + (lane % 4) * 4, dst16[j / 2][(j % 2) * 2 + h]);
-        }
       }
     }
     sm90::fence_async_shared();

@@ -88,15 +88,6 @@ struct FwdTraitsSm90 {
   // Dropout on P (common/dropout.cuh), its own instantiation (never with kMods): each consumer
   // warp's 16-row slice of the wgmma accumulator has the m16n8 C layout, one Philox per 32 keys.
   static constexpr bool kDropout = kDropout_;
-  // Row sums on the tensor pipe (kernel_notes_fwd_sm90.md, "Next: the row sums on the tensor
-  // pipe"): P times a ones matrix (m64n8k16, 8 per block beside P V) into a 4-float accumulator,
-  // instead of the exponent loop's 64 FADDs a thread and block. A/B only,
-  // -DFLASHSDPA_SM90_FWD_TENSOR_ROWSUM=1; plain kernels only (with dropout the sums count P before
-  // the drop while P V sees it after; the mods' sinks join the sums in finalize_with_sink).
-#ifndef FLASHSDPA_SM90_FWD_TENSOR_ROWSUM
-#define FLASHSDPA_SM90_FWD_TENSOR_ROWSUM 0
-#endif
-  static constexpr bool kTensorRowSum = FLASHSDPA_SM90_FWD_TENSOR_ROWSUM && !kMods && !kDropout;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -144,10 +135,7 @@ struct FwdTraitsSm90 {
   static constexpr int kBiasBytes = kModsKind == kModsBias ? kBlockM / 16 * WarpBiasTile<kBlockN>::kBytes : 0;
   // + 1 KB: the dynamic shared memory base is aligned up to 1024 bytes in the kernel (the swizzle
   // atoms of TMA and wgmma must be 1024-byte aligned).
-  // The ones operand of the row-sum GEMM (kTensorRowSum): one 1024-byte swizzle atom of 16-bit
-  // ones, read by every k-step (any layout of ones is ones).
-  static constexpr int kOnesBytes = kTensorRowSum ? 1024 : 0;
-  static constexpr int kBaseBytes = kQBytes + 2 * kStages * kKVBytes + kBiasBytes + kOnesBytes + kBarrierBytes + 1024;
+  static constexpr int kBaseBytes = kQBytes + 2 * kStages * kKVBytes + kBiasBytes + kBarrierBytes + 1024;
   static constexpr int kSmemLimit = 227 * 1024;
   // O is staged for its TMA store in a region of its own where shared memory allows (d <= 128):
   // the next tile's Q then loads while this tile's O is stored. At d = 256 it reuses the Q tile,
@@ -213,34 +201,16 @@ __device__ __forceinline__ void gemm_pv(float (&o)[Traits::kHeadDim / 2], const 
   sm90::wgmma_commit();
 }
 
-// gemm_pv plus the row sums: l += P x ones (m64n8k16 per k-step, the ones atom K-major; its 4
-// floats a thread have the m16n8 C layout, so l[0] is row g's sum and l[2] row g + 8's).
-template <typename Traits>
-__device__ __forceinline__ void gemm_pv_sums(float (&o)[Traits::kHeadDim / 2], float (&l)[4],
-                                             const uint32_t (&p16)[Traits::kKStepsPV][4], uint64_t v_desc,
-                                             uint64_t ones_desc) {
-  using Op = sm90::WgmmaOp<typename Traits::Elem, Traits::kHeadDim>;
-  using Ones = sm90::WgmmaOp<typename Traits::Elem, 8>;
-  sm90::wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < Traits::kKStepsPV; ++kk) {
-    Op::template rs<1>(o, p16[kk], v_desc + ((kk * 2048) >> 4), 1);
-    Ones::template rs<0>(l, p16[kk], ones_desc, 1);
-  }
-  sm90::wgmma_commit();
-}
-
 template <typename Traits>
 struct SmemLayout {
-  uint32_t q, k, v, bias, o, ones, bars;
+  uint32_t q, k, v, bias, o, bars;
   __device__ __forceinline__ explicit SmemLayout(uint32_t base) {
     q = base;
     k = q + Traits::kQStages * Traits::kQBytes;
     v = k + Traits::kStages * Traits::kKVBytes;
     bias = v + Traits::kStages * Traits::kKVBytes;
     o = Traits::kSeparateO ? bias + Traits::kBiasBytes : q;
-    ones = bias + Traits::kBiasBytes + (Traits::kSeparateO ? Traits::kQBytes : 0);  // 1024-aligned (no bias)
-    bars = ones + Traits::kOnesBytes;
+    bars = bias + Traits::kBiasBytes + (Traits::kSeparateO ? Traits::kQBytes : 0);
   }
   __device__ __forceinline__ uint32_t q_slot(int s) const { return q + s * Traits::kQBytes; }
   __device__ __forceinline__ uint32_t q_full(int s) const { return bars + 8 * s; }
@@ -475,18 +445,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
 #pragma unroll
   for (int i = 0; i < Traits::kHeadDim / 2; ++i) o_acc[i] = 0.f;
   uint32_t p16[Traits::kKStepsPV][4];
-  OnlineSoftmax<1, !Traits::kTensorRowSum> softmax;
-  // kTensorRowSum: the row sums' accumulator and the ones atom's descriptor (K-major, 128-byte
-  // swizzle: every k-step reads the same atom).
-  float l_acc[4] = {0.f, 0.f, 0.f, 0.f};
-  [[maybe_unused]] const uint64_t ones_desc = sm90::make_desc(sm.ones, 16, 1024);
-  auto pv = [&](uint64_t v_desc) {
-    if constexpr (Traits::kTensorRowSum) {
-      gemm_pv_sums<Traits>(o_acc, l_acc, p16, v_desc, ones_desc);
-    } else {
-      gemm_pv<Traits>(o_acc, p16, v_desc);
-    }
-  };
+  OnlineSoftmax<1> softmax;
   // Dropout: this lane's Philox stream for the (batch, head); the warp's 16 rows start at warp_row.
   DropoutRng rng;
   if constexpr (Traits::kDropout) rng = DropoutRng(p.dropout, tile.batch, tile.head, p.heads_q, lane);
@@ -598,7 +557,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       turn_begin();
       gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
       sm90::mbar_wait(sm.v_full(prev), ((ring.kv - 1) / kStages) & 1);
-      pv(v_desc0 + prev * kSlotDesc);
+      gemm_pv<Traits>(o_acc, p16, v_desc0 + prev * kSlotDesc);
       turn_end();
       sm90::wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
       sm90::fence_regs(s_acc);
@@ -612,28 +571,19 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       if constexpr (Traits::kDropout) apply_dropout(rng, s, warp_row, n * kBlockN);
       sm90::wgmma_wait<0>();
       sm90::fence_regs(o_acc);
-      if constexpr (Traits::kTensorRowSum) sm90::fence_regs(l_acc);
       if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
-      if (rescale) {
-        softmax.template rescale<kDTiles>(o, correction);
-        if constexpr (Traits::kTensorRowSum) {
-          auto& l = *reinterpret_cast<float(*)[1][1][4]>(l_acc);
-          softmax.template rescale<1>(l, correction);
-        }
-      }
+      if (rescale) softmax.template rescale<kDTiles>(o, correction);
       sm90::accumulator_to_a<Elem, kNTiles>(p16, s);
     }
     const int prev = (ring.kv - 1) % kStages;
     sm90::mbar_wait(sm.v_full(prev), ((ring.kv - 1) / kStages) & 1);
     turn_begin();
-    pv(v_desc0 + prev * kSlotDesc);
+    gemm_pv<Traits>(o_acc, p16, v_desc0 + prev * kSlotDesc);
     turn_end();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(o_acc);
-    if constexpr (Traits::kTensorRowSum) sm90::fence_regs(l_acc);
     if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
   }
-  if constexpr (Traits::kTensorRowSum) softmax.set_full_sums({l_acc[0], l_acc[2]});
 
   // ---- epilogue: normalize, stage O, TMA store; LSE straight from registers ----------------------
   float lse[2];
@@ -842,16 +792,16 @@ struct PersistentTileScheduler {
 // static, scripts/dev/fwd_order_ab.sh at 57cf4e7) 4k 1.079, 8k 1.042, 16k 1.016, GQA 16/4 8k
 // 0.994, 2k 0.997 (16 blocks: dynamic in both); ncu causal 8k: L2 hit rate 66.1% -> 91.4%, DRAM
 // reads 1.12 GB -> 239 MB, 839 -> 810 us. 8 MB sections instead of 32 lost (8k 0.977, 16k 0.950).
-// d64 and d256 keep 16 until measured on today's kernel. (1000000 rather than 1 << 30: the A/B's
-// value, SASS-identical to its build; 1 << 30 cost the d128 producer 8 bytes of spill in ptxas 13.0.)
-// -DFLASHSDPA_SM90_FWD_DYNAMIC_ALL=1: every head dim dynamic at every length (A/B only:
-// scripts/dev/fwd_order_dims_ab.sh, the d64 / d256 half of session 19's measurement).
-#ifndef FLASHSDPA_SM90_FWD_DYNAMIC_ALL
-#define FLASHSDPA_SM90_FWD_DYNAMIC_ALL 0
-#endif
+// d64 and d256 measured in session 20 (3 interleaved rounds, dynamic at every length / 16 blocks,
+// scripts/dev/fwd_order_dims_ab.sh at 1433008; ncu causal 8k): d64 (192-row blocks) 4k 1.045, 8k
+// 1.015, 16k 1.000 (L2 hit 48.5% -> 86.3%, DRAM 1.46 GB -> 263 MB): every length. d256 4k 1.024,
+// 8k 0.971, 16k 0.944 (L2 hit 78.5% -> 87.3% yet 726 -> 746 us: its 128 x 80 tiles reuse K/V
+// enough that the counter's longest-first order costs more than L2 saves): 32 blocks (4k).
+// (1000000 rather than 1 << 30: the A/B's value, SASS-identical to its build; 1 << 30 cost the
+// d128 producer 8 bytes of spill in ptxas 13.0.)
 template <typename Traits>
 __host__ __device__ constexpr int max_dynamic_blocks() {
-  return Traits::kHeadDim == 128 || FLASHSDPA_SM90_FWD_DYNAMIC_ALL ? 1000000 : 16;
+  return Traits::kHeadDim == 256 ? 32 : 1000000;
 }
 
 // Whether the problem takes the dynamic order when it has a counter (masked, few query blocks).
@@ -966,13 +916,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
     }
     queue.init(128 * Traits::kConsumerWGs);
     sm90::fence_mbar_init();
-  }
-  if constexpr (Traits::kTensorRowSum) {  // the ones atom: 128 threads x 8 bytes, then visible to wgmma
-    if (threadIdx.x < 128) {
-      const uint32_t one2 = std::is_same<typename Traits::Elem, __half>::value ? 0x3C003C00u : 0x3F803F80u;
-      asm volatile("st.shared.v2.b32 [%0], {%1, %1};\n" ::"r"(sm.ones + 8 * threadIdx.x), "r"(one2) : "memory");
-      sm90::fence_async_shared();
-    }
   }
   __syncthreads();
 

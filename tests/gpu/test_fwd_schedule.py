@@ -24,8 +24,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU_SKIP is not None, reason=f
 
 DEVICE = "cuda"
 
-# (shape, mask): tiles = B x Hq x ceil(Sq / block_m), block_m 192 (d64) or 128; the schedule is
-# dynamic at every length at d128, up to 16 query blocks per head at d64 / d256
+# (shape, mask): tiles = B x Hq x ceil(Sq / block_m), block_m 192 (d64) or 128 (dynamic needs more
+# tiles than SMs: 132 on the H200, so the long cases keep 4 heads); the schedule is
+# dynamic at every length at d64 and d128, up to 32 query blocks per head at d256
 # (fwd_kernel_sm90.cuh's max_dynamic_blocks).
 CASES = [
     (Shape("causal2k", 4, 16, 16, 2048, 2048, 128), masks.CAUSAL_TOP_LEFT),  # 1024 tiles, 2 sections
@@ -35,12 +36,14 @@ CASES = [
     (Shape("causal_d256", 2, 16, 16, 2048, 2048, 256), masks.CAUSAL_TOP_LEFT),  # 512 tiles
     (Shape("q_longer", 2, 32, 32, 2048, 1023, 128), masks.CAUSAL_BOTTOM_RIGHT),  # rows without keys
     (Shape("causal_4k", 1, 16, 16, 4096, 4096, 128), masks.CAUSAL_TOP_LEFT),  # 32 blocks: dynamic at d128
-    (Shape("static_4k_d256", 1, 16, 16, 4096, 4096, 256), masks.CAUSAL_TOP_LEFT),  # 32 blocks: static at d256
+    (Shape("causal_8k_d64", 1, 4, 4, 8192, 8192, 64), masks.CAUSAL_TOP_LEFT),  # 43 blocks, 172 tiles: dynamic at d64
+    (Shape("dynamic_4k_d256", 1, 16, 16, 4096, 4096, 256), masks.CAUSAL_TOP_LEFT),  # 32 blocks: d256's last dynamic
+    (Shape("static_8k_d256", 1, 4, 4, 8192, 8192, 256), masks.CAUSAL_TOP_LEFT),  # 64 blocks, 256 tiles: static at d256
 ]
 
 # Which CASES the sm90 forward schedules dynamically (the launch gets the counter): the choice itself.
 DYNAMIC = {"causal2k": True, "gqa_bottom_right": True, "window": True, "window_both": True, "causal_d256": True,
-           "q_longer": True, "causal_4k": True, "static_4k_d256": False}  # fmt: skip
+           "q_longer": True, "causal_4k": True, "causal_8k_d64": True, "dynamic_4k_d256": True, "static_8k_d256": False}  # fmt: skip
 
 
 def _kwargs(mask: masks.MaskSpec, scale: float) -> dict[str, object]:
