@@ -795,8 +795,8 @@ struct PersistentTileScheduler {
 // d64 and d256 measured in session 20 (3 interleaved rounds, dynamic at every length / 16 blocks,
 // scripts/dev/fwd_order_dims_ab.sh at 1433008; ncu causal 8k): d64 (192-row blocks) 4k 1.045, 8k
 // 1.015, 16k 1.000 (L2 hit 48.5% -> 86.3%, DRAM 1.46 GB -> 263 MB): every length. d256 4k 1.024,
-// 8k 0.971, 16k 0.944 (L2 hit 78.5% -> 87.3% yet 726 -> 746 us: its 128 x 80 tiles reuse K/V
-// enough that the counter's longest-first order costs more than L2 saves): 32 blocks (4k).
+// 8k 0.971, 16k 0.944 (L2 hit 78.5% -> 87.3% yet 726 -> 746 us; why is unmeasured: the guess is
+// that DRAM never limited d256, so only the order's cost shows): 32 blocks (4k).
 // (1000000 rather than 1 << 30: the A/B's value, SASS-identical to its build; 1 << 30 cost the
 // d128 producer 8 bytes of spill in ptxas 13.0.)
 template <typename Traits>
