@@ -106,8 +106,8 @@ struct BwdTraitsSm90 {
   // over all kBlockN keys, so the dS^T tile is the only thing they share.
   static constexpr int kDqCols = kHeadDim / 2;
   static constexpr int kDqAcc = kBlockM * kDqCols / 128;  // fp32 per thread
-  // The dQ staging and dS^T stores (stage_dq, the dS^T store): 16-byte dQ stores and stmatrix for
-  // dS^T, or 8-byte dQ stores and 32-bit dS^T stores. ncu (H200, d128 S 8k, session 17): the wide
+  // The dQ staging stores (stage_dq): 16-byte or 8-byte; dS^T is stored with stmatrix at every head
+  // dim (it replaced 32-bit stores). ncu (H200, d128 S 8k, session 17): the wide
   // form takes the kernel's shared stores from 68.4 M to 18.1 M + 8.4 M stmatrix and their bank
   // conflicts from 69.5 M to 2.1 M; whole backward (3 alternating rounds, new / old) d128 1.004-1.029
   // (median 1.01, GQA 2k 1.029), d64 0.968-0.995 (its overlapped step stages dQ elsewhere).
@@ -845,13 +845,11 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     // dst16[m][q] (the A layout); lane L gives row L % 8 of matrix L / 8. A quarter of the 32-bit
     // stores it replaces (ncu, session 17: cuDNN's backward stores dS so too).
     const uint32_t ds = sm.ds_buf(b);
-    {
-      const int q = lane / 8, row = cwg * 64 + warp * 16 + 8 * (q % 2) + lane % 8;  // row % 8 == lane % 8
+    const int ds_q = lane / 8, ds_row = cwg * 64 + warp * 16 + 8 * (ds_q % 2) + lane % 8;  // row % 8 == lane % 8
 #pragma unroll
-      for (int m = 0; m < kMTiles / 2; ++m) {
-        const int chunk = 2 * m + q / 2;
-        stmatrix_x4(ds + row * 128 + ((chunk ^ (lane % 8)) << 4), dst16[m][0], dst16[m][1], dst16[m][2], dst16[m][3]);
-      }
+    for (int m = 0; m < kMTiles / 2; ++m) {
+      const int chunk = 2 * m + ds_q / 2;
+      stmatrix_x4(ds + ds_row * 128 + ((chunk ^ (lane % 8)) << 4), dst16[m][0], dst16[m][1], dst16[m][2], dst16[m][3]);
     }
     sm90::fence_async_shared();
     if constexpr (Traits::kModsKind == kModsBias) {  // attn_mask's gradient: scattered 16-bit stores where not aligned
