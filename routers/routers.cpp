@@ -18,6 +18,16 @@
 // exactly as the Python router does: the stable ABI has no way to call a kernel captured before
 // registration.
 //
+// The masked ops (efficient attention, PyTorch's road for float32 and masked calls) are the
+// exception: a float32 model's every attention call reaches them, and a Python kernel there costs
+// ~17 us a forward and ~80 us a backward on autograd's device thread (docs/performance.md, session
+// 19-20), against the 2 us. Their routers here serve nothing themselves: a call that can
+// only be left to PyTorch (a float32 / float64 query, or no attn_bias: the Python router's first two
+// reasons, so the verdict and the sentence agree) runs PyTorch's CUDA kernel through AOTInductor's
+// C shim (aoti_torch_cuda__<op> in libtorch_cuda: at::cuda::<op>, the kernel itself, never the
+// dispatcher, so ours is not re-entered), counted here with its reason; every other call takes
+// the Python road (flashsdpa::<op>_fallback: routers_masked.py's router, which serves or falls back).
+//
 // No kernels here: _C's backend does every verdict and launch (flashsdpa/router_table.h).
 #include <dlfcn.h>
 
@@ -88,7 +98,7 @@ bool deterministic_algorithms() { return g_deterministic(g_global_context()); }
 void bump(int64_t* counter) { __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED); }
 
 // torch's dtype and device codes, asked once (they are functions of the shim, not constants).
-int32_t g_float16 = 0, g_bfloat16 = 0, g_float32 = 0, g_uint8 = 0, g_uint64 = 0, g_cuda = 0;
+int32_t g_float16 = 0, g_bfloat16 = 0, g_float32 = 0, g_float64 = 0, g_uint8 = 0, g_uint64 = 0, g_cuda = 0;
 
 void check(AOTITorchError err, const char* what) {
   if (err != AOTI_TORCH_SUCCESS) throw std::runtime_error(std::string("flashsdpa: ") + what + " failed");
@@ -599,6 +609,144 @@ void sdpa_flash_backward(StableIValue* stack, uint64_t num_args, uint64_t num_ou
   bump(&g_bwd_counts[0]);
 }
 
+// ---- the masked ops: PyTorch's kernel without Python for the calls only it takes --------------------
+
+// aoti_torch_cuda__scaled_dot_product_efficient_attention[_backward]: AOTInductor's C shim of the
+// op's CUDA kernel (libtorch_cuda; the signatures of torch 2.11 to 2.13's c_shim_cuda.h, which
+// cxx_routers.py checks against the live schemas before it asks for these routers). Resolved at
+// init; absent (a CPU-only torch), the masked routers are not registered here.
+using EffFwdFn = AOTITorchError (*)(AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, AtenTensorHandle*, int32_t,
+                                    double, int32_t, double*, AtenTensorHandle*, AtenTensorHandle*, AtenTensorHandle*,
+                                    AtenTensorHandle*);
+using EffBwdFn = AOTITorchError (*)(AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, AtenTensorHandle,
+                                    AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, AtenTensorHandle,
+                                    AtenTensorHandle, double, const int32_t*, int64_t, int32_t, double*,
+                                    AtenTensorHandle*, AtenTensorHandle*, AtenTensorHandle*, AtenTensorHandle*);
+EffFwdFn g_eff_fwd_native = nullptr;
+EffBwdFn g_eff_bwd_native = nullptr;
+
+// Set by flashsdpa_routers_init_masked: the two ops' [served, fallback] counts, the per-reason counts
+// of the calls run natively here ([op][reason], reporting.native_reason_cells; Python folds them into
+// stats()' fallback_reasons), and a flag Python raises while every fallback must reach Python (the
+// DEBUG log, the opt-in FallbackWarning).
+int64_t* g_eff_fwd_counts = nullptr;
+int64_t* g_eff_bwd_counts = nullptr;
+int64_t* g_native_reasons = nullptr;
+const int64_t* g_report_each_call = nullptr;
+
+// The reasons a masked call can only be PyTorch's, in routers_masked.NATIVE_REASONS' order.
+enum NativeReason : int { kFloat32 = 0, kFloat64 = 1, kNoBias = 2, kNativeReasons = 3 };
+
+// An optional argument, read without taking it: the stable ABI boxes `T?` as a pointer to a
+// StableIValue, or null for None. The box stays the stack's until consume_optional.
+const StableIValue* optional_box(StableIValue value) {
+  return reinterpret_cast<const StableIValue*>(static_cast<uintptr_t>(value));
+}
+AtenTensorHandle peek_optional_tensor(StableIValue value) {
+  const StableIValue* box = optional_box(value);
+  return box == nullptr ? nullptr : unboxed<AtenTensorHandle>(*box);
+}
+std::optional<double> peek_optional_double(StableIValue value) {
+  const StableIValue* box = optional_box(value);
+  return box == nullptr ? std::nullopt : std::optional<double>(unboxed<double>(*box));
+}
+// Free an optional argument's box (and the tensor in it) once the call no longer needs it.
+void consume_optional_tensor(StableIValue value) {
+  if (const std::optional<AtenTensorHandle> h = unboxed<std::optional<AtenTensorHandle>>(value)) {
+    aoti_torch_delete_tensor_object(*h);
+  }
+}
+void consume_optional_double(StableIValue value) { (void)unboxed<std::optional<double>>(value); }
+
+// The native reason of a masked call (bias: attn_bias, null or undefined; query: its handle), or -1
+// when the Python router must decide. The order is routers_masked.eff_forward_reason's first two
+// checks: the query's dtype (a float32 model's calls, masked or not), then no attn_bias.
+int native_reason(AtenTensorHandle bias, AtenTensorHandle query) {
+  int32_t dtype = 0;
+  check(aoti_torch_get_dtype(query, &dtype), "get_dtype");
+  if (dtype == g_float32) return kFloat32;
+  if (dtype == g_float64) return kFloat64;
+  bool has_bias = false;
+  if (bias != nullptr) check(aoti_torch_is_defined(bias, &has_bias), "is_defined");
+  return has_bias ? -1 : kNoBias;
+}
+
+bool runs_natively(int reason, bool native_available) {
+  return reason >= 0 && native_available && g_native_reasons != nullptr && *g_report_each_call == 0;
+}
+
+void count_native(int64_t* counts, int op, int reason) {
+  bump(&counts[1]);
+  bump(&g_native_reasons[op * kNativeReasons + reason]);
+}
+
+// The Python road of the masked ops: routers_masked.py's router through the op's fallback op (the
+// aten schema plus `str reason`, here empty: the router finds its own reason), which serves or falls
+// back. Also where a native call PyTorch's kernel refused goes again (its checks run before any
+// launch), so that its error reaches the caller as PyTorch raises it, warnings included.
+constexpr std::array<int, 4> kFourTensors{0, 1, 2, 3};
+constexpr const char* kEffFwdRoad = "flashsdpa::_scaled_dot_product_efficient_attention_fallback";
+constexpr const char* kEffBwdRoad = "flashsdpa::_scaled_dot_product_efficient_attention_backward_fallback";
+
+AtenTensorHandle tensor_at(const StableIValue* stack, int i) { return unboxed<AtenTensorHandle>(stack[i]); }
+
+// aten::_scaled_dot_product_efficient_attention(query, key, value, attn_bias?, compute_log_sumexp,
+// dropout_p, is_causal, *, scale) -> (output, log_sumexp, philox_seed, philox_offset).
+void eff_forward(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
+  AtenTensorHandle bias = peek_optional_tensor(stack[3]);
+  const int reason = native_reason(bias, tensor_at(stack, 0));
+  std::array<AtenTensorHandle, 4> ret{};
+  std::optional<double> scale = peek_optional_double(stack[7]);
+  if (!runs_natively(reason, g_eff_fwd_native != nullptr) ||
+      g_eff_fwd_native(tensor_at(stack, 0), tensor_at(stack, 1), tensor_at(stack, 2), bias == nullptr ? nullptr : &bias,
+                       unboxed<bool>(stack[4]), unboxed<double>(stack[5]), unboxed<bool>(stack[6]),
+                       scale.has_value() ? &*scale : nullptr, &ret[0], &ret[1], &ret[2],
+                       &ret[3]) != AOTI_TORCH_SUCCESS) {
+    fall_back(kEffFwdRoad, stack, num_args, num_outputs, "", kFourTensors, kFourTensors);
+    return;
+  }
+  for (int i : {0, 1, 2}) aoti_torch_delete_tensor_object(tensor_at(stack, i));
+  consume_optional_tensor(stack[3]);
+  consume_optional_double(stack[7]);
+  for (int i = 0; i < 4; ++i) stack[i] = boxed(ret[i]);
+  bump(g_routed);
+  count_native(g_eff_fwd_counts, 0, reason);
+}
+
+// aten::_scaled_dot_product_efficient_attention_backward(grad_out_, query, key, value, attn_bias,
+// out, logsumexp, philox_seed, philox_offset, dropout_p, grad_input_mask, is_causal, *, scale)
+// -> (grad_query, grad_key, grad_value, grad_attn_bias). attn_bias is undefined without a mask.
+void eff_backward(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
+  const int reason = native_reason(tensor_at(stack, 4), tensor_at(stack, 1));
+  // grad_input_mask: bool[4], boxed as a list (read in place: the Python road would take it whole).
+  const auto mask_list = unboxed<StableListHandle>(stack[10]);
+  std::array<int32_t, 4> mask{};
+  size_t mask_len = 0;
+  check(torch_list_size(mask_list, &mask_len), "list_size");
+  if (mask_len != mask.size()) throw std::runtime_error("flashsdpa: grad_input_mask is not bool[4]");
+  for (size_t i = 0; i < mask_len; ++i) {
+    StableIValue item = 0;
+    check(torch_list_get_item(mask_list, i, &item), "list_get_item");
+    mask[i] = unboxed<bool>(item) ? 1 : 0;
+  }
+  std::array<AtenTensorHandle, 4> ret{};
+  std::optional<double> scale = peek_optional_double(stack[12]);
+  if (!runs_natively(reason, g_eff_bwd_native != nullptr) ||
+      g_eff_bwd_native(tensor_at(stack, 0), tensor_at(stack, 1), tensor_at(stack, 2), tensor_at(stack, 3),
+                       tensor_at(stack, 4), tensor_at(stack, 5), tensor_at(stack, 6), tensor_at(stack, 7),
+                       tensor_at(stack, 8), unboxed<double>(stack[9]), mask.data(), 4, unboxed<bool>(stack[11]),
+                       scale.has_value() ? &*scale : nullptr, &ret[0], &ret[1], &ret[2],
+                       &ret[3]) != AOTI_TORCH_SUCCESS) {
+    fall_back(kEffBwdRoad, stack, num_args, num_outputs, "", kFourTensors, kFourTensors);
+    return;
+  }
+  for (int i : {0, 1, 2, 3, 4, 5, 6, 7, 8}) aoti_torch_delete_tensor_object(tensor_at(stack, i));
+  check(torch_delete_list(mask_list), "delete_list");
+  consume_optional_double(stack[12]);
+  for (int i = 0; i < 4; ++i) stack[i] = boxed(ret[i]);
+  count_native(g_eff_bwd_counts, 1, reason);
+}
+
 // Messages of the C entry points below: static, valid until the next call.
 const char* refuse(const std::string& why) {
   static std::string message;
@@ -638,29 +786,54 @@ const char* flashsdpa_routers_init(uintptr_t table, int64_t* routed, int64_t* fw
     return refuse("this torch's libtorch_cpu exports no at::Context::deterministicAlgorithms()");
   g_current_stream =
       reinterpret_cast<CurrentStreamFn>(loaded_symbol("libtorch_cuda.so", "aoti_torch_get_current_cuda_stream"));
+  g_eff_fwd_native = reinterpret_cast<EffFwdFn>(
+      loaded_symbol("libtorch_cuda.so", "aoti_torch_cuda__scaled_dot_product_efficient_attention"));
+  g_eff_bwd_native = reinterpret_cast<EffBwdFn>(
+      loaded_symbol("libtorch_cuda.so", "aoti_torch_cuda__scaled_dot_product_efficient_attention_backward"));
   g_float16 = aoti_torch_dtype_float16(), g_bfloat16 = aoti_torch_dtype_bfloat16();
-  g_float32 = aoti_torch_dtype_float32(), g_uint8 = aoti_torch_dtype_uint8(), g_uint64 = aoti_torch_dtype_uint64();
+  g_float32 = aoti_torch_dtype_float32(), g_float64 = aoti_torch_dtype_float64();
+  g_uint8 = aoti_torch_dtype_uint8(), g_uint64 = aoti_torch_dtype_uint64();
   g_cuda = aoti_torch_device_type_cuda();
   g_table = t, g_routed = routed, g_fwd_counts = fwd_counts, g_bwd_counts = bwd_counts;
   return nullptr;
 }
+
+// The masked ops' state (eff_forward / eff_backward): their [served, fallback] counts, the
+// [op][reason] counts of the calls run natively (reporting.native_reason_cells), and the flag that
+// sends every call down the Python road while set. nullptr when the routers can take these ops, else
+// why not (this torch's libtorch_cuda lacks AOTInductor's shims of their CUDA kernels).
+const char* flashsdpa_routers_init_masked(int64_t* eff_fwd_counts, int64_t* eff_bwd_counts, int64_t* native_reasons,
+                                          const int64_t* report_each_call) {
+  if (g_table == nullptr) return refuse("flashsdpa_routers_init has not succeeded");
+  if (g_eff_fwd_native == nullptr || g_eff_bwd_native == nullptr)
+    return refuse("this torch's libtorch_cuda has no aoti_torch_cuda__scaled_dot_product_efficient_attention shims");
+  g_eff_fwd_counts = eff_fwd_counts, g_eff_bwd_counts = eff_bwd_counts;
+  g_native_reasons = native_reasons, g_report_each_call = report_each_call;
+  return nullptr;
+}
+
+// The number of native reasons per op (routers_masked.NATIVE_REASONS must have as many).
+int flashsdpa_routers_native_reasons() { return kNativeReasons; }
 
 // Whether this torch can launch (it has libtorch_cuda's current-stream shim): without it the routers
 // register (tests do, on a CPU-only torch) but no CUDA kernel of aten ever runs to reach them.
 int flashsdpa_routers_has_cuda() { return g_current_stream != nullptr ? 1 : 0; }
 
 // Register the routers at `dispatch_key` ("CUDA"; the CPU tests take "CPU" to drive the fallback
-// path with CPU tensors) of the ops in `ops` (bit 0: the forward, bit 1: the backward; Python has
-// checked each op's live schema). nullptr on success, else why not (nothing registered).
+// path with CPU tensors) of the ops in `ops` (bit 0: the flash forward, bit 1: its backward, bits 2
+// and 3: the efficient-attention forward and backward; Python has checked each op's live schema). nullptr on success, else why not (nothing registered).
 const char* flashsdpa_routers_register(int ops, const char* dispatch_key) {
   if (g_table == nullptr) return refuse("flashsdpa_routers_init has not succeeded");
   if (g_library != nullptr) return refuse("already registered");
   TorchLibraryHandle library = nullptr;
   if (aoti_torch_library_init_impl("aten", dispatch_key, __FILE__, __LINE__, &library) != AOTI_TORCH_SUCCESS)
     return refuse(std::string("torch::Library(aten, IMPL, ") + dispatch_key + ") failed");
-  const std::array<std::pair<const char*, void (*)(StableIValue*, uint64_t, uint64_t)>, 2> routes{
+  const std::array<std::pair<const char*, void (*)(StableIValue*, uint64_t, uint64_t)>, 4> routes{
       {{"_scaled_dot_product_flash_attention", &sdpa_flash_forward},
-       {"_scaled_dot_product_flash_attention_backward", &sdpa_flash_backward}}};
+       {"_scaled_dot_product_flash_attention_backward", &sdpa_flash_backward},
+       {"_scaled_dot_product_efficient_attention", &eff_forward},
+       {"_scaled_dot_product_efficient_attention_backward", &eff_backward}}};
+  if ((ops & 12) && g_native_reasons == nullptr) return refuse("flashsdpa_routers_init_masked has not succeeded");
   for (size_t i = 0; i < routes.size(); ++i) {
     if (!(ops >> i & 1)) continue;
     if (torch_library_impl(library, routes[i].first, routes[i].second, TORCH_ABI_VERSION) != AOTI_TORCH_SUCCESS) {

@@ -99,12 +99,17 @@ if [[ "${SANITIZE:-0}" == 1 ]]; then
   # reports inside our kernels: PyTorch's own kernels may legitimately read memory torch.empty
   # left uninitialized. The caching allocator is off so that an access inside one of its
   # segments but outside the tensor is not mistaken for a legal one.
-  for tool in memcheck racecheck synccheck initcheck; do
+  # racecheck instruments only our kernels (--kernel-name kns=flashsdpa): on cuBLAS's nvjet kernels,
+  # which the tests' references run, it reports hazards of theirs and ran past 90 s (session 21:
+  # two of the subset's cases done); racecheck's question is only about our shared memory.
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
     t0=$(date +%s)
     exitcode=(--error-exitcode 9)
     [[ "$tool" == initcheck ]] && exitcode=()
+    filter=()
+    [[ "$tool" == racecheck ]] && filter=(--kernel-name kns=flashsdpa)
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" \
-      "${exitcode[@]}" --target-processes all \
+      "${exitcode[@]}" "${filter[@]}" --target-processes all \
       $PY -m pytest tests/gpu/test_kernels.py tests/gpu/test_kvcache.py tests/gpu/test_features_gpu.py -q -x -p no:cacheprovider -k "sanitizer_subset" \
       > "$OUT/sanitize_$tool.log" 2>&1
     src=$?

@@ -152,7 +152,9 @@ def test_python_routers_take_every_op_without_the_cxx_ones(monkeypatch: pytest.M
         for route in routers._ROUTES:
             if hasattr(torch.ops.aten, route.op):
                 assert [line for line in cuda_kernels(route.op) if "routers.py" in line], route.op
-    assert collect_info()["routers"] == {"sdpa_flash": "python", "python_because": "libflashsdpa_routers.so was not built"}
+    assert collect_info()["routers"] == {"sdpa_flash": "python", "python_because": "libflashsdpa_routers.so was not built",
+                                         "sdpa_efficient": "python",
+                                         "efficient_python_because": "libflashsdpa_routers.so was not built"}  # fmt: skip
 
 
 def test_env_keeps_the_python_routers(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -309,3 +311,41 @@ def test_fallback_road_raises_the_kernels_error(cpu_road: None) -> None:
 
     expected = error(lambda: cpu_forward(q, k, k))
     assert error(lambda: torch.ops.aten._scaled_dot_product_flash_attention(q, k, k)) == expected
+
+
+# ---- the efficient-attention ops (routers.cpp's eff_forward / eff_backward) --------------------------
+
+
+def test_native_reasons_agree_with_the_python_router() -> None:
+    """routers.cpp finds the first two of routers_masked.eff_forward_reason's reasons itself (query
+    dtype, then no attn_bias) and reports them by index into NATIVE_REASONS: the Python router must
+    give exactly those sentences, in that order, for the same calls."""
+    from flashsdpa import routers_masked
+
+    q = torch.randn(1, 2, 8, 16)
+    bias = torch.zeros(1, 1, 8, 8)
+    for dtype, index in ((torch.float32, 0), (torch.float64, 1)):
+        t = q.to(dtype)
+        for b in (None, bias.to(dtype)):  # the dtype decides first, with or without a mask
+            assert routers_masked.eff_forward_reason(t, t, t, b, 0.0, False) == routers_masked.NATIVE_REASONS[index]
+    half = q.to(torch.bfloat16)
+    assert routers_masked.eff_forward_reason(half, half, half, None, 0.1, True) == routers_masked.NATIVE_REASONS[2]
+    assert routers_masked.NATIVE_REASONS[2] == routers_masked.NO_BIAS_REASON
+
+
+@needs_library
+def test_library_has_as_many_native_reasons_as_python() -> None:
+    from flashsdpa import routers_masked
+
+    lib = cxx_routers._open(cxx_routers.LIBRARY)
+    assert lib.flashsdpa_routers_native_reasons() == len(routers_masked.NATIVE_REASONS)
+
+
+@needs_library
+def test_masked_ops_stay_python_without_cudas_native_kernels(library: Any) -> None:
+    """On a torch without libtorch_cuda's AOTInductor shims (a CPU-only torch) the library refuses the
+    efficient-attention ops: their Python routers keep them, with the reason in `info`."""
+    if torch.cuda.is_available():
+        pytest.skip("this torch has CUDA: tests/gpu/test_cxx_routers.py covers the masked ops")
+    assert "aoti_torch_cuda__scaled_dot_product_efficient_attention" in (cxx_routers._MASKED_REASON[0] or "")
+    assert library.flashsdpa_routers_register(4, b"CUDA") is not None  # refused: nothing registered

@@ -182,3 +182,35 @@ def test_direct_api_on_cpu_is_counted() -> None:
     assert ops["flashsdpa::fwd"] == ops["flashsdpa::bwd"] == {"served": 0, "fallback": 1}
     reason = "device cpu: flashsdpa.reference runs (our kernels need a CUDA device)"
     assert flashsdpa.stats()["fallback_reasons"] == {f"flashsdpa::fwd: {reason}": 1, f"flashsdpa::bwd: {reason}": 1}
+
+
+# ---- fallbacks the C++ routers run without Python (routers.cpp's masked ops) ------------------------
+
+
+def test_native_reason_cells_fold_into_stats_and_reset() -> None:
+    ops, reasons = ("aten::test_native_a", "aten::test_native_b"), ("reason one", "reason two")
+    cells = reporting.native_reason_cells(ops, reasons)
+    assert reporting.native_reason_cells(ops, reasons) is cells  # one block per op tuple
+    reporting.reset_stats()
+    cells[1] = 3  # [op 0][reason 1], as routers.cpp's count_native bumps it
+    cells[2] = 1  # [op 1][reason 0]
+    assert {k: n for k, n in flashsdpa.stats()["fallback_reasons"].items() if "test_native" in k} == {
+        "aten::test_native_a: reason two": 3, "aten::test_native_b: reason one": 1}  # fmt: skip
+    reporting.reset_stats()
+    assert list(cells) == [0, 0, 0, 0]
+    assert not any("test_native" in k for k in flashsdpa.stats()["fallback_reasons"])
+
+
+def test_report_each_call_follows_warnings_and_the_debug_level(caplog: pytest.LogCaptureFixture) -> None:
+    """The flag routers.cpp reads before running a fallback without Python: raised while fallbacks
+    are warned about or logged at DEBUG, so that those reach Python's reporting."""
+    assert reporting.report_each_call() is False and reporting.REPORT_EACH_CALL[0] == 0
+    flashsdpa.set_fallback_warnings(True)
+    try:
+        assert reporting.REPORT_EACH_CALL[0] == 1
+    finally:
+        flashsdpa.set_fallback_warnings(False)
+    assert reporting.REPORT_EACH_CALL[0] == 0
+    with caplog.at_level(logging.DEBUG, logger="flashsdpa"):
+        assert reporting.report_each_call() is True and reporting.REPORT_EACH_CALL[0] == 1
+    assert reporting.report_each_call() is False

@@ -76,6 +76,8 @@ def _print_info(info: dict[str, Any]) -> None:
     routers = info["routers"]
     row("SDPA flash routers", "C++ (libflashsdpa_routers)" if routers["sdpa_flash"] == "c++"
         else f"Python: {routers['python_because']}")  # fmt: skip
+    row("SDPA efficient routers", "C++ front, Python for masked half-precision calls"
+        if routers["sdpa_efficient"] == "c++" else f"Python: {routers['efficient_python_because']}")  # fmt: skip
     row("torch", tinfo["version"])
     row("  CUDA (torch)", tinfo["cuda"] or "none (CPU build)")
     row("  cuDNN", tinfo["cudnn"] if tinfo["cudnn"] is not None else "none")

@@ -34,17 +34,24 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from flashsdpa import _backend, reporting, routers
+from flashsdpa import _backend, reporting, routers, routers_masked
 from flashsdpa.reporting import log
 
-__all__ = ["LIBRARY", "RETURN_ORDER", "fallback_schema", "register", "unavailable_reason", "unregister"]
+__all__ = ["LIBRARY", "RETURN_ORDER", "fallback_schema", "masked_unavailable_reason", "register", "unavailable_reason",
+           "unregister"]  # fmt: skip
 
 LIBRARY = Path(__file__).with_name("libflashsdpa_routers.so")
 # FLASHSDPA_ROUTERS=python keeps the Python routers (A/B measurements, debugging).
 ROUTERS_ENV = "FLASHSDPA_ROUTERS"
 
-# The ops the C++ routers take, by their bit in flashsdpa_routers_register's mask.
+# The ops the C++ routers take, by their bit in flashsdpa_routers_register's mask. The efficient-
+# attention ones only where the library found PyTorch's kernels of them in AOTInductor's C shim
+# (flashsdpa_routers_init_masked): routers.cpp runs the calls only PyTorch takes (no attn_bias, a
+# float32 / float64 query) there, without Python, and hands the rest to routers_masked.py's router.
 _OP_BITS = {routers._SDPA_FWD: 1, routers._SDPA_BWD: 2}
+_MASKED_OP_BITS = {routers_masked._EFF_FWD: 4, routers_masked._EFF_BWD: 8}
+# The ops of reporting.native_reason_cells' block, in routers.cpp's [op] order.
+_NATIVE_OPS = (f"aten::{routers_masked._EFF_FWD}", f"aten::{routers_masked._EFF_BWD}")
 
 
 def fallback_name(op: str) -> str:
@@ -138,7 +145,32 @@ def _sdpa_backward_fallback(keyset: Any, *args: Any, scale: float | None = None,
     return _run_native(routers._SDPA_BWD, counts, why, keyset, args, {"scale": scale}, _BACKWARD_PLACEHOLDER)
 
 
-_FALLBACKS = {routers._SDPA_FWD: _sdpa_forward_fallback, routers._SDPA_BWD: _sdpa_backward_fallback}
+_FOUR_PLACEHOLDERS = (None, None, None, None)
+
+
+def _eff_forward_road(keyset: Any, *args: Any, scale: float | None = None, reason: str) -> Any:
+    # The Python router decides (serves, or falls back with its own reason and count).
+    try:
+        return routers_masked._eff_forward(keyset, *args, scale=scale)
+    except Exception as exc:  # noqa: BLE001 - handed to the C++ router, which raises it
+        _LIB.flashsdpa_routers_fail(str(exc).encode())
+        return _FOUR_PLACEHOLDERS
+
+
+def _eff_backward_road(keyset: Any, *args: Any, scale: float | None = None, reason: str) -> Any:
+    try:
+        return routers_masked._eff_backward(keyset, *args, scale=scale)
+    except Exception as exc:  # noqa: BLE001 - handed to the C++ router, which raises it
+        _LIB.flashsdpa_routers_fail(str(exc).encode())
+        return _FOUR_PLACEHOLDERS
+
+
+_FALLBACKS = {
+    routers._SDPA_FWD: _sdpa_forward_fallback,
+    routers._SDPA_BWD: _sdpa_backward_fallback,
+    routers_masked._EFF_FWD: _eff_forward_road,
+    routers_masked._EFF_BWD: _eff_backward_road,
+}
 
 
 def _define_fallbacks() -> None:
@@ -171,6 +203,9 @@ def _open(path: Path) -> Any:
     lib.flashsdpa_routers_unregister.restype = None
     lib.flashsdpa_routers_fail.restype = None
     lib.flashsdpa_routers_fail.argtypes = [ctypes.c_char_p]
+    lib.flashsdpa_routers_init_masked.restype = ctypes.c_char_p
+    lib.flashsdpa_routers_init_masked.argtypes = [ctypes.c_void_p] * 4
+    lib.flashsdpa_routers_native_reasons.restype = ctypes.c_int
     return lib
 
 
@@ -191,7 +226,31 @@ def load(path: Path = LIBRARY, table: int | None = None) -> tuple[Any, str | Non
     fwd_counts, bwd_counts = routers._SDPA_FWD_COUNTS, routers._SDPA_BWD_COUNTS
     refused = lib.flashsdpa_routers_init(address, _cell_address(routers.ROUTED), _cell_address(fwd_counts),
                                          _cell_address(bwd_counts))  # fmt: skip
+    if refused is None:
+        _init_masked(lib)
     return lib, None if refused is None else refused.decode()
+
+
+_MASKED_REASON: list[str | None] = [None]  # why the C++ routers leave the masked ops to Python, or None
+
+
+def _init_masked(lib: Any) -> None:
+    """Hand the library the masked ops' counts and report flag; where it refuses (no native shims
+    in this torch), routers_masked.py's Python routers keep those ops (the reason in `info`)."""
+    if lib.flashsdpa_routers_native_reasons() != len(routers_masked.NATIVE_REASONS):
+        _MASKED_REASON[0] = "routers.cpp's native reasons do not match routers_masked.NATIVE_REASONS: rebuild"
+        return
+    cells = reporting.native_reason_cells(_NATIVE_OPS, routers_masked.NATIVE_REASONS)
+    refused = lib.flashsdpa_routers_init_masked(
+        _cell_address(routers_masked._EFF_FWD_COUNTS), _cell_address(routers_masked._EFF_BWD_COUNTS),
+        _cell_address(cells), _cell_address(reporting.REPORT_EACH_CALL))  # fmt: skip
+    _MASKED_REASON[0] = None if refused is None else refused.decode()
+
+
+def masked_unavailable_reason() -> str | None:
+    """Why the C++ routers do not take the efficient-attention ops here, or None."""
+    reason = unavailable_reason()
+    return reason if reason is not None else _MASKED_REASON[0]
 
 
 _REASON: list[str | None] = []  # [why the C++ routers do not serve, or None], once decided
@@ -241,14 +300,18 @@ def register() -> frozenset[str]:
     ops (empty when the C++ routers do not serve here, or registration failed: it is logged)."""
     if unavailable_reason() is not None:
         return frozenset()
-    ops = frozenset(route.op for route in routers._ROUTES if route.op in _OP_BITS and routers.routable(route))
+    bits = dict(_OP_BITS)
+    if _MASKED_REASON[0] is None:
+        bits.update(_MASKED_OP_BITS)
+    ops = frozenset(route.op for route in routers._ROUTES if route.op in bits and routers.routable(route))
     if not ops:
         return ops
     _define_fallbacks()
     for op in ops:
         routers.capture_native(op)  # before registering: afterwards it would be ours
     _spend_override_warning()
-    refused = _LIB.flashsdpa_routers_register(sum(_OP_BITS[op] for op in ops), b"CUDA")
+    reporting.report_each_call()  # the DEBUG level as of this activation
+    refused = _LIB.flashsdpa_routers_register(sum(bits[op] for op in ops), b"CUDA")
     if refused is not None:
         log.warning("flashsdpa: the C++ routers did not register (%s); the Python routers serve", refused.decode())
         return frozenset()

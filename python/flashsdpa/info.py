@@ -91,9 +91,11 @@ def collect_info() -> dict[str, Any]:
 
 
 def _routers_info() -> dict[str, Any]:
-    """Which routers stand at the CUDA key of SDPA's flash ops: the C++ ones (libflashsdpa_routers)
-    or, with the reason, the Python ones."""
+    """Which routers stand at the CUDA key of SDPA's flash ops and of its efficient-attention ops:
+    the C++ ones (libflashsdpa_routers) or, with the reason, the Python ones."""
     from flashsdpa import cxx_routers
 
     reason = cxx_routers.unavailable_reason()
-    return {"sdpa_flash": "python" if reason else "c++", "python_because": reason}
+    masked = cxx_routers.masked_unavailable_reason()
+    return {"sdpa_flash": "python" if reason else "c++", "python_because": reason,
+            "sdpa_efficient": "python" if masked else "c++", "efficient_python_because": masked}  # fmt: skip

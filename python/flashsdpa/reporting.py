@@ -14,8 +14,8 @@ import os
 import warnings
 from typing import Any
 
-__all__ = ["Counts", "FallbackWarning", "counter", "int64_cells", "log", "note_fallback", "reset_stats",
-           "set_fallback_warnings", "stats"]  # fmt: skip
+__all__ = ["Counts", "FallbackWarning", "REPORT_EACH_CALL", "counter", "int64_cells", "log", "native_reason_cells",
+           "note_fallback", "report_each_call", "reset_stats", "set_fallback_warnings", "stats"]  # fmt: skip
 
 log = logging.getLogger("flashsdpa")
 
@@ -36,6 +36,24 @@ def set_fallback_warnings(enabled: bool = True) -> None:
     global _warn_fallbacks
     _warn_fallbacks = bool(enabled)
     _warned.clear()
+    report_each_call()
+
+
+# Whether every fallback must reach Python (the opt-in warning, or the DEBUG log): int64 memory the
+# C++ routers read before they run a masked call's PyTorch kernel without Python (cxx_routers.py).
+# Updated when warnings are switched and at each activation (a logger level set while active is
+# seen at the next enable()).
+REPORT_EACH_CALL = memoryview(bytearray(8)).cast("q")
+
+
+def report_each_call() -> bool:
+    """Refresh and return REPORT_EACH_CALL: True while a fallback is warned about or logged."""
+    each = _warn_fallbacks or log.isEnabledFor(logging.DEBUG)
+    REPORT_EACH_CALL[0] = int(each)
+    return each
+
+
+report_each_call()
 
 
 # Served / fallen-back counts per op: each router binds its own [served, fallback] pair once and
@@ -60,6 +78,35 @@ def counter(op: str) -> Counts:
     return counts
 
 
+# Fallbacks the C++ routers ran without Python (cxx_routers.py): per op, one int64 count per reason
+# of a fixed table (routers_masked.NATIVE_REASONS), folded into stats()' reasons as the Python
+# router's own "op: reason" keys, so a call reads the same whichever road it took.
+_NATIVE_REASONS: dict[str, tuple[tuple[str, ...], Counts]] = {}
+_NATIVE_BLOCKS: dict[tuple[tuple[str, ...], tuple[str, ...]], Counts] = {}
+
+
+def native_reason_cells(ops: tuple[str, ...], reasons: tuple[str, ...]) -> Counts:
+    """One block of len(ops) x len(reasons) int64 counts ([op][reason], by address from C++), the
+    same block for the same ops and reasons on every call."""
+    cells = _NATIVE_BLOCKS.get((ops, reasons))
+    if cells is not None:
+        return cells
+    cells = _NATIVE_BLOCKS[(ops, reasons)] = int64_cells(len(ops) * len(reasons))
+    for i, op in enumerate(ops):
+        _NATIVE_REASONS[op] = (reasons, cells[i * len(reasons) : (i + 1) * len(reasons)])
+    return cells
+
+
+def _reason_counts() -> dict[str, int]:
+    counts = dict(_REASON_COUNTS)
+    for op, (reasons, cells) in _NATIVE_REASONS.items():
+        for reason, n in zip(reasons, cells):
+            if n:
+                key = f"{op}: {reason}"
+                counts[key] = counts.get(key, 0) + n
+    return counts
+
+
 def stats() -> dict[str, Any]:
     """Counts since import (or reset_stats): ``{"served": n, "fallback": n, "ops": {op: {"served": n,
     "fallback": n}}, "fallback_reasons": {"op: reason": n}}``. Ops are the aten ops the routers
@@ -74,7 +121,7 @@ def stats() -> dict[str, Any]:
         "served": sum(c["served"] for c in ops.values()),
         "fallback": sum(c["fallback"] for c in ops.values()),
         "ops": ops,
-        "fallback_reasons": dict(_REASON_COUNTS),
+        "fallback_reasons": _reason_counts(),
     }
 
 
@@ -83,6 +130,9 @@ def reset_stats() -> None:
     for c in _COUNTS.values():
         c[0] = c[1] = 0
     _REASON_COUNTS.clear()
+    for _, cells in _NATIVE_REASONS.values():
+        for i in range(len(cells)):
+            cells[i] = 0
 
 
 def note_fallback(where: str, reason: str) -> None:

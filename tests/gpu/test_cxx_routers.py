@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import flashsdpa
-from flashsdpa import cxx_routers, routers
+from flashsdpa import cxx_routers, routers, routers_masked
 from helpers import fresh_compile, gpu_skip_reason, skip_unless_compiled
 
 GPU_SKIP = gpu_skip_reason()
@@ -269,3 +269,167 @@ def test_disable_leaves_pytorchs_kernels_untaxed() -> None:
     names = kernel_names(step)
     assert not ours(names, "fwd") and not ours(names, "bwd"), sorted(names)
     assert routers.ROUTED[0] == routed and served(FWD) == served(BWD) == 0
+
+
+# ---- the efficient-attention ops: PyTorch's kernel without Python for the calls only it takes -----
+# routers.cpp's eff_forward / eff_backward run a call with no attn_bias or a float32 / float64 query
+# on PyTorch's CUDA kernel through AOTInductor's C shim (no Python: issue 9's unserved-call cost),
+# and hand every other call to routers_masked.py's router. These tests hold them to PyTorch's own
+# results, errors and warnings, the Python routers' reasons, and to no Python on that road.
+EFF_FWD = f"aten::{routers_masked._EFF_FWD}"
+EFF_BWD = f"aten::{routers_masked._EFF_BWD}"
+
+
+@pytest.fixture
+def python_road(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The calls that reached routers_masked.py's efficient-attention routers (which still run)."""
+    seen: list[str] = []
+    for name in ("_eff_forward", "_eff_backward"):
+        real = getattr(routers_masked, name)
+
+        def spy(*args: Any, _real: Callable[..., Any] = real, _name: str = name, **kwargs: Any) -> Any:
+            seen.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(routers_masked, name, spy)
+    return seen
+
+
+def _masked_cxx() -> None:
+    reason = cxx_routers.masked_unavailable_reason()
+    assert reason is None, f"the C++ routers do not take the efficient-attention ops: {reason}"
+
+
+def train_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, **kwargs: Any) -> list[torch.Tensor]:
+    """Output and the three gradients of one SDPA call (fresh leaves each time)."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    out = F.scaled_dot_product_attention(*leaves, **kwargs)
+    out.backward(dout)
+    return [out.detach(), *(t.grad for t in leaves)]
+
+
+def float32_case(mask: bool) -> tuple[list[torch.Tensor], dict[str, Any]]:
+    torch.manual_seed(7)
+    q, k, v = (torch.randn(2, 4, 65, 64, device=DEVICE) for _ in range(3))
+    dout = torch.randn(2, 4, 65, 64, device=DEVICE)
+    kwargs: dict[str, Any] = {"is_causal": not mask}
+    if mask:  # a boolean key-padding mask: the entry hands it to SDPA as 0 / -inf
+        keep = torch.ones(2, 1, 65, 65, dtype=torch.bool, device=DEVICE)
+        keep[1, :, :, 50:] = False
+        kwargs["attn_mask"] = keep
+    return [q, k, v, dout], kwargs
+
+
+@pytest.mark.parametrize("mask", [False, True], ids=["causal", "masked"])
+def test_float32_training_call_runs_pytorchs_kernel_without_python(mask: bool, python_road: list[str]) -> None:
+    _masked_cxx()
+    (q, k, v, dout), kwargs = float32_case(mask)
+    expected, again = train_step(q, k, v, dout, **kwargs), train_step(q, k, v, dout, **kwargs)
+    flashsdpa.reset_stats()
+    with flashsdpa.enable():
+        assert "routers.cpp" in cuda_kernel_line(EFF_FWD) and "routers.cpp" in cuda_kernel_line(EFF_BWD)
+        got = train_step(q, k, v, dout, **kwargs)
+    assert python_road == []
+    for name, g, e, a in zip(("out", "dq", "dk", "dv"), got, expected, again):
+        # PyTorch's kernel on both sides: bitwise where it is reproducible itself, else within its own
+        # run-to-run spread.
+        spread = (a - e).abs().max().item()
+        assert (g - e).abs().max().item() <= 2 * spread, (name, (g - e).abs().max().item(), spread)
+    stats = flashsdpa.stats()
+    assert stats["ops"][EFF_FWD] == {"served": 0, "fallback": 1} and stats["ops"][EFF_BWD] == {"served": 0, "fallback": 1}
+    reason = routers_masked.NATIVE_REASONS[0]
+    assert {k: n for k, n in stats["fallback_reasons"].items() if k.startswith((EFF_FWD, EFF_BWD))} == {
+        f"{EFF_FWD}: {reason}": 1, f"{EFF_BWD}: {reason}": 1}  # fmt: skip
+    assert "routers.cpp" not in cuda_kernel_line(EFF_FWD)
+
+
+def test_fallback_warnings_send_float32_calls_down_the_python_road(python_road: list[str]) -> None:
+    _masked_cxx()
+    (q, k, v, dout), kwargs = float32_case(False)
+    expected = train_step(q, k, v, dout, **kwargs)
+    flashsdpa.reset_stats()
+    flashsdpa.set_fallback_warnings(True)
+    try:
+        with flashsdpa.enable(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = train_step(q, k, v, dout, **kwargs)
+    finally:
+        flashsdpa.set_fallback_warnings(False)
+    assert python_road == ["_eff_forward", "_eff_backward"]
+    reason = routers_masked.NATIVE_REASONS[0]
+    assert any(issubclass(w.category, flashsdpa.FallbackWarning) and reason in str(w.message) for w in caught)
+    assert torch.equal(got[0], expected[0])
+    # The same reasons, counted once each, as on the native road.
+    assert {k: n for k, n in flashsdpa.stats()["fallback_reasons"].items() if k.startswith((EFF_FWD, EFF_BWD))} == {
+        f"{EFF_FWD}: {reason}": 1, f"{EFF_BWD}: {reason}": 1}  # fmt: skip
+
+
+def test_unmasked_half_call_on_the_efficient_op_runs_natively(python_road: list[str]) -> None:
+    """sdpa_kernel(EFFICIENT_ATTENTION) on an unmasked bf16 call: the user's choice stands (PyTorch's kernel)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    _masked_cxx()
+    q, k, v = qkv(s=64)
+    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+        expected = F.scaled_dot_product_attention(q, k, v)
+        flashsdpa.reset_stats()
+        with flashsdpa.enable():
+            got = F.scaled_dot_product_attention(q, k, v)
+    assert python_road == [] and torch.equal(got, expected)
+    assert flashsdpa.stats()["fallback_reasons"].get(f"{EFF_FWD}: {routers_masked.NO_BIAS_REASON}") == 1
+
+
+def test_masked_half_call_on_the_efficient_op_is_served_through_the_python_road(python_road: list[str]) -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    _masked_cxx()
+    q, k, v = qkv(s=64)
+    bias = torch.randn(2, 4, 64, 64, device=DEVICE, dtype=BF16)
+    op = torch.ops.aten._scaled_dot_product_efficient_attention.default
+    reference = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=bias.double())
+    flashsdpa.reset_stats()
+    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION), flashsdpa.enable():
+        out = op(q, k, v, bias, True)[0]
+    assert python_road == ["_eff_forward"]
+    assert flashsdpa.stats()["ops"][EFF_FWD]["served"] == 1
+    torch_err = (op(q, k, v, bias, True)[0].double() - reference).abs().max().item()
+    assert (out.double() - reference).abs().max().item() <= 2 * torch_err + 1e-5
+
+
+def test_native_road_raises_pytorchs_error() -> None:
+    _masked_cxx()
+    q = torch.randn(1, 2, 16, 64, device=DEVICE)
+    k = v = torch.randn(1, 2, 16, 32, device=DEVICE)  # head dims differ: PyTorch's kernel refuses
+    op = torch.ops.aten._scaled_dot_product_efficient_attention.default
+    expected = outcome(lambda: op(q, k, v, None, True))
+    assert isinstance(expected[0], tuple), expected
+    with flashsdpa.enable():
+        got = outcome(lambda: op(q, k, v, None, True))
+    assert got == expected
+
+
+@pytest.mark.parametrize("warn_only", [True, False])
+def test_native_backward_keeps_pytorchs_deterministic_alert(warn_only: bool) -> None:
+    """Under torch.use_deterministic_algorithms, PyTorch's efficient backward warns or raises: so
+    does the same call inside enable()."""
+    _masked_cxx()
+    (q, k, v, dout), kwargs = float32_case(False)
+
+    def step() -> Any:
+        return train_step(q, k, v, dout, **kwargs)[1:]
+
+    was, was_warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=warn_only)
+    try:
+        # Twice outside: the warn-only alert is PyTorch's TORCH_WARN_ONCE (session 21 saw it on the first
+        # call of the process only), so the call inside enable() is compared with a repeat call.
+        outcome(step)
+        expected = outcome(step)
+        with flashsdpa.enable():
+            got = outcome(step)
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=was_warn_only)
+    if isinstance(expected[0], tuple):
+        assert got == expected
+    else:
+        assert got[1] == expected[1] and torch.equal(got[0], expected[0])
