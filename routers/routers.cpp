@@ -821,7 +821,8 @@ int flashsdpa_routers_has_cuda() { return g_current_stream != nullptr ? 1 : 0; }
 
 // Register the routers at `dispatch_key` ("CUDA"; the CPU tests take "CPU" to drive the fallback
 // path with CPU tensors) of the ops in `ops` (bit 0: the flash forward, bit 1: its backward, bits 2
-// and 3: the efficient-attention forward and backward; Python has checked each op's live schema). nullptr on success, else why not (nothing registered).
+// and 3: the efficient-attention forward and backward; Python has checked each op's live schema).
+// nullptr on success, else why not (nothing registered).
 const char* flashsdpa_routers_register(int ops, const char* dispatch_key) {
   if (g_table == nullptr) return refuse("flashsdpa_routers_init has not succeeded");
   if (g_library != nullptr) return refuse("already registered");

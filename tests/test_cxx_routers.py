@@ -349,3 +349,33 @@ def test_masked_ops_stay_python_without_cudas_native_kernels(library: Any) -> No
         pytest.skip("this torch has CUDA: tests/gpu/test_cxx_routers.py covers the masked ops")
     assert "aoti_torch_cuda__scaled_dot_product_efficient_attention" in (cxx_routers._MASKED_REASON[0] or "")
     assert library.flashsdpa_routers_register(4, b"CUDA") is not None  # refused: nothing registered
+
+
+def test_masked_ops_python_road_runs_the_router_and_hands_its_errors_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The efficient-attention ops' fallback ops run routers_masked.py's router, looked up per call,
+    with the arguments as given; an error it raises goes to the C++ router (flashsdpa_routers_fail)
+    and the op returns placeholders of the right arity."""
+    from flashsdpa import routers_masked
+
+    seen: list[tuple[Any, ...]] = []
+    def router(keyset: Any, *args: Any, scale: Any = None) -> str:
+        seen.append((keyset, args, scale))
+        return "out"
+
+    monkeypatch.setattr(routers_masked, "_eff_forward", router)
+    road = cxx_routers._FALLBACKS[routers_masked._EFF_FWD]
+    assert road("ks", 1, 2, 3, scale=0.5, reason="") == "out" and seen == [("ks", (1, 2, 3), 0.5)]
+
+    failed: list[bytes] = []
+
+    class FakeLib:
+        def flashsdpa_routers_fail(self, message: bytes) -> None:
+            failed.append(message)
+
+    def refuse(keyset: Any, *args: Any, scale: Any = None) -> Any:
+        raise RuntimeError("PyTorch's message")
+
+    monkeypatch.setattr(cxx_routers, "_LIB", FakeLib())
+    monkeypatch.setattr(routers_masked, "_eff_backward", refuse)
+    road = cxx_routers._FALLBACKS[routers_masked._EFF_BWD]
+    assert road("ks", 1, reason="") == (None, None, None, None) and failed == [b"PyTorch's message"]

@@ -148,28 +148,25 @@ def _sdpa_backward_fallback(keyset: Any, *args: Any, scale: float | None = None,
 _FOUR_PLACEHOLDERS = (None, None, None, None)
 
 
-def _eff_forward_road(keyset: Any, *args: Any, scale: float | None = None, reason: str) -> Any:
-    # The Python router decides (serves, or falls back with its own reason and count).
-    try:
-        return routers_masked._eff_forward(keyset, *args, scale=scale)
-    except Exception as exc:  # noqa: BLE001 - handed to the C++ router, which raises it
-        _LIB.flashsdpa_routers_fail(str(exc).encode())
-        return _FOUR_PLACEHOLDERS
+def _python_road(router: str) -> Any:
+    """The fallback op of a masked op: routers_masked.<router> decides (serves, or falls back with
+    its own reason and count); looked up per call. Its errors go to the C++ router, which raises them."""
 
+    def road(keyset: Any, *args: Any, scale: float | None = None, reason: str) -> Any:
+        try:
+            return getattr(routers_masked, router)(keyset, *args, scale=scale)
+        except Exception as exc:  # noqa: BLE001 - handed to the C++ router, which raises it
+            _LIB.flashsdpa_routers_fail(str(exc).encode())
+            return _FOUR_PLACEHOLDERS
 
-def _eff_backward_road(keyset: Any, *args: Any, scale: float | None = None, reason: str) -> Any:
-    try:
-        return routers_masked._eff_backward(keyset, *args, scale=scale)
-    except Exception as exc:  # noqa: BLE001 - handed to the C++ router, which raises it
-        _LIB.flashsdpa_routers_fail(str(exc).encode())
-        return _FOUR_PLACEHOLDERS
+    return road
 
 
 _FALLBACKS = {
     routers._SDPA_FWD: _sdpa_forward_fallback,
     routers._SDPA_BWD: _sdpa_backward_fallback,
-    routers_masked._EFF_FWD: _eff_forward_road,
-    routers_masked._EFF_BWD: _eff_backward_road,
+    routers_masked._EFF_FWD: _python_road("_eff_forward"),
+    routers_masked._EFF_BWD: _python_road("_eff_backward"),
 }
 
 

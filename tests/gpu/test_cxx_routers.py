@@ -300,7 +300,8 @@ def _masked_cxx() -> None:
     assert reason is None, f"the C++ routers do not take the efficient-attention ops: {reason}"
 
 
-def train_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, **kwargs: Any) -> list[torch.Tensor]:
+def train_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor,
+               **kwargs: Any) -> list[torch.Tensor]:  # fmt: skip
     """Output and the three gradients of one SDPA call (fresh leaves each time)."""
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
     out = F.scaled_dot_product_attention(*leaves, **kwargs)
@@ -336,7 +337,8 @@ def test_float32_training_call_runs_pytorchs_kernel_without_python(mask: bool, p
         spread = (a - e).abs().max().item()
         assert (g - e).abs().max().item() <= 2 * spread, (name, (g - e).abs().max().item(), spread)
     stats = flashsdpa.stats()
-    assert stats["ops"][EFF_FWD] == {"served": 0, "fallback": 1} and stats["ops"][EFF_BWD] == {"served": 0, "fallback": 1}
+    assert stats["ops"][EFF_FWD] == {"served": 0, "fallback": 1}
+    assert stats["ops"][EFF_BWD] == {"served": 0, "fallback": 1}
     reason = routers_masked.NATIVE_REASONS[0]
     assert {k: n for k, n in stats["fallback_reasons"].items() if k.startswith((EFF_FWD, EFF_BWD))} == {
         f"{EFF_FWD}: {reason}": 1, f"{EFF_BWD}: {reason}": 1}  # fmt: skip
@@ -418,7 +420,8 @@ def test_native_backward_keeps_pytorchs_deterministic_alert(warn_only: bool) -> 
     def step() -> Any:
         return train_step(q, k, v, dout, **kwargs)[1:]
 
-    was, was_warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    was = torch.are_deterministic_algorithms_enabled()
+    was_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     torch.use_deterministic_algorithms(True, warn_only=warn_only)
     try:
         # Twice outside: the warn-only alert is PyTorch's TORCH_WARN_ONCE (session 21 saw it on the first
