@@ -161,6 +161,9 @@ def per_call(dtype: torch.dtype, device: str) -> None:
         with torch.no_grad():
             F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
+    def grad_fwd() -> None:  # the forward with grad alone (its graph dropped): step - this = the backward
+        F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
     def aten() -> None:
         with torch.no_grad():
             eff(q, k, v, None, True, 0.0, True)
@@ -169,7 +172,7 @@ def per_call(dtype: torch.dtype, device: str) -> None:
         out = eff(q, k, v, None, True, 0.0, True)[0]
         torch.autograd.grad(out, (q, k, v), g)
 
-    calls = {"sdpa step": step, "sdpa no-grad": fwd}
+    calls = {"sdpa step": step, "sdpa grad fwd": grad_fwd, "sdpa no-grad": fwd}
     if device != "cpu":  # the efficient op has no CPU kernel
         calls.update({"aten eff fwd": aten, "aten eff step": aten_bwd})
         # The backward op on the main thread (not autograd's device thread), and PyTorch's kernel
