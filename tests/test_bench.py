@@ -38,6 +38,18 @@ def test_rotated_order_changes_each_round() -> None:
     assert rounds.rotated([], 2) == []
 
 
+def test_spread_runs_each_problem_early_midway_and_late() -> None:
+    items = list("abcdef")
+    orders = [rounds.spread(items, r, 3) for r in range(3)]
+    assert orders == [list("abcdef"), list("cdefab"), list("efabcd")]
+    # Over the rounds every item takes a different third of the order; round 0 is the list itself
+    # (its correctness checks see every problem first there).
+    for item in items:
+        thirds = sorted(order.index(item) * 3 // len(items) for order in orders)
+        assert thirds == [0, 1, 2], (item, thirds)
+    assert rounds.spread(items, 5, 1) == items and rounds.spread([], 1, 3) == []
+
+
 def test_merge_takes_the_median_and_keeps_every_round() -> None:
     r = _row("flashsdpa", [1.0, 3.0, 2.0])
     assert r.ms == 2.0 and r.round_ms == [1.0, 3.0, 2.0] and len(r.round_tflops) == 3

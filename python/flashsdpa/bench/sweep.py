@@ -2,7 +2,8 @@
 #
 # The sweep's problems, one measured configuration (timed, checked, and proved to have run the
 # backend it is labelled with), the progress line, and the rounds: each round times every backend
-# of every configuration once (backends rotated from round to round), inputs regenerated from a
+# of every configuration once (backends rotated from round to round, and the configurations by a
+# round's share of the list: rounds.spread), inputs regenerated from a
 # per-problem seed so every round sees the same data, the correctness spot check in round 0 only.
 """The benchmark's sweep on a CUDA GPU."""
 
@@ -19,7 +20,7 @@ from torch import Tensor
 
 from flashsdpa.bench.check import Reference, check, spot_reference
 from flashsdpa.bench.problems import THEIRS, Problem, Result, served_total
-from flashsdpa.bench.rounds import Key, merge, rotated
+from flashsdpa.bench.rounds import Key, merge, rotated, spread
 from flashsdpa.bench.timing import (
     UNSUPPORTED,
     backend_context,
@@ -140,7 +141,7 @@ def sweep(
     try:
         for round_index in range(args.rounds):
             order = rotated(backends, round_index)
-            for problem in problems:
+            for problem in spread(problems, round_index, args.rounds):
                 torch.manual_seed(_seed(problem))
                 sets = input_sets(problem, dtype, args.layout, sets_needed(problem, dtype))
                 for direction in directions:
