@@ -157,6 +157,44 @@ struct BwdTraitsSm90 {
 
 namespace bwd_sm90 {
 
+// ---- the dQ hand-over's timeline (dev only: -DFLASHSDPA_SM90_BWD_TIMELINE=1) -------------------------
+// Session 18's stall samples put 4.6% of the consumers' samples at the dq_empty wait with two
+// staging buffers (the writer more than a step behind at times), and four reorderings of the
+// writer's protocol did not say why (kernel_notes_bwd_sm90.md, "The dQ hand-over"). One CTA's
+// clock64 stamps per step (one SM's counter: every role of the CTA reads the same clock), read back
+// by scripts/dev/bwd_check_sm90.cu's `timeline` mode, say whether the wait is the writer's flag
+// (another CTA's first store), the TMA unit's reduce, or the producer; the CTA is timeline_cta (set
+// by the harness). Off by default: stamp() is then empty and the kernels' SASS is the same as
+// without it (bf16 d128 / d64 checked). On, the sm90 backward kernels spill 4-8 bytes (ptxas 13.0):
+// its times are a diagnostic of the protocol, not a measurement of the default kernel.
+#ifndef FLASHSDPA_SM90_BWD_TIMELINE
+#define FLASHSDPA_SM90_BWD_TIMELINE 0
+#endif
+enum TimelineEvent : int {
+  kTlStepStart,   // consumer warpgroup 0, thread 0: top of step i
+  kTlQFull,       //   step i's Q stage has landed
+  kTlStageWait,   //   stage_dq(i): before waiting for a free staging buffer
+  kTlStageGot,    //   ... the buffer is free
+  kTlStaged,      //   ... tile i staged and published (dq_full)
+  kTlWriterFull,  // writer: tile i seen
+  kTlWriterFlag,  //   the block's flag seen (first store / deterministic), the bulk op next
+  kTlWriterRead,  //   the TMA unit has read the buffer (or, first store, the copy has landed)
+  kTlWriterFree,  //   buffer freed (dq_empty)
+  kTlLoadEmpty,   // producer: step i's Q stage free and its loads issued
+  kTimelineEvents
+};
+constexpr int kTimelineSteps = 256;
+#if FLASHSDPA_SM90_BWD_TIMELINE
+__device__ long long timeline[kTimelineEvents * kTimelineSteps];
+__device__ int timeline_cta;
+#endif
+__device__ __forceinline__ void stamp([[maybe_unused]] TimelineEvent event, [[maybe_unused]] int step,
+                                      [[maybe_unused]] bool who = true) {
+#if FLASHSDPA_SM90_BWD_TIMELINE
+  if (who && int(blockIdx.x) == timeline_cta && step < kTimelineSteps) timeline[event * kTimelineSteps + step] = clock64();
+#endif
+}
+
 constexpr int kBarDs = 1;  // both consumer warpgroups: dS^T of the step written (256 threads)
 
 // Warps of the producer warpgroup: TMA loads (one thread), LSE / delta rows, the dQ writer.
@@ -302,6 +340,7 @@ __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayou
     const int s = i % Traits::kStages;
     const uint32_t parity = (i / Traits::kStages) & 1;
     load(sm.q_empty(s), sm.q_full(s), sm.q_slot(s), &args.tma_q, parity, range.head(i), range.m_block(i));
+    stamp(kTlLoadEmpty, i);
     load(sm.do_empty(s), sm.do_full(s), sm.do_slot(s), &args.tma_do, parity, range.head(i), range.m_block(i));
   }
 }
@@ -388,15 +427,18 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
                        : p.dq_semaphore + (int64_t(batch) * p.heads_q + head) * m_blocks + m_block;
     const uint32_t bytes = rows * Traits::kHeadDim * 4;
     sm90::mbar_wait(sm.dq_full(b), (i / Traits::kDqBufs) & 1);
+    stamp(kTlWriterFull, i);
     const int turn = sem == nullptr ? -1
                                     : order.turn(n_block, mask.template n_block_min<Traits::kBlockM, Traits::kBlockN>(m_block),
                                                  mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(m_block));
     if (first_store && turn == 0) {
       // The block's first tile: a plain copy onto the unzeroed accumulator; the others add once
       // it has landed (the word turns 1).
+      stamp(kTlWriterFlag, i);
       bulk_store(dst, sm.dq_buf(b), bytes);
       bulk_commit_group();
       bulk_wait_all();
+      stamp(kTlWriterRead, i);
       sm90::fence_proxy_async_global();
       sm90::st_release_gpu(sem, 1);
       if (pending != nullptr) {  // the previous add has landed too
@@ -412,6 +454,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
         }
       }
       if (sem != nullptr) sm90::fence_proxy_async_global();  // the add after what the flag announced
+      stamp(kTlWriterFlag, i);
       bulk_reduce_add_f32(dst, sm.dq_buf(b), bytes);
       bulk_commit_group();
       if (ordered) {
@@ -420,6 +463,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
         sm90::st_release_gpu(sem, turn + 1);
       } else {
         bulk_wait_read_all();
+        stamp(kTlWriterRead, i);
         if (first_store) {
           // Count the previous add once it has landed (one step late, so the wait costs nothing
           // here): the word then reaches the number of key blocks that visit the query block,
@@ -434,6 +478,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
       }
     }
     sm90::mbar_arrive(sm.dq_empty(b));
+    stamp(kTlWriterFree, i);
   }
   bulk_wait_all();
   if (pending != nullptr) {
@@ -499,7 +544,9 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   // S^T GEMM is issued, so the tensor cores have work while the warpgroups stage it.
   auto stage_dq = [&](int step) {
     const int buf = step % Traits::kDqBufs;
+    stamp(kTlStageWait, step, cwg == 0 && tid == 0);
     sm90::mbar_wait(sm.dq_empty(buf), ((step / Traits::kDqBufs) & 1) ^ 1);
+    stamp(kTlStageGot, step, cwg == 0 && tid == 0);
     const int q_row = warp * 16 + lane / 4;
     const int64_t row0 = seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM;
     // DqAccumLayout puts a thread's pairs of two adjacent n8 blocks (j, j + 1: columns 8j + 2t, +1
@@ -527,6 +574,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     }
     sm90::fence_async_shared();
     sm90::mbar_arrive(sm.dq_full(buf));
+    stamp(kTlStaged, step, cwg == 0 && tid == 0);
   };
   // (kOverlap) dQ[:, kDqCols cwg .. + kDqCols) = dS K over all 128 keys, dS^T from buffer `buf`
   // (M-major A, N-major B), one commit group.
@@ -635,11 +683,13 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     // when a group crosses the loop's back edge and a non-wgmma instruction (the staging) reads its
     // accumulator in the next iteration; dV and dK cross it freely (only wgmmas read theirs in the
     // loop). The runtime `if` costs nothing here: ptxas 13.0 keeps all 32 HGMMAs asynchronous.
+    stamp(kTlStepStart, i, cwg == 0 && tid == 0);
     if constexpr (Traits::kOverlap) {
       if (i > 0) issue_dq((i - 1) % 2);
     }
     // S^T = K Q^T and dP^T = V dO^T, two commit groups; the previous step's dQ is staged between.
     sm90::mbar_wait(sm.q_full(s), parity);
+    stamp(kTlQFull, i, cwg == 0 && tid == 0);
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {

@@ -6,6 +6,7 @@
 // the slopes' and sinks' gradients.
 //
 //   bash scripts/dev/build_bwd_check_sm90.sh && /tmp/bwd_check_sm90 [check|bench|all|det|mods] [64|128]
+//   bash scripts/dev/build_bwd_check_sm90.sh /tmp/bwd_tl -DFLASHSDPA_SM90_BWD_TIMELINE=1 && /tmp/bwd_tl timeline 128 [CTA]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -351,6 +352,68 @@ int run_mods() {
   return failures;
 }
 
+// ---- "timeline": one CTA's dQ hand-over, step by step (build with -DFLASHSDPA_SM90_BWD_TIMELINE=1) ----
+// The bar shape (B 2, H 16, S 8k, non-causal; 128 steps per key block), warmed up, then one call with
+// the stamps zeroed; clock64 cycles from the CTA's first stamp. Per step: the consumer's step start,
+// its Q stage's arrival, the staging's wait for a free buffer (got - wait), the writer's tile seen,
+// flag seen, buffer read by the TMA unit and freed, and the producer's Q loads issued; then the
+// medians that say where the consumers' dq_empty wait comes from.
+int run_timeline(int cta) {
+#if FLASHSDPA_SM90_BWD_TIMELINE
+  using namespace bwd_sm90;
+  Run r = setup(Problem{2, 16, 16, 8192, 8192, 0});
+  CHECK_CUDA(cudaMemcpyToSymbol(timeline_cta, &cta, sizeof cta));
+  for (int it = 0; it < 3; ++it) CHECK_CUDA(run_family(r, true, false));
+  std::vector<long long> h(kTimelineEvents * kTimelineSteps, 0);
+  CHECK_CUDA(cudaMemcpyToSymbol(timeline, h.data(), h.size() * sizeof(long long)));
+  CHECK_CUDA(run_family(r, true, false));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  CHECK_CUDA(cudaMemcpyFromSymbol(h.data(), timeline, h.size() * sizeof(long long)));
+  auto at = [&](int event, int step) { return h[event * kTimelineSteps + step]; };
+  long long base = 0;
+  int steps = 0;
+  for (int step = 0; step < kTimelineSteps; ++step) {
+    if (at(kTlStepStart, step) == 0) break;
+    steps = step + 1;
+  }
+  for (int e = 0; e < kTimelineEvents; ++e)
+    for (int step = 0; step < steps; ++step)
+      if (at(e, step) != 0 && (base == 0 || at(e, step) < base)) base = at(e, step);
+  static const char* names[kTimelineEvents] = {"start", "q_full", "stg_wait", "stg_got", "staged",
+                                               "w_full", "w_flag", "w_read", "w_free", "load"};
+  std::printf("timeline of CTA %d (d%d), %d steps, cycles from its first stamp\nstep", cta, g_dim, steps);
+  for (const char* n : names) std::printf(" %9s", n);
+  std::printf(" | step len  stg wait  flag wait  tma read  staged->freed\n");
+  std::vector<long long> len, wait, flag, read, lag;
+  for (int step = 0; step < steps; ++step) {
+    std::printf("%4d", step);
+    for (int e = 0; e < kTimelineEvents; ++e) std::printf(" %9lld", at(e, step) ? at(e, step) - base : -1);
+    const long long l = step + 1 < steps ? at(kTlStepStart, step + 1) - at(kTlStepStart, step) : 0;
+    const long long w = at(kTlStageGot, step) - at(kTlStageWait, step);
+    const long long f = at(kTlWriterFlag, step) - at(kTlWriterFull, step);
+    const long long t = at(kTlWriterRead, step) - at(kTlWriterFlag, step);
+    const long long g = at(kTlWriterFree, step) - at(kTlStaged, step);
+    std::printf(" | %8lld %9lld %10lld %9lld %14lld\n", l, w, f, t, g);
+    if (l > 0) len.push_back(l);
+    wait.push_back(w), flag.push_back(f), read.push_back(t), lag.push_back(g);
+  }
+  auto med = [](std::vector<long long> v) {
+    if (v.empty()) return 0ll;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const long long waited = std::count_if(wait.begin(), wait.end(), [](long long w) { return w > 200; });
+  std::printf("medians (cycles): step %lld, staging wait %lld (steps waiting > 200: %lld of %d), flag wait %lld, "
+              "TMA read %lld, staged -> freed %lld\n", med(len), med(wait), waited, steps, med(flag), med(read), med(lag));
+  release(r);
+  return 0;
+#else
+  (void)cta;
+  std::fprintf(stderr, "timeline: build with -DFLASHSDPA_SM90_BWD_TIMELINE=1\n");
+  return 2;
+#endif
+}
+
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "all";
   if (argc > 2) g_dim = std::atoi(argv[2]);
@@ -425,6 +488,7 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaDeviceSynchronize());
     release(r);
   }
+  if (what == "timeline") return run_timeline(argc > 3 ? std::atoi(argv[3]) : 1000);
   if (what == "small") bench_small();
   if (what == "gqa") {  // the Llama-style model's training shapes (GQA 16/4, causal)
     bench(8192, 1, 1, 16, 4);
