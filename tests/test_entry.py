@@ -224,6 +224,17 @@ def test_eager_path_serves(
     assert stats["served"] == 1 and stats["fallback"] == 0
 
 
+def test_eager_path_off_sends_no_grad_calls_through_sdpa(monkeypatch: pytest.MonkeyPatch, launches: Launches) -> None:
+    """FLASHSDPA_EAGER=0 (entry._EAGER_PATH): a call the eager path would serve goes through
+    PyTorch's SDPA instead (to the routers on a GPU), with SDPA's own answer."""
+    monkeypatch.setattr(entry, "_EAGER_PATH", False)
+    q, k, v = plain()
+    with flashsdpa.enable(), torch.no_grad():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert launches.calls == [] and served_eagerly() == 0
+    torch.testing.assert_close(out, entry._TORCH_SDPA(q, k, v, is_causal=True), rtol=0, atol=0)
+
+
 @contextlib.contextmanager
 def cuda_autocast() -> Iterator[None]:
     torch.set_autocast_enabled("cuda", True)  # torch.autocast("cuda") turns itself off without a GPU

@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import os
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,6 +75,12 @@ _active = False
 # does while any mode is active (the mode may rely on SDPA's own ops). A count, not a flag, for
 # nesting; shared by threads (another thread's handler only sends a call down the usual road).
 _IN_HANDLER = [0]
+# Whether calls without grad take the eager path at all (FLASHSDPA_EAGER=0: no, they go through
+# SDPA to the routers). Built when the routers were Python (a router body of ~9 us); with the C++
+# routers the road through SDPA may be the cheaper one (session 21's rows: our C++ router 3.5-4.2
+# us under PyTorch's flash op on equal work, the eager path 0.4-5.7 us over PyTorch's F.sdpa):
+# scripts/dev/eager_ab.py measures the two, per call and in generation, before any default changes.
+_EAGER_PATH = os.environ.get("FLASHSDPA_EAGER", "1").strip() not in ("0", "off", "false")
 
 
 def _sdpa_arguments(
@@ -315,7 +322,7 @@ def scaled_dot_product_attention(*args: Any, **kwargs: Any) -> Any:
     ):
         return _to_pytorch(args, kwargs, query, key, value, attn_mask, 0.0, False, False, remember=False)
     if attn_mask is None:
-        if _eager_skip_reason(query, key, value, dropout_p, enable_gqa) is None:
+        if _EAGER_PATH and _eager_skip_reason(query, key, value, dropout_p, enable_gqa) is None:
             return _eager_sdpa(query, key, value, is_causal, scale)
         direct = not _flash_path_shapes(query, key, value, is_causal)
     else:
