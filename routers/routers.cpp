@@ -613,8 +613,9 @@ void sdpa_flash_backward(StableIValue* stack, uint64_t num_args, uint64_t num_ou
 
 // aoti_torch_cuda__scaled_dot_product_efficient_attention[_backward]: AOTInductor's C shim of the
 // op's CUDA kernel (libtorch_cuda; the signatures of torch 2.11 to 2.13's c_shim_cuda.h, which
-// cxx_routers.py checks against the live schemas before it asks for these routers). Resolved at
-// init; absent (a CPU-only torch), the masked routers are not registered here.
+// AOTInductor keeps: a changed signature gets a new, suffixed name, so an old name keeps its
+// arguments; the aten ops' own schemas are checked by routers.routable before registration).
+// Resolved at init; absent (a CPU-only torch), the masked routers are not registered here.
 using EffFwdFn = AOTITorchError (*)(AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, AtenTensorHandle*, int32_t,
                                     double, int32_t, double*, AtenTensorHandle*, AtenTensorHandle*, AtenTensorHandle*,
                                     AtenTensorHandle*);
@@ -638,7 +639,7 @@ const int64_t* g_report_each_call = nullptr;
 enum NativeReason : int { kFloat32 = 0, kFloat64 = 1, kNoBias = 2, kNativeReasons = 3 };
 
 // An optional argument, read without taking it: the stable ABI boxes `T?` as a pointer to a
-// StableIValue, or null for None. The box stays the stack's until consume_optional.
+// StableIValue, or null for None. The box stays the stack's until consume_optional_*.
 const StableIValue* optional_box(StableIValue value) {
   return reinterpret_cast<const StableIValue*>(static_cast<uintptr_t>(value));
 }
