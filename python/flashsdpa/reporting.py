@@ -39,21 +39,6 @@ def set_fallback_warnings(enabled: bool = True) -> None:
     report_each_call()
 
 
-# Whether every fallback must reach Python (the opt-in warning, or the DEBUG log): int64 memory the
-# C++ routers read before they run a masked call's PyTorch kernel without Python (cxx_routers.py).
-# Updated when warnings are switched and at each activation (a logger level set while active is
-# seen at the next enable()).
-REPORT_EACH_CALL = memoryview(bytearray(8)).cast("q")
-
-
-def report_each_call() -> bool:
-    """Refresh and return REPORT_EACH_CALL: True while a fallback is warned about or logged."""
-    each = _warn_fallbacks or log.isEnabledFor(logging.DEBUG)
-    REPORT_EACH_CALL[0] = int(each)
-    return each
-
-
-report_each_call()
 
 
 # Served / fallen-back counts per op: each router binds its own [served, fallback] pair once and
@@ -70,6 +55,23 @@ def int64_cells(n: int) -> Counts:
     return memoryview(bytearray(8 * n)).cast("q")
 
 
+# Whether every fallback must reach Python (the opt-in warning, or the DEBUG log): int64 memory the
+# C++ routers read before they run a masked call's PyTorch kernel without Python (cxx_routers.py).
+# Updated when warnings are switched and at each activation (a logger level set while active is
+# seen at the next enable()).
+REPORT_EACH_CALL = int64_cells(1)
+
+
+def report_each_call() -> bool:
+    """Refresh and return REPORT_EACH_CALL: True while a fallback is warned about or logged."""
+    each = _warn_fallbacks or log.isEnabledFor(logging.DEBUG)
+    REPORT_EACH_CALL[0] = int(each)
+    return each
+
+
+report_each_call()
+
+
 def counter(op: str) -> Counts:
     """The live ``[served, fallback]`` counts of ``op``, created on first use."""
     counts = _COUNTS.get(op)
@@ -81,7 +83,6 @@ def counter(op: str) -> Counts:
 # Fallbacks the C++ routers ran without Python (cxx_routers.py): per op, one int64 count per reason
 # of a fixed table (routers_masked.NATIVE_REASONS), folded into stats()' reasons as the Python
 # router's own "op: reason" keys, so a call reads the same whichever road it took.
-_NATIVE_REASONS: dict[str, tuple[tuple[str, ...], Counts]] = {}
 _NATIVE_BLOCKS: dict[tuple[tuple[str, ...], tuple[str, ...]], Counts] = {}
 
 
@@ -89,20 +90,17 @@ def native_reason_cells(ops: tuple[str, ...], reasons: tuple[str, ...]) -> Count
     """One block of len(ops) x len(reasons) int64 counts ([op][reason], by address from C++), the
     same block for the same ops and reasons on every call."""
     cells = _NATIVE_BLOCKS.get((ops, reasons))
-    if cells is not None:
-        return cells
-    cells = _NATIVE_BLOCKS[(ops, reasons)] = int64_cells(len(ops) * len(reasons))
-    for i, op in enumerate(ops):
-        _NATIVE_REASONS[op] = (reasons, cells[i * len(reasons) : (i + 1) * len(reasons)])
+    if cells is None:
+        cells = _NATIVE_BLOCKS[(ops, reasons)] = int64_cells(len(ops) * len(reasons))
     return cells
 
 
 def _reason_counts() -> dict[str, int]:
     counts = dict(_REASON_COUNTS)
-    for op, (reasons, cells) in _NATIVE_REASONS.items():
-        for reason, n in zip(reasons, cells):
+    for (ops, reasons), cells in _NATIVE_BLOCKS.items():
+        for i, n in enumerate(cells):
             if n:
-                key = f"{op}: {reason}"
+                key = f"{ops[i // len(reasons)]}: {reasons[i % len(reasons)]}"
                 counts[key] = counts.get(key, 0) + n
     return counts
 
@@ -130,7 +128,7 @@ def reset_stats() -> None:
     for c in _COUNTS.values():
         c[0] = c[1] = 0
     _REASON_COUNTS.clear()
-    for _, cells in _NATIVE_REASONS.values():
+    for cells in _NATIVE_BLOCKS.values():
         for i in range(len(cells)):
             cells[i] = 0
 

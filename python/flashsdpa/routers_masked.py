@@ -75,14 +75,10 @@ def _eff_mods(attn_bias: Tensor, query: Tensor, key: Tensor, backward: bool) -> 
     return ops_masks.masked_mods(0.0, None, None, attn_bias, shape, skip=skip)
 
 
-def _dtype_reason(dtype: torch.dtype) -> str:
-    return f"query.dtype={dtype}: needs float16 or bfloat16"
-
-
 # The reasons the C++ routers (routers.cpp's NativeReason) find themselves, in its order, for the
 # calls they run on PyTorch's kernel without Python: eff_forward_reason's first two checks give
 # exactly these sentences, so a call is reported the same on either road.
-NATIVE_REASONS = (_dtype_reason(torch.float32), _dtype_reason(torch.float64), NO_BIAS_REASON)
+NATIVE_REASONS = (selection.dtype_reason(torch.float32), selection.dtype_reason(torch.float64), NO_BIAS_REASON)
 
 
 def eff_forward_reason(query: Tensor, key: Tensor, value: Tensor, attn_bias: Tensor | None, dropout_p: float,
@@ -90,7 +86,7 @@ def eff_forward_reason(query: Tensor, key: Tensor, value: Tensor, attn_bias: Ten
     """Why the efficient-attention routers leave this call to PyTorch's kernel, or None. The first
     two checks are the C++ routers' (NATIVE_REASONS), in their order."""
     if query.dtype not in selection.HALF_DTYPES:
-        return _dtype_reason(query.dtype)
+        return selection.dtype_reason(query.dtype)
     if attn_bias is None:
         return NO_BIAS_REASON
     if dropout_p != 0.0:
