@@ -225,14 +225,39 @@ def test_eager_path_serves(
 
 
 def test_eager_path_off_sends_no_grad_calls_through_sdpa(monkeypatch: pytest.MonkeyPatch, launches: Launches) -> None:
-    """FLASHSDPA_EAGER=0 (entry._EAGER_PATH): a call the eager path would serve goes through
+    """FLASHSDPA_EAGER=0 (entry._EAGER_OVERRIDE): a call the eager path would serve goes through
     PyTorch's SDPA instead (to the routers on a GPU), with SDPA's own answer."""
-    monkeypatch.setattr(entry, "_EAGER_PATH", False)
+    monkeypatch.setattr(entry, "_EAGER_OVERRIDE", False)
     q, k, v = plain()
     with flashsdpa.enable(), torch.no_grad():
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     assert launches.calls == [] and served_eagerly() == 0
     torch.testing.assert_close(out, entry._TORCH_SDPA(q, k, v, is_causal=True), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "override,cxx_forward,expected",
+    [(None, False, True), (None, True, False), (True, True, True), (False, False, False)],
+)
+def test_eager_path_only_where_the_python_router_would_serve(
+    monkeypatch: pytest.MonkeyPatch, override: bool | None, cxx_forward: bool, expected: bool
+) -> None:
+    """Each activation decides: the eager path where SDPA's flash forward has the Python router
+    (the cheaper road then), not where the C++ router serves it (through SDPA is cheaper);
+    FLASHSDPA_EAGER forces either."""
+    monkeypatch.setattr(entry, "_EAGER_OVERRIDE", override)
+    patch = entry.patch_torch(cxx_forward)
+    try:
+        assert entry._EAGER_PATH is expected
+    finally:
+        assert entry.unpatch_torch(patch)
+
+
+@pytest.mark.parametrize(
+    "value,expected", [(None, None), ("", None), (" 1 ", True), ("on", True), ("0", False), ("Off", False), ("false", False)]
+)
+def test_eager_override_from_the_environment(value: str | None, expected: bool | None) -> None:
+    assert entry._eager_override(value) is expected
 
 
 @contextlib.contextmanager

@@ -415,48 +415,75 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
   const bool ordered = p.deterministic && p.dq_semaphore != nullptr;
   const bool first_store = p.dq_first_store && p.dq_semaphore != nullptr;
   grid_dependency_wait();  // dq_accum and the semaphores are zeroed by the preprocess
-  int32_t* pending = nullptr;  // (first store) the block of the last add not yet counted
+  // Semaphores by index into p.dq_semaphore (32 bits: B * H * m_blocks words, far below 2^31 for
+  // any dq_accum that fits a GPU), so the writer's state fits the producer warpgroup's 24 registers.
+  int pending = -1;  // (first store) the block of the last add not yet counted
+  // The flag probe: once step i's bulk op is issued, step i + 1's flag is read once (acquire, no
+  // spin) and, set, followed by the proxy fence, while the TMA unit reads step i's tile; step i + 1
+  // then goes straight to its add. A turn-0 step's flag reads 0 (its own store sets it). Session
+  // 22's timeline (B 2, H 16, S 8k, d128, CTA 1000) had the writer's ~4,500-cycle tile spend
+  // ~1,100 between seeing the tile and issuing its add, and the consumers waiting ~190 cycles a
+  // step for a staging buffer; with the probe the whole backward ran +0.4-5.1% at d128, +2.9-5.8%
+  // at d64, +0.6-2.5% on the GQA train shapes (kernel_notes_bwd_sm90.md, "The flag probe").
+  bool flag_probed = false;  // this step's flag was read set (and fenced) during the last step
+  // Step i + 1 is the next head of the same query block, or the first head of the block before.
+  auto probe_next = [&](int i, int head, int sem_index) {
+    flag_probed = false;
+    if (!first_store || ordered || i + 1 >= range.count()) return;
+    const int next = head + 1 - range.head_begin < range.heads ? sem_index + m_blocks
+                                                                : sem_index - (range.heads - 1) * m_blocks - 1;
+    flag_probed = sm90::ld_acquire_gpu(p.dq_semaphore + next) != 0;
+    if (flag_probed) sm90::fence_proxy_async_global();  // the add after what the flag announced
+  };
   for (int i = 0; i < range.count(); ++i) {
     const int b = i % Traits::kDqBufs;
     const int head = range.head(i), m_block = range.m_block(i);
     const int rows = min(Traits::kBlockM, seq.seqlen_q - m_block * Traits::kBlockM);
     float* dst = p.dq_accum + batch * p.dq_accum_batch_stride + head * p.dq_accum_head_stride +
                  (seq.q_row_offset + m_block * Traits::kBlockM) * p.dq_accum_row_stride;
-    int32_t* sem = p.dq_semaphore == nullptr
-                       ? nullptr
-                       : p.dq_semaphore + (int64_t(batch) * p.heads_q + head) * m_blocks + m_block;
+    const int sem_index = (batch * p.heads_q + head) * m_blocks + m_block;
+    int32_t* sem = p.dq_semaphore == nullptr ? nullptr : p.dq_semaphore + sem_index;
     const uint32_t bytes = rows * Traits::kHeadDim * 4;
     sm90::mbar_wait(sm.dq_full(b), (i / Traits::kDqBufs) & 1);
     stamp(kTlWriterFull, i);
+    // The turn from per-step copies the empty asm makes opaque: ptxas otherwise hoists
+    // seqlen_q - 1 and ~n_block out of the loop into two vector registers and, with the probe's
+    // state, spills them (4-12 bytes, reloaded every step) from the writer's 24.
+    BlockMask m = mask;
+    int nb = n_block;
+    asm volatile("" : "+r"(m.seqlen_q), "+r"(nb));
     const int turn = sem == nullptr ? -1
-                                    : order.turn(n_block, mask.template n_block_min<Traits::kBlockM, Traits::kBlockN>(m_block),
-                                                 mask.template n_block_max<Traits::kBlockM, Traits::kBlockN>(m_block));
+                                    : order.turn(nb, m.template n_block_min<Traits::kBlockM, Traits::kBlockN>(m_block),
+                                                 m.template n_block_max<Traits::kBlockM, Traits::kBlockN>(m_block));
     if (first_store && turn == 0) {
       // The block's first tile: a plain copy onto the unzeroed accumulator; the others add once
       // it has landed (the word turns 1).
       stamp(kTlWriterFlag, i);
       bulk_store(dst, sm.dq_buf(b), bytes);
       bulk_commit_group();
+      probe_next(i, head, sem_index);
       bulk_wait_all();
       stamp(kTlWriterRead, i);
       sm90::fence_proxy_async_global();
       sm90::st_release_gpu(sem, 1);
-      if (pending != nullptr) {  // the previous add has landed too
-        red_release_add_gpu(pending, 1);
-        pending = nullptr;
+      if (pending >= 0) {  // the previous add has landed too
+        red_release_add_gpu(p.dq_semaphore + pending, 1);
+        pending = -1;
       }
     } else {
       if (ordered) {
         while (sm90::ld_acquire_gpu(sem) != turn) {
         }
-      } else if (first_store) {
+      } else if (first_store && !flag_probed) {
         while (sm90::ld_acquire_gpu(sem) == 0) {
         }
       }
-      if (sem != nullptr) sm90::fence_proxy_async_global();  // the add after what the flag announced
+      // the add after what the flag announced
+      if (sem != nullptr && !flag_probed) sm90::fence_proxy_async_global();
       stamp(kTlWriterFlag, i);
       bulk_reduce_add_f32(dst, sm.dq_buf(b), bytes);
       bulk_commit_group();
+      probe_next(i, head, sem_index);
       if (ordered) {
         bulk_wait_all();  // the adds have landed in global memory
         sm90::fence_proxy_async_global();
@@ -468,12 +495,12 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
           // Count the previous add once it has landed (one step late, so the wait costs nothing
           // here): the word then reaches the number of key blocks that visit the query block,
           // which the dQ postprocess waits for block by block.
-          if (pending != nullptr) {
+          if (pending >= 0) {
             bulk_wait_all_but_last();
             sm90::fence_proxy_async_global();
-            red_release_add_gpu(pending, 1);
+            red_release_add_gpu(p.dq_semaphore + pending, 1);
           }
-          pending = sem;
+          pending = sem_index;
         }
       }
     }
@@ -481,9 +508,9 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
     stamp(kTlWriterFree, i);
   }
   bulk_wait_all();
-  if (pending != nullptr) {
+  if (pending >= 0) {
     sm90::fence_proxy_async_global();
-    red_release_add_gpu(pending, 1);
+    red_release_add_gpu(p.dq_semaphore + pending, 1);
   }
 #endif
 }

@@ -75,12 +75,22 @@ _active = False
 # does while any mode is active (the mode may rely on SDPA's own ops). A count, not a flag, for
 # nesting; shared by threads (another thread's handler only sends a call down the usual road).
 _IN_HANDLER = [0]
-# Whether calls without grad take the eager path at all (FLASHSDPA_EAGER=0: no, they go through
-# SDPA to the routers). Built when the routers were Python (a router body of ~9 us); with the C++
-# routers the road through SDPA may be the cheaper one (session 21's rows: our C++ router 3.5-4.2
-# us under PyTorch's flash op on equal work, the eager path 0.4-5.7 us over PyTorch's F.sdpa):
-# scripts/dev/eager_ab.py measures the two, per call and in generation, before any default changes.
-_EAGER_PATH = os.environ.get("FLASHSDPA_EAGER", "1").strip() not in ("0", "off", "false")
+# Whether calls without grad take the eager path (our kernel run from here, skipping SDPA and the
+# router). It was built when the routers were Python (a router body of ~9 us); with the C++ router
+# serving SDPA's flash forward the road through SDPA is the cheaper one (session 22,
+# scripts/dev/eager_ab.py, H200 bf16, medians of 15 interleaved rounds, wall us a call: tiny
+# (1, 4, 64, 64) eager 26.8 / through SDPA 26.1, decode 1 x 4k GQA 32/8 and 16/4 36.5 / 32.1,
+# prefill 16 x 2k causal 45.7 / 45.7; the Llama-style decoder generating after a 4k prompt 8.89 /
+# 7.19 ms a token, PyTorch alone 7.31). So patch_torch() turns it on only where the Python router
+# would serve that op. FLASHSDPA_EAGER=1 / 0 (read at import; _EAGER_OVERRIDE) forces it either way.
+def _eager_override(value: str | None) -> bool | None:
+    if value is None or not value.strip():
+        return None
+    return value.strip().lower() not in ("0", "off", "false")
+
+
+_EAGER_OVERRIDE: bool | None = _eager_override(os.environ.get("FLASHSDPA_EAGER"))
+_EAGER_PATH = True  # set by patch_torch() on every activation
 
 
 def _sdpa_arguments(
@@ -380,11 +390,14 @@ class Patch:
     replaced: tuple[tuple[Any, str, Any, Any], ...]
 
 
-def patch_torch() -> Patch:
+def patch_torch(cxx_forward: bool = False) -> Patch:
     """Stand behind F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention and
     F.multi_head_attention_forward (the last as a copy of itself, for Dynamo's guards; its global
-    name is F's attribute, so its inner SDPA call and handle_torch_function see ours too)."""
-    global _active
+    name is F's attribute, so its inner SDPA call and handle_torch_function see ours too).
+    ``cxx_forward``: the C++ router serves SDPA's flash forward (no eager path then, unless
+    FLASHSDPA_EAGER=1 asks for it)."""
+    global _active, _EAGER_PATH
+    _EAGER_PATH = (not cxx_forward) if _EAGER_OVERRIDE is None else _EAGER_OVERRIDE
     ours = (
         (F, "scaled_dot_product_attention", scaled_dot_product_attention),
         (torch._C._nn, "scaled_dot_product_attention", scaled_dot_product_attention),

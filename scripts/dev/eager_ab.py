@@ -1,5 +1,6 @@
-"""eager_ab.py (session 21, prepared; not yet run): whether SDPA calls without grad should still take
-the SDPA entry's eager path (entry._EAGER_PATH) now that the routers are C++.
+"""eager_ab.py (session 21; run in session 22, whose rows made the road through SDPA the default
+where the C++ router serves): whether SDPA calls without grad should still take the SDPA entry's
+eager path (entry._EAGER_OVERRIDE) now that the routers are C++.
 
 The eager path runs our kernel from Python (decide, allocate, marshal, _C.fwd), skipping SDPA's
 dispatch and the router; it was built when the router body was ~9 us of Python. Session 21's
@@ -43,13 +44,13 @@ def variant(name: str) -> Iterator[None]:
     if name == "default":
         yield
         return
-    saved = entry._EAGER_PATH
-    entry._EAGER_PATH = name == "eager"
+    saved = entry._EAGER_OVERRIDE
+    entry._EAGER_OVERRIDE = name == "eager"
     try:
         with flashsdpa.enable():
             yield
     finally:
-        entry._EAGER_PATH = saved
+        entry._EAGER_OVERRIDE = saved
 
 
 def wall_us(fn: Callable[[], object], calls: int) -> float:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 import flashsdpa
-from flashsdpa import ops
+from flashsdpa import cxx_routers, entry, ops
 from helpers import (
     CAUSAL_MODES,
     Shape,
@@ -140,6 +140,14 @@ def test_value_head_dim_differs(request: pytest.FixtureRequest) -> None:
 
 
 # ---- the eager path: SDPA without autograd runs our kernel from the entry ---------------------------
+# On by default only where the Python router serves SDPA's flash forward (entry.patch_torch); these
+# tests force it on (FLASHSDPA_EAGER=1) and test_no_grad_road_follows_the_router checks the default.
+
+
+@pytest.fixture
+def eager_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(entry, "_EAGER_OVERRIDE", True)
+
 
 EAGER = "F.scaled_dot_product_attention (eager, no grad)"  # flashsdpa.stats()'s name for the eager path
 SDPA_FWD = "aten::_scaled_dot_product_flash_attention"
@@ -157,7 +165,8 @@ _EAGER_CASES = [
 
 @pytest.mark.parametrize("label,shape,kwargs,causal_mode", _EAGER_CASES, ids=[c[0] for c in _EAGER_CASES])
 def test_eager_no_grad(
-    request: pytest.FixtureRequest, label: str, shape: Shape, kwargs: dict[str, object], causal_mode: int
+    request: pytest.FixtureRequest, eager_path: None, label: str, shape: Shape, kwargs: dict[str, object],
+    causal_mode: int
 ) -> None:
     """Inside enable() under no_grad, SDPA runs our kernel straight from the entry: counted as the
     eager path only, PyTorch's result within the rule, and bitwise the forward that the routers
@@ -179,6 +188,32 @@ def test_eager_no_grad(
     assert torch.equal(out, routed.detach())
 
 
+@pytest.mark.parametrize("road", ["default", "python routers"])
+def test_no_grad_road_follows_the_router(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, road: str
+) -> None:
+    """By default a no-grad call goes through SDPA to the C++ router where that serves SDPA's
+    flash forward (the cheaper road there: session 22's eager_ab.py), and takes the eager path
+    where the Python router would; both give the same bits."""
+    shape = Shape("eager_road", 2, 8, 2, 113, 239, 64)
+    skip_unless_compiled(torch.bfloat16, shape.head_dim, shape.dv)
+    monkeypatch.setattr(entry, "_EAGER_OVERRIDE", None)
+    if road == "python routers":
+        monkeypatch.setattr(cxx_routers, "register", lambda: frozenset())
+    elif cxx_routers.unavailable_reason() is not None:
+        pytest.skip(f"the C++ routers do not serve here: {cxx_routers.unavailable_reason()}")
+    gen = _generator(request)
+    q, k, v = make_qkv(shape, torch.bfloat16, DEVICE, layout="bshd", generator=gen)
+    with flashsdpa.enable(), torch.no_grad(), Served() as served:
+        out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    assert served.ops == ({SDPA_FWD: 1} if road == "default" else {EAGER: 1}), served.ops
+    check_attention(q, k, v, None, out, scale=default_scale(64), causal_mode=0)
+    monkeypatch.setattr(entry, "_EAGER_OVERRIDE", road == "default")  # the other road
+    with flashsdpa.enable(), torch.no_grad():
+        other = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    assert torch.equal(out, other)
+
+
 def test_eager_path_not_taken_with_grad(request: pytest.FixtureRequest) -> None:
     """With inputs that require grad, SDPA goes through the routers and our backward runs."""
     shape = Shape("eager_grad", 2, 4, 4, 239, 239, 64)
@@ -187,7 +222,7 @@ def test_eager_path_not_taken_with_grad(request: pytest.FixtureRequest) -> None:
     check_attention(q, k, v, dout, out, grads, scale=default_scale(64), causal_mode=1)
 
 
-def test_eager_path_respects_autocast_and_sdpa_kernel(request: pytest.FixtureRequest) -> None:
+def test_eager_path_respects_autocast_and_sdpa_kernel(request: pytest.FixtureRequest, eager_path: None) -> None:
     """Under CUDA autocast SDPA casts first (our kernel then runs from the router); inside an
     sdpa_kernel context without flash nothing of ours runs."""
     shape = Shape("eager_ctx", 2, 4, 4, 113, 113, 64)
@@ -206,7 +241,7 @@ def test_eager_path_respects_autocast_and_sdpa_kernel(request: pytest.FixtureReq
     assert other.total == 0, other.ops
 
 
-def test_eager_path_under_cuda_graph_capture(request: pytest.FixtureRequest) -> None:
+def test_eager_path_under_cuda_graph_capture(request: pytest.FixtureRequest, eager_path: None) -> None:
     """A no-grad SDPA call captured in a CUDA graph inside enable(): its buffers come from the
     graph's pool, and each replay recomputes the output from the (refilled) inputs."""
     shape = Shape("eager_graph", 1, 4, 4, 128, 128, 64)
