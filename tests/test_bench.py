@@ -9,6 +9,7 @@ import contextlib
 import json
 import time
 import types
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -281,3 +282,20 @@ def test_model_samples_interleave_across_variants(monkeypatch: pytest.MonkeyPatc
     assert order == ["enable", "default", "default", "enable", "enable", "default"]
     by_variant = {r["variant"]: r for r in result["rows"]}
     assert by_variant["enable"]["round_ms"] == [11.0] and by_variant["default"]["round_ms"] == [21.0]
+
+
+def test_small_model_rows_give_every_variant_each_place_equally() -> None:
+    """The small models' host-bound rows sit at their bar within the rounds' noise: within a round
+    each variant must take each place of the rotated order equally often (5 samples over 2 variants
+    put one first 3 times in 5), whatever the round."""
+    small = [case for case in models.CASES if case.model.startswith("small")]
+    assert small
+    for case in small:
+        for round_index in range(3):
+            places = Counter(
+                (place, variant)
+                for sample in range(case.samples)
+                for place, variant in enumerate(rounds.rotated(case.variants, round_index + sample))
+            )
+            assert set(places.values()) == {case.samples // len(case.variants)}, (case.name, places)
+            assert len(places) == len(case.variants) ** 2, (case.name, places)

@@ -157,6 +157,14 @@ struct BwdTraitsSm90 {
 
 namespace bwd_sm90 {
 
+// (A/B only, session 22, prepared) -DFLASHSDPA_SM90_BWD_COUNT_PAIRS=1: the writer counts the
+// unordered adds two at a time (one wait, one proxy fence, one acq_rel fence, two relaxed reds)
+// instead of one a step (the timeline's ~1,100-1,300 cycles a tile after the TMA read). Default 0.
+#ifndef FLASHSDPA_SM90_BWD_COUNT_PAIRS
+#define FLASHSDPA_SM90_BWD_COUNT_PAIRS 0
+#endif
+constexpr bool kCountPairs = FLASHSDPA_SM90_BWD_COUNT_PAIRS != 0;
+
 // ---- the dQ hand-over's timeline (dev only: -DFLASHSDPA_SM90_BWD_TIMELINE=1) -------------------------
 // Session 18's stall samples put 4.6% of the consumers' samples at the dq_empty wait with two
 // staging buffers (the writer more than a step behind at times), and four reorderings of the
@@ -418,6 +426,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
   // Semaphores by index into p.dq_semaphore (32 bits: B * H * m_blocks words, far below 2^31 for
   // any dq_accum that fits a GPU), so the writer's state fits the producer warpgroup's 24 registers.
   int pending = -1;  // (first store) the block of the last add not yet counted
+  [[maybe_unused]] int pending2 = -1;  // (kCountPairs) the block of the add after it
   // The flag probe: once step i's bulk op is issued, step i + 1's flag is read once (acquire, no
   // spin) and, set, followed by the proxy fence, while the TMA unit reads step i's tile; step i + 1
   // then goes straight to its add. A turn-0 step's flag reads 0 (its own store sets it). Session
@@ -470,6 +479,10 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
         red_release_add_gpu(p.dq_semaphore + pending, 1);
         pending = -1;
       }
+      if (kCountPairs && pending2 >= 0) {
+        red_release_add_gpu(p.dq_semaphore + pending2, 1);
+        pending2 = -1;
+      }
     } else {
       if (ordered) {
         while (sm90::ld_acquire_gpu(sem) != turn) {
@@ -495,12 +508,28 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
           // Count the previous add once it has landed (one step late, so the wait costs nothing
           // here): the word then reaches the number of key blocks that visit the query block,
           // which the dQ postprocess waits for block by block.
-          if (pending >= 0) {
-            bulk_wait_all_but_last();
-            sm90::fence_proxy_async_global();
-            red_release_add_gpu(p.dq_semaphore + pending, 1);
+          if constexpr (kCountPairs) {
+            // Two adds wait for their count: both have landed once all but this step's have.
+            if (pending2 >= 0) {
+              bulk_wait_all_but_last();
+              sm90::fence_proxy_async_global();
+              fence_acq_rel_gpu();
+              red_relaxed_add_gpu(p.dq_semaphore + pending, 1);
+              red_relaxed_add_gpu(p.dq_semaphore + pending2, 1);
+              pending = sem_index, pending2 = -1;
+            } else if (pending >= 0) {
+              pending2 = sem_index;
+            } else {
+              pending = sem_index;
+            }
+          } else {
+            if (pending >= 0) {
+              bulk_wait_all_but_last();
+              sm90::fence_proxy_async_global();
+              red_release_add_gpu(p.dq_semaphore + pending, 1);
+            }
+            pending = sem_index;
           }
-          pending = sem_index;
         }
       }
     }
@@ -512,6 +541,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
     sm90::fence_proxy_async_global();
     red_release_add_gpu(p.dq_semaphore + pending, 1);
   }
+  if (kCountPairs && pending2 >= 0) red_release_add_gpu(p.dq_semaphore + pending2, 1);
 #endif
 }
 

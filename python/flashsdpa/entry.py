@@ -12,8 +12,9 @@
 #   other. Calls inside torch itself are not guarded that way; the one that matters,
 #   nn.MultiheadAttention's F.multi_head_attention_forward, is swapped for a copy with its own code
 #   object while active, and Dynamo guards on that code object.
-# - the eager path: calls that need no autograd run our kernel right here (_eager_skip_reason),
-#   skipping SDPA's dispatch and the router;
+# - the eager path (where the Python router serves SDPA's flash forward; against the C++ router
+#   SDPA's own road is the cheaper): calls that need no autograd run our kernel right here
+#   (_eager_skip_reason), skipping SDPA's dispatch and the router;
 # - the calls PyTorch's flash path turns away but our kernels serve (top-left causal with
 #   seqlen_q != seqlen_k, value head dim != query's, CausalBias masks) go to flashsdpa's op.
 # - a boolean CUDA attn_mask reaches PyTorch's SDPA as 0 / -inf (_with_additive_mask: PyTorch's

@@ -16,25 +16,15 @@ difference is the GPU's. Rows, default / enable, interleaved rounds, medians:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-import flashsdpa
-
-
-@contextlib.contextmanager
-def variant(name: str) -> Iterator[None]:
-    if name == "enable":
-        with flashsdpa.enable():
-            yield
-    else:
-        yield
+from small_fp32_profile import variant  # scripts/dev/ is on sys.path when this runs as a script
 
 
 def wall_us(step: Callable[[], None], steps: int, sync_each: bool) -> float:
