@@ -89,7 +89,13 @@ struct BwdTraitsSm90 {
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;  // also V
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T: keys x queries, one column block
   static constexpr int kDqBytes = kBlockM * kHeadDim * 4;  // fp32 dQ staging, dq_accum's row order
-  static constexpr int kDqBufs = 2;
+  // (A/B only, session 22, prepared) -DFLASHSDPA_SM90_BWD_DQ_BUFS64=3: a third staging buffer at
+  // d64, whose shared memory has room (130 of 232 KB; d128 has 1.9 KB left), so the writer's
+  // jitter no longer reaches the consumers. Default 2.
+#ifndef FLASHSDPA_SM90_BWD_DQ_BUFS64
+#define FLASHSDPA_SM90_BWD_DQ_BUFS64 2
+#endif
+  static constexpr int kDqBufs = kHeadDim == 64 ? FLASHSDPA_SM90_BWD_DQ_BUFS64 : 2;
   // LSE * log2(e) and delta of a stage's rows, then the stage's huge-LSE flag (16 bytes keep the
   // slots 16-byte aligned; at d128 the total is 230,536 of 232,448 bytes).
   static constexpr int kRowStatBytes = 2 * kBlockM * 4 + 16;
