@@ -438,8 +438,9 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
   // then goes straight to its add. A turn-0 step's flag reads 0 (its own store sets it). Session
   // 22's timeline (B 2, H 16, S 8k, d128, CTA 1000) had the writer's ~4,500-cycle tile spend
   // ~1,100 between seeing the tile and issuing its add, and the consumers waiting ~190 cycles a
-  // step for a staging buffer; with the probe the whole backward ran +0.4-5.1% at d128, +2.9-5.8%
-  // at d64, +0.6-2.5% on the GQA train shapes (kernel_notes_bwd_sm90.md, "The flag probe").
+  // step for a staging buffer; with the probe (this form) the whole backward ran +2.0-4.9% at
+  // d128, +2.7-5.2% at d64, +1.2-3.8% on the GQA train shapes (3 + 4 interleaved rounds,
+  // kernel_notes_bwd_sm90.md, "The flag probe").
   bool flag_probed = false;  // this step's flag was read set (and fenced) during the last step
   // Step i + 1 is the next head of the same query block, or the first head of the block before.
   auto probe_next = [&](int i, int head, int sem_index) {

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
-from flashsdpa import _backend, cxx_routers, routers
+from flashsdpa import _backend, cxx_routers
 from flashsdpa.entry import FLASH, Patch, patch_torch, unpatch_torch
 from flashsdpa.reporting import log
-from flashsdpa.routers import register_routers, unregister_routers
+from flashsdpa.routers import _SDPA_FWD, register_routers, unregister_routers
 
 __all__ = ["REGISTRY_NAME", "enable", "install", "is_active", "uninstall"]
 
@@ -130,7 +130,7 @@ def _activate() -> _Activation:
         saved_order = _prefer_flash() if usable else None
         try:
             saved_tag = _tag_caches()
-            patch = patch_torch(routers._SDPA_FWD in cxx_ops)  # last: nothing after it can fail
+            patch = patch_torch(_SDPA_FWD in cxx_ops)  # last: nothing after it can fail
         except BaseException:
             _restore_order(saved_order)
             raise

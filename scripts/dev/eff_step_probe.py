@@ -5,8 +5,7 @@ on the main thread +1.6 us inside enable(), but forward + torch.autograd.grad +1
 the backward costs more on autograd's device thread, or the step is bound by the GPU and the
 difference is the GPU's. Rows, default / enable, interleaved rounds, medians:
 1. wall us per step without a sync (throughput: max of host and GPU) and with a sync after each
-   step (latency: host + GPU in series), and the host's own time per step (the sync's wait left out
-   is not measurable; the sync row minus the GPU's kernel time approximates it);
+   step (latency: host + GPU in series; minus row 2's kernel time, roughly the host's share);
 2. torch.profiler over 50 steps of each: per-step kernel time and the ops' self CPU time by thread
    (main vs autograd's device thread), largest differences first.
 
