@@ -286,11 +286,6 @@ __device__ __forceinline__ void bulk_wait_all_but_last() {
 __device__ __forceinline__ void red_release_add_gpu(int32_t* p, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
-// *p += v, relaxed at GPU scope: a release where an acq_rel fence precedes it (the release pattern).
-__device__ __forceinline__ void red_relaxed_add_gpu(int32_t* p, int v) {
-  asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
 #endif
 
 // ---- shared-memory swizzle ----------------------------------------------------------------------

@@ -89,13 +89,9 @@ struct BwdTraitsSm90 {
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;  // also V
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T: keys x queries, one column block
   static constexpr int kDqBytes = kBlockM * kHeadDim * 4;  // fp32 dQ staging, dq_accum's row order
-  // (A/B only, session 22, prepared) -DFLASHSDPA_SM90_BWD_DQ_BUFS64=3: a third staging buffer at
-  // d64, whose shared memory has room (130 of 232 KB; d128 has 1.9 KB left), so the writer's
-  // jitter no longer reaches the consumers. Default 2.
-#ifndef FLASHSDPA_SM90_BWD_DQ_BUFS64
-#define FLASHSDPA_SM90_BWD_DQ_BUFS64 2
-#endif
-  static constexpr int kDqBufs = kHeadDim == 64 ? FLASHSDPA_SM90_BWD_DQ_BUFS64 : 2;
+  // Two dQ staging buffers: a third at d64 (room: 130 of 232 KB) ran 0.98-1.00x (session 23,
+  // kernel_notes_bwd_sm90.md, "Counting the adds in pairs"); d128 has no room (1.9 KB left).
+  static constexpr int kDqBufs = 2;
   // LSE * log2(e) and delta of a stage's rows, then the stage's huge-LSE flag (16 bytes keep the
   // slots 16-byte aligned; at d128 the total is 230,536 of 232,448 bytes).
   static constexpr int kRowStatBytes = 2 * kBlockM * 4 + 16;
@@ -162,14 +158,6 @@ struct BwdTraitsSm90 {
 };
 
 namespace bwd_sm90 {
-
-// (A/B only, session 22, prepared) -DFLASHSDPA_SM90_BWD_COUNT_PAIRS=1: the writer counts the
-// unordered adds two at a time (one wait, one proxy fence, one acq_rel fence, two relaxed reds)
-// instead of one a step (the timeline's ~1,100-1,300 cycles a tile after the TMA read). Default 0.
-#ifndef FLASHSDPA_SM90_BWD_COUNT_PAIRS
-#define FLASHSDPA_SM90_BWD_COUNT_PAIRS 0
-#endif
-constexpr bool kCountPairs = FLASHSDPA_SM90_BWD_COUNT_PAIRS != 0;
 
 // ---- the dQ hand-over's timeline (dev only: -DFLASHSDPA_SM90_BWD_TIMELINE=1) -------------------------
 // Session 18's stall samples put 4.6% of the consumers' samples at the dq_empty wait with two
@@ -432,7 +420,6 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
   // Semaphores by index into p.dq_semaphore (32 bits: B * H * m_blocks words, far below 2^31 for
   // any dq_accum that fits a GPU), so the writer's state fits the producer warpgroup's 24 registers.
   int pending = -1;  // (first store) the block of the last add not yet counted
-  [[maybe_unused]] int pending2 = -1;  // (kCountPairs) the block of the add after it
   // The flag probe: once step i's bulk op is issued, step i + 1's flag is read once (acquire, no
   // spin) and, set, followed by the proxy fence, while the TMA unit reads step i's tile; step i + 1
   // then goes straight to its add. A turn-0 step's flag reads 0 (its own store sets it). Session
@@ -457,7 +444,10 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
     const int rows = min(Traits::kBlockM, seq.seqlen_q - m_block * Traits::kBlockM);
     float* dst = p.dq_accum + batch * p.dq_accum_batch_stride + head * p.dq_accum_head_stride +
                  (seq.q_row_offset + m_block * Traits::kBlockM) * p.dq_accum_row_stride;
-    const int sem_index = (batch * p.heads_q + head) * m_blocks + m_block;
+    // Varlen runs carry no semaphore and their batch can be the packed total: 0 keeps the unused
+    // 32-bit product from overflowing (undefined, though never dereferenced).
+    const int sem_index =
+        p.dq_semaphore == nullptr ? 0 : (batch * p.heads_q + head) * m_blocks + m_block;
     int32_t* sem = p.dq_semaphore == nullptr ? nullptr : p.dq_semaphore + sem_index;
     const uint32_t bytes = rows * Traits::kHeadDim * 4;
     sm90::mbar_wait(sm.dq_full(b), (i / Traits::kDqBufs) & 1);
@@ -486,10 +476,6 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
         red_release_add_gpu(p.dq_semaphore + pending, 1);
         pending = -1;
       }
-      if (kCountPairs && pending2 >= 0) {
-        red_release_add_gpu(p.dq_semaphore + pending2, 1);
-        pending2 = -1;
-      }
     } else {
       if (ordered) {
         while (sm90::ld_acquire_gpu(sem) != turn) {
@@ -515,28 +501,13 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
           // Count the previous add once it has landed (one step late, so the wait costs nothing
           // here): the word then reaches the number of key blocks that visit the query block,
           // which the dQ postprocess waits for block by block.
-          if constexpr (kCountPairs) {
-            // Two adds wait for their count: both have landed once all but this step's have.
-            if (pending2 >= 0) {
-              bulk_wait_all_but_last();
-              sm90::fence_proxy_async_global();
-              fence_acq_rel_gpu();
-              red_relaxed_add_gpu(p.dq_semaphore + pending, 1);
-              red_relaxed_add_gpu(p.dq_semaphore + pending2, 1);
-              pending = sem_index, pending2 = -1;
-            } else if (pending >= 0) {
-              pending2 = sem_index;
-            } else {
-              pending = sem_index;
-            }
-          } else {
-            if (pending >= 0) {
-              bulk_wait_all_but_last();
-              sm90::fence_proxy_async_global();
-              red_release_add_gpu(p.dq_semaphore + pending, 1);
-            }
-            pending = sem_index;
+          // (Counting two adds at once, one wait and fence per pair, ran 0.98-1.02x: session 23.)
+          if (pending >= 0) {
+            bulk_wait_all_but_last();
+            sm90::fence_proxy_async_global();
+            red_release_add_gpu(p.dq_semaphore + pending, 1);
           }
+          pending = sem_index;
         }
       }
     }
@@ -548,7 +519,6 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
     sm90::fence_proxy_async_global();
     red_release_add_gpu(p.dq_semaphore + pending, 1);
   }
-  if (kCountPairs && pending2 >= 0) red_release_add_gpu(p.dq_semaphore + pending2, 1);
 #endif
 }
 

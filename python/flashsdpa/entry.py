@@ -207,6 +207,12 @@ def _eager_sdpa(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scal
     return out
 
 
+_DTYPE_REASONS: dict[torch.dtype, str] = {}
+# The dtypes our kernels take (float16, bfloat16; a narrowed build's missing one still takes the
+# usual roads, whose checks say why): a call in any other dtype reaches none of the entry's roads.
+_KERNEL_DTYPES = frozenset(selection.HALF_DTYPES)
+
+
 def _unserved_reason(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: float, is_causal: bool,
                      enable_gqa: bool) -> str:  # fmt: skip
     """Why a call SDPA ran never reached a router: explain()'s first reason, the cheap ones first.
@@ -215,8 +221,12 @@ def _unserved_reason(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p
         return "nested or non-tensor inputs that never reached flashsdpa's routers"
     if not query.is_cuda:
         return f"device {query.device.type}: needs a CUDA device"
-    if query.dtype not in selection.HALF_DTYPES:
-        return f"query.dtype={query.dtype}: needs float16 or bfloat16"
+    dtype = query.dtype
+    if dtype not in selection.HALF_DTYPES:
+        reason = _DTYPE_REASONS.get(dtype)
+        if reason is None:  # formatting a dtype is ~0.5 us: once per dtype
+            reason = _DTYPE_REASONS[dtype] = f"query.dtype={dtype}: needs float16 or bfloat16"
+        return reason
     try:
         reasons = selection.explain(query, key, value, attn_mask, dropout_p, is_causal, None, enable_gqa)
     except Exception:  # noqa: BLE001 - a reason is only a report; the call has run already
@@ -334,6 +344,11 @@ def scaled_dot_product_attention(*args: Any, **kwargs: Any) -> Any:
     ):
         return _to_pytorch(args, kwargs, query, key, value, attn_mask, 0.0, False, False, remember=False)
     if attn_mask is None:
+        if type(query) is Tensor and query.dtype not in _KERNEL_DTYPES:
+            # float32 / float64: no eager path, direct route or router of ours serves the call (they
+            # all need a kernel dtype), so skip their tests (about 1.2 us of the unserved float32
+            # call's ~5 us of entry Python on CPU, session 23) and hand it over.
+            return _to_pytorch(args, kwargs, query, key, value, None, dropout_p, is_causal, enable_gqa, scale)
         if _EAGER_PATH and _eager_skip_reason(query, key, value, dropout_p, enable_gqa) is None:
             return _eager_sdpa(query, key, value, is_causal, scale)
         direct = not _flash_path_shapes(query, key, value, is_causal)
