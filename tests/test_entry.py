@@ -323,7 +323,9 @@ NOT_EAGER: list[tuple[str, Callable[[], list[Tensor]], dict[str, Any], Callable[
     ("forward AD level", plain, {}, forward_ad.dual_level, "forward AD or a functorch transform"),
     ("a torch-function mode below ours", plain, {}, OtherFunctionMode, "another torch-function or dispatch mode"),
     ("a dispatch mode", plain, {}, OtherDispatchMode, "another torch-function or dispatch mode"),
-    ("float32", lambda: [t.float() for t in plain()], {}, contextlib.nullcontext, "our kernels cannot"),
+    # float32: the entry's dtype lane hands it over before the eager path's test (None: never asked;
+    # test_unserved_dtype_skips_our_roads below); a float16 call our kernels cannot read is asked.
+    ("float32", lambda: [t.float() for t in plain()], {}, contextlib.nullcontext, None),
     ("head dim not a multiple of 8", lambda: plain(d=100, dv=100), {}, contextlib.nullcontext, "our kernels cannot"),
     ("rows not 16-byte aligned", lambda: [t[..., 1:-7] for t in plain(d=72, dv=72)], {}, contextlib.nullcontext,
      "our kernels cannot"),
@@ -611,3 +613,31 @@ def test_direct_api_keeps_the_op_when_something_records(
     with context():
         out = flashsdpa.attention(q, k, v)
     assert launches.calls == [] and out.shape == q.shape
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_unserved_dtype_skips_our_roads(monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, is_causal: bool) -> None:
+    """A float32 / float64 call without a mask goes straight to PyTorch's SDPA: neither the eager
+    path's nor the direct route's tests run (none of them can serve it), the answer is PyTorch's
+    bit for bit, with the gradient, and the call is counted as a fallback with its reason."""
+
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("an unserved dtype reached one of the entry's roads")
+
+    monkeypatch.setattr(entry, "_eager_skip_reason", never)
+    monkeypatch.setattr(entry, "_direct_sdpa", never)
+    monkeypatch.setattr(entry, "_flash_path_shapes", never)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 16, dtype=dtype, requires_grad=True) for _ in range(3))
+    expected = entry._TORCH_SDPA(q, k, v, is_causal=is_causal)
+    (dq_expected,) = torch.autograd.grad(expected.sum(), (q,))
+    before = entry._SDPA_COUNTS[1]
+    with flashsdpa.enable():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+    assert entry._SDPA_COUNTS[1] == before + 1
+    assert torch.equal(out, expected)
+    (dq,) = torch.autograd.grad(out.sum(), (q,))
+    assert torch.equal(dq, dq_expected)
+    if dtype is torch.float32:
+        assert entry._unserved_reason(q, k, v, None, 0.0, False, False).startswith("device cpu")
