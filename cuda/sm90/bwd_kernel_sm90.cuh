@@ -444,8 +444,8 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
     const int rows = min(Traits::kBlockM, seq.seqlen_q - m_block * Traits::kBlockM);
     float* dst = p.dq_accum + batch * p.dq_accum_batch_stride + head * p.dq_accum_head_stride +
                  (seq.q_row_offset + m_block * Traits::kBlockM) * p.dq_accum_row_stride;
-    // Varlen runs carry no semaphore and their batch can be the packed total: 0 keeps the unused
-    // 32-bit product from overflowing (undefined, though never dereferenced).
+    // Varlen runs carry no semaphore, and there the unused product (sequences x heads x the longest
+    // sequence's query blocks) can pass 2^31: 0 keeps it from overflowing.
     const int sem_index =
         p.dq_semaphore == nullptr ? 0 : (batch * p.heads_q + head) * m_blocks + m_block;
     int32_t* sem = p.dq_semaphore == nullptr ? nullptr : p.dq_semaphore + sem_index;
