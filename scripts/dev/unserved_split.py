@@ -9,6 +9,7 @@ kernel on both sides), wall us per step over 200 steps, interleaved rounds, medi
   enable-raw   inside enable(), PyTorch's C function called directly: the C++ routers of the
                efficient ops (and SDPA's priority order) without the entry's Python
   enable       inside enable(), F.scaled_dot_product_attention: everything
+  enable-entry inside enable(), the entry function called by name (no lambda, no F lookup)
 
 so enable - enable-raw is the entry's Python, enable-raw - default the routers' (and the order's).
 
@@ -54,6 +55,7 @@ def main() -> None:
         "thin": (False, stepper(thin)),
         "enable-raw": (True, stepper(_SDPA)),
         "enable": (True, stepper(lambda *t: F.scaled_dot_product_attention(*t))),
+        "enable-entry": (True, stepper(entry.scaled_dot_product_attention)),
     }
     got: dict[str, list[float]] = {name: [] for name in variants}
     for r in range(args.rounds):
