@@ -118,23 +118,29 @@ if [[ "${SANITIZE:-0}" == 1 ]]; then
       tests=${RACECHECK_TESTS:-tests/gpu/test_kernels.py}
       limit=${RACECHECK_TIMEOUT:-240}
     fi
+    if [[ "$tool" == initcheck ]]; then
+      # Every report printed (the default stops at 100: session 25's first run showed only the
+      # first test's), and test_kernels.py's subset by default: it alone took 96 s under initcheck
+      # (session 25; the three files did not finish in 90 s). INITCHECK_TESTS picks others.
+      filter=(--print-limit 100000)
+      tests=${INITCHECK_TESTS:-tests/gpu/test_kernels.py}
+      limit=${INITCHECK_TIMEOUT:-200}
+    fi
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "$limit" compute-sanitizer --tool "$tool" \
       "${exitcode[@]}" "${filter[@]}" --target-processes all \
       $PY -m pytest $tests -q -x -p no:cacheprovider -k "sanitizer_subset" \
       > "$OUT/sanitize_$tool.log" 2>&1
     src=$?
     if [[ "$tool" == initcheck ]]; then
-      # A report is ours when one of its device frames is in namespace flashsdpa: its "at" line
-      # may name an inlined intrinsic instead (session 25: "at __ldcg(const float2 *)" inside our
-      # dQ postprocess, which the old count of "at .*flashsdpa" lines missed). Each of our reports'
-      # (kernel, source line) goes to initcheck_ours.txt with its count.
-      awk '/^=+ [A-Z][a-z]+ .*(read|write|access)/ { if (frame != "") print frame; frame = ""; inrep = 1; next }
-           inrep && frame == "" && /Device Frame: .*flashsdpa::/ { sub(/.*Device Frame: /, ""); frame = $0 }
-           END { if (frame != "") print frame }' "$OUT/sanitize_$tool.log" | sed -E 's/\+0x[0-9a-f]+//' \
-        | sort | uniq -c | sort -rn > "$OUT/initcheck_ours.txt"
-      ours=$(awk '{ n += $1 } END { print n + 0 }' "$OUT/initcheck_ours.txt")
+      # Ours: reports with a device frame in namespace flashsdpa (device_env.sh's initcheck_ours),
+      # listed in initcheck_ours.txt; those in the TMA blind spot (the words only cp.async.bulk
+      # wrote: device_env.sh says which and what checks them instead) are listed, not failed.
+      initcheck_ours "$OUT/sanitize_$tool.log" > "$OUT/initcheck_ours.txt"
+      blind=$(awk '/\[bulk-written\]$/ { n += $1 } END { print n + 0 }' "$OUT/initcheck_ours.txt")
+      ours=$(awk '!/\[bulk-written\]$/ { n += $1 } END { print n + 0 }' "$OUT/initcheck_ours.txt")
       [[ "$src" == 0 && "$ours" != 0 ]] && src=9
-      step "sanitizer $tool" "rc=$src, in our kernels: $ours, all: $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+      step "sanitizer $tool" "rc=$src, in our kernels: $ours (+$blind TMA-written), all: $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+      gzip -f "$OUT/sanitize_$tool.log"  # tens of MB with every report printed
     else
       step "sanitizer $tool" "rc=$src $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
     fi
