@@ -89,12 +89,14 @@ def test_overhead_report(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capture
     randn = torch.randn
     monkeypatch.setattr(torch, "randn", lambda *size, device=None, **kwargs: randn(*size, **kwargs))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(overhead, "ATTENTION_STEP_SHAPE", (1, 2, 16, 8))  # the structure, at CPU cost
     o = overhead.overhead_us(torch.bfloat16, rounds=3, calls_per_round=2)
     assert {"shape", "dtype", "us_per_call", "shim_overhead_us", "status", "bars_us"} <= set(o)
     assert o["shape"] == [1, 4, 64, 64] and o["dtype"] == "bfloat16"
     assert o["bars_us"] == {"no grad, equal work": 0.0, "grad (fwd)": 2.0, "backward": 2.0,
                             "unserved step (float32)": 2.0}  # fmt: skip
-    assert set(o["status"]) <= {"torch-flash (aten)", "flashsdpa-sdpa (aten)"}
+    # cuDNN has no CPU kernel either: its attention-step row is reported unsupported here.
+    assert set(o["status"]) <= {"torch-flash (aten)", "flashsdpa-sdpa (aten)", "torch-cudnn (attention step)"}
     assert set(o["us_per_call"]) == {"torch-flash", "flashsdpa-sdpa", "flashsdpa"}
     sides = {"torch-flash", "flashsdpa-sdpa"}
     for field in ("equal_us_per_call", "grad_us_per_call", "step_us_per_call", "bwd_us_per_call"):
@@ -114,7 +116,14 @@ def test_overhead_report(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capture
     unserved = o["unserved_step_us_per_call"]  # float32: PyTorch's kernels on both sides
     assert set(unserved) == {"torch-default", "flashsdpa-sdpa"} and all(v is not None for v in unserved.values())
     assert o["unserved_step_overhead_us"] == pytest.approx(unserved["flashsdpa-sdpa"] - unserved["torch-default"])
-    assert (o["rounds"], o["calls_per_round"]) == (3, 2) and len(o["us_spread"]) == 11
+    attention = o["attention_step_us_per_step"]  # issue 9's attention-only small step
+    assert o["attention_step_shape"] == [1, 2, 16, 8]
+    assert set(attention) == {"torch-flash", "torch-cudnn", "torch-default", "flashsdpa-sdpa"}
+    assert all(attention[name] is not None for name in ("torch-flash", "torch-default", "flashsdpa-sdpa"))
+    assert o["attention_step_vs_flash_us"] == pytest.approx(attention["flashsdpa-sdpa"] - attention["torch-flash"])
+    if attention["torch-cudnn"] is None:
+        assert o["attention_step_vs_cudnn_us"] is None
+    assert (o["rounds"], o["calls_per_round"]) == (3, 2) and len(o["us_spread"]) == 15
     json.dumps(o)  # goes into results.json as it is
     report.print_overhead(o)
     out = capsys.readouterr().out
@@ -122,6 +131,8 @@ def test_overhead_report(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capture
     assert out.count("\n  flashsdpa-sdpa ") == 1 and "shim overhead" in out
     assert "bars: no grad, equal work <= 0 us, grad (fwd) <= 2 us, backward <= 2 us" in out
     assert "unserved step (float32) <= 2 us over PyTorch alone" in out and "unserved step (float32 fwd + bwd" in out
+    assert "attention step (1x2x16x8 causal, fwd + bwd, us a step): torch-flash " in out
     names = [b.name for b in bars.overhead_bars(o)]
     assert names == ["shim per-call overhead, no grad, equal work", "shim per-call overhead, grad (fwd)",
-                     "shim per-call overhead, backward", "shim per-call overhead, unserved step (float32)"]  # fmt: skip
+                     "shim per-call overhead, backward", "shim per-call overhead, unserved step (float32)",
+                     "attention step 1x2x16x8 causal fwd+bwd: ours - FA2 only"]  # fmt: skip

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from flashsdpa.bench.overhead import OVERHEAD_BARS_US
+from flashsdpa.bench.overhead import ATTENTION_STEP_BAR_US, ATTENTION_STEP_SHAPE, OVERHEAD_BARS_US
 from flashsdpa.bench.problems import Result
 from flashsdpa.bench.rounds import counts, ratios
 
@@ -215,8 +215,13 @@ def overhead_bars(o: dict[str, Any] | None) -> list[Bar]:
         return []
     fields = {"no grad, equal work": "equal_shim_overhead_us", "grad (fwd)": "grad_shim_overhead_us",
               "backward": "bwd_shim_overhead_us", "unserved step (float32)": "unserved_step_overhead_us"}  # fmt: skip
-    return [Bar("overhead", f"shim per-call overhead, {name}", o.get(field), OVERHEAD_BARS_US[name], "µs", False)
+    bars = [Bar("overhead", f"shim per-call overhead, {name}", o.get(field), OVERHEAD_BARS_US[name], "µs", False)
             for name, field in fields.items()]  # fmt: skip
+    if "attention_step_vs_flash_us" in o:
+        shape = "x".join(str(n) for n in o.get("attention_step_shape", ATTENTION_STEP_SHAPE))
+        bars.append(Bar("overhead", f"attention step {shape} causal fwd+bwd: ours - FA2 only",
+                        o.get("attention_step_vs_flash_us"), ATTENTION_STEP_BAR_US, "µs", False))  # fmt: skip
+    return bars
 
 
 def print_bars(bars: Sequence[Bar], out: Any = None) -> None:

@@ -20,6 +20,13 @@ OVERHEAD_SHAPE = (1, 4, 64, 64)
 # PyTorch alone (issue 9's "no tax on calls we do not serve"; session 19 measured +90 to +200 us,
 # nearly all of it the efficient backward's Python router on autograd's device thread).
 OVERHEAD_BARS_US = {"no grad, equal work": 0.0, "grad (fwd)": 2.0, "backward": 2.0, "unserved step (float32)": 2.0}
+# Issue 9's attention-only small step: B 8, H 16, S 256, D 64, causal, forward + backward (a small
+# model's attention, where host time and per-launch costs weigh as much as the kernels), wall us a
+# step inside enable() against PyTorch's flash alone (the bar: <= 0 us), cuDNN alone and PyTorch's
+# default beside it. Until session 25 only scripts/dev/shim_cost.py measured it (its host / kernel
+# split of the gap to cuDNN stays there: a profiler pass per variant).
+ATTENTION_STEP_SHAPE = (8, 16, 256, 64)
+ATTENTION_STEP_BAR_US = 0.0
 
 # Variant -> (backend, road): "sdpa" F.sdpa without grad (PyTorch writes the LSE, our eager path
 # does not: not equal work, reported for what a user's inference call costs), "aten" the aten
@@ -38,7 +45,14 @@ _OVERHEAD_VARIANTS: dict[str, tuple[str, str]] = {
     "flashsdpa-sdpa (step)": ("flashsdpa-sdpa", "step"),
     "torch-default (unserved)": ("torch-default", "unserved"),
     "flashsdpa-sdpa (unserved)": ("flashsdpa-sdpa", "unserved"),
+    "torch-flash (attention step)": ("torch-flash", "attention"),
+    "torch-cudnn (attention step)": ("torch-cudnn", "attention"),
+    "torch-default (attention step)": ("torch-default", "attention"),
+    "flashsdpa-sdpa (attention step)": ("flashsdpa-sdpa", "attention"),
 }
+# Calls per round of a road, as a fraction of calls_per_round: the attention step (~130-300 us on
+# an H200's host) takes a quarter of the tiny calls' count, so a round stays ~0.1 s a variant.
+_ROAD_CALL_DIVISOR = {"attention": 4}
 _SIDES = ("torch-flash", "flashsdpa-sdpa")
 _UNSERVED_SIDES = ("torch-default", "flashsdpa-sdpa")
 
@@ -66,6 +80,8 @@ def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200
     dout = torch.randn(OVERHEAD_SHAPE, device="cuda", dtype=dtype)
     leaves32 = [t.detach().float().requires_grad_() for t in (q, k, v)]
     dout32 = dout.float()
+    att = [torch.randn(ATTENTION_STEP_SHAPE, device="cuda", dtype=dtype).requires_grad_() for _ in range(3)]
+    att_dout = torch.randn(ATTENTION_STEP_SHAPE, device="cuda", dtype=dtype)
     aten_flash = torch.ops.aten._scaled_dot_product_flash_attention.default
 
     def call(backend: str, road: str) -> None:
@@ -75,6 +91,8 @@ def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200
             forward(backend, q, k, v, False)
         elif road == "unserved":
             torch.autograd.grad(forward(backend, *leaves32, False), leaves32, dout32)
+        elif road == "attention":
+            torch.autograd.grad(forward(backend, *att, True), att, att_dout)
         else:
             out = forward(backend, *leaves, False)
             if road == "step":
@@ -87,15 +105,16 @@ def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200
             if name in status:
                 continue
             try:
-                with backend_context(backend), torch.set_grad_enabled(road in ("grad", "step", "unserved")):
+                calls = max(1, calls_per_round // _ROAD_CALL_DIVISOR.get(road, 1))
+                with backend_context(backend), torch.set_grad_enabled(road in ("grad", "step", "unserved", "attention")):
                     for _ in range(20):
                         call(backend, road)
                     torch.cuda.synchronize()
                     start = time.perf_counter()
-                    for _ in range(calls_per_round):
+                    for _ in range(calls):
                         call(backend, road)
                     torch.cuda.synchronize()
-                    samples[name].append((time.perf_counter() - start) / calls_per_round * 1e6)
+                    samples[name].append((time.perf_counter() - start) / calls * 1e6)
             except UNSUPPORTED as exc:
                 status[name] = unsupported_status(exc)
     us = {name: statistics.median(s) if s else None for name, s in samples.items()}
@@ -109,6 +128,8 @@ def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200
     grad, step = by_side("grad"), by_side("step")
     bwd = {side: _minus(step[side], grad[side]) for side in _SIDES}
     unserved = {side: us[f"{side} (unserved)"] for side in _UNSERVED_SIDES}
+    attention = {backend: us[f"{backend} (attention step)"]
+                 for backend in ("torch-flash", "torch-cudnn", "torch-default", "flashsdpa-sdpa")}  # fmt: skip
     return {
         "shape": list(OVERHEAD_SHAPE),
         "dtype": str(dtype).removeprefix("torch."),
@@ -125,6 +146,10 @@ def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200
         "bwd_shim_overhead_us": overhead(bwd),
         "unserved_step_us_per_call": unserved,
         "unserved_step_overhead_us": _minus(unserved["flashsdpa-sdpa"], unserved["torch-default"]),
+        "attention_step_shape": list(ATTENTION_STEP_SHAPE),
+        "attention_step_us_per_step": attention,
+        "attention_step_vs_flash_us": _minus(attention["flashsdpa-sdpa"], attention["torch-flash"]),
+        "attention_step_vs_cudnn_us": _minus(attention["flashsdpa-sdpa"], attention["torch-cudnn"]),
         "bars_us": dict(OVERHEAD_BARS_US),
         "status": status,
         "us_spread": {name: [min(s), max(s)] if s else None for name, s in samples.items()},

@@ -148,6 +148,12 @@ def print_overhead(o: dict[str, Any] | None) -> None:
         extra = _fmt(o.get("unserved_step_overhead_us"), 0)
         print(f"  unserved step (float32 fwd + bwd, PyTorch's kernels on both sides): PyTorch alone {alone}, "
               f"inside enable() {inside}, overhead {extra}")
+    attention = o.get("attention_step_us_per_step")
+    if attention:
+        shape = "x".join(str(n) for n in o.get("attention_step_shape", ()))
+        cells = ", ".join(f"{name} {_fmt(us, 0)}" for name, us in attention.items())
+        print(f"  attention step ({shape} causal, fwd + bwd, us a step): {cells}; ours - FA2 only "
+              f"{_fmt(o.get('attention_step_vs_flash_us'), 0)}, ours - cuDNN only {_fmt(o.get('attention_step_vs_cudnn_us'), 0)}")
     bars = o.get("bars_us", {})
     if bars:
         served = {k: v for k, v in bars.items() if not k.startswith("unserved")}
