@@ -8,6 +8,11 @@ assigned: our forward's memset of the dynamic schedule's tile counter, the prepr
 the main backward, the dQ postprocess, against FA2's dot_do_o / main / convert_dq.
 
     python3 scripts/dev/small_step_kernels.py [--steps 50] [--shape 8 16 256 64] [--no-causal]
+    FLASHSDPA_FAMILY=sm80 python3 scripts/dev/small_step_kernels.py --only-ours   # the portable family
+
+The second form asks whether the portable family (several CTAs an SM, no TMA descriptors, no
+tile-counter memset) serves such small grids faster than the sm90 one (one CTA an SM at d64, two
+waves of short CTAs here): if so, the capability table's selection could take grid size into account.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--shape", type=int, nargs=4, default=[8, 16, 256, 64])
     parser.add_argument("--no-causal", action="store_true")
+    parser.add_argument("--only-ours", action="store_true", help="only the flashsdpa variant")
     args = parser.parse_args()
     causal = not args.no_causal
     leaves = [torch.randn(*args.shape, device="cuda", dtype=torch.bfloat16).requires_grad_() for _ in range(3)]
@@ -52,7 +58,7 @@ def main() -> None:
         torch.autograd.grad(out, leaves, dout)
 
     print(f"shape {tuple(args.shape)} bf16 causal={causal}, GPU us per step over {args.steps} profiled steps")
-    for name in ("fa2", "cudnn", "default", "flashsdpa"):
+    for name in ("flashsdpa",) if args.only_ours else ("fa2", "cudnn", "default", "flashsdpa"):
         with variant(name):
             for _ in range(10):
                 step()
