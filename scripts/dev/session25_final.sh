@@ -15,6 +15,7 @@ compute-sanitizer --tool initcheck /tmp/probe > "$OUT/probe_initcheck.log" 2>&1
 step "bulk probe" "rc=$? reports: $(grep -c 'Uninitialized' "$OUT/probe_initcheck.log")"
 grep -E "^---|Uninitialized|values|SUMMARY" "$OUT/probe_initcheck.log" | uniq -c | head -20
 narrow_build 200 "32;64;128"
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 t0=$(date +%s)
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 220 compute-sanitizer --tool initcheck --print-limit 20000 \
   --target-processes all $PY -m pytest tests/gpu/test_kernels.py -q -x -p no:cacheprovider -k sanitizer_subset \
