@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# session26_first.sh (prepared in session 25, not yet run): what session 25's device time did not
+# reach. A bf16 + fp16 d32 / d64 / d128 build; scripts/dev/small_step_kernels.py (issue 9's
+# attention-only step kernel by kernel: ours, FA2, cuDNN, default; then ours on the forced portable
+# family); the quick bench's D 128 2k cell with the overhead part (its new attention-step bar); and
+# initcheck on the decode and features subsets (gpu_check's count with the TMA blind spot apart).
+#   run(command="bash scripts/dev/session26_first.sh", carry=[".whl"], timeout_s=600)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/device_env.sh
+narrow_build 150 "32;64;128"
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+timed "small step kernels" 90 small_step.log $PY scripts/dev/small_step_kernels.py
+FLASHSDPA_FAMILY=sm80 timed "small step kernels (sm80)" 60 small_step_sm80.log $PY scripts/dev/small_step_kernels.py --only-ours
+cat "$OUT/small_step.log" "$OUT/small_step_sm80.log" | grep -vE "^\s*$" | head -60
+timed "quick bench" 150 bench.log $PY -m flashsdpa bench --sweep --quick --head-dims 128 --seqlens 2k --causal false \
+  --no-memory --no-plot --rounds 2 --out /tmp/bench_out
+grep -E "attention step|overhead|shim" "$OUT/bench.log" | head -20
+t0=$(date +%s)
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 200 compute-sanitizer --tool initcheck --print-limit 20000 \
+  --target-processes all $PY -m pytest tests/gpu/test_kvcache.py tests/gpu/test_features_gpu.py -q -p no:cacheprovider \
+  -k sanitizer_subset > "$OUT/initcheck_df.log" 2>&1
+rc=$?
+initcheck_ours "$OUT/initcheck_df.log" > "$OUT/initcheck_ours_df.txt"
+ours=$(awk '!/\[bulk-written\]$/ { n += $1 } END { print n + 0 }' "$OUT/initcheck_ours_df.txt")
+step "initcheck decode+features" "rc=$rc ($(( $(date +%s) - t0 )) s) ours $ours, printed $(grep -c Uninitialized "$OUT/initcheck_df.log"); $(grep -E 'ERROR SUMMARY' "$OUT/initcheck_df.log" | head -1 | sed 's/=* *//')"
+check "initcheck decode+features" "$rc"
+[[ "$ours" == 0 ]] || failed+=("initcheck decode+features: $ours reports in our kernels")
+cut -c1-200 "$OUT/initcheck_ours_df.txt" | head -12
+gzip -f "$OUT/initcheck_df.log"
+finish
