@@ -141,6 +141,20 @@ def test_model_and_decode_bars() -> None:
     found = {b.name: b for b in bars.decode_bars([{**summary, "ours_tbps": 3.95}])}
     assert found["decode B1 x 128k keys: ours TB/s"].verdict == "PASS"
     assert found["decode B1 x 128k keys: ours / fastest PyTorch"].verdict == "PASS"
+    # The kvcache rows are ours (never PyTorch's fastest), and the paged one is judged against the
+    # contiguous one, per round (issue 11: within 5%).
+    drows += [
+        {"batch": 1, "keys": 131072, "backend": b, "us": us[0], "tbps": None, "status": "ok", "round_us": us}
+        for b, us in ((decode.KVCACHE, [100.0, 100.0]), (decode.PAGED, [104.0, 107.0]))
+    ]
+    (summary,) = decode.decode_summary(drows)
+    assert summary["fastest"] == "torch-cudnn"
+    assert summary["paged_over_contiguous"] == pytest.approx((1.04 + 1.07) / 2)
+    found = {b.name: b for b in bars.decode_bars([summary])}
+    assert found["decode B1 x 128k keys: paged cache / contiguous"].verdict == "FAIL"  # 1.055 > 1.05
+    drows[-1]["status"] = "error: something"
+    (summary,) = decode.decode_summary(drows)
+    assert summary["paged_over_contiguous"] is None  # a failed row gives no ratio, never a made-up one
 
 
 def test_masked_bars() -> None:
@@ -239,6 +253,11 @@ def test_whole_gpu_path_on_fake_cuda(fake_cuda: None, tmp_path: Path, capsys: py
     assert payload["models"]["impl"] == "torch-llama"
     assert all(r["ms"] is not None for r in payload["models"]["rows"] if r["variant"] in ("enable", "default", "fa2"))
     assert {(r["batch"], r["keys"]) for r in payload["decode"]["rows"]} == {(1, 64), (2, 32)}
+    # The kvcache rows run (the CPU reference here) and check against the same reference: the paged
+    # cache's shuffled pages hold the contiguous cache's keys (2 x 32 keys: a half-used page each).
+    kv_rows = [r for r in payload["decode"]["rows"] if r["backend"] in (decode.KVCACHE, decode.PAGED)]
+    assert len(kv_rows) == 4 and all(r["status"] == "ok" and r["us"] for r in kv_rows), kv_rows
+    assert all(s["paged_over_contiguous"] for s in payload["decode"]["summary"])
     for name in ("results.csv", "models.csv", "decode.csv", "bars.csv"):
         assert (tmp_path / name).stat().st_size > 0
     assert captured.out.rstrip().splitlines()[-1].lstrip().endswith("(stretch bars and n/a not counted)")

@@ -39,6 +39,7 @@ STRETCH_CUDNN_FA4 = 1.05  # forward stretch: every cell >= 1.05x the best of cuD
 
 DECODE_MAX_US = {(1, 8192): 15.0}  # (batch, keys) -> µs
 DECODE_MIN_TBPS = {(1, 131072): 3.9, (32, 4096): 3.9}  # (batch, keys) -> TB/s
+DECODE_PAGED_MAX_RATIO = 1.05  # attention_with_kvcache, paged (page 64) / contiguous cache time, every shape
 # Model cases -> (ratio name, target, stretch); ratios are inside enable() over the other side.
 MODEL_RATIO_BARS: dict[str, list[tuple[str, float, bool]]] = {
     "prefill B1x8k": [("default", 1.0, False)],
@@ -185,6 +186,9 @@ def decode_bars(rows: Sequence[dict[str, Any]]) -> list[Bar]:
                 note=f"fastest: {row.get('fastest') or '-'}",
             )
         )
+        if "paged_over_contiguous" in row:  # issue 11: a paged cache (page 64) within 5% of a contiguous one
+            bars.append(Bar("decode", f"{label}: paged cache / contiguous", row.get("paged_over_contiguous"),
+                            DECODE_PAGED_MAX_RATIO, "x time", False))  # fmt: skip
     return bars
 
 

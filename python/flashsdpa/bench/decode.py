@@ -7,7 +7,9 @@
 # call (wall time of the call from an idle GPU, no sync inside) beside it, and the graph µs per call
 # (the calls captured in one CUDA graph and replayed: the GPU's own time, with the host out of the
 # way, as a serving loop that replays its decode step sees it; where the host is slower than the
-# kernels, the events-around-the-call time is the host's). Interleaved rounds as
+# kernels, the events-around-the-call time is the host's). Beside them, attention_with_kvcache on
+# the same keys in a contiguous (B, S, Hkv, D) cache and in a paged one (page 64, shuffled pool):
+# issue 11's bar that the paged call is within 5% of the contiguous one. Interleaved rounds as
 # the sweep's; round 0 checks every backend's output against a float32 reference on the last batch
 # row (the project's rule). Budget on an H200: about 10 s for three rounds.
 """Decode rows: µs per call and TB/s of one-token attention against a KV cache."""
@@ -36,7 +38,16 @@ from flashsdpa.bench.timing import UNSUPPORTED, backend_context, sets_for_bytes,
 
 DECODE_SHAPES = ((1, 8192), (1, 131072), (32, 4096))  # (batch, keys)
 HEADS_Q, HEADS_KV, HEAD_DIM = 32, 8, 128
-DECODE_BACKENDS = ("flashsdpa", "flashsdpa-sdpa", "torch-flash", "torch-cudnn", TORCH_DEFAULT)
+# flashsdpa.attention_with_kvcache on the same keys in flash_attn's cache layouts: a contiguous
+# (B, S, Hkv, D) cache, and a paged pool of PAGE_SIZE-token pages in a shuffled order (as a serving
+# engine's pool fragments) with its block table. Issue 11's bar: the paged call within 5% of the
+# contiguous one. No new keys are appended (cache_seqlens = keys: the same work as the rows above).
+KVCACHE = "flashsdpa-kvcache"
+PAGED = "flashsdpa-paged64"
+PAGE_SIZE = 64
+DECODE_BACKENDS = ("flashsdpa", "flashsdpa-sdpa", KVCACHE, PAGED, "torch-flash", "torch-cudnn", TORCH_DEFAULT)
+# Rows of ours: never "PyTorch's fastest", never flagged for being served.
+_OURS = (*OURS, KVCACHE, PAGED)
 DECODE_REPS, DECODE_WARMUP = 50, 5
 
 
@@ -49,10 +60,48 @@ def tbps(nbytes: int, us: float | None) -> float | None:
     return nbytes / (us * 1e-6) / 1e12 if us else None
 
 
-def _call(backend: str, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+def _call(backend: str, q: Tensor, k: Tensor, v: Tensor, cache: dict[str, Tensor] | None = None) -> Tensor:
+    """One decode call; ``cache``: the set's KV-cache layouts (_cache_layouts) for the kvcache rows.
+    Every backend returns (B, Hq, 1, D)."""
     if backend == "flashsdpa":
         return api().attention(q, k, v)
+    if backend in (KVCACHE, PAGED):
+        assert cache is not None
+        if backend == KVCACHE:
+            out = api().attention_with_kvcache(cache["q"], cache["k"], cache["v"], cache_seqlens=cache["seqlens"])
+        else:
+            out = api().attention_with_kvcache(cache["q"], cache["k_pages"], cache["v_pages"],
+                                               cache_seqlens=cache["seqlens"], block_table=cache["block_table"])  # fmt: skip
+        return out.transpose(1, 2)
     return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+
+def _cache_layouts(q: Tensor, k: Tensor, v: Tensor, seed: int) -> dict[str, Tensor]:
+    """The set's keys in attention_with_kvcache's layouts: q (B, 1, Hq, D), a contiguous cache
+    (B, S, Hkv, D), and a pool of PAGE_SIZE-token pages, their order shuffled (seeded), with the
+    block table that finds each sequence's pages. The same values as (q, k, v)."""
+    batch, keys = k.shape[0], k.shape[2]
+    k_bshd, v_bshd = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+    per_seq = -(-keys // PAGE_SIZE)
+    padded = per_seq * PAGE_SIZE
+    if padded != keys:  # the last page of each sequence partly used (its tail never read)
+        k_bshd = F.pad(k_bshd, (0, 0, 0, 0, 0, padded - keys))
+        v_bshd = F.pad(v_bshd, (0, 0, 0, 0, 0, padded - keys))
+    gen = torch.Generator().manual_seed(seed)
+    order = torch.randperm(batch * per_seq, generator=gen).to(k.device)  # pool slot of each logical page
+    k_pages, v_pages = (torch.empty(batch * per_seq, PAGE_SIZE, *t.shape[2:], dtype=t.dtype, device=t.device)
+                        for t in (k_bshd, v_bshd))  # fmt: skip
+    k_pages[order] = k_bshd.reshape(batch * per_seq, PAGE_SIZE, *k_bshd.shape[2:])
+    v_pages[order] = v_bshd.reshape(batch * per_seq, PAGE_SIZE, *v_bshd.shape[2:])
+    return {
+        "q": q.transpose(1, 2),
+        "k": k_bshd[:, :keys].contiguous() if padded != keys else k_bshd,
+        "v": v_bshd[:, :keys].contiguous() if padded != keys else v_bshd,
+        "k_pages": k_pages,
+        "v_pages": v_pages,
+        "block_table": order.reshape(batch, per_seq).to(torch.int32),
+        "seqlens": torch.full((batch,), keys, dtype=torch.int32, device=k.device),
+    }
 
 
 def _input_sets(batch: int, keys: int, dtype: torch.dtype) -> list[tuple[Tensor, Tensor, Tensor]]:
@@ -123,14 +172,19 @@ def _graph_us(calls: list[Callable[[], object]], per_graph: int = 20, replays: i
 
 
 def _measure(
-    backend: str, sets: list[tuple[Tensor, Tensor, Tensor]], reference: tuple[Tensor, float] | None
+    backend: str, sets: list[tuple[Tensor, Tensor, Tensor]], reference: tuple[Tensor, float] | None,
+    caches: list[dict[str, Tensor]] | None = None,
 ) -> dict[str, Any]:
     row: dict[str, Any] = {"us": None, "host_us": None, "graph_us": None, "status": "ok", "max_err": None,
                            "err_ratio": None}  # fmt: skip
     served_before = served_total()
     try:
         with backend_context(backend), torch.no_grad():
-            calls = [lambda s=s: _call(backend, *s) for s in sets]
+            if backend in (KVCACHE, PAGED):
+                assert caches is not None
+                calls = [lambda s=s, c=c: _call(backend, *s, c) for s, c in zip(sets, caches)]
+            else:
+                calls = [lambda s=s: _call(backend, *s) for s in sets]
             out = calls[0]()
             row["us"] = time_cuda_ms(calls, warmup=DECODE_WARMUP, reps=DECODE_REPS) * 1e3
             row["host_us"] = _host_us(calls[0], 21)
@@ -149,7 +203,7 @@ def _measure(
     served = served_total() > served_before
     if backend == "flashsdpa-sdpa" and not served:
         row["status"] = "not served: PyTorch's kernel ran (see flashsdpa.explain)"
-    elif backend not in OURS and served:
+    elif backend not in _OURS and served:
         row["status"] = "not served: flashsdpa's kernels took PyTorch's call"
     if reference is not None:
         ref, pt_err = reference
@@ -163,9 +217,12 @@ def _measure(
 def run_decode(args: argparse.Namespace, backends: list[str] | None = None) -> dict[str, Any]:
     """Every decode shape, every backend, ``args.rounds`` interleaved rounds."""
     dtype = DTYPES[args.dtype]
-    names = [b for b in DECODE_BACKENDS if backends is None or b in backends or b == TORCH_DEFAULT]
+    # The kvcache rows are the direct API's (--backends flashsdpa takes them too).
+    names = [b for b in DECODE_BACKENDS if backends is None or b in backends or b == TORCH_DEFAULT
+             or (b in (KVCACHE, PAGED) and "flashsdpa" in backends)]  # fmt: skip
     started = time.perf_counter()
     sets = {shape: _input_sets(*shape, dtype) for shape in DECODE_SHAPES}
+    caches = {shape: [_cache_layouts(*s, seed=i) for i, s in enumerate(sets[shape])] for shape in DECODE_SHAPES}
     samples: dict[tuple[int, int, str], list[dict[str, Any]]] = {}
     for round_index in range(max(1, args.rounds)):
         for shape in DECODE_SHAPES:
@@ -175,8 +232,8 @@ def run_decode(args: argparse.Namespace, backends: list[str] | None = None) -> d
                 if earlier and earlier[0]["status"].startswith(("unsupported", "OOM", "error")):
                     earlier.append(earlier[0])
                     continue
-                earlier.append(_measure(backend, sets[shape], reference))
-    del sets
+                earlier.append(_measure(backend, sets[shape], reference, caches[shape]))
+    del sets, caches
     torch.cuda.empty_cache()
     size = torch.empty((), dtype=dtype).element_size()
     rows = []
@@ -215,7 +272,7 @@ def decode_summary(rows: list[dict[str, Any]], element_size: int = 2) -> list[di
     for (batch, keys), row in by_shape.items():
         mine = row.get("flashsdpa")
         ok_mine = mine if mine and mine["status"] == "ok" else None
-        theirs = {n: r for n, r in row.items() if n not in OURS and r["status"] == "ok" and r["us"]}
+        theirs = {n: r for n, r in row.items() if n not in _OURS and r["status"] == "ok" and r["us"]}
         n = max([len(r["round_us"]) for r in row.values()] + [1])
         fastest_rounds = [
             min((r["round_us"][i] for r in theirs.values() if i < len(r["round_us"]) and r["round_us"][i]), default=None)
@@ -223,6 +280,11 @@ def decode_summary(rows: list[dict[str, Any]], element_size: int = 2) -> list[di
         ]
         value, per_round = ratio_over_rounds(ok_mine["round_us"] if ok_mine else [None] * n, fastest_rounds)
         fastest = min(theirs, key=lambda name: theirs[name]["us"]) if theirs else None
+        # The paged cache against the contiguous one (both attention_with_kvcache), per round.
+        contiguous, paged = (r if r and r["status"] == "ok" else None for r in (row.get(KVCACHE), row.get(PAGED)))
+        paged_over, paged_rounds = ratio_over_rounds(
+            paged["round_us"] if paged else [None] * n, contiguous["round_us"] if contiguous else [None] * n
+        )
         out.append(
             {
                 "batch": batch,
@@ -234,6 +296,8 @@ def decode_summary(rows: list[dict[str, Any]], element_size: int = 2) -> list[di
                 "fastest_us": theirs[fastest]["us"] if fastest else None,
                 "ours_over_fastest": value,
                 "ours_over_fastest_rounds": per_round,
+                "paged_over_contiguous": paged_over,
+                "paged_over_contiguous_rounds": paged_rounds,
             }
         )
     return out
@@ -259,4 +323,6 @@ def print_decode(result: dict[str, Any] | None, out: Any = None) -> None:
         print(f"  {r['batch']:>3} {r['keys']:>7} {r['backend']:<16} {us} {tb} {host} {graph}  {r['status']}", file=out)
     for s in result["summary"]:
         ratio = f"{s['ours_over_fastest']:.2f}x" if s["ours_over_fastest"] else "-"
-        print(f"  B {s['batch']} x {s['keys']} keys: ours / fastest PyTorch ({s['fastest']}) = {ratio} time", file=out)
+        paged = f"{s['paged_over_contiguous']:.3f}x" if s.get("paged_over_contiguous") else "-"
+        print(f"  B {s['batch']} x {s['keys']} keys: ours / fastest PyTorch ({s['fastest']}) = {ratio} time; "
+              f"paged (page {PAGE_SIZE}) / contiguous cache = {paged} time", file=out)  # fmt: skip
