@@ -313,14 +313,14 @@ def print_decode(result: dict[str, Any] | None, out: Any = None) -> None:
         f"in a CUDA graph: the GPU's own time) ({result['seconds']:.0f} s)",
         file=out,
     )
-    print(f"  {'B':>3} {'keys':>7} {'backend':<16} {'µs':>9} {'TB/s':>6} {'host µs':>8} {'graph µs':>9}  status",
+    print(f"  {'B':>3} {'keys':>7} {'backend':<18} {'µs':>9} {'TB/s':>6} {'host µs':>8} {'graph µs':>9}  status",
           file=out)  # fmt: skip
     for r in result["rows"]:
         us = f"{r['us']:9.1f}" if r["us"] else f"{'-':>9}"
         tb = f"{r['tbps']:6.2f}" if r["tbps"] else f"{'-':>6}"
         host = f"{r['host_us']:8.1f}" if r["host_us"] else f"{'-':>8}"
         graph = f"{r['graph_us']:9.1f}" if r.get("graph_us") else f"{'-':>9}"
-        print(f"  {r['batch']:>3} {r['keys']:>7} {r['backend']:<16} {us} {tb} {host} {graph}  {r['status']}", file=out)
+        print(f"  {r['batch']:>3} {r['keys']:>7} {r['backend']:<18} {us} {tb} {host} {graph}  {r['status']}", file=out)
     for s in result["summary"]:
         ratio = f"{s['ours_over_fastest']:.2f}x" if s["ours_over_fastest"] else "-"
         paged = f"{s['paged_over_contiguous']:.3f}x" if s.get("paged_over_contiguous") else "-"
