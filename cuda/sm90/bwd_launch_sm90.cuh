@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "common/launch.cuh"
+#include "common/sanitizer_marks.cuh"
 #include "common/smem_optin.cuh"
 #include "sm90/bwd_kernel_sm90.cuh"
 #include "sm90/tma_sm90.h"
@@ -67,6 +68,14 @@ cudaError_t run_bwd_sm90_(const AttnBwdParams& params, cudaStream_t stream) {
     }
   }
   if (err != cudaSuccess) return err;
+  // dq_accum's words are the TMA unit's (bulk store / reduce-add) but for the blocks the
+  // preprocess zeroes: tell initcheck before the postprocess reads them, when asked.
+  if (sanitizer_marks_enabled())
+    mark_initialized(params.dq_accum,
+                     strided_extent_bytes(params.batch, params.dq_accum_batch_stride, params.seqlen_q,
+                                          params.dq_accum_row_stride, params.heads_q, params.dq_accum_head_stride,
+                                          params.head_dim_bucket, 4),
+                     stream);
   AttnBwdParams post = params;
   post.scale = 1.f;  // the main kernel stages dQ already scaled
   return launch_bwd_prepost<Elem, kHeadDim, true>(post, stream, /*programmatic=*/true);

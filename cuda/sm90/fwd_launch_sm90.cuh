@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "common/sanitizer_marks.cuh"
 #include "common/smem_optin.cuh"
 #include "sm90/fwd_kernel_sm90.cuh"
 #include "sm90/tma_sm90.h"
@@ -60,7 +61,14 @@ cudaError_t launch_fwd_sm90(const AttnFwdParams& params, cudaStream_t stream, bo
   if (err != cudaSuccess) return err;
   if ((err = opt_in_dynamic_smem<&flashsdpa_fwd_sm90_kernel<Traits>>(kSmemBytes)) != cudaSuccess) return err;
   kernel<<<static_cast<unsigned>(grid), Traits::kThreads, kSmemBytes, stream>>>(args);
-  return cudaGetLastError();
+  const cudaError_t launched = cudaGetLastError();
+  // A dense O is the TMA unit's store (varlen rows go by plain stores): tell initcheck, when asked.
+  if (launched == cudaSuccess && params.cu_seqlens_q == nullptr && sanitizer_marks_enabled())
+    mark_initialized(params.o,
+                     strided_extent_bytes(params.batch, params.o_batch_stride, params.seqlen_q, params.o_row_stride,
+                                          params.heads_q, params.o_head_stride, params.head_dim_v, 2),
+                     stream);
+  return launched;
 }
 
 template <typename Elem, int kHeadDim>

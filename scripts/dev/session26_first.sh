@@ -4,7 +4,9 @@
 # attention-only step kernel by kernel: ours, FA2, cuDNN, default; then ours on the forced portable
 # family); the quick bench's D 128 2k cell with the overhead part (its new attention-step bar) and the
 # decode rows (the new paged / contiguous cache rows: issue 11's page-64 bar); and
-# initcheck on the decode and features subsets (gpu_check's count with the TMA blind spot apart).
+# initcheck on the decode and features subsets and on test_kernels' (gpu_check's count with the TMA
+# blind spot apart), with FLASHSDPA_SANITIZER_MARKS=1: our launchers mark the TMA-written words for
+# initcheck (session 25, not yet run): the "[bulk-written]" count should read 0.
 #   run(command="bash scripts/dev/session26_first.sh", carry=[".whl"], timeout_s=600)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,7 +20,8 @@ timed "quick bench" 200 bench.log $PY -m flashsdpa bench --sweep --decode --quic
   --no-memory --no-plot --rounds 2 --out /tmp/bench_out
 grep -E "attention step|overhead|shim|paged|decode" "$OUT/bench.log" | head -30
 t0=$(date +%s)
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 150 compute-sanitizer --tool initcheck --print-limit 20000 \
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 FLASHSDPA_SANITIZER_MARKS=1 timeout 150 compute-sanitizer --tool initcheck \
+  --print-limit 20000 --nvtx yes \
   --target-processes all $PY -m pytest tests/gpu/test_kvcache.py tests/gpu/test_features_gpu.py -q -p no:cacheprovider \
   -k sanitizer_subset > "$OUT/initcheck_df.log" 2>&1
 rc=$?
@@ -29,4 +32,14 @@ check "initcheck decode+features" "$rc"
 [[ "$ours" == 0 ]] || failed+=("initcheck decode+features: $ours reports in our kernels")
 cut -c1-200 "$OUT/initcheck_ours_df.txt" | head -12
 gzip -f "$OUT/initcheck_df.log"
+t0=$(date +%s)
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 FLASHSDPA_SANITIZER_MARKS=1 timeout 120 compute-sanitizer --tool initcheck \
+  --print-limit 20000 --nvtx yes --target-processes all $PY -m pytest tests/gpu/test_kernels.py -q -p no:cacheprovider \
+  -k sanitizer_subset > "$OUT/initcheck_k.log" 2>&1
+rc=$?
+initcheck_ours "$OUT/initcheck_k.log" > "$OUT/initcheck_ours_k.txt"
+step "initcheck kernels (marks)" "rc=$rc ($(( $(date +%s) - t0 )) s) $(awk '{n+=$1} END {print n+0}' "$OUT/initcheck_ours_k.txt") ours (bulk-written incl.), printed $(grep -c Uninitialized "$OUT/initcheck_k.log")"
+check "initcheck kernels (marks)" "$rc"
+cut -c1-200 "$OUT/initcheck_ours_k.txt" | head -8
+gzip -f "$OUT/initcheck_k.log"
 finish
