@@ -132,3 +132,22 @@ initcheck_ours() {
     | awk -v blind="$INITCHECK_BULK_WRITTEN" '{ print ($0 ~ blind) ? $0 " [bulk-written]" : $0 }' \
     | sort | uniq -c | sort -rn
 }
+# run_initcheck NAME LIMIT TESTS...: initcheck (TMA marks on, INITCHECK_PRINT_LIMIT reports printed,
+# 20,000 by default) on the tests'
+# sanitizer subsets, our reports grouped into $OUT/initcheck_ours_NAME.txt; the step fails on the
+# tool's exit code or on any report of ours outside the TMA blind spot, whose count the row gives.
+run_initcheck() {
+  local name=$1 limit=$2 t0=$(date +%s) rc blind ours; shift 2
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 FLASHSDPA_SANITIZER_MARKS=1 timeout "$limit" compute-sanitizer --tool initcheck \
+    --print-limit "${INITCHECK_PRINT_LIMIT:-20000}" --nvtx yes --target-processes all $PY -m pytest "$@" -q -p no:cacheprovider \
+    -k sanitizer_subset > "$OUT/initcheck_$name.log" 2>&1
+  rc=$?
+  initcheck_ours "$OUT/initcheck_$name.log" > "$OUT/initcheck_ours_$name.txt"
+  blind=$(awk '/\[bulk-written\]$/ { n += $1 } END { print n + 0 }' "$OUT/initcheck_ours_$name.txt")
+  ours=$(awk '!/\[bulk-written\]$/ { n += $1 } END { print n + 0 }' "$OUT/initcheck_ours_$name.txt")
+  step "initcheck $name" "rc=$rc ($(( $(date +%s) - t0 )) s) ours $ours (+$blind TMA-written) of $(grep -c Uninitialized "$OUT/initcheck_$name.log") printed; $(grep -E 'ERROR SUMMARY' "$OUT/initcheck_$name.log" | head -1 | sed 's/=* *//')"
+  check "initcheck $name" "$rc"
+  [[ "$ours" == 0 ]] || failed+=("initcheck $name: $ours reports in our kernels")
+  cut -c1-200 "$OUT/initcheck_ours_$name.txt" | head -12
+  gzip -f "$OUT/initcheck_$name.log"
+}

@@ -19,27 +19,6 @@ cat "$OUT/small_step.log" "$OUT/small_step_sm80.log" | grep -vE "^\s*$" | head -
 timed "quick bench" 200 bench.log $PY -m flashsdpa bench --sweep --decode --quick --head-dims 128 --seqlens 2k --causal false \
   --no-memory --no-plot --rounds 2 --out /tmp/bench_out
 grep -E "attention step|overhead|shim|paged|decode" "$OUT/bench.log" | head -30
-t0=$(date +%s)
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 FLASHSDPA_SANITIZER_MARKS=1 timeout 150 compute-sanitizer --tool initcheck \
-  --print-limit 20000 --nvtx yes \
-  --target-processes all $PY -m pytest tests/gpu/test_kvcache.py tests/gpu/test_features_gpu.py -q -p no:cacheprovider \
-  -k sanitizer_subset > "$OUT/initcheck_df.log" 2>&1
-rc=$?
-initcheck_ours "$OUT/initcheck_df.log" > "$OUT/initcheck_ours_df.txt"
-ours=$(awk '!/\[bulk-written\]$/ { n += $1 } END { print n + 0 }' "$OUT/initcheck_ours_df.txt")
-step "initcheck decode+features" "rc=$rc ($(( $(date +%s) - t0 )) s) ours $ours, printed $(grep -c Uninitialized "$OUT/initcheck_df.log"); $(grep -E 'ERROR SUMMARY' "$OUT/initcheck_df.log" | head -1 | sed 's/=* *//')"
-check "initcheck decode+features" "$rc"
-[[ "$ours" == 0 ]] || failed+=("initcheck decode+features: $ours reports in our kernels")
-cut -c1-200 "$OUT/initcheck_ours_df.txt" | head -12
-gzip -f "$OUT/initcheck_df.log"
-t0=$(date +%s)
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 FLASHSDPA_SANITIZER_MARKS=1 timeout 120 compute-sanitizer --tool initcheck \
-  --print-limit 20000 --nvtx yes --target-processes all $PY -m pytest tests/gpu/test_kernels.py -q -p no:cacheprovider \
-  -k sanitizer_subset > "$OUT/initcheck_k.log" 2>&1
-rc=$?
-initcheck_ours "$OUT/initcheck_k.log" > "$OUT/initcheck_ours_k.txt"
-step "initcheck kernels (marks)" "rc=$rc ($(( $(date +%s) - t0 )) s) $(awk '{n+=$1} END {print n+0}' "$OUT/initcheck_ours_k.txt") ours (bulk-written incl.), printed $(grep -c Uninitialized "$OUT/initcheck_k.log")"
-check "initcheck kernels (marks)" "$rc"
-cut -c1-200 "$OUT/initcheck_ours_k.txt" | head -8
-gzip -f "$OUT/initcheck_k.log"
+run_initcheck decode_features 150 tests/gpu/test_kvcache.py tests/gpu/test_features_gpu.py
+run_initcheck kernels 120 tests/gpu/test_kernels.py
 finish

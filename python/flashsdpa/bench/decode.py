@@ -81,25 +81,23 @@ def _cache_layouts(q: Tensor, k: Tensor, v: Tensor, seed: int) -> dict[str, Tens
     (B, S, Hkv, D), and a pool of PAGE_SIZE-token pages, their order shuffled (seeded), with the
     block table that finds each sequence's pages. The same values as (q, k, v)."""
     batch, keys = k.shape[0], k.shape[2]
-    k_bshd, v_bshd = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+    k_cache, v_cache = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
     per_seq = -(-keys // PAGE_SIZE)
-    padded = per_seq * PAGE_SIZE
-    if padded != keys:  # the last page of each sequence partly used (its tail never read)
-        k_bshd = F.pad(k_bshd, (0, 0, 0, 0, 0, padded - keys))
-        v_bshd = F.pad(v_bshd, (0, 0, 0, 0, 0, padded - keys))
-    gen = torch.Generator().manual_seed(seed)
-    order = torch.randperm(batch * per_seq, generator=gen).to(k.device)  # pool slot of each logical page
-    k_pages, v_pages = (torch.empty(batch * per_seq, PAGE_SIZE, *t.shape[2:], dtype=t.dtype, device=t.device)
-                        for t in (k_bshd, v_bshd))  # fmt: skip
-    k_pages[order] = k_bshd.reshape(batch * per_seq, PAGE_SIZE, *k_bshd.shape[2:])
-    v_pages[order] = v_bshd.reshape(batch * per_seq, PAGE_SIZE, *v_bshd.shape[2:])
+    pad = per_seq * PAGE_SIZE - keys  # the last page of a sequence partly used (its tail never read)
+    # Pool slot s holds logical page perm[s], so logical page i sits in slot argsort(perm)[i].
+    perm = torch.randperm(batch * per_seq, generator=torch.Generator().manual_seed(seed)).to(k.device)
+
+    def pool(cache: Tensor) -> Tensor:
+        padded = F.pad(cache, (0, 0, 0, 0, 0, pad)) if pad else cache
+        return padded.reshape(batch * per_seq, PAGE_SIZE, *cache.shape[2:])[perm]
+
     return {
         "q": q.transpose(1, 2),
-        "k": k_bshd[:, :keys].contiguous() if padded != keys else k_bshd,
-        "v": v_bshd[:, :keys].contiguous() if padded != keys else v_bshd,
-        "k_pages": k_pages,
-        "v_pages": v_pages,
-        "block_table": order.reshape(batch, per_seq).to(torch.int32),
+        "k": k_cache,
+        "v": v_cache,
+        "k_pages": pool(k_cache),
+        "v_pages": pool(v_cache),
+        "block_table": torch.argsort(perm).reshape(batch, per_seq).to(torch.int32),
         "seqlens": torch.full((batch,), keys, dtype=torch.int32, device=k.device),
     }
 
@@ -172,19 +170,15 @@ def _graph_us(calls: list[Callable[[], object]], per_graph: int = 20, replays: i
 
 
 def _measure(
-    backend: str, sets: list[tuple[Tensor, Tensor, Tensor]], reference: tuple[Tensor, float] | None,
-    caches: list[dict[str, Tensor]] | None = None,
+    backend: str, sets: list[tuple[Tensor, Tensor, Tensor]], caches: list[dict[str, Tensor]],
+    reference: tuple[Tensor, float] | None,
 ) -> dict[str, Any]:
     row: dict[str, Any] = {"us": None, "host_us": None, "graph_us": None, "status": "ok", "max_err": None,
                            "err_ratio": None}  # fmt: skip
     served_before = served_total()
     try:
         with backend_context(backend), torch.no_grad():
-            if backend in (KVCACHE, PAGED):
-                assert caches is not None
-                calls = [lambda s=s, c=c: _call(backend, *s, c) for s, c in zip(sets, caches)]
-            else:
-                calls = [lambda s=s: _call(backend, *s) for s in sets]
+            calls = [lambda s=s, c=c: _call(backend, *s, c) for s, c in zip(sets, caches)]
             out = calls[0]()
             row["us"] = time_cuda_ms(calls, warmup=DECODE_WARMUP, reps=DECODE_REPS) * 1e3
             row["host_us"] = _host_us(calls[0], 21)
@@ -232,7 +226,7 @@ def run_decode(args: argparse.Namespace, backends: list[str] | None = None) -> d
                 if earlier and earlier[0]["status"].startswith(("unsupported", "OOM", "error")):
                     earlier.append(earlier[0])
                     continue
-                earlier.append(_measure(backend, sets[shape], reference, caches[shape]))
+                earlier.append(_measure(backend, sets[shape], caches[shape], reference))
     del sets, caches
     torch.cuda.empty_cache()
     size = torch.empty((), dtype=dtype).element_size()

@@ -50,9 +50,6 @@ _OVERHEAD_VARIANTS: dict[str, tuple[str, str]] = {
     "torch-default (attention step)": ("torch-default", "attention"),
     "flashsdpa-sdpa (attention step)": ("flashsdpa-sdpa", "attention"),
 }
-# Calls per round of a road, as a fraction of calls_per_round: the attention step (~130-300 us on
-# an H200's host) takes a quarter of the tiny calls' count, so a round stays ~0.1 s a variant.
-_ROAD_CALL_DIVISOR = {"attention": 4}
 _SIDES = ("torch-flash", "flashsdpa-sdpa")
 _UNSERVED_SIDES = ("torch-default", "flashsdpa-sdpa")
 
@@ -105,7 +102,9 @@ def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200
             if name in status:
                 continue
             try:
-                calls = max(1, calls_per_round // _ROAD_CALL_DIVISOR.get(road, 1))
+                # The attention step (~130-300 us a step on an H200's host) takes a quarter of the
+                # tiny calls' count, so a round stays ~0.1 s a variant.
+                calls = max(1, calls_per_round // 4) if road == "attention" else calls_per_round
                 with backend_context(backend), torch.set_grad_enabled(road in ("grad", "step", "unserved", "attention")):
                     for _ in range(20):
                         call(backend, road)
