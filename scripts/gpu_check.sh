@@ -70,6 +70,14 @@ if [[ "${BOTH_FAMILIES:-1}" == 1 ]] && [[ "$($PY -c 'import torch; print(torch.c
   rc=${PIPESTATUS[0]}
   step "gpu kernels (sm80 forced)" "rc=$rc $(grep -E '(passed|failed|error)' "$OUT/tests_sm80.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
   check "gpu kernels (sm80 forced)" "$rc"
+  # The families' speed rules off (launch.cpp's FLASHSDPA_SPEED_RULES): the sm90 forward at the
+  # shapes its rule gives the portable family (d <= 64 up to 512 rows and keys: most of the table).
+  t0=$(date +%s)
+  FLASHSDPA_SPEED_RULES=0 timeout "${TESTS_TIMEOUT:-240}" $PY -m pytest "${XDIST[@]}" ${FAMILY_TESTS:-tests/gpu/test_kernels.py} -q -p no:cacheprovider 2>&1 \
+    | tee "$OUT/tests_no_rules.log" | tail -5
+  rc=${PIPESTATUS[0]}
+  step "gpu kernels (speed rules off)" "rc=$rc $(grep -E '(passed|failed|error)' "$OUT/tests_no_rules.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+  check "gpu kernels (speed rules off)" "$rc"
 fi
 
 # The bench gets what is left of the call (CALL_BUDGET: the device tool's limit for this call,
@@ -123,8 +131,7 @@ if [[ "${SANITIZE:-0}" == 1 ]]; then
       # (INITCHECK_PRINT_LIMIT: printing is initcheck's slow part; where the row's ERROR SUMMARY
       # counts more than were printed, the rest are unread), our reports by any device frame in
       # namespace flashsdpa, the TMA blind spot's apart, with FLASHSDPA_SANITIZER_MARKS=1 (the
-      # launchers mark the TMA-written words for it: added in session 25, not yet run on a GPU; the
-      # row's "TMA-written" count says whether it works, 0 expected).
+      # launchers mark the TMA-written words for it: session 26 read 0 such reports; one fails the step).
       run_initcheck sanitizer "${INITCHECK_TIMEOUT:-200}" ${INITCHECK_TESTS:-tests/gpu/test_kernels.py}
       continue
     fi

@@ -122,6 +122,9 @@ static void fill_decode(AttnFwdParams& p, const FwdSpec& s) {
   p.block_table_batch_stride = d.block_table_batch_stride;
   p.page_size = d.page_size;
   p.num_pages = d.num_pages;
+  p.page_shift = -1;
+  for (int s = 0; s < 31; ++s)
+    if (d.page_size == (1 << s)) p.page_shift = s;
   p.seqused_k_add = d.seqused_k_add;
   p.o_accum = ptr<float>(d.o_accum);
   p.lse_accum = ptr<float>(d.lse_accum);
@@ -153,6 +156,14 @@ void fwd(const FwdSpec& spec) {
   check_fwd_params(p);
   const FamilyCaps& family = plan_fwd(p, spec.device);
   launch_fwd(family, p, spec.device, reinterpret_cast<void*>(spec.stream));
+}
+
+std::string fwd_family(const FwdSpec& spec) {
+  AttnFwdParams p;
+  fill_common(p, spec);
+  if (spec.decode.num_splits != 0) fill_decode(p, spec);
+  check_fwd_params(p);
+  return plan_fwd(p, spec.device).name;
 }
 
 int64_t fwd_workspace_bytes(const FwdSpec& spec) {

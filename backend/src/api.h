@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 
 #include "flashsdpa/params.h"
 
@@ -130,6 +131,9 @@ void bwd(const BwdSpec& spec);
 // forward's dynamic-schedule counter or split tail, fwd_launch_sm90.cuh), 0 when none: the caller
 // allocates that much and passes it as spec.workspace, or runs the same call without it.
 int64_t fwd_workspace_bytes(const FwdSpec& spec);
+// The family a forward of this spec runs on (the table's first taker, after the per-call hooks and
+// speed rules: capabilities.h's fwd_yields); the decode path's for a decode spec.
+std::string fwd_family(const FwdSpec& spec);
 
 // Workspace of the backward for a head-dim bucket: float32 dq_accum (rows x heads_q x bucket) and
 // delta = rowsum(dO * O) (rows x heads_q), rows = seqlen_q per batch (dense) or total_q (varlen).

@@ -69,6 +69,7 @@ std::vector<FamilyCaps> make_families() {
       /*dq_first_store=*/true});
   table.back().bwd_layouts = {Layout::kDense};  // varlen backwards: the portable family
   table.back().fwd_workspace = &fwd_workspace_sm90;  // the split tail (fwd_kernel_sm90.cuh)
+  table.back().fwd_yields = &fwd_sm90_yields;        // short d <= 64 forwards (tiles_sm90.cu)
 #endif
 #ifdef FLASHSDPA_FAMILY_SM80
   {

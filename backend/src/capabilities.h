@@ -105,6 +105,10 @@ struct FamilyCaps {
   // The workspace a forward call can use (params filled, this family picked; params.h's workspace),
   // 0 = none; nullptr for a family whose forward takes none.
   FwdWorkspaceFn fwd_workspace = nullptr;
+  // A speed rule, not a limit: nullptr when this family should run a forward it takes, else why a
+  // later family of the table that also takes it is faster there (first_taker then hands it on;
+  // with none, or with FLASHSDPA_FAMILY naming this family, it runs here). nullptr: never yields.
+  FwdUnsupportedFn fwd_yields = nullptr;
 };
 
 // One call as the table sees it. capability 0: no device yet (checks.cpp), device rules skipped.

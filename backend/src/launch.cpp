@@ -120,6 +120,22 @@ const char* unsupported(const FamilyCaps& f, const AttnFwdParams& params) {
 const char* unsupported(const FamilyCaps& f, const AttnBwdParams& params) {
   return f.bwd_unsupported != nullptr ? f.bwd_unsupported(params) : nullptr;
 }
+// FLASHSDPA_SPEED_RULES=0 turns the families' speed rules off (capabilities.h's fwd_yields): every
+// call then takes the first family that serves it, so the tests reach the sm90 forward at the
+// shapes its rule gives away (scripts/gpu_check.sh's third run) and A/B scripts time both. Read once.
+bool speed_rules() {
+  static const bool on = [] {
+    const char* v = std::getenv("FLASHSDPA_SPEED_RULES");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
+// A family's speed rule (capabilities.h's fwd_yields): why a later family runs this call faster.
+const char* yields(const FamilyCaps& f, const AttnFwdParams& params) {
+  return f.fwd_yields != nullptr && speed_rules() ? f.fwd_yields(params) : nullptr;
+}
+const char* yields(const FamilyCaps&, const AttnBwdParams&) { return nullptr; }
 
 template <typename Params>
 constexpr Direction direction_of() {
@@ -127,13 +143,19 @@ constexpr Direction direction_of() {
 }
 
 // The first family of the table that takes this call: its predicates (a handful of integer
-// compares over a table of one or two rows) and its per-call hook for the direction.
+// compares over a table of one or two rows) and its per-call hook for the direction. A taker whose
+// speed rule yields hands the call to the next taker, if any (FLASHSDPA_FAMILY: never).
 template <typename Params>
 const FamilyCaps* first_taker(const Problem& problem, const Params& params, const FamilyCaps* after, std::string* why) {
   for (const FamilyCaps* f = select_family(problem, after); f != nullptr; f = select_family(problem, f)) {
     if (forced_family() != nullptr && f->name != forced_family()) continue;
     const char* no = unsupported(*f, params);
-    if (no == nullptr) return f;
+    if (no == nullptr) {
+      if (forced_family() == nullptr && yields(*f, params) != nullptr) {
+        if (const FamilyCaps* next = first_taker(problem, params, f, nullptr)) return next;
+      }
+      return f;
+    }
     if (why) *why += "; family " + f->name + ": " + no;
   }
   return nullptr;

@@ -85,6 +85,36 @@ const char* fwd_sm90_unsupported(const AttnFwdParams& p) {
   return nullptr;
 }
 
+// Short forwards at d <= 64 on few tiles run faster on the portable family: this family's d64 tile
+// is 192 query rows (three consumer warpgroups: 537 TFLOP/s at 8k against 416 for 128 rows), which
+// at a few hundred rows leaves a mostly empty last row block (S 256: rows 192-255 of 192-383) and,
+// causal, more masked keys; its persistent grid also waits on a tile-counter memset (a second
+// graph node). On many tiles its throughput wins back all but the causal S <= 256 case.
+// Session 26, H200, bf16, CUDA-graph GPU time a call (scripts/dev/small_graph_times.py, the rule
+// off / on), sm90 / portable, us, causal then non-causal:
+//   (B, H, S) = (16, 16, 128), 256 tiles:   13.4 / 9.1,    9.9 / 8.6
+//               (8, 16, 256), 256 tiles:    16.7 / 11.5,  12.9 / 11.8
+//               (4, 16, 512), 192 tiles:    19.6 / 16.6,  18.8 / 18.6
+//               (64, 32, 256), 4096 tiles: 175.5 / 144.4, 145.0 / 165.7
+//               (32, 32, 512), 3072 tiles: 170.6 / 194.7, 182.8 / 264.7
+// and at S 1024 sm90 wins ((2, 16, 1024) 26.9 / 27.9, 30.1 / 32.5), at d 128 at every size (its
+// tile is 128 rows). So: d <= 64, at most 512 query rows and keys, and either at most two waves
+// of sm90 tiles or a causal call of at most 256 keys. The plain kernel only (the modifiers' and
+// dropout's kernels were not measured there). The backward stays here (its d64 kernel is faster).
+const char* fwd_sm90_yields(const AttnFwdParams& p) {
+  constexpr int kShortSeqlen = 512, kShortCausal = 256;
+  constexpr int kBlockM = fwd_tile_shape_sm90(64).block_m;
+  const bool plain = mods_kind(p.mods) == kModsNone && !p.dropout.enabled();
+  if (!plain || p.head_dim_qk > 64 || p.head_dim_v > 64 || p.seqlen_q > kShortSeqlen || p.seqlen_k > kShortSeqlen)
+    return nullptr;
+  const int64_t tiles = int64_t(p.batch) * p.heads_q * ((p.seqlen_q + kBlockM - 1) / kBlockM);
+  if (tiles <= 2 * int64_t(p.num_sms > 0 ? p.num_sms : 1))
+    return "d <= 64, <= 512 rows and keys, <= 2 waves of 192-row tiles: the portable family's 128-row tiles are faster";
+  if (p.mask.is_causal() && p.seqlen_k <= kShortCausal)
+    return "d <= 64, causal, <= 256 rows and keys: the portable family's 128-row tiles are faster";
+  return nullptr;
+}
+
 // The backward reads q, k, v and dout through TMA (o only in the common preprocess, dq / dk / dv
 // by plain stores), and its dQ reduction order is arbitrary.
 const char* bwd_sm90_unsupported(const AttnBwdParams& p) {

@@ -379,6 +379,48 @@ def test_varlen_forward_family() -> None:
     assert _backend.select(0, code, 128, 128, 0, True, True)[0] == "sm80"
 
 
+# The sm90 family's forward speed rule (tiles_sm90.cu's fwd_sm90_yields): d <= 64 forwards of at
+# most 512 query rows and keys on at most two waves of sm90 tiles (or causal, at most 256 keys) go
+# to the portable family (its 128-row tiles beat the 192-row one there: 11.5 against 16.7 us at
+# B 8 x H 16 x S 256 causal on the H200), the rest stay on sm90.
+# (shape (B, H, Sq, Sk, D), mask, the family with the rule on; tiles = B x H x ceil(Sq / 192)
+# against 2 x 132 SMs on the H200, 2 x 114 on an H100 PCIe).
+_RULE_CASES = [
+    ((8, 16, 256, 256, 64), masks.CAUSAL_TOP_LEFT, "sm80"),  # 256 tiles
+    ((2, 4, 512, 512, 64), masks.NO_MASK, "sm80"),
+    ((2, 4, 100, 37, 48), masks.CAUSAL_BOTTOM_RIGHT, "sm80"),  # d 48: the same bucket
+    ((64, 32, 256, 256, 64), masks.CAUSAL_TOP_LEFT, "sm80"),  # 4096 tiles, causal, 256 keys
+    ((64, 32, 256, 256, 64), masks.NO_MASK, "sm90"),  # 4096 tiles
+    ((32, 32, 512, 512, 64), masks.CAUSAL_TOP_LEFT, "sm90"),  # 3072 tiles, 512 keys
+    ((2, 4, 513, 512, 64), masks.CAUSAL_TOP_LEFT, "sm90"),
+    ((2, 4, 256, 1024, 64), masks.NO_MASK, "sm90"),
+    ((8, 16, 256, 256, 128), masks.CAUSAL_TOP_LEFT, "sm90"),  # d 128: sm90 wins at every size
+]
+
+
+@pytest.mark.parametrize("sizes,mask,family", _RULE_CASES, ids=[f"{'x'.join(map(str, c[0]))}-{c[2]}" for c in _RULE_CASES])
+def test_forward_speed_rule(sizes: tuple[int, int, int, int, int], mask: masks.MaskSpec, family: str) -> None:
+    """The forward family of each case (_C.fwd_family: the launch's own choice), with the rule
+    on, off (FLASHSDPA_SPEED_RULES=0: sm90 takes every case) and under FLASHSDPA_FAMILY."""
+    b, h, sq, sk, d = sizes
+    rows = {f["family"]: f for f in _backend.capabilities()}
+    if "sm90" not in rows or "sm80" not in rows or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU and both families built")
+    skip_unless_compiled(torch.bfloat16, d)
+    q = torch.randn(b, h, sq, d, device=DEVICE, dtype=torch.bfloat16)
+    k, v = (torch.randn(b, h, sk, d, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+    out = torch.empty_like(q)
+    lse = torch.empty(b, h, sq, device=DEVICE, dtype=torch.float32)
+    got = _backend._C.fwd_family(_backend._spec(q, k, v, out, lse, d**-0.5, mask, None))
+    forced = os.environ.get("FLASHSDPA_FAMILY")
+    if forced is not None:
+        assert got == forced
+    elif os.environ.get("FLASHSDPA_SPEED_RULES") == "0":
+        assert got == "sm90"
+    else:
+        assert got == family
+
+
 _SANITIZER_CASES = [
     (Shape("san_tiny", 1, 2, 2, 7, 7, 64), "none", torch.bfloat16),
     (Shape("san_gqa", 1, 4, 2, 113, 239, 128), "bottom_right", torch.float16),

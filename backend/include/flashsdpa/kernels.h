@@ -51,6 +51,9 @@ int run_bwd_sm90(const AttnBwdParams& params, void* stream);
 TilePlan fwd_plan_sm90(int bucket, int major, int smem_optin_bytes);
 TilePlan bwd_plan_sm90(int bucket, int major, int smem_optin_bytes);
 const char* fwd_sm90_unsupported(const AttnFwdParams& params);
+// Why the portable family runs this forward faster (a speed rule: capabilities.h's fwd_yields),
+// nullptr when this family should run it.
+const char* fwd_sm90_yields(const AttnFwdParams& params);
 // The split tail's workspace bytes for this forward (fwd_kernel_sm90.cuh's TailSplit; device
 // facts and bucket filled), 0 when the launch would not split.
 int64_t fwd_workspace_sm90(const AttnFwdParams& params);

@@ -179,6 +179,10 @@ struct AttnFwdParams {
   int64_t block_table_batch_stride;
   int32_t page_size;
   int32_t num_pages;  // pages in the pool: the kernel clamps every block-table entry to [0, num_pages)
+  // log2(page_size) when it is a power of two (16 .. 1024: a serving engine's sizes), else -1: the
+  // kernel then finds a key's page by shift and mask instead of an integer division (tens of
+  // instructions per copied row, on the path from one tile's wait to the next tile's copies).
+  int32_t page_shift;
   // Split-KV: the keys of one (batch, kv head) are cut into num_splits ranges of key blocks, one
   // CTA each. num_splits == 1 writes o / lse directly; > 1 writes float32 partials to the
   // caller-allocated workspace (the host reports its size: backend/src/decode.cpp), which the
