@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # session26_third.sh: A/B of the decode kernel's block-table prefetch (A: HEAD's kernel, B: the
 # prefetch), paged_probe.py on each (ordered and shuffled pools of pages 16-1024 against the
-# contiguous cache, CUDA-graph GPU time), alternating twice.
+# contiguous cache, CUDA-graph GPU time), alternating twice. (scripts/dev/ab/decode_kernel_sm80_head.cuh
+# was 1c88e67's cuda/sm80/decode_kernel_sm80.cuh, removed after the run: git show restores it.)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
