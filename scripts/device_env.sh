@@ -33,6 +33,10 @@ pack_out() {
     echo "(\$OUT held $n files: packed into out.tgz)"
   fi
 }
+# A call the device tool's limit ends (SIGTERM) still packs $OUT and prints the table: session 26's
+# fifth call lost 4 of its 12 files that way (more than 8 files come back only as out.tgz, which
+# finish makes). The running step's child dies with the signal; the trap runs when it has.
+trap 'echo "(terminated: packing \$OUT)"; pack_out; printf "%s\n" "${summary[@]}"; exit 124' TERM
 # finish: pack $OUT if needed, print the table and exit 1 if any step failed, else 0.
 finish() {
   pack_out

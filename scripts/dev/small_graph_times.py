@@ -83,14 +83,24 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--only-ours", action="store_true")
+    parser.add_argument("--dims", type=int, nargs="+", default=None, help="only these head dims")
+    parser.add_argument("--check", action="store_true", help="ours against float32 math first (a variant's sanity)")
     args = parser.parse_args()
     names = ["ours"] if args.only_ours else ["fa2", "cudnn", "default", "ours"]
     print(f"GPU us a call (CUDA graph of {args.reps} calls, median of {args.rounds} replays), bf16")
     print(f"{'B':>3} {'H':>3} {'S':>5} {'D':>4} {'causal':>6} {'pass':>7} " + " ".join(f"{n:>8}" for n in names))
     for b, h, s, d in SHAPES:
+        if args.dims and d not in args.dims:
+            continue
         for causal in (True, False):
             leaves = [torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16).requires_grad_() for _ in range(3)]
             dout = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
+            if args.check:
+                with torch.no_grad(), variant("ours"):
+                    got = F.scaled_dot_product_attention(*leaves, is_causal=causal).float()
+                ref = F.scaled_dot_product_attention(*(t.detach().float() for t in leaves), is_causal=causal)
+                err = (got - ref).abs().max().item()
+                print(f"  check {b}x{h}x{s}x{d} causal={causal}: max|ours - float32| = {err:.2e}" + ("" if err < 3e-2 else "  FAIL"))
             for label in ("fwd", "fwd+bwd"):
                 cells = []
                 for name in names:
