@@ -11,39 +11,13 @@ indirection plus scattered addresses), so the cost splits into the table's reads
 from __future__ import annotations
 
 import argparse
-import statistics
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 
 import flashsdpa
+from flashsdpa.bench.timing import graph_us
 
 HQ, HKV, D = 32, 8, 128
-
-
-def graph_us(fn: Callable[[], object], reps: int = 10, rounds: int = 9) -> float:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / reps)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -57,7 +31,7 @@ def main() -> None:
         k = torch.randn(batch, keys, HKV, D, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(batch, keys, HKV, D, device="cuda", dtype=torch.bfloat16)
         seqlens = torch.full((batch,), keys, dtype=torch.int32, device="cuda")
-        base = graph_us(lambda: flashsdpa.attention_with_kvcache(q, k, v, cache_seqlens=seqlens))
+        base = graph_us([lambda: flashsdpa.attention_with_kvcache(q, k, v, cache_seqlens=seqlens)], 10, 9)
         want = flashsdpa.attention_with_kvcache(q, k, v, cache_seqlens=seqlens)
         print(f"B {batch:>2} x {keys:>6} keys: contiguous {base:7.1f}")
         for page in args.pages:
@@ -79,7 +53,7 @@ def main() -> None:
                 )
                 got = call()
                 assert torch.equal(got, want) or (got - want).abs().max().item() < 2e-2, "paged result differs"
-                us = graph_us(call)
+                us = graph_us([call], 10, 9)
                 print(f"    page {page:>5} {order:>8}: {us:7.1f}  {us / base:5.3f}x")
                 del kp, vp
         del k, v

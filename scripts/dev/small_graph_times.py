@@ -15,15 +15,12 @@ family serves small grids faster than the sm90 one (its forward read 11.8 us aga
 from __future__ import annotations
 
 import argparse
-import contextlib
-import statistics
-from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import flashsdpa
+from flashsdpa.bench.timing import graph_us
+from small_step_kernels import variant  # this directory: the variants' contexts
 
 SHAPES = [  # (B, H, S, D): 2k-16k tokens, the small models' sizes
     (8, 16, 256, 64),
@@ -41,43 +38,6 @@ SHAPES = [  # (B, H, S, D): 2k-16k tokens, the small models' sizes
 ]
 
 
-@contextlib.contextmanager
-def variant(name: str) -> Iterator[None]:
-    if name == "ours":
-        with flashsdpa.enable():
-            yield
-    elif name == "default":
-        yield
-    else:
-        with sdpa_kernel([SDPBackend.FLASH_ATTENTION if name == "fa2" else SDPBackend.CUDNN_ATTENTION]):
-            yield
-
-
-def graph_time(fn: Callable[[], None], reps: int, rounds: int) -> float:
-    """Median us a call over `rounds` replays of a graph of `reps` calls."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / reps)
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=20)
@@ -86,9 +46,9 @@ def main() -> None:
     parser.add_argument("--dims", type=int, nargs="+", default=None, help="only these head dims")
     parser.add_argument("--check", action="store_true", help="ours against float32 math first (a variant's sanity)")
     args = parser.parse_args()
-    names = ["ours"] if args.only_ours else ["fa2", "cudnn", "default", "ours"]
+    names = ["flashsdpa"] if args.only_ours else ["fa2", "cudnn", "default", "flashsdpa"]
     print(f"GPU us a call (CUDA graph of {args.reps} calls, median of {args.rounds} replays), bf16")
-    print(f"{'B':>3} {'H':>3} {'S':>5} {'D':>4} {'causal':>6} {'pass':>7} " + " ".join(f"{n:>8}" for n in names))
+    print(f"{'B':>3} {'H':>3} {'S':>5} {'D':>4} {'causal':>6} {'pass':>7} " + " ".join(f"{n:>9}" for n in names))
     for b, h, s, d in SHAPES:
         if args.dims and d not in args.dims:
             continue
@@ -96,7 +56,7 @@ def main() -> None:
             leaves = [torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16).requires_grad_() for _ in range(3)]
             dout = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
             if args.check:
-                with torch.no_grad(), variant("ours"):
+                with torch.no_grad(), variant("flashsdpa"):
                     got = F.scaled_dot_product_attention(*leaves, is_causal=causal).float()
                 ref = F.scaled_dot_product_attention(*(t.detach().float() for t in leaves), is_causal=causal)
                 err = (got - ref).abs().max().item()
@@ -115,9 +75,9 @@ def main() -> None:
                                 torch.autograd.grad(out, leaves, dout)
 
                     try:
-                        cells.append(f"{graph_time(call, args.reps, args.rounds):8.1f}")
+                        cells.append(f"{graph_us([call], args.reps, args.rounds):9.1f}")
                     except Exception as exc:  # one backend refusing a shape must not end the table
-                        cells.append(f"{'err':>8}")
+                        cells.append(f"{'err':>9}")
                         print(f"  {name}: {type(exc).__name__}: {str(exc)[:120]}")
                 print(f"{b:>3} {h:>3} {s:>5} {d:>4} {causal!s:>6} {label:>7} " + " ".join(cells))
 

@@ -34,7 +34,14 @@ from flashsdpa.bench import problems
 from flashsdpa.bench.check import _reduced_precision_math
 from flashsdpa.bench.problems import DTYPES, OURS, RULE_ATOL, RULE_FACTOR, TORCH_DEFAULT, api, served_total
 from flashsdpa.bench.rounds import median, ratio_over_rounds, rotated
-from flashsdpa.bench.timing import UNSUPPORTED, backend_context, sets_for_bytes, time_cuda_ms, unsupported_status
+from flashsdpa.bench.timing import (
+    UNSUPPORTED,
+    backend_context,
+    graph_us,
+    sets_for_bytes,
+    time_cuda_ms,
+    unsupported_status,
+)
 
 DECODE_SHAPES = ((1, 8192), (1, 131072), (32, 4096))  # (batch, keys)
 HEADS_Q, HEADS_KV, HEAD_DIM = 32, 8, 128
@@ -138,32 +145,11 @@ def _host_us(call: Callable[[], object], reps: int) -> float:
     return statistics.median(samples)
 
 
-def _graph_us(calls: list[Callable[[], object]], per_graph: int = 20, replays: int = 5) -> float | None:
-    """GPU µs per call with the host out of the way: ``per_graph`` calls (cycling through the input
-    sets) captured in one CUDA graph, replayed between CUDA events; median over ``replays``. None
-    where the backend cannot be captured (the row's status stays that of the event timing)."""
+def _graph_us(calls: list[Callable[[], object]]) -> float | None:
+    """timing.graph_us of the calls (cycling through the input sets), or None where the backend
+    cannot be captured (the row's status stays that of the event timing)."""
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up outside the capture (workspaces, plans, autotuning)
-            for i in range(3):
-                calls[i % len(calls)]()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(per_graph):
-                calls[i % len(calls)]()
-        graph.replay()
-        torch.cuda.synchronize()
-        samples = []
-        for _ in range(replays):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            torch.cuda.synchronize()
-            samples.append(start.elapsed_time(end) * 1e3 / per_graph)
-        return statistics.median(samples)
+        return graph_us(calls)
     except Exception:  # noqa: BLE001 - a backend that cannot be captured has no graph time
         torch.cuda.synchronize()
         return None

@@ -88,6 +88,34 @@ def time_cuda_ms(calls: Sequence[Callable[[], object]], *, warmup: int, reps: in
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
+def graph_us(calls: Sequence[Callable[[], object]], per_graph: int = 20, replays: int = 5) -> float:
+    """GPU µs per call with the host out of the way: ``per_graph`` calls (cycling through the
+    interchangeable ``calls``) captured in one CUDA graph after a warm-up on a side stream (workspaces,
+    plans, autotuning outside the capture), replayed between CUDA events; median over ``replays``.
+    Raises what capture raises (a backend that cannot be captured)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(3):
+            calls[i % len(calls)]()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(per_graph):
+            calls[i % len(calls)]()
+    graph.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / per_graph)
+    return statistics.median(samples)
+
+
 def input_sets(problem: Problem, dtype: torch.dtype, layout: str, count: int) -> list[tuple[Tensor, ...]]:
     """``count`` sets of (q, k, v, dout), (B, H, S, D) views; "bshd" = transposed, as models pass them."""
     b, h, s, d = problem.batch, problem.heads, problem.seqlen, problem.head_dim
