@@ -144,7 +144,8 @@ static void fill_decode(AttnFwdParams& p, const FwdSpec& s) {
   check_buffer("lse_accum", d.lse_accum, d.lse_accum_bytes, lse_bytes);
 }
 
-void fwd(const FwdSpec& spec) {
+// A forward spec's params, checked (the decode path's fields where spec.decode asks for it).
+static AttnFwdParams fwd_params(const FwdSpec& spec) {
   AttnFwdParams p;
   fill_common(p, spec);
   if (spec.decode.num_splits != 0) {
@@ -154,23 +155,25 @@ void fwd(const FwdSpec& spec) {
     fill_decode(p, spec);
   }
   check_fwd_params(p);
+  return p;
+}
+
+void fwd(const FwdSpec& spec) {
+  AttnFwdParams p = fwd_params(spec);
   const FamilyCaps& family = plan_fwd(p, spec.device);
   launch_fwd(family, p, spec.device, reinterpret_cast<void*>(spec.stream));
 }
 
-std::string fwd_family(const FwdSpec& spec) {
-  AttnFwdParams p;
-  fill_common(p, spec);
-  if (spec.decode.num_splits != 0) fill_decode(p, spec);
-  check_fwd_params(p);
-  return plan_fwd(p, spec.device).name;
+FwdFamily fwd_family(const FwdSpec& spec) {
+  AttnFwdParams p = fwd_params(spec);
+  FwdFamily out;
+  out.name = plan_fwd(p, spec.device, &out.yielded).name;
+  return out;
 }
 
 int64_t fwd_workspace_bytes(const FwdSpec& spec) {
   if (spec.decode.num_splits != 0) return 0;  // the decode path has its own (decode_plan)
-  AttnFwdParams p;
-  fill_common(p, spec);
-  check_fwd_params(p);
+  AttnFwdParams p = fwd_params(spec);
   const FamilyCaps& family = plan_fwd(p, spec.device);
   return family.fwd_workspace != nullptr ? family.fwd_workspace(p) : 0;
 }

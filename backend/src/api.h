@@ -132,8 +132,13 @@ void bwd(const BwdSpec& spec);
 // allocates that much and passes it as spec.workspace, or runs the same call without it.
 int64_t fwd_workspace_bytes(const FwdSpec& spec);
 // The family a forward of this spec runs on (the table's first taker, after the per-call hooks and
-// speed rules: capabilities.h's fwd_yields); the decode path's for a decode spec.
-std::string fwd_family(const FwdSpec& spec);
+// speed rules: capabilities.h's fwd_yields; the decode path's for a decode spec), and the speed
+// rule's reason where a family that takes the call handed it on (empty otherwise).
+struct FwdFamily {
+  std::string name;
+  std::string yielded;
+};
+FwdFamily fwd_family(const FwdSpec& spec);
 
 // Workspace of the backward for a head-dim bucket: float32 dq_accum (rows x heads_q x bucket) and
 // delta = rowsum(dO * O) (rows x heads_q), rows = seqlen_q per batch (dense) or total_q (varlen).

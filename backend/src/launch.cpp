@@ -144,15 +144,21 @@ constexpr Direction direction_of() {
 
 // The first family of the table that takes this call: its predicates (a handful of integer
 // compares over a table of one or two rows) and its per-call hook for the direction. A taker whose
-// speed rule yields hands the call to the next taker, if any (FLASHSDPA_FAMILY: never).
+// speed rule yields hands the call to the next taker, if any (FLASHSDPA_FAMILY: never); `yielded`
+// then gets the rule's reason.
 template <typename Params>
-const FamilyCaps* first_taker(const Problem& problem, const Params& params, const FamilyCaps* after, std::string* why) {
+const FamilyCaps* first_taker(const Problem& problem, const Params& params, const FamilyCaps* after, std::string* why,
+                              std::string* yielded = nullptr) {
   for (const FamilyCaps* f = select_family(problem, after); f != nullptr; f = select_family(problem, f)) {
     if (forced_family() != nullptr && f->name != forced_family()) continue;
     const char* no = unsupported(*f, params);
     if (no == nullptr) {
-      if (forced_family() == nullptr && yields(*f, params) != nullptr) {
-        if (const FamilyCaps* next = first_taker(problem, params, f, nullptr)) return next;
+      const char* rule = forced_family() == nullptr ? yields(*f, params) : nullptr;
+      if (rule != nullptr) {
+        if (const FamilyCaps* next = first_taker(problem, params, f, nullptr)) {
+          if (yielded) *yielded = "family " + f->name + " yields: " + rule;
+          return next;
+        }
       }
       return f;
     }
@@ -190,12 +196,12 @@ void use_family(AttnBwdParams& params, const FamilyCaps& family) {
 }
 
 template <typename Params>
-const FamilyCaps& plan(Params& params, int device) {
+const FamilyCaps& plan(Params& params, int device, std::string* yielded = nullptr) {
   const DeviceInfo& info = cached_device_info(device);
   set_device_facts(params, info);
   const Problem problem = problem_of(info, params, direction_of<Params>());
   std::string why;
-  const FamilyCaps* family = first_taker(problem, params, nullptr, &why);
+  const FamilyCaps* family = first_taker(problem, params, nullptr, &why, yielded);
   if (family == nullptr) {
     const char* forced = forced_family();
     throw std::invalid_argument("device " + std::to_string(device) + " (" + info.name + "): no kernel family " +
@@ -229,7 +235,9 @@ Selection select(int device, DType dtype, int head_dim_qk, int head_dim_v, MaskK
   return s;
 }
 
-const FamilyCaps& plan_fwd(AttnFwdParams& params, int device) { return plan(params, device); }
+const FamilyCaps& plan_fwd(AttnFwdParams& params, int device, std::string* yielded) {
+  return plan(params, device, yielded);
+}
 const FamilyCaps& plan_bwd(AttnBwdParams& params, int device) { return plan(params, device); }
 
 void launch_fwd(const FamilyCaps& family, const AttnFwdParams& params, int device, void* stream) {
@@ -284,7 +292,7 @@ namespace {
 
 DeviceInfo device_info(int) { no_cuda(); }
 Selection select(int, DType, int, int, MaskKind, Layout, Direction, bool, unsigned) { no_cuda(); }
-const FamilyCaps& plan_fwd(AttnFwdParams&, int) { no_cuda(); }
+const FamilyCaps& plan_fwd(AttnFwdParams&, int, std::string*) { no_cuda(); }
 const FamilyCaps& plan_bwd(AttnBwdParams&, int) { no_cuda(); }
 void launch_fwd(const FamilyCaps&, const AttnFwdParams&, int, void*) { no_cuda(); }
 void launch_bwd(const FamilyCaps&, const AttnBwdParams&, int, void*) { no_cuda(); }

@@ -35,7 +35,9 @@ Selection select(int device, DType dtype, int head_dim_qk, int head_dim_v, MaskK
 // Pick the family and fill the params' device facts, head_dim_bucket (and for a backward bwd_tile
 // and the dq_accum strides, from delta's: set those and every field the families' per-call hooks
 // read first); throws std::invalid_argument naming each family's reason when none serves the call.
-const FamilyCaps& plan_fwd(AttnFwdParams& params, int device);
+// yielded (forward): set to the speed rule's reason when a family that takes the call hands it on
+// (capabilities.h's fwd_yields), untouched otherwise.
+const FamilyCaps& plan_fwd(AttnFwdParams& params, int device, std::string* yielded = nullptr);
 const FamilyCaps& plan_bwd(AttnBwdParams& params, int device);
 void launch_fwd(const FamilyCaps& family, const AttnFwdParams& params, int device, void* stream);
 void launch_bwd(const FamilyCaps& family, const AttnBwdParams& params, int device, void* stream);

@@ -392,8 +392,15 @@ PYBIND11_MODULE(_C, m) {
   m.attr("ROUTER_TABLE_VERSION") = kRouterTableVersion;
   m.def("fwd", [](py::handle spec) { fwd(fwd_spec(spec)); }, py::arg("spec"),
         "Forward attention: writes out and lse. spec: see module.cpp's fwd_spec.");
-  m.def("fwd_family", [](py::handle spec) { return fwd_family(fwd_spec(spec)); }, py::arg("spec"),
-        "The kernel family a forward of this spec runs on (after the families' per-call rules).");
+  m.def(
+      "fwd_family",
+      [](py::handle spec) {
+        const FwdFamily f = fwd_family(fwd_spec(spec));
+        return py::make_tuple(f.name, f.yielded.empty() ? py::object(py::none()) : py::object(py::str(f.yielded)));
+      },
+      py::arg("spec"),
+      "(family, why or None): the kernel family a forward of this spec runs on, and the speed rule's reason\n"
+      "where a family that takes it handed it on (the capability row's fwd_yields).");
   m.def("fwd_workspace_bytes", [](py::handle spec) { return fwd_workspace_bytes(fwd_spec(spec)); }, py::arg("spec"),
         "The workspace bytes the forward of this spec can use (the sm90 family's dynamic schedule or split tail),\n"
         "0 = none: pass that many bytes as the spec's workspace / workspace_bytes pointers, or none.");

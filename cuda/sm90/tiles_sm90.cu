@@ -111,7 +111,7 @@ const char* fwd_sm90_yields(const AttnFwdParams& p) {
   if (tiles <= 2 * int64_t(p.num_sms > 0 ? p.num_sms : 1))
     return "d <= 64, <= 512 rows and keys, <= 2 waves of 192-row tiles: the portable family's 128-row tiles are faster";
   if (p.mask.is_causal() && p.seqlen_k <= kShortCausal)
-    return "d <= 64, causal, <= 256 rows and keys: the portable family's 128-row tiles are faster";
+    return "d <= 64, causal, <= 512 rows and <= 256 keys: the portable family's 128-row tiles are faster";
   return nullptr;
 }
 

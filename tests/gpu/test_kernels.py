@@ -411,14 +411,16 @@ def test_forward_speed_rule(sizes: tuple[int, int, int, int, int], mask: masks.M
     k, v = (torch.randn(b, h, sk, d, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
     out = torch.empty_like(q)
     lse = torch.empty(b, h, sq, device=DEVICE, dtype=torch.float32)
-    got = _backend._C.fwd_family(_backend._spec(q, k, v, out, lse, d**-0.5, mask, None))
+    got, why = _backend._C.fwd_family(_backend._spec(q, k, v, out, lse, d**-0.5, mask, None))
     forced = os.environ.get("FLASHSDPA_FAMILY")
     if forced is not None:
-        assert got == forced
+        assert (got, why) == (forced, None)
     elif os.environ.get("FLASHSDPA_SPEED_RULES") == "0":
-        assert got == "sm90"
+        assert (got, why) == ("sm90", None)
     else:
         assert got == family
+        # The handed-on calls say why (the sm90 row's rule), the others say nothing.
+        assert (why is not None and why.startswith("family sm90 yields: d <= 64")) == (family == "sm80"), why
 
 
 _SANITIZER_CASES = [
