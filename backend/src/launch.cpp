@@ -120,20 +120,9 @@ const char* unsupported(const FamilyCaps& f, const AttnFwdParams& params) {
 const char* unsupported(const FamilyCaps& f, const AttnBwdParams& params) {
   return f.bwd_unsupported != nullptr ? f.bwd_unsupported(params) : nullptr;
 }
-// FLASHSDPA_SPEED_RULES=0 turns the families' speed rules off (capabilities.h's fwd_yields): every
-// call then takes the first family that serves it, so the tests reach the sm90 forward at the
-// shapes its rule gives away (scripts/gpu_check.sh's third run) and A/B scripts time both. Read once.
-bool speed_rules() {
-  static const bool on = [] {
-    const char* v = std::getenv("FLASHSDPA_SPEED_RULES");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  return on;
-}
-
 // A family's speed rule (capabilities.h's fwd_yields): why a later family runs this call faster.
 const char* yields(const FamilyCaps& f, const AttnFwdParams& params) {
-  return f.fwd_yields != nullptr && speed_rules() ? f.fwd_yields(params) : nullptr;
+  return f.fwd_yields != nullptr && speed_rules_enabled() ? f.fwd_yields(params) : nullptr;
 }
 const char* yields(const FamilyCaps&, const AttnBwdParams&) { return nullptr; }
 

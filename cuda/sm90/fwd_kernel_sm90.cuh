@@ -76,6 +76,11 @@ constexpr FwdTileShapeSm90 fwd_tile_shape_sm90(int head_dim) {
          : head_dim <= 128 ? FwdTileShapeSm90{128, 128, 2}
                            : FwdTileShapeSm90{128, 64, 2};
 }
+// The d <= 64 bucket's second tile, for short calls (tiles_sm90.cu's fwd_sm90_short_tile picks
+// it; the plain kernel only): 128 rows on two consumer warpgroups. The 192-row tile's third
+// warpgroup pays at long keys (8k: 537 against 416 TFLOP/s) but a few hundred rows leave most of
+// its last row block empty (S 256: rows 256-383 of 192-383) and, causal, mask more keys per tile.
+constexpr FwdTileShapeSm90 kFwdShortTileSm90{128, 128, 2};
 
 template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
           int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone, bool kDropout_ = false>

@@ -13,6 +13,7 @@
 #include "common/sanitizer_marks.cuh"
 #include "common/smem_optin.cuh"
 #include "sm90/fwd_kernel_sm90.cuh"
+#include "flashsdpa/kernels.h"
 #include "sm90/tma_sm90.h"
 
 namespace flashsdpa {
@@ -85,6 +86,11 @@ cudaError_t run_fwd_sm90_(const AttnFwdParams& params, cudaStream_t stream) {
     case kModsBias:
       return launch_fwd_sm90<FwdBiasTraitsSm90<Elem, kHeadDim>>(params, stream);
     default:
+      if constexpr (kHeadDim <= 64) {  // short calls: the 128-row tile (fwd_sm90_short_tile)
+        constexpr FwdTileShapeSm90 kT = kFwdShortTileSm90;
+        if (fwd_sm90_short_tile(params))
+          return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kT.block_m, kT.block_n, kT.stages>>(params, stream);
+      }
       return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kM, kN, kS>>(params, stream);
   }
 }

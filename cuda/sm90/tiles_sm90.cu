@@ -64,6 +64,11 @@ int64_t fwd_workspace_sm90(const AttnFwdParams& p) {
     const fwd_sm90::FwdWorkspacePlan plan = mods_kind(p.mods) == kModsBias
                                                 ? fwd_sm90::fwd_workspace_plan<FwdBiasTraitsSm90<__half, kHeadDim>>(p)
                                                 : fwd_sm90::fwd_workspace_plan<Traits>(p);
+    if constexpr (kHeadDim <= 64) {  // the launcher's choice of tile (run_fwd_sm90_)
+      constexpr FwdTileShapeSm90 kT = kFwdShortTileSm90;
+      using Short = FwdTraitsSm90<__half, kHeadDim, kT.block_m, kT.block_n, kT.stages>;
+      if (plain && fwd_sm90_short_tile(p)) return fwd_sm90::fwd_workspace_plan<Short>(p).bytes;
+    }
     return plan.counter || plain ? plan.bytes : 0;
   };
   switch (p.head_dim_bucket) {
@@ -85,34 +90,54 @@ const char* fwd_sm90_unsupported(const AttnFwdParams& p) {
   return nullptr;
 }
 
-// Short forwards at d <= 64 on few tiles run faster on the portable family: this family's d64 tile
-// is 192 query rows (three consumer warpgroups: 537 TFLOP/s at 8k against 416 for 128 rows), which
-// at a few hundred rows leaves a mostly empty last row block (S 256: rows 192-255 of 192-383) and,
-// causal, more masked keys; its persistent grid also waits on a tile-counter memset (a second
-// graph node). On many tiles its throughput wins back all but the causal S <= 256 case.
-// Session 26, H200, bf16, CUDA-graph GPU time a call (scripts/dev/small_graph_times.py, the rule
-// off / on), sm90 / portable, us, causal then non-causal:
-//   (B, H, S) = (16, 16, 128), 256 tiles:   13.4 / 9.1,    9.9 / 8.6
-//               (8, 16, 256), 256 tiles:    16.7 / 11.5,  12.9 / 11.8
-//               (4, 16, 512), 192 tiles:    19.6 / 16.6,  18.8 / 18.6
-//               (64, 32, 256), 4096 tiles: 175.5 / 144.4, 145.0 / 165.7
-//               (32, 32, 512), 3072 tiles: 170.6 / 194.7, 182.8 / 264.7
-// and at S 1024 sm90 wins ((2, 16, 1024) 26.9 / 27.9, 30.1 / 32.5), at d 128 at every size (its
-// tile is 128 rows). So: d <= 64, at most 512 query rows and keys, and either at most two waves
-// of sm90 tiles or a causal call of at most 256 keys. The plain kernel only (the modifiers' and
-// dropout's kernels were not measured there). The backward stays here (its d64 kernel is faster).
+// Short causal forwards at d <= 64 on few tiles run faster on the portable family, whose
+// persistent-less grid needs no tile-counter memset (a second graph node) and whose kernel starts
+// sooner. Session 27, H200, bf16, CUDA-graph GPU time a call (scripts/dev/small_graph_times.py,
+// session27_third.sh: two interleaved rounds agreed within 0.3 us), this family on its short
+// tile (128 rows) / on its 192-row tile / the portable family, us, causal then non-causal:
+//   (B, H, S) = (16, 16, 128), 256 tiles:  11.3 / 13.0 / 9.3,      8.0 / 9.9 / 8.7
+//               (8, 16, 256), 256 tiles:   12.4 / 16.8 / 11.6,    10.9 / 12.8 / 12.0
+//               (4, 16, 512), 256 tiles:   16.1 / 19.4 / 17.2,    15.5 / 18.6 / 18.9
+//               (64, 32, 256), 4096 tiles: 114.7 / 170.2 / 144.4, 119.4 / 144.8 / 161.8
+//               (2, 16, 1024), 256 tiles:  22.7 / 26.8 / 28.2,    24.5 / 30.0 / 33.2
+// (session 26's rule, on the 192-row tile alone, gave the portable family every call of <= 512
+// rows on <= 2 waves and causal ones of <= 256 keys: the short tile takes them back.) So: causal,
+// d <= 64, at most 256 rows and keys on at most two waves of 128-row tiles. The plain kernel only
+// (the modifiers' and dropout's kernels were not measured there). The backward stays here (its
+// d64 kernel is faster).
 const char* fwd_sm90_yields(const AttnFwdParams& p) {
-  constexpr int kShortSeqlen = 512, kShortCausal = 256;
-  constexpr int kBlockM = fwd_tile_shape_sm90(64).block_m;
+  constexpr int kShortCausal = 256;
+  constexpr int kBlockM = kFwdShortTileSm90.block_m;
   const bool plain = mods_kind(p.mods) == kModsNone && !p.dropout.enabled();
-  if (!plain || p.head_dim_qk > 64 || p.head_dim_v > 64 || p.seqlen_q > kShortSeqlen || p.seqlen_k > kShortSeqlen)
+  if (!plain || !p.mask.is_causal() || p.head_dim_qk > 64 || p.head_dim_v > 64 || p.seqlen_q > kShortCausal ||
+      p.seqlen_k > kShortCausal)
     return nullptr;
   const int64_t tiles = int64_t(p.batch) * p.heads_q * ((p.seqlen_q + kBlockM - 1) / kBlockM);
   if (tiles <= 2 * int64_t(p.num_sms > 0 ? p.num_sms : 1))
-    return "d <= 64, <= 512 rows and keys, <= 2 waves of 192-row tiles: the portable family's 128-row tiles are faster";
-  if (p.mask.is_causal() && p.seqlen_k <= kShortCausal)
-    return "d <= 64, causal, <= 512 rows and <= 256 keys: the portable family's 128-row tiles are faster";
+    return "d <= 64, causal, <= 256 rows and keys, <= 2 waves of 128-row tiles: the portable family is faster";
   return nullptr;
+}
+
+// The d <= 64 plain forward's tile: kFwdShortTileSm90 (128 rows) for short calls, the table's 192
+// rows otherwise. Session 26, H200, bf16, CUDA-graph GPU time a call (small_graph_times.py, speed
+// rules off), 192 / 128 rows, us, causal then non-causal:
+//   (B, H, S) = (64, 32, 256):  169.6 / 114.6,  143.0 / 120.4
+//               (8, 16, 1024):   70.4 / 61.9,    82.7 / 88.3
+//               (32, 32, 512):  169.7 / 153.5,  179.6 / 190.8
+//               (16, 32, 1024): 246.3 / 220.6,  320.1 / 336.7
+// and every grid of at most two waves faster at 128 rows. So causal calls of at most 1024 rows and
+// keys, and non-causal ones of at most 1024 rows with at most 256 keys, or at most 1024 keys on
+// at most two waves of 128-row tiles; masks other than none and causal keep the table's tile (not
+// measured). Off with the speed rules (FLASHSDPA_SPEED_RULES=0: A/B scripts time the 192 rows).
+bool fwd_sm90_short_tile(const AttnFwdParams& p) {
+  constexpr int kShort = 1024, kShortKeys = 256;
+  constexpr int kBlockM = kFwdShortTileSm90.block_m;
+  if (!speed_rules_enabled() || p.head_dim_qk > 64 || p.head_dim_v > 64 || p.seqlen_q > kShort || p.seqlen_k > kShort)
+    return false;
+  if (p.mask.is_causal()) return true;
+  if (!p.mask.is_none()) return false;
+  const int64_t tiles = int64_t(p.batch) * p.heads_q * ((p.seqlen_q + kBlockM - 1) / kBlockM);
+  return p.seqlen_k <= kShortKeys || tiles <= 2 * int64_t(p.num_sms > 0 ? p.num_sms : 1);
 }
 
 // The backward reads q, k, v and dout through TMA (o only in the common preprocess, dq / dk / dv

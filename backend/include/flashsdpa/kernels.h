@@ -10,9 +10,24 @@
 // its run_fwd_<family> (and run_bwd_<family>, <dir>_plan_<family>) here.
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
+
 #include "flashsdpa/params.h"
 
 namespace flashsdpa {
+
+// FLASHSDPA_SPEED_RULES=0 turns every speed rule off: the families' (capabilities.h's fwd_yields:
+// each call takes the first family that serves it) and a family's choice among its tiles (the sm90
+// forward's short tile), so the tests reach every kernel at the shapes the rules give away
+// (scripts/gpu_check.sh's third run) and A/B scripts time both sides. Read once.
+inline bool speed_rules_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("FLASHSDPA_SPEED_RULES");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
 
 // The tile a direction runs for a head-dim bucket on a device: tile 0 = the family's table tile,
 // 1.. = smaller ones for parts with less shared memory; -1 = none fits (the host falls back).
@@ -54,6 +69,9 @@ const char* fwd_sm90_unsupported(const AttnFwdParams& params);
 // Why the portable family runs this forward faster (a speed rule: capabilities.h's fwd_yields),
 // nullptr when this family should run it.
 const char* fwd_sm90_yields(const AttnFwdParams& params);
+// Whether the d <= 64 plain forward runs the short tile (fwd_kernel_sm90.cuh's kFwdShortTileSm90)
+// for this call: the launcher and the workspace size both ask (tiles_sm90.cu).
+bool fwd_sm90_short_tile(const AttnFwdParams& params);
 // The split tail's workspace bytes for this forward (fwd_kernel_sm90.cuh's TailSplit; device
 // facts and bucket filled), 0 when the launch would not split.
 int64_t fwd_workspace_sm90(const AttnFwdParams& params);

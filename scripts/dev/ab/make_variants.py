@@ -2,6 +2,7 @@
 files, by exact string replacement (each must match once), into /tmp/variants/:
   decode_kernel_v3.cuh   the decode kernel's page ids read one tile ahead (fetch_pages), with the
                          tree's shift-and-mask page arithmetic (kernel_notes_decode.md, variant 3)
+  decode_kernel_v4.cuh   the tile's page ids loaded before its copies (session 27, lost)
   fwd_kernel_sm90_d64m128.cuh  the sm90 forward's d64 tile at 128 rows (kernel_notes_fwd_sm90.md)
 """
 
@@ -50,6 +51,41 @@ def decode_v3() -> str:
     return s
 
 
+# Variant 4 (session 27, lost): the tile's block-table entries loaded before its copies, the four
+# passes' loads back to back (the tree issues each inside its pass's branches, one at a time).
+V4_EDITS = [
+    (
+        "#pragma unroll\n"
+        "      for (int pass = 0; pass < kBlockN / Traits::kCopyRowsPerPass; ++pass) {\n"
+        "        const int key = n_block * kBlockN + copy_row + pass * Traits::kCopyRowsPerPass;\n"
+        "        const bool ok = key < seq.seqlen_k;  // the block table is read only for keys in use\n",
+        "      constexpr int kPasses = kBlockN / Traits::kCopyRowsPerPass;\n"
+        "      int32_t tile_pages[kPasses] = {};\n"
+        "      if (paged) {\n"
+        "#pragma unroll\n"
+        "        for (int pass = 0; pass < kPasses; ++pass) {\n"
+        "          const int key = n_block * kBlockN + copy_row + pass * Traits::kCopyRowsPerPass;\n"
+        "          const int page_index = p.page_shift >= 0 ? key >> p.page_shift : key / p.page_size;\n"
+        "          tile_pages[pass] = key < seq.seqlen_k ? __ldg(pages + page_index) : 0;\n"
+        "        }\n"
+        "      }\n"
+        "#pragma unroll\n"
+        "      for (int pass = 0; pass < kPasses; ++pass) {\n"
+        "        const int key = n_block * kBlockN + copy_row + pass * Traits::kCopyRowsPerPass;\n"
+        "        const bool ok = key < seq.seqlen_k;\n",
+    ),
+    ("min(max(pages[page_index], 0), p.num_pages - 1)", "min(max(tile_pages[pass], 0), p.num_pages - 1)"),
+]
+
+
+def decode_v4() -> str:
+    s = (ROOT / "cuda/sm80/decode_kernel_sm80.cuh").read_text()
+    for old, new in V4_EDITS:
+        assert s.count(old) == 1, f"the decode kernel changed: {old[:60]!r}"
+        s = s.replace(old, new)
+    return s
+
+
 def fwd_d64m128() -> str:
     s = (ROOT / "cuda/sm90/fwd_kernel_sm90.cuh").read_text()
     old = "  return head_dim <= 64    ? FwdTileShapeSm90{192, 128, 2}"
@@ -60,6 +96,7 @@ def fwd_d64m128() -> str:
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "decode_kernel_v3.cuh").write_text(decode_v3())
+    (OUT / "decode_kernel_v4.cuh").write_text(decode_v4())
     (OUT / "fwd_kernel_sm90_d64m128.cuh").write_text(fwd_d64m128())
     print(f"variants in {OUT}")
 
