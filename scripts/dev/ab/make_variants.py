@@ -4,6 +4,7 @@ files, by exact string replacement (each must match once), into /tmp/variants/:
                          tree's shift-and-mask page arithmetic (kernel_notes_decode.md, variant 3)
   decode_kernel_v4.cuh   the tile's page ids loaded before its copies (session 27, lost)
   fwd_kernel_sm90_d64m128.cuh  the sm90 forward's d64 tile at 128 rows (kernel_notes_fwd_sm90.md)
+  fwd_kernel_sm90_short64.cuh  the d64 short tile at 64 rows, two CTAs an SM (session 27)
 """
 
 from __future__ import annotations
@@ -93,11 +94,19 @@ def fwd_d64m128() -> str:
     return s.replace(old, "  return head_dim <= 64    ? FwdTileShapeSm90{128, 128, 2}")
 
 
+def fwd_d64short64() -> str:
+    s = (ROOT / "cuda/sm90/fwd_kernel_sm90.cuh").read_text()
+    old = "constexpr FwdTileShapeSm90 kFwdShortTileSm90{128, 128, 2};"
+    assert s.count(old) == 1, "the short tile's line moved"
+    return s.replace(old, "constexpr FwdTileShapeSm90 kFwdShortTileSm90{64, 128, 2};")
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "decode_kernel_v3.cuh").write_text(decode_v3())
     (OUT / "decode_kernel_v4.cuh").write_text(decode_v4())
     (OUT / "fwd_kernel_sm90_d64m128.cuh").write_text(fwd_d64m128())
+    (OUT / "fwd_kernel_sm90_short64.cuh").write_text(fwd_d64short64())
     print(f"variants in {OUT}")
 
 
