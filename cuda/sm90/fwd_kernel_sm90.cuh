@@ -81,6 +81,9 @@ constexpr FwdTileShapeSm90 fwd_tile_shape_sm90(int head_dim) {
 // warpgroup pays at long keys (8k: 537 against 416 TFLOP/s) but a few hundred rows leave most of
 // its last row block empty (S 256: rows 256-383 of 192-383) and, causal, mask more keys per tile.
 constexpr FwdTileShapeSm90 kFwdShortTileSm90{128, 128, 2};
+// Whether this d <= 64 plain forward runs the short tile: the launcher (run_fwd_sm90_) and the
+// workspace size (fwd_workspace_sm90) both ask (tiles_sm90.cu, with the measurements).
+bool fwd_sm90_short_tile(const AttnFwdParams& params);
 
 template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
           int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone, bool kDropout_ = false>

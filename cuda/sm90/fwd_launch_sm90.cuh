@@ -13,7 +13,6 @@
 #include "common/sanitizer_marks.cuh"
 #include "common/smem_optin.cuh"
 #include "sm90/fwd_kernel_sm90.cuh"
-#include "flashsdpa/kernels.h"
 #include "sm90/tma_sm90.h"
 
 namespace flashsdpa {

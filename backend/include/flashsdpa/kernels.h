@@ -69,9 +69,6 @@ const char* fwd_sm90_unsupported(const AttnFwdParams& params);
 // Why the portable family runs this forward faster (a speed rule: capabilities.h's fwd_yields),
 // nullptr when this family should run it.
 const char* fwd_sm90_yields(const AttnFwdParams& params);
-// Whether the d <= 64 plain forward runs the short tile (fwd_kernel_sm90.cuh's kFwdShortTileSm90)
-// for this call: the launcher and the workspace size both ask (tiles_sm90.cu).
-bool fwd_sm90_short_tile(const AttnFwdParams& params);
 // The split tail's workspace bytes for this forward (fwd_kernel_sm90.cuh's TailSplit; device
 // facts and bucket filled), 0 when the launch would not split.
 int64_t fwd_workspace_sm90(const AttnFwdParams& params);
