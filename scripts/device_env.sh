@@ -76,6 +76,13 @@ build_copy() {
   rm -rf /tmp/pkg_$name && mkdir -p /tmp/pkg_$name && cp -r python /tmp/pkg_$name/
   step "build $name" "rc=$rc in $(( $(date +%s) - t0 )) s; spill lines: $(grep -c 'bytes spill stores' "$OUT/build_$name.log")"
 }
+# swap_build NAME FILE VARIANT DIMS: build_copy NAME with VARIANT (scripts/dev/ab/make_variants.py
+# writes them) in FILE's place, the tree's FILE put back afterwards.
+swap_build() {
+  local name=$1 file=$2 variant=$3 dims=$4
+  cp "$file" /tmp/swap_keep && cp "$variant" "$file" && build_copy "$name" "$dims"
+  cp /tmp/swap_keep "$file"
+}
 # timed NAME LIMIT LOG CMD...: one step under a time limit, its output in $OUT/LOG, its row (exit
 # code, seconds, the log's last pass count or sanitizer summary) and its verdict.
 timed() {
@@ -92,6 +99,30 @@ tests() {
   timed "$@"
   grep -qE '[0-9]+ passed' "$OUT/$3" || failed+=("$1 (none passed)")
   grep -E "^(FAILED|ERROR) " "$OUT/$3" | cut -c1-180 | head -15
+}
+# sanitize_subset TOOL LIMIT TESTS...: compute-sanitizer TOOL (exit code 9 on any report; racecheck
+# on our kernels only, as gpu_check.sh) on the tests' sanitizer subsets, the caching allocator off,
+# its log in $OUT/san_TOOL.log, its row and verdict.
+sanitize_subset() {
+  local tool=$1 limit=$2 filter=()
+  shift 2
+  [[ $tool == racecheck ]] && filter=(--kernel-name kns=flashsdpa)
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timed "sanitizer $tool" "$limit" "san_$tool.log" compute-sanitizer --tool "$tool" \
+    --error-exitcode 9 "${filter[@]}" --target-processes all $PY -m pytest "$@" -q -x -p no:cacheprovider -k sanitizer_subset
+}
+# paged_ab "NAMES" ROUNDS: scripts/dev/paged_probe.py (pages 16, 64, 1024) alternating between build
+# copies (build_copy's /tmp/pkg_NAME), ROUNDS rounds, then each round's tables side by side.
+paged_ab() {
+  local names=$1 rounds=$2 round name
+  for round in $(seq 1 "$rounds"); do
+    for name in $names; do
+      PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timed "probe $name $round" 40 "probe_${name}_$round.log" \
+        $PY scripts/dev/paged_probe.py --pages 16 64 1024
+    done
+  done
+  for round in $(seq 1 "$rounds"); do
+    (cd "$OUT" && paste -d'|' $(for name in $names; do echo "probe_${name}_$round.log"; done))
+  done
 }
 # ab_rounds "NAMES" LIMIT ARGS...: 3 rounds alternating one process per build copy (build_copy's
 # /tmp/pkg_NAME) of `scripts/dev/bwd_ab.py --rounds 1 --json ARGS`, each under LIMIT seconds, its

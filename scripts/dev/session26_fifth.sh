@@ -19,9 +19,6 @@ timed "graph times" 60 graph.log $PY scripts/dev/small_graph_times.py --only-our
 grep -E "^ *[0-9]|GPU us|^  B" "$OUT/graph.log"
 export PYTHONPATH="$SITE"
 rm -rf /tmp/pkg_T && mkdir -p /tmp/pkg_T && cp -r python /tmp/pkg_T/
-swap_build() {  # NAME FILE_IN_TREE VARIANT DIMS
-  cp "$2" /tmp/swap_keep && cp "$3" "$2" && build_copy "$1" "$4"; cp /tmp/swap_keep "$2"
-}
 $PY scripts/dev/ab/make_variants.py
 swap_build V cuda/sm80/decode_kernel_sm80.cuh /tmp/variants/decode_kernel_v3.cuh "128"
 swap_build M cuda/sm90/fwd_kernel_sm90.cuh /tmp/variants/fwd_kernel_sm90_d64m128.cuh "64"

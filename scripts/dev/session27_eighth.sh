@@ -13,15 +13,9 @@ cp cuda/sm80/decode_kernel_sm80.cuh /tmp/tree_decode && cp /tmp/variants/decode_
 narrow_build 170 "64;128"
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 tests "decode tests" 120 kv.log $PY -m pytest tests/gpu/test_kvcache.py -q -p no:cacheprovider -n 8
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 timed "memcheck decode" 90 san_kv.log compute-sanitizer --tool memcheck --error-exitcode 9 \
-  --target-processes all $PY -m pytest tests/gpu/test_kvcache.py -q -x -p no:cacheprovider -k sanitizer_subset
+sanitize_subset memcheck 90 tests/gpu/test_kvcache.py
 export PYTHONPATH="$SITE"
 rm -rf /tmp/pkg_N && mkdir -p /tmp/pkg_N && cp -r python /tmp/pkg_N/
 cp /tmp/tree_decode cuda/sm80/decode_kernel_sm80.cuh && build_copy T "128"
-for round in 1 2; do
-  for name in T N; do
-    PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timed "probe $name $round" 40 probe_${name}_$round.log $PY scripts/dev/paged_probe.py --pages 16 64 1024
-  done
-done
-(cd "$OUT" && paste -d'|' probe_T_1.log probe_N_1.log && paste -d'|' probe_T_2.log probe_N_2.log)
+paged_ab "T N" 2
 finish

@@ -10,8 +10,7 @@ cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 $PY scripts/dev/ab/make_variants.py
 build_copy T "64"
-cp cuda/sm90/fwd_kernel_sm90.cuh /tmp/swap_keep && cp /tmp/variants/fwd_kernel_sm90_short64.cuh cuda/sm90/fwd_kernel_sm90.cuh \
-  && build_copy S "64"; cp /tmp/swap_keep cuda/sm90/fwd_kernel_sm90.cuh
+swap_build S cuda/sm90/fwd_kernel_sm90.cuh /tmp/variants/fwd_kernel_sm90_short64.cuh "64"
 grep -A3 "Li64ELi64ELi128" "$OUT/build_S.log" | grep -E "spill|registers" | head -2
 PYTHONPATH="/tmp/pkg_S/python${SITE:+:$SITE}" tests "kernels on S" 90 tests_S.log $PY -m pytest tests/gpu/test_kernels.py -q -p no:cacheprovider -n 8
 for round in 1 2; do

@@ -12,9 +12,5 @@ narrow_build 170 "64;128"
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 tests "gpu tests" 130 tests.log $PY -m pytest tests/gpu/test_kernels.py tests/gpu/test_sdpa.py tests/gpu/test_training.py tests/gpu/test_fwd_schedule.py -q -p no:cacheprovider -n 8
 FLASHSDPA_SPEED_RULES=0 tests "kernels rules off" 60 tests_off.log $PY -m pytest tests/gpu/test_kernels.py -q -p no:cacheprovider -n 8
-for tool in memcheck racecheck; do
-  filter=(); [[ $tool == racecheck ]] && filter=(--kernel-name kns=flashsdpa)
-  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timed "sanitizer $tool" 150 san_$tool.log compute-sanitizer --tool $tool --error-exitcode 9 \
-    "${filter[@]}" --target-processes all $PY -m pytest tests/gpu/test_kernels.py -q -x -p no:cacheprovider -k sanitizer_subset
-done
+for tool in memcheck racecheck; do sanitize_subset $tool 150 tests/gpu/test_kernels.py; done
 finish

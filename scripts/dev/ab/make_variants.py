@@ -44,14 +44,6 @@ V3_EDITS = [
 ]
 
 
-def decode_v3() -> str:
-    s = (ROOT / "cuda/sm80/decode_kernel_sm80.cuh").read_text()
-    for old, new in V3_EDITS:
-        assert s.count(old) == 1, f"the decode kernel changed: {old[:60]!r}"
-        s = s.replace(old, new)
-    return s
-
-
 # Variant 4 (session 27, lost): the tile's block-table entries loaded before its copies, the four
 # passes' loads back to back (the tree issues each inside its pass's branches, one at a time).
 V4_EDITS = [
@@ -79,34 +71,35 @@ V4_EDITS = [
 ]
 
 
-def decode_v4() -> str:
-    s = (ROOT / "cuda/sm80/decode_kernel_sm80.cuh").read_text()
-    for old, new in V4_EDITS:
-        assert s.count(old) == 1, f"the decode kernel changed: {old[:60]!r}"
+def variant(path: str, edits: list[tuple[str, str]]) -> str:
+    """The tree's file at `path` with each (old, new) edit made; each old text must match once."""
+    s = (ROOT / path).read_text()
+    for old, new in edits:
+        assert s.count(old) == 1, f"{path} changed: {old[:60]!r}"
         s = s.replace(old, new)
     return s
 
 
-def fwd_d64m128() -> str:
-    s = (ROOT / "cuda/sm90/fwd_kernel_sm90.cuh").read_text()
-    old = "  return head_dim <= 64    ? FwdTileShapeSm90{192, 128, 2}"
-    assert s.count(old) == 1, "the d64 tile line moved"
-    return s.replace(old, "  return head_dim <= 64    ? FwdTileShapeSm90{128, 128, 2}")
-
-
-def fwd_d64short64() -> str:
-    s = (ROOT / "cuda/sm90/fwd_kernel_sm90.cuh").read_text()
-    old = "constexpr FwdTileShapeSm90 kFwdShortTileSm90{128, 128, 2};"
-    assert s.count(old) == 1, "the short tile's line moved"
-    return s.replace(old, "constexpr FwdTileShapeSm90 kFwdShortTileSm90{64, 128, 2};")
+DECODE = "cuda/sm80/decode_kernel_sm80.cuh"
+FWD_SM90 = "cuda/sm90/fwd_kernel_sm90.cuh"
+VARIANTS = {
+    "decode_kernel_v3.cuh": (DECODE, V3_EDITS),
+    "decode_kernel_v4.cuh": (DECODE, V4_EDITS),
+    "fwd_kernel_sm90_d64m128.cuh": (
+        FWD_SM90,
+        [("  return head_dim <= 64    ? FwdTileShapeSm90{192, 128, 2}", "  return head_dim <= 64    ? FwdTileShapeSm90{128, 128, 2}")],
+    ),
+    "fwd_kernel_sm90_short64.cuh": (
+        FWD_SM90,
+        [("constexpr FwdTileShapeSm90 kFwdShortTileSm90{128, 128, 2};", "constexpr FwdTileShapeSm90 kFwdShortTileSm90{64, 128, 2};")],
+    ),
+}
 
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "decode_kernel_v3.cuh").write_text(decode_v3())
-    (OUT / "decode_kernel_v4.cuh").write_text(decode_v4())
-    (OUT / "fwd_kernel_sm90_d64m128.cuh").write_text(fwd_d64m128())
-    (OUT / "fwd_kernel_sm90_short64.cuh").write_text(fwd_d64short64())
+    for name, (path, edits) in VARIANTS.items():
+        (OUT / name).write_text(variant(path, edits))
     print(f"variants in {OUT}")
 
 
