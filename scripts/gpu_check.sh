@@ -70,8 +70,9 @@ if [[ "${BOTH_FAMILIES:-1}" == 1 ]] && [[ "$($PY -c 'import torch; print(torch.c
   rc=${PIPESTATUS[0]}
   step "gpu kernels (sm80 forced)" "rc=$rc $(grep -E '(passed|failed|error)' "$OUT/tests_sm80.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
   check "gpu kernels (sm80 forced)" "$rc"
-  # The families' speed rules off (launch.cpp's FLASHSDPA_SPEED_RULES): the sm90 forward at the
-  # shapes its rule gives the portable family (d <= 64 up to 512 rows and keys: most of the table).
+  # The speed rules off (kernels.h's speed_rules_enabled, FLASHSDPA_SPEED_RULES=0): the sm90
+  # forward at the shapes its rule gives the portable family (causal d <= 64 up to 256 rows and
+  # keys), on its 192-row d64 tile where the default run takes the short tile (d64 up to 1k).
   t0=$(date +%s)
   FLASHSDPA_SPEED_RULES=0 timeout "${TESTS_TIMEOUT:-240}" $PY -m pytest "${XDIST[@]}" ${FAMILY_TESTS:-tests/gpu/test_kernels.py} -q -p no:cacheprovider 2>&1 \
     | tee "$OUT/tests_no_rules.log" | tail -5
