@@ -124,6 +124,28 @@ paged_ab() {
     (cd "$OUT" && paste -d'|' $(for name in $names; do echo "probe_${name}_$round.log"; done))
   done
 }
+# ncu_kernel NAME KERNEL_REGEX LIMIT CMD...: Nsight Compute's full section set on one launch of the
+# kernel (the first skipped: warm-up), clocks left alone (--clock-control none, as the device
+# notes ask): $OUT/ncu_NAME_details.txt (the details page, then ncu_source_top.py's rows: where the
+# warps stall, by instruction and by opcode) and ncu_NAME_source.csv.gz (the source page, SASS
+# with each instruction's stall samples). ncu_compare NAMES: the lines a reader wants first.
+ncu_kernel() {
+  local name=$1 kname=$2 limit=$3
+  shift 3
+  timed "ncu $name" "$limit" "ncu_$name.log" ncu --clock-control none --set full --kernel-name "regex:$kname" \
+    --launch-skip 1 --launch-count 1 -f -o "/tmp/ncu_$name" "$@"
+  ncu -i "/tmp/ncu_$name.ncu-rep" --page details > "$OUT/ncu_${name}_details.txt" 2>&1
+  ncu -i "/tmp/ncu_$name.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/ncu_${name}_source.csv.gz"
+  $PY scripts/dev/ncu_source_top.py "$OUT/ncu_${name}_source.csv.gz" --top 40 2>&1 | tee -a "$OUT/ncu_${name}_details.txt" | head -60
+}
+ncu_compare() {
+  local name
+  for name in "$@"; do
+    echo "== $name"
+    grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Issue Slots Busy|Executed Ipc Active|No Eligible|Warp Cycles Per Issued|Achieved Occupancy|Executed Instructions  |Registers Per|Dynamic Shared Memory Per Block|Grid Size|Block Size" \
+      "$OUT/ncu_${name}_details.txt" | head -20
+  done
+}
 # ab_rounds "NAMES" LIMIT ARGS...: 3 rounds alternating one process per build copy (build_copy's
 # /tmp/pkg_NAME) of `scripts/dev/bwd_ab.py --rounds 1 --json ARGS`, each under LIMIT seconds, its
 # JSON lines into $OUT/ab_NAME.jsonl; no new process once the call is 550 s old (the device tool

@@ -13,20 +13,7 @@ source scripts/device_env.sh
 D=${D:-128} S=${S:-8192} CAUSAL=${CAUSAL:-1}
 if [[ "${1:-}" != nobuild ]]; then build_copy fncu "$D" CUDAFLAGS=; fi
 export PYTHONPATH="/tmp/pkg_fncu/python${PYTHONPATH:+:$PYTHONPATH}"
-for who in flashsdpa cudnn; do
-  case $who in
-    flashsdpa) kname='regex:flashsdpa_fwd_sm90_kernel' ;;
-    cudnn) kname='regex:sdpa_sm90_flash_fprop' ;;
-  esac
-  timed "ncu $who" 200 "ncu_fwd_$who.log" ncu --clock-control none --set full --kernel-name "$kname" \
-    --launch-skip 1 --launch-count 1 -f -o "/tmp/ncu_fwd_$who" $PY scripts/dev/fwd_profile.py "$D" "$S" "$CAUSAL"
-  ncu -i "/tmp/ncu_fwd_$who.ncu-rep" --page details > "$OUT/fwd_${who}_details.txt" 2>&1
-  ncu -i "/tmp/ncu_fwd_$who.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/fwd_${who}_source.csv.gz"
-  $PY scripts/dev/ncu_source_top.py "$OUT/fwd_${who}_source.csv.gz" --top 40 2>&1 | tee -a "$OUT/fwd_${who}_details.txt" | head -60
-done
-for who in flashsdpa cudnn; do
-  echo "== $who"
-  grep -E "Duration|Compute \(SM\) Throughput|L2 Cache Throughput|Issue Slots Busy|Warp Cycles Per Issued|Executed Instructions  |Registers Per|Dynamic Shared Memory Per Block|Grid Size|Block Size" \
-    "$OUT/fwd_${who}_details.txt" | head -14
-done
+ncu_kernel fwd_flashsdpa flashsdpa_fwd_sm90_kernel 200 $PY scripts/dev/fwd_profile.py "$D" "$S" "$CAUSAL"
+ncu_kernel fwd_cudnn sdpa_sm90_flash_fprop 200 $PY scripts/dev/fwd_profile.py "$D" "$S" "$CAUSAL"
+ncu_compare fwd_flashsdpa fwd_cudnn
 finish
