@@ -3,6 +3,7 @@ files, by exact string replacement (each must match once), into /tmp/variants/:
   decode_kernel_v3.cuh   the decode kernel's page ids read one tile ahead (fetch_pages), with the
                          tree's shift-and-mask page arithmetic (kernel_notes_decode.md, variant 3)
   decode_kernel_v4.cuh   the tile's page ids loaded before its copies (session 27, lost)
+  decode_kernel_v5.cuh   the pass body straight-line: selects, one predicated table load (session 27)
   fwd_kernel_sm90_d64m128.cuh  the sm90 forward's d64 tile at 128 rows (kernel_notes_fwd_sm90.md)
   fwd_kernel_sm90_short64.cuh  the d64 short tile at 64 rows, two CTAs an SM (session 27)
 """
@@ -71,6 +72,12 @@ V4_EDITS = [
 ]
 
 
+# Variant 5 (session 27, not yet run): the pass body straight-line, selects and one predicated
+# block-table load instead of the tree's nested branches (its SASS re-reads page_shift from the
+# constant bank and branches twice per pass; variants 3 and 4 kept that structure).
+V5_EDITS = [("        int64_t k_off = 0, v_off = 0;\n        if (ok) {\n          if (paged) {\n            // Shift and mask for a power-of-two page (params.h's page_shift): session 26 measured the\n            // division's path at ~1.2x the contiguous cache's time (H200, B 1 x 128k keys, even with\n            // 1024-key pages in order; scripts/dev/paged_probe.py).\n            const int page_index = p.page_shift >= 0 ? key >> p.page_shift : key / p.page_size;\n            const int in_page = p.page_shift >= 0 ? key & (p.page_size - 1) : key - page_index * p.page_size;\n            // A block-table entry outside the pool (bad metadata the host did not read: that is a\n            // sync) is clamped into it: wrong values for that sequence, never memory outside.\n            const int64_t page = min(max(pages[page_index], 0), p.num_pages - 1);\n            k_off = page * p.k_batch_stride + in_page * p.k_row_stride;\n            v_off = page * p.v_batch_stride + in_page * p.v_row_stride;\n          } else {\n            k_off = key * p.k_row_stride;\n            v_off = key * p.v_row_stride;\n          }\n        }\n", '        // V5: straight-line (selects and a predicated load, no per-pass branches): keys past the\n        // end read row 0 (the copy is zero-filled anyway), a contiguous cache takes page 0.\n        const int row = ok ? key : 0;\n        const bool pow2 = p.page_shift >= 0;\n        const int page_index = !paged ? 0 : pow2 ? row >> p.page_shift : row / p.page_size;\n        const int in_page = !paged ? row : pow2 ? row & (p.page_size - 1) : row - page_index * p.page_size;\n        const int64_t page = paged ? min(max(__ldg(pages + page_index), 0), p.num_pages - 1) : 0;\n        const int64_t k_off = page * p.k_batch_stride + int64_t(in_page) * p.k_row_stride;\n        const int64_t v_off = page * p.v_batch_stride + int64_t(in_page) * p.v_row_stride;\n')]
+
+
 def variant(path: str, edits: list[tuple[str, str]]) -> str:
     """The tree's file at `path` with each (old, new) edit made; each old text must match once."""
     s = (ROOT / path).read_text()
@@ -85,6 +92,7 @@ FWD_SM90 = "cuda/sm90/fwd_kernel_sm90.cuh"
 VARIANTS = {
     "decode_kernel_v3.cuh": (DECODE, V3_EDITS),
     "decode_kernel_v4.cuh": (DECODE, V4_EDITS),
+    "decode_kernel_v5.cuh": (DECODE, V5_EDITS),
     "fwd_kernel_sm90_d64m128.cuh": (
         FWD_SM90,
         [("  return head_dim <= 64    ? FwdTileShapeSm90{192, 128, 2}", "  return head_dim <= 64    ? FwdTileShapeSm90{128, 128, 2}")],
