@@ -76,12 +76,14 @@ build_copy() {
   rm -rf /tmp/pkg_$name && mkdir -p /tmp/pkg_$name && cp -r python /tmp/pkg_$name/
   step "build $name" "rc=$rc in $(( $(date +%s) - t0 )) s; spill lines: $(grep -c 'bytes spill stores' "$OUT/build_$name.log")"
 }
-# swap_build NAME FILE VARIANT DIMS: build_copy NAME with VARIANT (scripts/dev/ab/make_variants.py
-# writes them) in FILE's place, the tree's FILE put back afterwards.
+# swap_build NAME FILE VARIANT DIMS [FILE VARIANT ...]: build_copy NAME with each VARIANT
+# (scripts/dev/ab/make_variants.py writes them) in its FILE's place, the tree's files put back after.
 swap_build() {
-  local name=$1 file=$2 variant=$3 dims=$4
-  cp "$file" /tmp/swap_keep && cp "$variant" "$file" && build_copy "$name" "$dims"
-  cp /tmp/swap_keep "$file"
+  local name=$1 dims=$4 i
+  local pairs=("$2" "$3" "${@:5}")
+  for ((i = 0; i < ${#pairs[@]}; i += 2)); do cp "${pairs[i]}" "/tmp/swap_keep_$i" && cp "${pairs[i + 1]}" "${pairs[i]}"; done
+  build_copy "$name" "$dims"
+  for ((i = 0; i < ${#pairs[@]}; i += 2)); do cp "/tmp/swap_keep_$i" "${pairs[i]}"; done
 }
 # timed NAME LIMIT LOG CMD...: one step under a time limit, its output in $OUT/LOG, its row (exit
 # code, seconds, the log's last pass count or sanitizer summary) and its verdict.

@@ -104,7 +104,7 @@ struct FwdTraitsSm90 {
   // one warpgroup's GEMMs while the others run their softmax. S = 8k, TFLOP/s with / without:
   // d64 538 / 484 (causal 477 / 376), d128 658 / 633 (603 / 557); d256 786 / 800 (741 / 755),
   // where the P V GEMM (N = 256) is long enough to hide the softmax without taking turns.
-  static constexpr bool kPingPong = kPingPong_ && (kBlockM_ / 64) > 1;  // one warpgroup: no one to take turns with
+  static constexpr bool kPingPong = kPingPong_;
   // The split tail (tile_scheduler.cuh's TailSplit: the last round's tiles in pieces of key
   // blocks, merged by the last piece) in the plain kernel only: a sink joins a row's denominator
   // once, which pieces would each add, and the other modifiers' and dropout's kernels keep their
@@ -117,20 +117,14 @@ struct FwdTraitsSm90 {
 
   static constexpr int kConsumerWGs = kBlockM / 64;
   static constexpr int kThreads = 128 * (kConsumerWGs + 1);
-  // A 64-row tile (one consumer warpgroup) runs two CTAs an SM: the two CTAs' warpgroups overlap
-  // one's softmax with the other's GEMMs as ping-pong does inside a CTA (cuDNN's d64 forward at
-  // short sequences: a 64 x 128 tile, kernel `..._64x128x64_4x1x1`). The launch bound caps ptxas
-  // at 128 registers a thread (64K / 2 CTAs / 256 threads); setmaxnreg then moves them.
-  static constexpr int kCtasPerSm = kConsumerWGs == 1 ? 2 : 1;
   // setmaxnreg budgets: the register file (64K) split so the consumers get as many as possible.
   // Two consumers: 24 x 128 + 240 x 256 = 64,512. Three: 32 x 128 + 160 x 384 = 65,536.
   // The bias kernels with two consumers at 32 / 232 (63,488): at 24 / 240 ptxas 13.0 spills the
   // producer 40 / 16 bytes at d128 / d256, at 32 / 232 nothing; timed 1.004x of 24 / 240 (H200,
   // 6 rounds, session 15: within noise), so the split buys no local-memory traffic for free.
   static constexpr bool kBiasSplit = kModsKind == kModsBias && kConsumerWGs == 2;
-  // One consumer (two CTAs an SM, 32K registers each): 32 x 128 + 224 x 128 = 32,768.
   static constexpr int kProducerRegs = kConsumerWGs == 2 ? (kBiasSplit ? 32 : 24) : 32;
-  static constexpr int kConsumerRegs = kConsumerWGs == 2 ? (kBiasSplit ? 232 : 240) : kConsumerWGs == 1 ? 224 : 160;
+  static constexpr int kConsumerRegs = kConsumerWGs == 2 ? (kBiasSplit ? 232 : 240) : 160;
 
   static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte column blocks of a tile (TMA boxes)
   static constexpr int kMTiles = 1;                 // m16 tiles per warp (wgmma: 16 rows per warp)
@@ -166,7 +160,6 @@ struct FwdTraitsSm90 {
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma N: multiple of 16 (P V steps), at most 256");
   static_assert(!kDropout || (kBlockN % 32 == 0 && !kMods), "dropout: whole 32-key blocks, no modifiers");
   static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared memory limit");
-  static_assert(kCtasPerSm == 1 || kCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024, "two CTAs an SM must fit its 228 KB");
 };
 
 // The bias kernels' traits (the launcher and the host's workspace size both name this type): d64
@@ -868,7 +861,7 @@ constexpr int64_t kTileCounterBytes = 256;  // two int32 in use (tiles handed ou
 template <typename Traits>
 inline FwdWorkspacePlan fwd_workspace_plan(const AttnFwdParams& p, bool persistent = true) {
   const int64_t tiles = fwd_sm90_scheduler<Traits>(p).num_tiles();
-  if (persistent && fwd_sm90_dynamic<Traits>(p) && tiles > int64_t(p.num_sms) * Traits::kCtasPerSm)
+  if (persistent && fwd_sm90_dynamic<Traits>(p) && tiles > p.num_sms)
     return {true, TailSplit{static_cast<int>(tiles), 0, 0, 0}, kTileCounterBytes, kTileCounterBytes};
   const TailSplit split = persistent ? fwd_sm90_tail_split<Traits>(p) : TailSplit{static_cast<int>(tiles), 0, 0, 0};
   return {false, split, SplitWorkspace<Traits>::bytes(split), split.enabled() ? SplitWorkspace<Traits>::slots_offset(split) : 0};
@@ -904,7 +897,7 @@ static_assert(TileQueue::kBytes == 192, "the traits' kBarrierBytes counts the qu
 }  // namespace fwd_sm90
 
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) flashsdpa_fwd_sm90_kernel(const __grid_constant__ FwdSm90Args args) {
+__global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel(const __grid_constant__ FwdSm90Args args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) char fwd_smem[];  // one alignment for every declaration of it
   const fwd_sm90::SmemLayout<Traits> sm((smem_u32(fwd_smem) + 1023u) & ~1023u);

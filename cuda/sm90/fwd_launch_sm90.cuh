@@ -23,13 +23,12 @@ template <typename Traits>
 cudaError_t launch_fwd_sm90(const AttnFwdParams& params, cudaStream_t stream, bool persistent = true) {
   constexpr int kSmemBytes = Traits::kSmemBytes;
   auto* kernel = &flashsdpa_fwd_sm90_kernel<Traits>;
-  // Persistent: one CTA per SM (the tile needs all of an SM's shared memory; two for a 64-row
-  // tile: Traits::kCtasPerSm), fewer for few tiles.
+  // Persistent: one CTA per SM (the tile needs all of an SM's shared memory), fewer for few tiles.
   const fwd_sm90::PersistentTileScheduler scheduler = fwd_sm90::fwd_sm90_scheduler<Traits>(params);
   const int64_t tiles = scheduler.num_tiles();
   if (tiles == 0) return cudaSuccess;
-  const int64_t slots = int64_t(params.num_sms > 0 ? params.num_sms : 1) * Traits::kCtasPerSm;
-  const int64_t grid = !persistent ? tiles : (tiles < slots ? tiles : slots);
+  const int64_t grid =
+      !persistent ? tiles : (tiles < params.num_sms ? tiles : (params.num_sms > 0 ? params.num_sms : 1));
   // The kernel's tile indices are int32, and a dynamic fetch can reach tiles + grid.
   if (tiles + grid > INT_MAX) return cudaErrorInvalidConfiguration;
 

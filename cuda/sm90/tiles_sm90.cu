@@ -59,16 +59,16 @@ int64_t fwd_workspace_sm90(const AttnFwdParams& p) {
     constexpr int kHeadDim = decltype(hdim)::value;
     constexpr FwdTileShapeSm90 kShape = fwd_tile_shape_sm90(kHeadDim);
     using Traits = FwdTraitsSm90<__half, kHeadDim, kShape.block_m, kShape.block_n, kShape.stages>;
-    // The bias kernels' tile may have fewer rows (FwdBiasTraitsSm90), hence more tiles: the
-    // dynamic schedule's counter is wanted where that tile's count exceeds the SMs.
-    const fwd_sm90::FwdWorkspacePlan plan = mods_kind(p.mods) == kModsBias
-                                                ? fwd_sm90::fwd_workspace_plan<FwdBiasTraitsSm90<__half, kHeadDim>>(p)
-                                                : fwd_sm90::fwd_workspace_plan<Traits>(p);
     if constexpr (kHeadDim <= 64) {  // the launcher's choice of tile (run_fwd_sm90_)
       constexpr FwdTileShapeSm90 kT = kFwdShortTileSm90;
       using Short = FwdTraitsSm90<__half, kHeadDim, kT.block_m, kT.block_n, kT.stages>;
       if (plain && fwd_sm90_short_tile(p)) return fwd_sm90::fwd_workspace_plan<Short>(p).bytes;
     }
+    // The bias kernels' tile may have fewer rows (FwdBiasTraitsSm90), hence more tiles: the
+    // dynamic schedule's counter is wanted where that tile's count exceeds the SMs.
+    const fwd_sm90::FwdWorkspacePlan plan = mods_kind(p.mods) == kModsBias
+                                                ? fwd_sm90::fwd_workspace_plan<FwdBiasTraitsSm90<__half, kHeadDim>>(p)
+                                                : fwd_sm90::fwd_workspace_plan<Traits>(p);
     return plan.counter || plain ? plan.bytes : 0;
   };
   switch (p.head_dim_bucket) {
@@ -90,6 +90,16 @@ const char* fwd_sm90_unsupported(const AttnFwdParams& p) {
   return nullptr;
 }
 
+// Whether the call's short tiles (kFwdShortTileSm90's rows) fill at most two waves of the SMs:
+// both d64 rules below ask it.
+namespace {
+bool within_two_short_waves(const AttnFwdParams& p) {
+  constexpr int kBlockM = kFwdShortTileSm90.block_m;
+  const int64_t tiles = int64_t(p.batch) * p.heads_q * ((p.seqlen_q + kBlockM - 1) / kBlockM);
+  return tiles <= 2 * int64_t(p.num_sms > 0 ? p.num_sms : 1);
+}
+}  // namespace
+
 // Short causal forwards at d <= 64 on few tiles run faster on the portable family, whose
 // persistent-less grid needs no tile-counter memset (a second graph node) and whose kernel starts
 // sooner. Session 27, H200, bf16, CUDA-graph GPU time a call (scripts/dev/small_graph_times.py,
@@ -107,15 +117,11 @@ const char* fwd_sm90_unsupported(const AttnFwdParams& p) {
 // d64 kernel is faster).
 const char* fwd_sm90_yields(const AttnFwdParams& p) {
   constexpr int kShortCausal = 256;
-  constexpr int kBlockM = kFwdShortTileSm90.block_m;
   const bool plain = mods_kind(p.mods) == kModsNone && !p.dropout.enabled();
   if (!plain || !p.mask.is_causal() || p.head_dim_qk > 64 || p.head_dim_v > 64 || p.seqlen_q > kShortCausal ||
-      p.seqlen_k > kShortCausal)
+      p.seqlen_k > kShortCausal || !within_two_short_waves(p))
     return nullptr;
-  const int64_t tiles = int64_t(p.batch) * p.heads_q * ((p.seqlen_q + kBlockM - 1) / kBlockM);
-  if (tiles <= 2 * int64_t(p.num_sms > 0 ? p.num_sms : 1))
-    return "d <= 64, causal, <= 256 rows and keys, <= 2 waves of 128-row tiles: the portable family is faster";
-  return nullptr;
+  return "d <= 64, causal, <= 256 rows and keys, <= 2 waves of 128-row tiles: the portable family is faster";
 }
 
 // The d <= 64 plain forward's tile: kFwdShortTileSm90 (128 rows) for short calls, the table's 192
@@ -131,13 +137,10 @@ const char* fwd_sm90_yields(const AttnFwdParams& p) {
 // measured). Off with the speed rules (FLASHSDPA_SPEED_RULES=0: A/B scripts time the 192 rows).
 bool fwd_sm90_short_tile(const AttnFwdParams& p) {
   constexpr int kShort = 1024, kShortKeys = 256;
-  constexpr int kBlockM = kFwdShortTileSm90.block_m;
   if (!speed_rules_enabled() || p.head_dim_qk > 64 || p.head_dim_v > 64 || p.seqlen_q > kShort || p.seqlen_k > kShort)
     return false;
   if (p.mask.is_causal()) return true;
-  if (!p.mask.is_none()) return false;
-  const int64_t tiles = int64_t(p.batch) * p.heads_q * ((p.seqlen_q + kBlockM - 1) / kBlockM);
-  return p.seqlen_k <= kShortKeys || tiles <= 2 * int64_t(p.num_sms > 0 ? p.num_sms : 1);
+  return p.mask.is_none() && (p.seqlen_k <= kShortKeys || within_two_short_waves(p));
 }
 
 // The backward reads q, k, v and dout through TMA (o only in the common preprocess, dq / dk / dv
