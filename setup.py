@@ -2,7 +2,7 @@
 
 Environment knobs (forwarded to CMake; see CMakeLists.txt):
   FLASHSDPA_CUDA=AUTO|ON|OFF, FLASHSDPA_ARCHS="80;90", FLASHSDPA_DTYPES="fp16;bf16",
-  FLASHSDPA_HEAD_DIMS="32;64;96;128;192;256", FLASHSDPA_FAMILIES="sm80", FLASHSDPA_BUILD_JOBS (default: all cores),
+  FLASHSDPA_HEAD_DIMS="32;64;96;128;192;256;512", FLASHSDPA_FAMILIES="sm80", FLASHSDPA_BUILD_JOBS (default: all cores),
   FLASHSDPA_BUILD_DIR (keep the CMake build tree between installs for incremental rebuilds).
 Lists may use ',' or ';'.
 

@@ -114,7 +114,7 @@ if [[ "${SANITIZE:-0}" == 1 ]]; then
   # the kernels with the most shared-memory traffic), with its own limit: in session 21 it had done
   # two cases of the three files' subset in 90 s, filtered or not (our wgmma kernels under racecheck
   # are what is slow). RACECHECK_TESTS picks other tests (e.g. the decode or features subsets).
-  SANITIZER_SUBSET="tests/gpu/test_kernels.py tests/gpu/test_kvcache.py tests/gpu/test_features_gpu.py"
+  SANITIZER_SUBSET="tests/gpu/test_kernels.py tests/gpu/test_kvcache.py tests/gpu/test_features_gpu.py tests/gpu/test_hdim512.py"
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
     t0=$(date +%s)
     exitcode=(--error-exitcode 9)

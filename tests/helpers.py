@@ -387,7 +387,7 @@ def assert_all_finite(name: str, t: Tensor) -> None:
 
 
 # Every head-dim bucket the generator can compile (cuda/generate_instantiations.py), smallest first.
-ALL_BUCKETS: tuple[int, ...] = (32, 64, 96, 128, 192, 256)
+ALL_BUCKETS: tuple[int, ...] = (32, 64, 96, 128, 192, 256, 512)
 _FLAG = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 

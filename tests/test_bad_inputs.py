@@ -343,6 +343,7 @@ def test_cuda_decisions(fake_build: Any, fake_mode: Any) -> None:
         "sdpa head_dim 100 (padded to 104)": explain(*make(d=100), enable_gqa=True),
         "sdpa head_dim 264": explain(*make(d=264), enable_gqa=True),
         "sdpa head_dim 512": explain(*make(d=512), enable_gqa=True),
+        "sdpa head_dim 520": explain(*make(d=520), enable_gqa=True),
         "sdpa dropout": explain(q, k, v, dropout_p=0.1, enable_gqa=True),
         "sdpa float mask": explain(q, k, v, attn_mask=torch.empty(16, 24, dtype=torch.float16, device=cuda),
                                    enable_gqa=True),
@@ -386,8 +387,9 @@ sdpa served: served
 sdpa float32: query.dtype=torch.float32: needs float16 or bfloat16
 sdpa float64: query.dtype=torch.float64: needs float16 or bfloat16
 sdpa head_dim 100 (padded to 104): served
-sdpa head_dim 264: head_dim=264: exceeds 256
-sdpa head_dim 512: head_dim=512: exceeds 256
+sdpa head_dim 264: head_dim=264: this build compiled head dims [64, 128, 256]; rebuild with FLASHSDPA_HEAD_DIMS including 264 or larger
+sdpa head_dim 512: head_dim=512: this build compiled head dims [64, 128, 256]; rebuild with FLASHSDPA_HEAD_DIMS including 512 or larger
+sdpa head_dim 520: head_dim=520: exceeds 512
 sdpa dropout: served
 sdpa float mask: attn_mask with grouped-query attention (4 query heads, 2 key heads): PyTorch's masked SDPA ops take equal heads (flashsdpa.attention(attn_mask=...) serves it)
 sdpa gqa without the flag: query has 4 heads, key and value 2: SDPA needs enable_gqa=True for grouped-query attention
@@ -401,7 +403,7 @@ sdpa batch x heads 131072 (grid): served
 sdpa 1M tokens: served
 api float32: TypeError: query.dtype=torch.float32: needs one of float16, bfloat16 on cuda
 api head_dim 100: ValueError: head_dim=100: needs a positive multiple of 8
-api head_dim 264: ValueError: head_dim=264: exceeds 256
+api head_dim 264: ValueError: head_dim=264: this build compiled head dims [64, 128, 256]; rebuild with FLASHSDPA_HEAD_DIMS including 264 or larger
 api value head_dim 72: ok (2, 4, 16, 72) float16 cuda
 api served: ok (2, 4, 16, 64) float16 cuda, (2, 4, 16) float32 cuda
 api key on cpu: ValueError: key.device=cpu: differs from query.device=cuda:0

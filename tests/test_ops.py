@@ -312,7 +312,9 @@ def test_cuda_argument_errors(fake_build: Any, fake_mode: Any) -> None:
         flashsdpa.attention(*cuda_qkv(dtype=F32))
     with pytest.raises(ValueError, match=re.escape("head_dim=100: needs a positive multiple of 8")):
         flashsdpa.attention(*cuda_qkv(d=100))
-    with pytest.raises(ValueError, match=re.escape("head_dim=264: exceeds 256")):
+    with pytest.raises(ValueError, match=re.escape("head_dim=520: exceeds 512")):
+        flashsdpa.attention(*cuda_qkv(d=520))
+    with pytest.raises(ValueError, match=re.escape("head_dim=264: this build compiled head dims [64, 128, 256]")):
         flashsdpa.attention(*cuda_qkv(d=264))
     fake_build(head_dims=(64,))
     with pytest.raises(

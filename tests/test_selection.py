@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 import flashsdpa
-from flashsdpa import selection
+from flashsdpa import entry, selection
 
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 # Causal masks, made outside any FakeTensorMode (a CausalBias cannot be created inside one).
@@ -140,7 +140,7 @@ def test_explain_build_without_cuda(fake_build: Any, fake_mode: Any) -> None:
 
 
 def test_explain_head_dims(fake_build: Any, fake_mode: Any) -> None:
-    assert_expected_inline(lines(flashsdpa.explain(*qkv(d=264))), """head_dim=264: exceeds 256""")
+    assert_expected_inline(lines(flashsdpa.explain(*qkv(d=264))), """head_dim=264: this build compiled head dims [64, 128, 256]; rebuild with FLASHSDPA_HEAD_DIMS including 264 or larger""")
     fake_build(head_dims=(64, 128))
     assert_expected_inline(
         lines(flashsdpa.explain(*qkv(d=192))),
@@ -380,7 +380,7 @@ def test_direct_causal_mode(fake_build: Any, fake_mode: Any) -> None:
     def mode(
         attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False, enable_gqa: bool = False, **shape: Any
     ) -> int | None:
-        return selection.direct_causal_mode(*qkv(**shape), attn_mask, dropout_p, is_causal, enable_gqa)
+        return entry.direct_causal_mode(*qkv(**shape), attn_mask, dropout_p, is_causal, enable_gqa)
 
     # Calls PyTorch's flash path takes stay on it (they reach the routers).
     assert mode() is None

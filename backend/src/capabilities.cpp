@@ -70,6 +70,10 @@ std::vector<FamilyCaps> make_families() {
   table.back().bwd_layouts = {Layout::kDense};  // varlen backwards: the portable family
   table.back().fwd_workspace = &fwd_workspace_sm90;  // the split tail (fwd_kernel_sm90.cuh)
   table.back().fwd_yields = &fwd_sm90_yields;        // short d <= 64 forwards (tiles_sm90.cu)
+  // Head dims 264-512 (Gemma's global layers): a two-CTA cluster splits D (O of 64 rows x 512
+  // columns is more than a warpgroup's registers). Every mask kind, GQA; dense, nothing else yet.
+  // Its backward is not built: SDPA's training calls keep PyTorch's backward (routers_masked.py).
+  table.back().bucket_limits = {{512, Direction::kForward, {Layout::kDense}, 0u, "its two-CTA cluster kernel"}};
 #endif
 #ifdef FLASHSDPA_FAMILY_SM80
   {
@@ -202,6 +206,27 @@ bool check_features(const FamilyCaps& f, const Problem& p, std::string* why) {
   return false;
 }
 
+// The bucket's own limits where it has them (FamilyCaps::bucket_limits), after check_head_dims.
+bool check_bucket_limits(const FamilyCaps& f, const Problem& p, std::string* why) {
+  if (f.bucket_limits.empty()) return true;
+  const int bucket = f.bucket(p.head_dim_qk, p.head_dim_v);
+  for (const BucketLimits& b : f.bucket_limits) {
+    if (b.bucket != bucket || b.direction != p.direction) continue;
+    std::string missing;
+    if (!contains(b.layouts, p.layout)) missing = std::string(layout_name(p.layout)) + " inputs";
+    for (Feature x : {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias, Feature::kDropout}) {
+      if ((p.features & static_cast<unsigned>(x)) != 0 && (b.features & static_cast<unsigned>(x)) == 0)
+        missing += (missing.empty() ? "" : ", ") + std::string(feature_name(x));
+    }
+    if (missing.empty()) return true;
+    if (why)
+      *why = missing + ": not served in the " + f.name + " family's head-dim bucket " + std::to_string(bucket) + " (" +
+             b.kernel + ", " + direction_name(p.direction) + ")";
+    return false;
+  }
+  return true;
+}
+
 // Shared memory: whether some tile of this direction fits the device's per-block limit (parts
 // with less than an H100's 227 KB get smaller tiles; the largest head dims fit none on some).
 bool check_tile(const FamilyCaps& f, const Problem& p, std::string* why) {
@@ -225,8 +250,9 @@ bool check_tile(const FamilyCaps& f, const Problem& p, std::string* why) {
 
 // In order: later checks may assume earlier ones passed (check_head_dims needs a direction the
 // family has, check_tile a bucket of that direction).
-constexpr Check kChecks[] = {check_capability, check_dtype,    check_direction,     check_head_dims, check_mask,
-                             check_layout,     check_features, check_deterministic, check_tile};
+constexpr Check kChecks[] = {check_capability, check_dtype,    check_direction,     check_head_dims,
+                             check_mask,       check_layout,   check_features,      check_bucket_limits,
+                             check_deterministic, check_tile};
 
 }  // namespace
 

@@ -45,6 +45,17 @@ using FwdWorkspaceFn = int64_t (*)(const AttnFwdParams&);
 using BwdUnsupportedFn = const char* (*)(const AttnBwdParams&);
 using DecodeTileFn = DecodeTile (*)(int bucket);
 
+// A head-dim bucket that serves less than its family's row (the sm90 forward's 512: a kernel of
+// its own, fwd512_kernel_sm90.cuh): in that bucket and direction a call may have only these
+// layouts and Feature bits; every other bucket has the row's.
+struct BucketLimits {
+  int bucket;
+  Direction direction;
+  std::vector<Layout> layouts;
+  unsigned features;   // Feature bits allowed
+  std::string kernel;  // what serves the bucket, for the refusal's words
+};
+
 struct FamilyCaps {
   std::string name;
   std::string runs_on;                  // the compute-capability rule, in words
@@ -109,6 +120,8 @@ struct FamilyCaps {
   // later family of the table that also takes it is faster there (first_taker then hands it on;
   // with none, or with FLASHSDPA_FAMILY naming this family, it runs here). nullptr: never yields.
   FwdUnsupportedFn fwd_yields = nullptr;
+  // Buckets with fewer capabilities than the row (check_bucket_limits reads them).
+  std::vector<BucketLimits> bucket_limits;
 };
 
 // One call as the table sees it. capability 0: no device yet (checks.cpp), device rules skipped.

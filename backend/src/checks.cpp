@@ -36,7 +36,8 @@ void check_gqa(const AttnFwdParams& p) {
 
 void check_head_dim(const char* name, int d) {
   if (d <= 0 || d % 8 != 0) fail(std::string(name) + "=" + str(d) + ": must be a positive multiple of 8");
-  if (d > 256) fail(std::string(name) + "=" + str(d) + ": exceeds the maximum head dim 256");
+  if (d > kMaxHeadDim)
+    fail(std::string(name) + "=" + str(d) + ": exceeds the maximum head dim " + str(kMaxHeadDim));
 }
 
 // Device-independent: some compiled family serves this dtype, head-dim pair and mask at all

@@ -35,7 +35,7 @@ py::dict build_info() {
   py::list names;
   for (const FamilyCaps& f : families()) names.append(f.name);
   d["kernel_families"] = names;
-  d["max_head_dim"] = 256;
+  d["max_head_dim"] = kMaxHeadDim;
   return d;
 }
 

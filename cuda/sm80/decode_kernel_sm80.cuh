@@ -242,25 +242,23 @@ __device__ __forceinline__ void compute_tile(const AttnFwdParams& p, const WorkT
 #pragma unroll
       for (int pass = 0; pass < kBlockN / Traits::kCopyRowsPerPass; ++pass) {
         const int key = n_block * kBlockN + copy_row + pass * Traits::kCopyRowsPerPass;
-        const bool ok = key < seq.seqlen_k;  // the block table is read only for keys in use
-        int64_t k_off = 0, v_off = 0;
-        if (ok) {
-          if (paged) {
-            // Shift and mask for a power-of-two page (params.h's page_shift): session 26 measured the
-            // division's path at ~1.2x the contiguous cache's time (H200, B 1 x 128k keys, even with
-            // 1024-key pages in order; scripts/dev/paged_probe.py).
-            const int page_index = p.page_shift >= 0 ? key >> p.page_shift : key / p.page_size;
-            const int in_page = p.page_shift >= 0 ? key & (p.page_size - 1) : key - page_index * p.page_size;
-            // A block-table entry outside the pool (bad metadata the host did not read: that is a
-            // sync) is clamped into it: wrong values for that sequence, never memory outside.
-            const int64_t page = min(max(pages[page_index], 0), p.num_pages - 1);
-            k_off = page * p.k_batch_stride + in_page * p.k_row_stride;
-            v_off = page * p.v_batch_stride + in_page * p.v_row_stride;
-          } else {
-            k_off = key * p.k_row_stride;
-            v_off = key * p.v_row_stride;
-          }
-        }
+        const bool ok = key < seq.seqlen_k;  // rows past the end: zero-filled copies of row 0
+        // The pass is straight-line: selects and one predicated block-table load, no branches.
+        // Keys past the end read row 0 (their copy is zero-filled), a contiguous cache takes
+        // page 0. Against the branchy form (a branch on `ok`, one on `paged`, the page_shift test):
+        // page 64 shuffled 1.112 -> 1.040x of the contiguous cache at B 1 x 128k, 1.053 -> 1.030x
+        // at B 32 x 4k; 1024-key pages in order 1.07 -> 1.03x (session 28, H200, CUDA-graph GPU
+        // time, scripts/dev/session28_decode.sh). Shift and mask for a power-of-two page
+        // (params.h's page_shift): the division's road read ~1.2x (session 26).
+        const int row = ok ? key : 0;
+        const bool pow2 = p.page_shift >= 0;
+        const int page_index = !paged ? 0 : pow2 ? row >> p.page_shift : row / p.page_size;
+        const int in_page = !paged ? row : pow2 ? row & (p.page_size - 1) : row - page_index * p.page_size;
+        // A block-table entry outside the pool (bad metadata the host did not read: that is a
+        // sync) is clamped into it: wrong values for that sequence, never memory outside.
+        const int64_t page = paged ? min(max(__ldg(pages + page_index), 0), p.num_pages - 1) : 0;
+        const int64_t k_off = page * p.k_batch_stride + int64_t(in_page) * p.k_row_stride;
+        const int64_t v_off = page * p.v_batch_stride + int64_t(in_page) * p.v_row_stride;
         const uint32_t row_smem = sk + pass * Traits::kCopyRowsPerPass * kRowBytes;
 #pragma unroll
         for (int g = 0; g < Traits::kRowChunkGroups; ++g) {

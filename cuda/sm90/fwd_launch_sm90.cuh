@@ -12,6 +12,7 @@
 
 #include "common/sanitizer_marks.cuh"
 #include "common/smem_optin.cuh"
+#include "sm90/fwd512_kernel_sm90.cuh"
 #include "sm90/fwd_kernel_sm90.cuh"
 #include "sm90/tma_sm90.h"
 
@@ -71,8 +72,9 @@ cudaError_t launch_fwd_sm90(const AttnFwdParams& params, cudaStream_t stream, bo
   return launched;
 }
 
+// The buckets up to 256: fwd_kernel_sm90.cuh's tiles.
 template <typename Elem, int kHeadDim>
-cudaError_t run_fwd_sm90_(const AttnFwdParams& params, cudaStream_t stream) {
+cudaError_t run_fwd_sm90_tiles_(const AttnFwdParams& params, cudaStream_t stream) {
   constexpr FwdTileShapeSm90 kShape = fwd_tile_shape_sm90(kHeadDim);
   constexpr int kM = kShape.block_m, kN = kShape.block_n, kS = kShape.stages;
   // The score modifiers' instantiations (softcap, ALiBi, sinks; the bias: score_mod.cuh's mods_kind).
@@ -91,6 +93,15 @@ cudaError_t run_fwd_sm90_(const AttnFwdParams& params, cudaStream_t stream) {
           return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kT.block_m, kT.block_n, kT.stages>>(params, stream);
       }
       return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kM, kN, kS>>(params, stream);
+  }
+}
+
+template <typename Elem, int kHeadDim>
+cudaError_t run_fwd_sm90_(const AttnFwdParams& params, cudaStream_t stream) {
+  if constexpr (kHeadDim == 512) {  // its own kernel (two-CTA clusters); the bucket's limits: capabilities.cpp
+    return launch_fwd512_sm90<Elem>(params, stream);
+  } else {
+    return run_fwd_sm90_tiles_<Elem, kHeadDim>(params, stream);
   }
 }
 

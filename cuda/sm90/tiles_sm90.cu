@@ -10,12 +10,14 @@
 
 #include "flashsdpa/kernels.h"
 #include "sm90/bwd_kernel_sm90.cuh"
+#include "sm90/fwd512_kernel_sm90.cuh"
 #include "sm90/fwd_kernel_sm90.cuh"
 #include "sm90/tma_sm90.h"
 
 namespace flashsdpa {
 
-// The family's buckets are whole 128-byte column blocks (TMA boxes, wgmma K steps): 64, 128, 256.
+// The family's buckets are whole 128-byte column blocks (TMA boxes, wgmma K steps): 64, 128, 256
+// and, for the forward, 512 (a kernel of its own: fwd512_kernel_sm90.cuh).
 // A head dim runs in the smallest one that holds it; the columns above it are zero-filled by TMA
 // and never stored. One tile per bucket (no smaller one: every sm_90 part has 227 KB per block).
 TilePlan fwd_plan_sm90(int bucket, int major, int smem_optin_bytes) {
@@ -30,6 +32,10 @@ TilePlan fwd_plan_sm90(int bucket, int major, int smem_optin_bytes) {
     case 64: return plan(std::integral_constant<int, 64>{});
     case 128: return plan(std::integral_constant<int, 128>{});
     case 256: return plan(std::integral_constant<int, 256>{});
+    case 512: {  // fwd512_kernel_sm90.cuh's cluster tile
+      constexpr int kBytes = Fwd512TraitsSm90<__half>::kSmemBytes;
+      return kBytes <= smem_optin_bytes ? TilePlan{0, kBytes} : TilePlan{-1, 0};
+    }
     default: return TilePlan{-1, 0};
   }
 }

@@ -30,7 +30,7 @@ else:
     IMPORT_ERROR = None
 
 
-MAX_HEAD_DIM = 256
+MAX_HEAD_DIM = 512  # params.h's kMaxHeadDim: which family and direction take a head dim is the table's
 
 _NO_BUILD: dict[str, Any] = {"version": None, "with_cuda": False, "cuda_version": None, "archs": [], "dtypes": [],
                              "head_dims": [], "kernel_families": [], "max_head_dim": MAX_HEAD_DIM}

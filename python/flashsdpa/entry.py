@@ -138,17 +138,64 @@ def _direct_sdpa(
     # context (or enable_flash_sdp(False)) that excludes flash keeps the call away from us too.
     if not _is_compiling() and (_has_torch_function((query, key, value)) or not _flash_sdp_enabled()):
         return None
-    mode = selection.direct_causal_mode(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    mode = direct_causal_mode(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
     if mode is None:
         return None
     scale_ = softmax_scale(scale, query.shape[-1])
     return torch.ops.flashsdpa.fwd.default(query, key, value, scale_, masks.BY_CAUSAL_MODE[mode])[0]
 
 
+def direct_causal_mode(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: object,
+    dropout_p: float,
+    is_causal: bool,
+    enable_gqa: bool,
+) -> int | None:
+    """For an F.scaled_dot_product_attention call that PyTorch's flash path turns away but our
+    kernels serve, the causal mode to run it with on flashsdpa's own op; None: leave it to SDPA.
+    Runs in this entry, which Dynamo traces under torch.compile: see selection.servable().
+
+    PyTorch's flash filter rejects is_causal with seqlen_q != seqlen_k (its kernel aligns causal
+    masks bottom-right, SDPA's is_causal means top-left), value head dims that differ from the
+    query's, causal_upper_left / causal_lower_right masks, and head dims over 256. Our kernels do
+    all of them (head dims over 256 in the table's wide buckets, where a family runs them).
+    Calls it accepts go through SDPA as usual (to the routers, with less overhead than our op).
+    """
+    if dropout_p != 0.0 or not isinstance(query, Tensor) or query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        return None
+    same_lengths = query.shape[2] == key.shape[2]
+    same_dims = query.shape[3] == value.shape[3]
+    # Head dims above PyTorch's flash limit (256): the table's wide buckets, where they serve.
+    wide = max(query.shape[3], value.shape[3]) > selection.WIDE_HEAD_DIM
+    if attn_mask is None:
+        mode = 1 if is_causal else 0
+        if same_dims and (same_lengths or not is_causal) and not wide:
+            return None
+    elif selection._is_causal_bias(attn_mask) and not is_causal:
+        mode = 1 if attn_mask.variant == selection.CausalVariant.UPPER_LEFT else 2  # type: ignore[union-attr]
+        if same_dims and same_lengths:
+            return None  # CausalBias itself turns this into is_causal=True: the routers serve it
+    else:
+        return None
+    if query.shape[1] != key.shape[1] and not enable_gqa:
+        return None  # SDPA raises its own error for this
+    if not selection.servable(query, key, value):
+        return None
+    # Wide head dims: the forward, and the backward where autograd will want it, else SDPA keeps it.
+    grad = wide and torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+    spec = masks.BY_CAUSAL_MODE[mode]
+    if wide and (selection.mask_reason(query, value, spec, varlen=False) or grad and selection.mask_reason(query, value, spec, varlen=False, backward=True)):  # fmt: skip
+        return None
+    return mode
+
+
 def _flash_path_shapes(query: Any, key: Any, value: Any, is_causal: bool) -> bool:
     """For a call without attn_mask: whether PyTorch's flash path accepts its shapes as they are
-    (value head dim equal to the query's; equal lengths when causal), so that _direct_sdpa has
-    nothing to decide. That is the common call: skipping _direct_sdpa's flag reads and tensor
+    (value head dim equal to the query's and at most 256; equal lengths when causal), so that
+    _direct_sdpa has nothing to decide. That is the common call: skipping _direct_sdpa's flag reads and tensor
     checks takes the decision from 1.4-1.6 us to 0.45-0.75 us (CPU, timeit).
 
     Anything whose shapes it cannot read (non-tensors, fewer than two dims, strided nested
@@ -156,7 +203,9 @@ def _flash_path_shapes(query: Any, key: Any, value: Any, is_causal: bool) -> boo
     """
     try:
         shape = query.shape  # read once: each .shape builds a torch.Size (about 0.1 us)
-        return value.shape[-1] == shape[-1] and (not is_causal or shape[-2] == key.shape[-2])
+        return (
+            value.shape[-1] == shape[-1] <= selection.WIDE_HEAD_DIM and (not is_causal or shape[-2] == key.shape[-2])
+        )
     except (AttributeError, IndexError, RuntimeError, TypeError):
         return False
 

@@ -3,7 +3,7 @@
 # Owns every rule of the form "needs X": the per-call predicates the SDPA routers, the SDPA entry's eager
 # path and the direct API run (dense_ok / dense_reason, varlen_reason), the full explanation behind
 # explain(), and the choice of the calls the SDPA entry (entry.py) sends straight to our op
-# (direct_causal_mode). Each reason is one sentence naming the argument and the limit, so that
+# (entry.direct_causal_mode). Each reason is one sentence naming the argument and the limit, so that
 # explain(), log lines and errors read the same; counting and reporting fallbacks is reporting.py's.
 # Over 500 lines: the predicates and explain() read the same rules in two forms (the fast bool
 # checks of the per-call path and the reason-building ones), and keeping them side by side is what
@@ -26,7 +26,6 @@ __all__ = [
     "HALF_DTYPES",
     "dense_ok",
     "dense_reason",
-    "direct_causal_mode",
     "dtype_reason",
     "explain",
     "head_dims_reason",
@@ -38,6 +37,10 @@ __all__ = [
 ]
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+# Head dims every family serves in both directions wherever it runs (also PyTorch's flash limit);
+# above it (the sm90 forward's 512 bucket) the table decides per problem: mask_reason asks it.
+WIDE_HEAD_DIM = 256
 _DTYPE_FLAG = {"float16": "fp16", "bfloat16": "bf16"}  # FLASHSDPA_DTYPES spelling
 _Bits = tuple[list[str], int]  # explain()'s parts: reasons, feature bits
 
@@ -267,6 +270,10 @@ def kernel_reasons(
 
     if fail(head_dims_reason(*((head_dim, value.shape[3]) if head_dims is None else head_dims))):
         return reasons
+    if not reasons and max(head_dim, value.shape[3]) > WIDE_HEAD_DIM:  # the table's wide buckets: some GPUs
+        grad = any(t.requires_grad for _, t in named)
+        if fail(mask_reason(query, value, masks.NO_MASK, varlen=False, backward=grad)):
+            return reasons
     if layout and head_dims is None:
         for name, t in named:
             if fail(layout_reason(name, t, (0, 1, 2))):
@@ -282,15 +289,18 @@ def mask_reason(
 ) -> str | None:
     """Why no kernel family serves ``mask`` for these tensors on their GPU (the capability table,
     asked once per problem and cached), or None. No mask and causal masks are served by every
-    family that serves the tensors at all, so only windows are looked up. The caller has checked
-    the tensors (dense_reason / varlen_reason)."""
+    family that serves the tensors at all, so only windows are looked up, and head dims above
+    WIDE_HEAD_DIM (which some families serve in one direction, on some GPUs, in some layouts: the
+    sm90 forward's 512 bucket). The caller has checked the tensors (dense_reason / varlen_reason)."""
     kind = masks.kind(mask)
-    if kind != 3:
+    if kind != 3 and max(query.shape[-1], value.shape[-1]) <= WIDE_HEAD_DIM:
         return None
     family, *_, why = _backend.select(
         query.get_device(), _backend.DTYPE_CODES[query.dtype], query.shape[-1], value.shape[-1], kind, varlen, backward
     )
-    return None if family is not None else f"window=({mask[0]}, {mask[1]}): {why}"
+    if family is not None:
+        return None
+    return f"window=({mask[0]}, {mask[1]}): {why}" if kind == 3 else why
 
 
 # ---- the score-modifier predicate (softcap, ALiBi, sinks) -----------------------------------------
@@ -413,43 +423,6 @@ def varlen_reason(
 
 def _is_causal_bias(attn_mask: object) -> bool:
     return CausalBias is not None and isinstance(attn_mask, CausalBias)
-
-
-def direct_causal_mode(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attn_mask: object,
-    dropout_p: float,
-    is_causal: bool,
-    enable_gqa: bool,
-) -> int | None:
-    """For an F.scaled_dot_product_attention call that PyTorch's flash path turns away but our
-    kernels serve, the causal mode to run it with on flashsdpa's own op; None: leave it to SDPA.
-    Runs in the SDPA entry (entry.py), which Dynamo traces under torch.compile: see servable().
-
-    PyTorch's flash filter rejects is_causal with seqlen_q != seqlen_k (its kernel aligns causal
-    masks bottom-right, SDPA's is_causal means top-left), value head dims that differ from the
-    query's, and causal_upper_left / causal_lower_right masks. Our kernels do all of them.
-    Calls it accepts go through SDPA as usual (to the routers, with less overhead than our op).
-    """
-    if dropout_p != 0.0 or not isinstance(query, Tensor) or query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
-        return None
-    same_lengths = query.shape[2] == key.shape[2]
-    same_dims = query.shape[3] == value.shape[3]
-    if attn_mask is None:
-        mode = 1 if is_causal else 0
-        if same_dims and (same_lengths or not is_causal):
-            return None
-    elif _is_causal_bias(attn_mask) and not is_causal:
-        mode = 1 if attn_mask.variant == CausalVariant.UPPER_LEFT else 2  # type: ignore[union-attr]
-        if same_dims and same_lengths:
-            return None  # CausalBias itself turns this into is_causal=True: the routers serve it
-    else:
-        return None
-    if query.shape[1] != key.shape[1] and not enable_gqa:
-        return None  # SDPA raises its own error for this
-    return mode if servable(query, key, value) else None
 
 
 def window_families() -> list[str]:
@@ -625,7 +598,7 @@ def explain(
     seqlen_q, seqlen_k = query.shape[2], key.shape[2]
     head_dim, head_dim_v = query.shape[3], value.shape[3]
     if causal_bias or (attn_mask is None and (head_dim != head_dim_v or (is_causal and seqlen_q != seqlen_k))):
-        # Calls PyTorch's flash path turns away go straight to our op (direct_causal_mode), which
+        # Calls PyTorch's flash path turns away go straight to our op (entry.direct_causal_mode), which
         # takes the tensors as they are (and copies rows it cannot read in place).
         reasons += kernel_reasons(query, key, value, layout=False)
     elif head_dim % 8:

@@ -19,6 +19,10 @@ namespace flashsdpa {
 
 enum class DType : int32_t { kFloat16 = 0, kBFloat16 = 1 };
 
+// The largest head dim any family's table can hold (the sm90 forward's 512 bucket); which family
+// and direction serve a head dim is the capability table's question (capabilities.cpp).
+constexpr int kMaxHeadDim = 512;
+
 // Host-and-device helpers without CUDA headers: this file also compiles in plain C++ (backend/).
 #if defined(__CUDACC__)
 #define FLASHSDPA_HOST_DEVICE __host__ __device__ __forceinline__
@@ -129,8 +133,8 @@ struct AttnFwdParams {
   int32_t heads_kv;      // heads_q % heads_kv == 0; query head h reads kv head h / (heads_q / heads_kv)
   int32_t seqlen_q;      // dense: the length; varlen: the maximum over the batch
   int32_t seqlen_k;
-  int32_t head_dim_qk;   // multiple of 8, <= 256
-  int32_t head_dim_v;    // multiple of 8, <= 256
+  int32_t head_dim_qk;   // multiple of 8, <= kMaxHeadDim
+  int32_t head_dim_v;    // multiple of 8, <= kMaxHeadDim
   int32_t head_dim_bucket;  // the family's compile-time kHeadDim serving both, chosen by the host
 
   const int32_t* cu_seqlens_q;  // nullptr: dense. Else int32[batch + 1], device memory
