@@ -7,6 +7,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 narrow_build 240 "64;128;512"
 tests "hdim512 tests" 150 hdim512.log $PY -m pytest tests/gpu/test_hdim512.py -q -p no:cacheprovider -rs
 tests "kernel tests" 200 kernels.log $PY -m pytest tests/gpu/test_kernels.py tests/gpu/test_sdpa.py -q -p no:cacheprovider -n 8
