@@ -105,9 +105,14 @@ def _configure(module: Any, import_error: str | None = None) -> None:
         for name in family["dtypes"]
         if name in _DTYPE_BY_NAME
     }
-    largest = max((max(f["head_dims"], default=0) for f in CAPABILITIES), default=0)
-    dims = range(8, min(largest, MAX_HEAD_DIM) + 1, 8)
-    HEAD_DIM_PAIRS = frozenset((dqk, dv) for dqk in dims for dv in dims)
+    # Head dims up to 256 run in buckets every family has in both directions; above it only in the
+    # wide buckets (the sm90 forward's 512), which do not stand in for a missing 192 or 256.
+    buckets = {d for f in CAPABILITIES for d in f["head_dims"]}
+    narrow, wide = max((d for d in buckets if d <= 256), default=0), max(buckets, default=0)
+    dims = range(8, wide + 1, 8)
+    HEAD_DIM_PAIRS = frozenset(
+        (dqk, dv) for dqk in dims for dv in dims if max(dqk, dv) <= narrow or max(dqk, dv) > 256
+    )
     global DECODE_MAX_SEQLEN_Q, MAX_SPLITS
     DECODE_MAX_SEQLEN_Q = int(getattr(module, "DECODE_MAX_SEQLEN_Q", 0)) if CUDA_KERNELS else 0
     MAX_SPLITS = int(getattr(module, "MAX_SPLITS", 128))
