@@ -423,9 +423,9 @@ def kernel_required(dtype: torch.dtype, head_dim: int, head_dim_v: int | None = 
         return False
     want = buildcheck.expected_build(request)
     bucket = next((b for b in ALL_BUCKETS if b >= max(head_dim, head_dim_v or head_dim)), None)
-    return str(dtype).removeprefix("torch.") in want["dtypes"] and any(
-        d >= (bucket or 0) for d in want["head_dims"]
-    )
+    # A wide bucket (above 256: the sm90 forward's 512) does not stand in for a narrower one.
+    asked = [d for d in want["head_dims"] if bucket is None or (d <= 256) == (bucket <= 256)]
+    return str(dtype).removeprefix("torch.") in want["dtypes"] and any(d >= (bucket or 0) for d in asked)
 
 
 def skip_unless_compiled(dtype: torch.dtype, head_dim: int, head_dim_v: int | None = None) -> None:
