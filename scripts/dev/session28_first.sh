@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# session28_first.sh (prepared in session 27, not yet run): the whole GPU suite on a full build of
+# session28_first.sh (prepared in session 27, not yet run; session 28 added the 512 bucket and
+# tests/gpu/test_hdim512.py, which a full build now compiles and runs): the whole GPU suite on a full build of
 # the tree as session 27 left it (issue 10: the last full-build run was session 25's; session 27
 # ran d64 / d128 builds only), both families, the speed rules off, racecheck of the subset.
 #   run(command="bash scripts/dev/session28_first.sh", carry=[".whl"], timeout_s=600)
