@@ -43,6 +43,8 @@ const char* layout_name(Layout l) {
 
 namespace {
 
+constexpr Feature kAllFeatures[] = {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias,
+                                     Feature::kDropout};
 const std::vector<MaskKind> kAllMasks = {MaskKind::kNone, MaskKind::kCausalTopLeft, MaskKind::kCausalBottomRight,
                                          MaskKind::kWindow};
 
@@ -72,7 +74,7 @@ std::vector<FamilyCaps> make_families() {
   table.back().fwd_yields = &fwd_sm90_yields;        // short d <= 64 forwards (tiles_sm90.cu)
   // Head dims 264-512 (Gemma's global layers): a two-CTA cluster splits D (O of 64 rows x 512
   // columns is more than a warpgroup's registers). Every mask kind, GQA; dense, nothing else yet.
-  // Its backward is not built: SDPA's training calls keep PyTorch's backward (routers_masked.py).
+  // Its backward is not built: SDPA calls with grad stay PyTorch's (entry.direct_causal_mode).
   table.back().bucket_limits = {{512, Direction::kForward, {Layout::kDense}, 0u, "its two-CTA cluster kernel"}};
 #endif
 #ifdef FLASHSDPA_FAMILY_SM80
@@ -183,7 +185,7 @@ bool check_deterministic(const FamilyCaps& f, const Problem& p, std::string* why
 bool check_features(const FamilyCaps& f, const Problem& p, std::string* why) {
   std::string missing;
   if (p.layout == Layout::kDecode) {  // the decode path's own list, the bias included
-    for (Feature x : {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias, Feature::kDropout}) {
+    for (Feature x : kAllFeatures) {
       if ((p.features & static_cast<unsigned>(x)) != 0 && !contains(f.decode_features, x))
         missing += (missing.empty() ? "" : ", ") + std::string(feature_name(x));
     }
@@ -214,7 +216,7 @@ bool check_bucket_limits(const FamilyCaps& f, const Problem& p, std::string* why
     if (b.bucket != bucket || b.direction != p.direction) continue;
     std::string missing;
     if (!contains(b.layouts, p.layout)) missing = std::string(layout_name(p.layout)) + " inputs";
-    for (Feature x : {Feature::kSoftcap, Feature::kAlibi, Feature::kSinks, Feature::kBias, Feature::kDropout}) {
+    for (Feature x : kAllFeatures) {
       if ((p.features & static_cast<unsigned>(x)) != 0 && (b.features & static_cast<unsigned>(x)) == 0)
         missing += (missing.empty() ? "" : ", ") + std::string(feature_name(x));
     }

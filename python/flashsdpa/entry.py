@@ -66,6 +66,7 @@ _flash_sdp_enabled: Callable[[], bool] = getattr(
     torch._C, "_get_flash_sdp_enabled", torch.backends.cuda.flash_sdp_enabled
 )
 _sdp_priority_order = getattr(torch._C, "_get_sdp_priority_order", None)
+_WIDE_HEAD_DIM = selection.WIDE_HEAD_DIM  # PyTorch's flash limit: above it, the table's wide buckets
 
 # Whether flashsdpa is active (activation.py sets it with the patch). A function object taken from
 # F while active and called later runs PyTorch's SDPA; Dynamo guards on this global in graphs that
@@ -169,7 +170,7 @@ def direct_causal_mode(
     same_lengths = query.shape[2] == key.shape[2]
     same_dims = query.shape[3] == value.shape[3]
     # Head dims above PyTorch's flash limit (256): the table's wide buckets, where they serve.
-    wide = max(query.shape[3], value.shape[3]) > selection.WIDE_HEAD_DIM
+    wide = max(query.shape[3], value.shape[3]) > _WIDE_HEAD_DIM
     if attn_mask is None:
         mode = 1 if is_causal else 0
         if same_dims and (same_lengths or not is_causal) and not wide:
@@ -184,19 +185,21 @@ def direct_causal_mode(
         return None  # SDPA raises its own error for this
     if not selection.servable(query, key, value):
         return None
-    # Wide head dims: the forward, and the backward where autograd will want it, else SDPA keeps it.
-    grad = wide and torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
-    spec = masks.BY_CAUSAL_MODE[mode]
-    if wide and (selection.mask_reason(query, value, spec, varlen=False) or grad and selection.mask_reason(query, value, spec, varlen=False, backward=True)):  # fmt: skip
-        return None
+    if wide:  # the table's verdict for the forward, and for the backward where autograd will want it
+        spec = masks.BY_CAUSAL_MODE[mode]
+        if selection.mask_reason(query, value, spec, varlen=False) is not None:
+            return None
+        grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+        if grad and selection.mask_reason(query, value, spec, varlen=False, backward=True) is not None:
+            return None
     return mode
 
 
 def _flash_path_shapes(query: Any, key: Any, value: Any, is_causal: bool) -> bool:
     """For a call without attn_mask: whether PyTorch's flash path accepts its shapes as they are
     (value head dim equal to the query's and at most 256; equal lengths when causal), so that
-    _direct_sdpa has nothing to decide. That is the common call: skipping _direct_sdpa's flag reads and tensor
-    checks takes the decision from 1.4-1.6 us to 0.45-0.75 us (CPU, timeit).
+    _direct_sdpa has nothing to decide. That is the common call: skipping _direct_sdpa's flag reads
+    and tensor checks takes the decision from 1.4-1.6 us to 0.45-0.75 us (CPU, timeit).
 
     Anything whose shapes it cannot read (non-tensors, fewer than two dims, strided nested
     tensors) answers False: _direct_sdpa then decides.
@@ -204,7 +207,7 @@ def _flash_path_shapes(query: Any, key: Any, value: Any, is_causal: bool) -> boo
     try:
         shape = query.shape  # read once: each .shape builds a torch.Size (about 0.1 us)
         return (
-            value.shape[-1] == shape[-1] <= selection.WIDE_HEAD_DIM and (not is_causal or shape[-2] == key.shape[-2])
+            value.shape[-1] == shape[-1] <= _WIDE_HEAD_DIM and (not is_causal or shape[-2] == key.shape[-2])
         )
     except (AttributeError, IndexError, RuntimeError, TypeError):
         return False
