@@ -236,6 +236,7 @@ void bwd(const BwdSpec& spec) {
   // Skipped tiles (bias_cells) leave query blocks unvisited by key blocks BlockMask says visit
   // them: the first-store protocol would wait for them, so the preprocess zeroes all of dq_accum.
   p.dq_first_store = family.dq_first_store && p.dq_semaphore != nullptr && p.mods.bias_cells == nullptr;
+  p.dq_sem_rows = 64;  // a word per 64 rows; the sm90 launcher sets its kernel's own (bwd_launch_sm90.cuh)
   launch_bwd(family, p, spec.fwd.device, reinterpret_cast<void*>(spec.fwd.stream));
 }
 

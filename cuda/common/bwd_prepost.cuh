@@ -46,6 +46,25 @@ constexpr int kPrePostRows = 64;
 constexpr int kDqFirstStoreBlockN = 128;
 constexpr int kPrePostThreads = 256;
 
+// The dq_semaphore word of the preprocess / postprocess CTA of 64-row block `block`, at the main
+// kernel's granularity (params.h's dq_sem_rows: 64, or the sm90 d64 tall step's 128), and the
+// key blocks that visit the word's rows, which that kernel counts in it.
+struct DqSemBlock {
+  bool tall;
+  int index;
+  __device__ __forceinline__ DqSemBlock(const AttnBwdParams& p, int block)
+      : tall(p.dq_sem_rows == 2 * kPrePostRows), index(tall ? block / 2 : block) {}
+  __device__ __forceinline__ int blocks(int seqlen_q) const { return ceil_div(seqlen_q, tall ? 2 * kPrePostRows : kPrePostRows); }
+  __device__ __forceinline__ bool visited(const BlockMask& mask) const {
+    return tall ? mask.template visited_by_key_blocks<2 * kPrePostRows, kDqFirstStoreBlockN>(index)
+                : mask.template visited_by_key_blocks<kPrePostRows, kDqFirstStoreBlockN>(index);
+  }
+  __device__ __forceinline__ int key_blocks(const BlockMask& mask) const {
+    return tall ? mask.template key_blocks_visiting<2 * kPrePostRows, kDqFirstStoreBlockN>(index)
+                : mask.template key_blocks_visiting<kPrePostRows, kDqFirstStoreBlockN>(index);
+  }
+};
+
 // One CTA per kPrePostRows query rows of one (batch, head); the launcher sizes the grid with it.
 __host__ __device__ __forceinline__ SingleTileScheduler prepost_scheduler(const AttnBwdParams& p) {
   return SingleTileScheduler{ceil_div(p.seqlen_q, kPrePostRows), p.heads_q, p.batch, TileOrder::kBlockMajor};
@@ -144,13 +163,13 @@ __global__ void __launch_bounds__(kPrePostThreads)
     p.row_pdist[at] = 0.f;
   }
 
-  if (p.dq_semaphore != nullptr && tid == 0) {
-    p.dq_semaphore[(int64_t(tile.batch) * p.heads_q + tile.head) * ceil_div(p.seqlen_q, kPrePostRows) + tile.block] = 0;
+  const DqSemBlock sem_block(p, tile.block);
+  if (p.dq_semaphore != nullptr && tid == 0) {  // (with 128-row words both of a word's CTAs zero it)
+    p.dq_semaphore[(int64_t(tile.batch) * p.heads_q + tile.head) * sem_block.blocks(p.seqlen_q) + sem_block.index] = 0;
   }
   // With dq_first_store the main kernel writes every block some key block visits (its first tile
-  // a plain copy): only the others are zeroed here.
-  if (p.dq_first_store && p.dq_semaphore != nullptr &&
-      BlockMask(seq, p.mask).template visited_by_key_blocks<kPrePostRows, kDqFirstStoreBlockN>(tile.block)) {
+  // a plain copy; a tall tile all of its 128 rows): only the others are zeroed here.
+  if (p.dq_first_store && p.dq_semaphore != nullptr && sem_block.visited(BlockMask(seq, p.mask))) {
     return;
   }
   constexpr int kVecPerRow = kHeadDim / 4;  // float4 stores; every kHeadDim column exists
@@ -212,9 +231,10 @@ __global__ void __launch_bounds__(kPrePostThreads)
   if (row0 >= seq.seqlen_q) return;
   if (per_block) {
     if (threadIdx.x == 0) {
-      const int target = BlockMask(seq, p.mask).template key_blocks_visiting<kPrePostRows, kDqFirstStoreBlockN>(tile.block);
-      const int32_t* sem = p.dq_semaphore + (int64_t(tile.batch) * p.heads_q + tile.head) * ceil_div(p.seqlen_q, kPrePostRows) +
-                           tile.block;
+      const DqSemBlock sem_block(p, tile.block);
+      const int target = sem_block.key_blocks(BlockMask(seq, p.mask));
+      const int32_t* sem = p.dq_semaphore + (int64_t(tile.batch) * p.heads_q + tile.head) * sem_block.blocks(p.seqlen_q) +
+                           sem_block.index;
       while (ld_acquire_gpu_s32(sem) < target) {
       }
     }

@@ -3,7 +3,8 @@
 //
 // One CTA per (key block of kBlockN = 128 keys, KV head, batch). The producer warpgroup: one
 // thread loads K and V once (TMA), then streams Q and dO of every (query head of the KV head's
-// group, query block of kBlockM = 64 rows that sees the key block) through a kStages-deep mbarrier
+// group, query block of kBlockM = 64 rows, 128 in the d64 plain kernel's tall step, that sees the
+// key block) through a kStages-deep mbarrier
 // ring; a second warp puts the step's LSE * log2(e) and delta into the Q stage's shared memory; a
 // third adds each staged dQ tile to dq_accum (one bulk reduce-add). Launched programmatically
 // after the preprocess: the K / V / Q / dO loads start before the preprocess ends, every other
@@ -12,8 +13,9 @@
 //   S^T = K Q^T, dP^T = V dO^T (SS); P^T = exp2(S^T c - LSE log2 e); dS^T = P^T (dP^T - delta);
 //   dV += P^T dO and dK += dS^T Q (RS, P^T and dS^T from registers);
 //   dQ = dS K: dS^T of both warpgroups goes to shared memory (double-buffered; one barrier per
-//   step); warpgroup w computes dQ's columns [w D/2, (w+1) D/2) over all 128 keys (SS, M-major A)
-//   and stages them, scaled, in dq_accum's row order for the writer warp.
+//   step); warpgroup w computes dQ's columns [w D/2, (w+1) D/2) (the tall step: its rows
+//   [64 w, 64 w + 64)) over all 128 keys (SS, M-major A) and stages them, scaled, in dq_accum's
+//   row order for the writer warp.
 // dK, dV stay in float32 registers across the whole loop (GQA: across the group's query heads
 // too, so no reduction over heads is needed); the epilogue scales dK and stores both.
 // Masks (none, causal either alignment, windows) through BlockMask; dense layouts; scale > 0.
@@ -71,7 +73,19 @@ struct BwdTraitsSm90 {
   static constexpr bool kDropoutShuffle = true;
   static_assert(!(kDropout && kMods), "dropout: plain instantiation only");
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 64;   // query rows per step: one wgmma N of S^T, one 128-byte dS^T row
+  // The tall step (d64 plain kernel; kernel_notes_bwd_sm90.md, "The tall step at d64"): 128 query
+  // rows a step instead of 64. Session 23's timeline put the d64 step at 3,534 cycles for 1,280
+  // of tensor work (36%, d128: 4,506 for 2,560, 57%): its fixed costs (the barriers, the waits at
+  // the step's ends, the dQ hand-over) are paid per step whatever its size, and FA3 runs d64 with
+  // 128-query steps. It costs K / V in registers and the step overlap (no registers left: S^T 64 +
+  // dP^T 64 + dV 32 + dK 32 of 240) and one dQ staging buffer (the second does not fit: 227 KB);
+  // dQ is then split between the warpgroups by query rows, not columns. The kMods and dropout
+  // kernels hold more a step: 64 rows. -DFLASHSDPA_SM90_BWD_TALL64=0 builds the 64-row d64 kernel.
+#ifndef FLASHSDPA_SM90_BWD_TALL64
+#define FLASHSDPA_SM90_BWD_TALL64 1
+#endif
+  static constexpr bool kTall = FLASHSDPA_SM90_BWD_TALL64 && kHeadDim_ == 64 && kModsKind_ == kModsNone && !kDropout_;
+  static constexpr int kBlockM = kTall ? 128 : 64;  // query rows per step: the wgmma N of S^T
   static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
   static constexpr int kStages = kStages_;
   static constexpr int kConsumerWGs = 2;
@@ -87,11 +101,14 @@ struct BwdTraitsSm90 {
 
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;  // also dO's slot (head_dim_v == head_dim)
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;  // also V
-  static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // dS^T: keys x queries, one column block
+  // dS^T: keys x queries, in column blocks of 64 queries (128-byte swizzled rows of the 128 keys)
+  static constexpr int kDsBytes = kBlockN * kBlockM * 2;
+  static constexpr int kDsColBlocks = kBlockM / 64;
   static constexpr int kDqBytes = kBlockM * kHeadDim * 4;  // fp32 dQ staging, dq_accum's row order
   // Two dQ staging buffers: a third at d64 (room: 130 of 232 KB) ran 0.98-1.00x (session 23,
-  // kernel_notes_bwd_sm90.md, "Counting the adds in pairs"); d128 has no room (1.9 KB left).
-  static constexpr int kDqBufs = 2;
+  // kernel_notes_bwd_sm90.md, "Counting the adds in pairs"); d128 has no room (1.9 KB left). The
+  // tall step has room for one (two: 232,584 bytes, 136 over), as FA3's d64 backward has.
+  static constexpr int kDqBufs = kTall ? 1 : 2;
   // LSE * log2(e) and delta of a stage's rows, then the stage's huge-LSE flag (16 bytes keep the
   // slots 16-byte aligned; at d128 the total is 230,536 of 232,448 bytes).
   static constexpr int kRowStatBytes = 2 * kBlockM * 4 + 16;
@@ -99,15 +116,27 @@ struct BwdTraitsSm90 {
   // in its dQ GEMM (the one barrier per step orders i against i-2). Two dQ staging buffers: the
   // writer warp's bulk reduce-add of step i-1 reads one while the consumers fill the other.
   static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages + 2 * kDqBufs);
+  // The tall step's P^T (keys x queries, dS^T's layout; each warpgroup its own 64 rows), the A of
+  // its dV GEMM from shared memory (SS): held as the RS form's 16-bit registers beside P^T, dP^T,
+  // dV and dK it peaked at 245 live and serialized the wgmmas (C7512, 64-byte spill); dS^T from
+  // that 16-bit copy instead of P^T missed the rule (dq 1.44e-2 against 1.24e-2 at Sq 1023 x Sk 7
+  // bottom-right, bf16: session 29).
+  static constexpr int kPtBytes = kTall ? kBlockN * kBlockM * 2 : 0;
+  // The base is rounded up to 1024 bytes (the 128-byte swizzle atoms); the dynamic window starts
+  // at 0x400 on sm_90 (after the 1 KB the system reserves), so the tall step, 136 bytes short
+  // with the slack, claims none and checks the alignment at entry instead.
+  static constexpr int kSmemSlack = kTall ? 0 : 1024;
   static constexpr int kSmemBytes = 2 * kKBytes + 2 * kStages * kQBytes + kStages * kRowStatBytes + 2 * kDsBytes +
-                                    kDqBufs * kDqBytes + kBarrierBytes + 1024;
+                                    kPtBytes + kDqBufs * kDqBytes + kBarrierBytes + kSmemSlack;
 
   static_assert(std::is_same<Elem, __half>::value || std::is_same<Elem, __nv_bfloat16>::value, "fp16 or bf16");
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128 (d256 needs a tile of its own)");
-  // dQ's columns are split between the consumer warpgroups: each computes kHeadDim / 2 of them
-  // over all kBlockN keys, so the dS^T tile is the only thing they share.
-  static constexpr int kDqCols = kHeadDim / 2;
-  static constexpr int kDqAcc = kBlockM * kDqCols / 128;  // fp32 per thread
+  // dQ is split between the consumer warpgroups over all kBlockN keys, so the dS^T tile is the
+  // only thing they share: by columns (each kHeadDim / 2 of them, all kBlockM rows), or in the
+  // tall step by rows (each 64 query rows, all columns: one wgmma M).
+  static constexpr int kDqRows = kTall ? 64 : kBlockM;
+  static constexpr int kDqCols = kTall ? kHeadDim : kHeadDim / 2;
+  static constexpr int kDqAcc = kDqRows * kDqCols / 128;  // fp32 per thread
   // The dQ staging stores (stage_dq): 16-byte or 8-byte; dS^T is stored with stmatrix at every head
   // dim (it replaced 32-bit stores). ncu (H200, d128 S 8k, session 17): the wide
   // form takes the kernel's shared stores from 68.4 M to 18.1 M + 8.4 M stmatrix and their bank
@@ -118,7 +147,7 @@ struct BwdTraitsSm90 {
   // 0.982, 0.977 (the loser: they lengthen dq_prev's live range across the next S^T / dP^T issue);
   // stmatrix for dS^T 1.005, 1.002, 1.011, 1.001. So stmatrix at every head dim (one dS^T store
   // path), the 16-byte dQ stores at d128 only.
-  static constexpr bool kWideDqStores = kHeadDim == 128;
+  static constexpr bool kWideDqStores = kHeadDim == 128 || kTall;
   // K and V of the warpgroup's 64 keys held as the register A operands of S^T and dP^T (RS), read
   // from shared memory once per CTA instead of once per step: -512 of ~1650 shared-memory clocks per
   // d64 step (kernel_notes_bwd_sm90.md, "A budget per step on paper"), for 2 x 16 registers, which
@@ -126,7 +155,7 @@ struct BwdTraitsSm90 {
 #ifndef FLASHSDPA_SM90_BWD_KV_REGS
 #define FLASHSDPA_SM90_BWD_KV_REGS 1
 #endif
-  static constexpr bool kKVInRegs = FLASHSDPA_SM90_BWD_KV_REGS && kHeadDim == 64 && !kMods;
+  static constexpr bool kKVInRegs = FLASHSDPA_SM90_BWD_KV_REGS && kHeadDim == 64 && !kMods && !kTall;
   // Step overlap (d64 plain kernel only; kernel_notes_bwd_sm90.md, "Step overlap at d64"): step
   // i + 1's S^T (and, kOverlapDp, dP^T) GEMM is issued before the warpgroup waits for step i's
   // dV / dK / dQ, so the tensor pipe is not empty at the step boundary (the session-10 budget: the
@@ -142,7 +171,7 @@ struct BwdTraitsSm90 {
 #ifndef FLASHSDPA_SM90_BWD_OVERLAP_DP
 #define FLASHSDPA_SM90_BWD_OVERLAP_DP 1
 #endif
-  static constexpr bool kOverlap = FLASHSDPA_SM90_BWD_OVERLAP && kHeadDim == 64 && !kMods && !kDropout;
+  static constexpr bool kOverlap = FLASHSDPA_SM90_BWD_OVERLAP && kHeadDim == 64 && !kMods && !kDropout && !kTall;
   static constexpr bool kOverlapDp = kOverlap && FLASHSDPA_SM90_BWD_OVERLAP_DP;
   static_assert(!(kOverlap && kMods), "the bias kernel's staging (consume) assumes dQ retires within its step");
   // Late dK (the non-overlapped plain kernel: d128): dK's GEMM issued after dQ's instead of before
@@ -198,20 +227,22 @@ __device__ __forceinline__ void stamp([[maybe_unused]] TimelineEvent event, [[ma
 }
 
 constexpr int kBarDs = 1;  // both consumer warpgroups: dS^T of the step written (256 threads)
+constexpr int kBarPt = 2;  // + warpgroup: the tall step's P^T of the warpgroup written (128 threads)
 
 // Warps of the producer warpgroup: TMA loads (one thread), LSE / delta rows, the dQ writer.
 constexpr int kWarpLoad = 0, kWarpDq = 1, kWarpRowStats = 2;
 
 template <typename Traits>
 struct SmemLayout {
-  uint32_t k, v, q, dout, stats, ds, dq, bars;
+  uint32_t k, v, q, dout, stats, ds, pt, dq, bars;
   __device__ __forceinline__ explicit SmemLayout(uint32_t base) {
     k = base;
     v = k + Traits::kKBytes;
     q = v + Traits::kKBytes;
     dout = q + Traits::kStages * Traits::kQBytes;
     ds = dout + Traits::kStages * Traits::kQBytes;
-    dq = ds + 2 * Traits::kDsBytes;
+    pt = ds + 2 * Traits::kDsBytes;
+    dq = pt + Traits::kPtBytes;
     stats = dq + Traits::kDqBufs * Traits::kDqBytes;
     bars = stats + Traits::kStages * Traits::kRowStatBytes;
   }
@@ -408,7 +439,9 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
                                          const SeqlenInfo& seq, const BlockMask& mask, const StepRange& range,
                                          const BwdGridOrder& order, int n_block) {
 #if defined(__CUDA_ARCH__)  // ptx.cuh declares the bulk copies for device passes of sm_90 only
-  static_assert(Traits::kBlockM == kPrePostRows, "dq_semaphore counts blocks of the preprocess's rows");
+  // dq_semaphore counts query blocks of this kernel's kBlockM rows (the host's p.dq_sem_rows, which
+  // the pre- and postprocess read: bwd_launch_sm90.cuh sets it from these traits).
+  static_assert(Traits::kBlockM == kPrePostRows || Traits::kBlockM == 2 * kPrePostRows, "the semaphore blocks");
   static_assert(Traits::kBlockN == kDqFirstStoreBlockN, "the preprocess finds the unvisited blocks with this tile");
   const int m_blocks = ceil_div(p.seqlen_q, Traits::kBlockM);
   // Deterministic: the key blocks add in launch order (BwdGridOrder::turn); first store: the first
@@ -532,9 +565,9 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   constexpr int kDTiles = Traits::kDTiles;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
-  using OpS = sm90::WgmmaOp<Elem, kBlockM>;               // S^T, dP^T: N = 64 queries
+  using OpS = sm90::WgmmaOp<Elem, kBlockM>;               // S^T, dP^T: N = the step's queries
   using OpD = sm90::WgmmaOp<Elem, Traits::kHeadDim>;      // dV, dK: N = head dim
-  using OpQ = sm90::WgmmaOp<Elem, Traits::kDqCols>;      // dQ: N = this warpgroup's half of the columns
+  using OpQ = sm90::WgmmaOp<Elem, Traits::kDqCols>;      // dQ: N = this warpgroup's columns
   const AttnBwdParams& p = args.p;
   const int tid = threadIdx.x % 128;
   const int warp = tid / 32, lane = tid % 32;
@@ -565,23 +598,37 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   // K's columns [cwg * kDqCols, +kDqCols) as the N-major B of dQ: column block c0 / 64, then
   // (d64) 2 * (c0 % 64) bytes into the 128-byte swizzled rows (the swizzle is a function of the
   // address, so a start inside the atom selects those columns, as the K-major k steps do).
-  constexpr int kDqCol0 = Traits::kDqCols;  // first column of warpgroup 1
+  constexpr int kDqCol0 = Traits::kTall ? 0 : Traits::kDqCols;  // first column of warpgroup 1 (tall: all columns)
   const uint64_t kq_desc = sm90::make_desc(
       sm.k + (cwg * kDqCol0 / 64) * kBlockN * 128 + (cwg * kDqCol0 % 64) * 2, kBlockN * 128, 1024);
   constexpr uint64_t kSlot = Traits::kQBytes >> 4;
   constexpr uint64_t kDsBuf = Traits::kDsBytes >> 4;
+  // The dQ GEMM's A: dS^T of buffer 0 as M-major (queries x keys); in the tall step this
+  // warpgroup's 64 queries, the dS^T column block cwg.
+  const uint64_t dq_a_desc = ds_desc0 + (Traits::kTall ? cwg * ((kBlockN * 128) >> 4) : 0);
+  // A keys x queries tile (dS^T, the tall step's P^T) to shared memory, 16 queries m of it: one
+  // stmatrix.x4, matrix q = (query chunk 2m + q / 2, key rows 8 (q % 2) ..), whose fragment is
+  // frag[q] (the A layout); lane L gives row L % 8 of matrix L / 8, in this warpgroup's rows of
+  // 128-byte swizzled rows, column block m / 4 (its 64 queries: 8 chunks of 16 bytes).
+  auto store_ds_t = [&](uint32_t base, int m, const auto& frag) {  // (generic: stmatrix is device-only)
+    const int ds_q = lane / 8, ds_row = cwg * 64 + warp * 16 + 8 * (ds_q % 2) + lane % 8;  // row % 8 == lane % 8
+    const int chunk = 2 * (m % 4) + ds_q / 2;
+    stmatrix_x4(base + (m / 4) * kBlockN * 128 + ds_row * 128 + ((chunk ^ (lane % 8)) << 4), frag[0], frag[1], frag[2],
+                frag[3]);
+  };
   const float scale_log2 = Mod::scale_log2(p);  // p.scale_log2 but with softcap (its raw unit)
   const int drop_k16 = n_block * kBlockN + cwg * 64 + warp * 16;  // the warp's first key (m16 slice of S^T)
 
   // Step i's dQ tile into staging buffer i % kDqBufs in dq_accum's (permuted) row order, for the writer
-  // warp. Rows: this thread's queries (the M dimension of the dQ product). Called after step i + 1's
-  // S^T GEMM is issued, so the tensor cores have work while the warpgroups stage it.
+  // warp. Rows: this thread's queries (the M dimension of the dQ product; tall: in the warpgroup's
+  // 64-row half). Called after step i + 1's S^T GEMM is issued, so the tensor cores have work while
+  // the warpgroups stage it.
   auto stage_dq = [&](int step) {
     const int buf = step % Traits::kDqBufs;
     stamp(kTlStageWait, step, cwg == 0 && tid == 0);
     sm90::mbar_wait(sm.dq_empty(buf), ((step / Traits::kDqBufs) & 1) ^ 1);
     stamp(kTlStageGot, step, cwg == 0 && tid == 0);
-    const int q_row = warp * 16 + lane / 4;
+    const int q_row = (Traits::kTall ? 64 * cwg : 0) + warp * 16 + lane / 4;
     const int64_t row0 = seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM;
     // DqAccumLayout puts a thread's pairs of two adjacent n8 blocks (j, j + 1: columns 8j + 2t, +1
     // and 8j + 8 + 2t, +1) in four consecutive floats, so one 16-byte store takes both, and the
@@ -594,7 +641,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = q_row + 8 * h;
-        const int col = Traits::kDqCols * cwg + 8 * j + 2 * (lane % 4);
+        const int col = kDqCol0 * cwg + 8 * j + 2 * (lane % 4);
         const uint32_t addr = sm.dq_buf(buf) + (row * Traits::kHeadDim + DqAccumLayout::position(row0 + row, col)) * 4;
         if constexpr (Traits::kWideDqStores) {
           asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(dq[0][j][2 * h]),
@@ -616,7 +663,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)
-      OpQ::template ss<1, 1>(dq_acc, ds_desc0 + buf * kDsBuf + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
+      OpQ::template ss<1, 1>(dq_acc, dq_a_desc + buf * kDsBuf + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
     sm90::wgmma_commit();
   };
 
@@ -796,11 +843,16 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
         asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v[j].x), "=f"(v[j].y) : "r"(slot + (8 * j + c0) * 4));
       }
     };
-    // The LSEs while the GEMMs run, and whether a row of the stage has a huge one (one word).
+    auto load_column = [&](float2& v, uint32_t slot, int j) {
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(slot + (8 * j + c0) * 4));
+    };
+    // The LSEs while the GEMMs run, and whether a row of the stage has a huge one (one word). The
+    // tall step reads each where it is used: its 32 words held across the waits beside S^T and
+    // dP^T (64 + 64) made ptxas spill.
     float2 lse2[kMTiles];
     uint32_t huge;
     asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(huge) : "r"(sm.huge_slot(s)));
-    load_columns(lse2, sm.lse_slot(s));
+    if constexpr (!Traits::kTall) load_columns(lse2, sm.lse_slot(s));
     sm90::wgmma_wait<1>();
     sm90::fence_regs(st_acc);
     if constexpr (Traits::kDkLate) {  // step i - 1's dK (older than this S^T) has retired too
@@ -827,6 +879,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     // made ptxas spill 20 bytes at d64 and capping every exponent cost 1-4% at d128.
 #pragma unroll
     for (int j = 0; j < kMTiles; ++j) {
+      if constexpr (Traits::kTall) load_column(lse2[j], sm.lse_slot(s), j);
 #pragma unroll
       for (int x = 0; x < 4; ++x) st[0][j][x] = fast_exp2(fmaf(st[0][j][x], scale_log2, x % 2 ? -lse2[j].y : -lse2[j].x));
     }
@@ -855,20 +908,41 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
         }
       }
       sm90::accumulator_to_a<Elem, kMTiles>(pt16, zpt);
+    } else if constexpr (Traits::kTall) {
+      // P^T to this warpgroup's rows of its shared-memory buffer (the dV GEMM's A, below), packed
+      // 16 queries at a time as dS^T is below; the warpgroup's four warps then meet (the GEMM
+      // reads all 64 rows). The previous step's dV, its only reader, retired at that step's end.
+#pragma unroll
+      for (int m = 0; m < kMTiles / 2; ++m) {
+        uint32_t a[1][4];
+        sm90::accumulator_to_a<Elem, 2>(a, *reinterpret_cast<const float(*)[1][2][4]>(&st[0][2 * m][0]));
+        store_ds_t(sm.pt, m, a[0]);
+      }
+      sm90::fence_async_shared();
+      sm90::named_sync(kBarPt + cwg, 128);
     } else {
       sm90::accumulator_to_a<Elem, kMTiles>(pt16, st);
     }
 
-    // dV += P^T dO (K steps over the 64 queries), issued before dS^T exists.
+    // dV += P^T dO (K steps over the step's queries), issued before dS^T exists.
     sm90::wgmma_fence();
+    if constexpr (Traits::kTall) {
+      const uint64_t pt_desc = sm90::make_desc(sm.pt + cwg * 64 * 128, 16, 1024);
 #pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) OpD::template rs<1>(dv_acc, pt16[kk], do_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
+      for (int kk = 0; kk < kBlockM / 16; ++kk)
+        OpD::template ss<1>(dv_acc, pt_desc + (((kk / 4) * kBlockN * 128 + (kk % 4) * 32) >> 4),
+                            do_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk)
+        OpD::template rs<1>(dv_acc, pt16[kk], do_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
+    }
     sm90::wgmma_commit();
 
     // delta is loaded while the dP^T GEMM runs; in the kMods kernel after the modifiers' column sums
     // instead, whose registers the d128 step has only without delta's 16 live (else ptxas spills).
     float2 delta[kMTiles];
-    if constexpr (!Traits::kMods) load_columns(delta, sm.delta_slot(s));
+    if constexpr (!Traits::kMods && !Traits::kTall) load_columns(delta, sm.delta_slot(s));
     sm90::wgmma_wait<1>();  // dP^T done (dV may still run)
     sm90::fence_regs(dpt_acc);
     if constexpr (Traits::kMods) {
@@ -877,6 +951,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       load_columns(delta, sm.delta_slot(s));
     }
     // dS^T = P^T (dP^T - delta) (unscaled: dK is scaled in the epilogue, dQ before its staging).
+
     // Dropout: the forward's O is (Z P / keep) V, so dP is Z (dO V^T) / keep and delta (rowsum(dO O))
     // is unchanged: dS^T = P^T ((Z ? dP^T / keep : 0) - delta), the sm80 backward's form.
     if constexpr (Traits::kDropout) {
@@ -892,6 +967,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     } else {
 #pragma unroll
       for (int j = 0; j < kMTiles; ++j) {
+        if constexpr (Traits::kTall) load_column(delta[j], sm.delta_slot(s), j);
 #pragma unroll
         for (int x = 0; x < 4; ++x) dpt[0][j][x] = st[0][j][x] * (dpt[0][j][x] - (x % 2 ? delta[j].y : delta[j].x));
       }
@@ -914,8 +990,9 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
         // (the register form serialized every wgmma: C7512, 233 live at 256).
         const uint64_t dsk_desc = sm90::make_desc(sm.ds_buf(b) + cwg * 64 * 128, 16, 1024);
 #pragma unroll
-        for (int kk = 0; kk < kBlockM / 16; ++kk)
-          OpD::template ss<1>(dk_acc, dsk_desc + ((kk * 32) >> 4), q_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
+        for (int kk = 0; kk < kBlockM / 16; ++kk)  // 16 queries a k step: column block kk / 4
+          OpD::template ss<1>(dk_acc, dsk_desc + (((kk / 4) * kBlockN * 128 + (kk % 4) * 32) >> 4),
+                              q_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
       } else {
 #pragma unroll
         for (int kk = 0; kk < kBlockM / 16; ++kk) OpD::template rs<1>(dk_acc, dst16[kk], q_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
@@ -924,17 +1001,13 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     };
     if constexpr (!Traits::kDkLate) issue_dk();
 
-    // dS^T to shared memory (keys x queries, 128-byte swizzled rows), for dQ = dS K: one stmatrix.x4
-    // per 16 queries, matrix q = (query chunk 2m + q / 2, key rows 8 (q % 2) ..), whose fragment is
-    // dst16[m][q] (the A layout); lane L gives row L % 8 of matrix L / 8. A quarter of the 32-bit
-    // stores it replaces (ncu, session 17: cuDNN's backward stores dS so too).
-    const uint32_t ds = sm.ds_buf(b);
-    const int ds_q = lane / 8, ds_row = cwg * 64 + warp * 16 + 8 * (ds_q % 2) + lane % 8;  // row % 8 == lane % 8
+    // dS^T to shared memory (keys x queries, 128-byte swizzled rows; the tall step's 128 queries in
+    // two column blocks), for dQ = dS K: one stmatrix.x4 per 16 queries, matrix q = (query chunk
+    // 2m + q / 2, key rows 8 (q % 2) ..), whose fragment is dst16[m][q] (the A layout); lane L gives
+    // row L % 8 of matrix L / 8. A quarter of the 32-bit stores it replaces (ncu, session 17:
+    // cuDNN's backward stores dS so too).
 #pragma unroll
-    for (int m = 0; m < kMTiles / 2; ++m) {
-      const int chunk = 2 * m + ds_q / 2;
-      stmatrix_x4(ds + ds_row * 128 + ((chunk ^ (lane % 8)) << 4), dst16[m][0], dst16[m][1], dst16[m][2], dst16[m][3]);
-    }
+    for (int m = 0; m < kMTiles / 2; ++m) store_ds_t(sm.ds_buf(b), m, dst16[m]);
     sm90::fence_async_shared();
     if constexpr (Traits::kModsKind == kModsBias) {  // attn_mask's gradient: scattered 16-bit stores where not aligned
       if (!dbias_rows) Mod::bias_grad_t(p, seq, batch, mod_head, dst16, key0, q0);
@@ -945,11 +1018,12 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     }
 
     if constexpr (!Traits::kOverlap) {  // (kOverlap: dQ issued and retired in step i + 1, or below)
-      // dQ[:, 64 cwg .. 64 cwg + 63] = dS K over all 128 keys (M-major A, N-major B).
+      // dQ[:, 64 cwg .. 64 cwg + 63] (tall: dQ[64 cwg .. 64 cwg + 63, :]) = dS K over all 128 keys
+      // (M-major A, N-major B).
       sm90::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk)
-        OpQ::template ss<1, 1>(dq_acc, ds_desc0 + b * kDsBuf + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
+        OpQ::template ss<1, 1>(dq_acc, dq_a_desc + b * kDsBuf + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
       sm90::wgmma_commit();
       if constexpr (Traits::kModsKind == kModsBias) {  // while the dQ GEMM runs (it reads the same buffer)
         if (dbias_rows) store_bias_grad(i, b);
@@ -1034,6 +1108,9 @@ template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel(const __grid_constant__ BwdSm90Args args) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) char fwd_smem[];  // the family's one dynamic shared-memory name
+  if constexpr (Traits::kSmemSlack == 0) {
+    if ((smem_u32(fwd_smem) & 1023u) != 0) __trap();  // (kSmemSlack: never seen; a test would stop here)
+  }
   const bwd_sm90::SmemLayout<Traits> sm((smem_u32(fwd_smem) + 1023u) & ~1023u);
   const AttnBwdParams& p = args.p;
   const bwd_sm90::BwdGridOrder order(p, Traits::kBlockN);

@@ -29,19 +29,41 @@ cudaError_t encode_bwd_sm90(const AttnBwdParams& params, BwdSm90Args& args) {
                         params.dtype == DType::kBFloat16);
 }
 
+// Preprocess, main kernel and dQ postprocess of one instantiation. The descriptors are its own
+// (the Q / dO box is its kBlockM: the d64 plain kernel's tall step takes 128 rows, its
+// score-modifier and dropout kernels 64), encoded and the shared memory opted in before anything
+// is launched; the dQ semaphores count its kBlockM rows (params.h's dq_sem_rows).
 template <typename Traits>
-cudaError_t launch_bwd_sm90_main(const BwdSm90Args& args, cudaStream_t stream) {
-  const AttnBwdParams& params = args.p;
+cudaError_t run_bwd_sm90_with(const AttnBwdParams& params_in, cudaStream_t stream) {
+  using Elem = typename Traits::Elem;
+  AttnBwdParams params = params_in;
+  params.dq_sem_rows = Traits::kBlockM;
+  BwdSm90Args args;
+  cudaError_t err = encode_bwd_sm90<Traits>(params, args);
+  if (err != cudaSuccess) return err;
   const int64_t n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   const int64_t grid = n_blocks * params.heads_kv * params.batch;
-  if (grid == 0) return cudaSuccess;
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
-  cudaError_t err = opt_in_dynamic_smem<&flashsdpa_bwd_sm90_kernel<Traits>>(Traits::kSmemBytes);
-  if (err != cudaSuccess) return err;
-  // Programmatic: its CTAs may start while the preprocess's last wave drains (they wait for it
-  // before reading delta or adding to dq_accum: grid_dependency_wait in the kernel).
-  return launch_programmatic(flashsdpa_bwd_sm90_kernel<Traits>, static_cast<unsigned>(grid), Traits::kThreads,
-                             Traits::kSmemBytes, stream, args);
+  if ((err = opt_in_dynamic_smem<&flashsdpa_bwd_sm90_kernel<Traits>>(Traits::kSmemBytes)) != cudaSuccess) return err;
+  if ((err = launch_bwd_prepost<Elem, Traits::kHeadDim, false>(params, stream)) != cudaSuccess) return err;
+  if (grid > 0) {
+    // Programmatic: its CTAs may start while the preprocess's last wave drains (they wait for it
+    // before reading delta or adding to dq_accum: grid_dependency_wait in the kernel).
+    err = launch_programmatic(flashsdpa_bwd_sm90_kernel<Traits>, static_cast<unsigned>(grid), Traits::kThreads,
+                              Traits::kSmemBytes, stream, args);
+    if (err != cudaSuccess) return err;
+  }
+  // dq_accum's words are the TMA unit's (bulk store / reduce-add) but for the blocks the
+  // preprocess zeroes: tell initcheck before the postprocess reads them, when asked.
+  if (sanitizer_marks_enabled())
+    mark_initialized(params.dq_accum,
+                     strided_extent_bytes(params.batch, params.dq_accum_batch_stride, params.seqlen_q,
+                                          params.dq_accum_row_stride, params.heads_q, params.dq_accum_head_stride,
+                                          params.head_dim_bucket, 4),
+                     stream);
+  AttnBwdParams post = params;
+  post.scale = 1.f;  // the main kernel stages dQ already scaled
+  return launch_bwd_prepost<Elem, Traits::kHeadDim, true>(post, stream, /*programmatic=*/true);
 }
 
 template <typename Elem, int kHeadDim>
@@ -54,31 +76,12 @@ cudaError_t run_bwd_sm90_(const AttnBwdParams& params, cudaStream_t stream) {
   using BiasTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsBias>;
   // Dropout: its own instantiation, plain otherwise (the host pairs it with no modifier).
   using DropoutTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsNone, true>;
-  BwdSm90Args args;
-  cudaError_t err = encode_bwd_sm90<Traits>(params, args);
-  if (err != cudaSuccess) return err;
-  if ((err = launch_bwd_prepost<Elem, kHeadDim, false>(params, stream)) != cudaSuccess) return err;
-  if (params.dropout.enabled()) {
-    err = launch_bwd_sm90_main<DropoutTraits>(args, stream);
-  } else {
-    switch (mods_kind(params.mods)) {
-      case kModsScore: err = launch_bwd_sm90_main<ScoreTraits>(args, stream); break;
-      case kModsBias: err = launch_bwd_sm90_main<BiasTraits>(args, stream); break;
-      default: err = launch_bwd_sm90_main<Traits>(args, stream);
-    }
+  if (params.dropout.enabled()) return run_bwd_sm90_with<DropoutTraits>(params, stream);
+  switch (mods_kind(params.mods)) {
+    case kModsScore: return run_bwd_sm90_with<ScoreTraits>(params, stream);
+    case kModsBias: return run_bwd_sm90_with<BiasTraits>(params, stream);
+    default: return run_bwd_sm90_with<Traits>(params, stream);
   }
-  if (err != cudaSuccess) return err;
-  // dq_accum's words are the TMA unit's (bulk store / reduce-add) but for the blocks the
-  // preprocess zeroes: tell initcheck before the postprocess reads them, when asked.
-  if (sanitizer_marks_enabled())
-    mark_initialized(params.dq_accum,
-                     strided_extent_bytes(params.batch, params.dq_accum_batch_stride, params.seqlen_q,
-                                          params.dq_accum_row_stride, params.heads_q, params.dq_accum_head_stride,
-                                          params.head_dim_bucket, 4),
-                     stream);
-  AttnBwdParams post = params;
-  post.scale = 1.f;  // the main kernel stages dQ already scaled
-  return launch_bwd_prepost<Elem, kHeadDim, true>(post, stream, /*programmatic=*/true);
 }
 
 }  // namespace flashsdpa

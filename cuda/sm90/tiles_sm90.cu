@@ -2,6 +2,7 @@
 // each head-dim bucket runs (fwd_plan_sm90, bwd_plan_sm90) and the per-call facts a table cannot
 // express (fwd_sm90_unsupported, bwd_sm90_unsupported: a negative scale, no keys, TMA alignment). Its dispatch switch is generated (cuda/instantiations/dispatch_sm90.cu).
 // Compiled for sm_90a only (wgmma, setmaxnreg): it runs on compute capability 9.0 and nowhere else.
+#include <algorithm>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -40,12 +41,18 @@ TilePlan fwd_plan_sm90(int bucket, int major, int smem_optin_bytes) {
   }
 }
 
-// The backward's tile (bwd_kernel_sm90.cuh's BwdTraitsSm90: 64 queries x 128 keys, 2 stages) per
-// bucket; the buckets are the generator's sm90 "bwd" list, so a new one adds its case here.
+// The backward's tile (bwd_kernel_sm90.cuh's BwdTraitsSm90: 64 queries x 128 keys, 2 stages; the
+// d64 plain kernel's tall step 128 queries) per bucket, in the most shared memory of the bucket's
+// instantiations (plain, score modifiers, bias, dropout); the buckets are the generator's sm90
+// "bwd" list, so a new one adds its case here.
 TilePlan bwd_plan_sm90(int bucket, int major, int smem_optin_bytes) {
   (void)major;
   const auto plan = [&](auto traits) {
-    constexpr int kBytes = decltype(traits)::kSmemBytes;
+    using T = decltype(traits);
+    constexpr int kBytes =
+        std::max({T::kSmemBytes, BwdTraitsSm90<__half, T::kHeadDim, T::kStages, kModsScore>::kSmemBytes,
+                  BwdTraitsSm90<__half, T::kHeadDim, T::kStages, kModsBias>::kSmemBytes,
+                  BwdTraitsSm90<__half, T::kHeadDim, T::kStages, kModsNone, true>::kSmemBytes});
     return kBytes <= smem_optin_bytes ? TilePlan{0, kBytes} : TilePlan{-1, 0};
   };
   switch (bucket) {

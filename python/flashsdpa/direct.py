@@ -69,6 +69,21 @@ def _check_cuda(query: Tensor, head_dim: int, head_dim_v: int) -> None:
         raise ValueError(reason)
 
 
+def _check_grad_head_dims(query: Tensor, key: Tensor, value: Tensor) -> None:
+    """The backward's head-dim limit, raised at the forward: above selection.WIDE_HEAD_DIM the
+    forward runs (the sm90 family's 512 bucket) and no family has a backward, so a forward with
+    inputs that require grad would fail only once the gradient is asked for."""
+    widest = max(query.shape[3], value.shape[3])
+    if widest > selection.WIDE_HEAD_DIM and torch.is_grad_enabled() and (
+        query.requires_grad or key.requires_grad or value.requires_grad
+    ):
+        raise ValueError(
+            f"head dims {query.shape[3]} (query) and {value.shape[3]} (value) with inputs that require grad: "
+            f"flashsdpa's backward takes head dims up to {selection.WIDE_HEAD_DIM} (the forward up to "
+            f"{_backend.MAX_HEAD_DIM}: call it under torch.no_grad() or on detached inputs)"
+        )
+
+
 # The direct API's common call (no window, modifier, mask tensor or LSE; causal or not), decided
 # before attention()'s argument checks: selection.dense_ok() passing implies everything they and
 # _fwd_cuda() would establish (shapes consistent, dtype and head dims compiled, rows readable in
@@ -119,7 +134,7 @@ def attention(
     = i (top-left) or i + Sk - Sq (bottom-right) and -1 unbounded (a sliding window of the last
     4096 keys: ``causal=True, window=(4095, 0)``; rows that see no key give 0 and LSE +inf). ``scale``
     defaults to 1 / sqrt(D). On CUDA it runs flashsdpa's kernels (float16 / bfloat16, head dims
-    multiples of 8 up to 256; inputs whose rows are not unit-stride and 16-byte aligned are
+    multiples of 8 up to 256, and up to 512 forward only on Hopper; inputs whose rows are not unit-stride and 16-byte aligned are
     copied first); on CPU the float32 blockwise reference.
     Differentiable and ``torch.compile(fullgraph=True)``-friendly. Bad arguments raise TypeError or
     ValueError naming the argument and the limit.
@@ -149,6 +164,8 @@ def attention(
     if head_dim == 0 or value.shape[3] == 0:
         raise ValueError(f"head dims {head_dim} (query) and {value.shape[3]} (value): need at least 1")
     _check_heads(heads_q, key.shape[1], enable_gqa)
+    if query.is_cuda:
+        _check_grad_head_dims(query, key, value)
     mask = masks.make(causal, causal_alignment, window)
     if attn_mask is not None or dropout_p or softcap or alibi_slopes is not None or sinks is not None:
         target = (batch, heads_q, query.shape[2], key.shape[2])

@@ -242,8 +242,9 @@ struct AttnBwdParams : AttnFwdParams {
   float* row_pdist;
 
   bool deterministic;  // the caller asked for bitwise-reproducible gradients (families that can: dq_semaphore)
-  // Ordered or first-stored dQ (sm90 family): int32 per (batch, head_q, 64-row query block), dense
-  // index (batch * heads_q + head) * ceil(seqlen_q / 64) + block, zeroed by the preprocess. In
+  // Ordered or first-stored dQ (sm90 family): int32 per (batch, head_q, query block of dq_sem_rows
+  // rows), dense index (batch * heads_q + head) * ceil(seqlen_q / dq_sem_rows) + block, zeroed by
+  // the preprocess (the workspace has a word per 64 rows). In
   // deterministic mode the key blocks add their dQ tiles to a query block in a fixed order (the
   // grid's launch order) by waiting for their predecessor's mark; with dq_first_store the first
   // one stores. nullptr: neither.
@@ -253,6 +254,10 @@ struct AttnBwdParams : AttnFwdParams {
   // dq_semaphore (a query block's word turns non-zero once its first tile has landed). The sm90
   // family's (FamilyCaps::dq_first_store): it saves the preprocess writing every dq_accum byte.
   bool dq_first_store;
+  // The query rows one dq_semaphore word counts: 64 (kPrePostRows), or the sm90 backward kernel's
+  // kBlockM where its dQ tile is taller (the d64 tall step: 128), set by its launcher; the
+  // preprocess's first-store zeroing and the postprocess's counts read it. Any other value reads as 64.
+  int32_t dq_sem_rows;
   int32_t bwd_tile;    // the family's backward tile, chosen once by the host (FamilyCaps::bwd_plan)
 };
 
