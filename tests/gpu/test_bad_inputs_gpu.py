@@ -33,10 +33,13 @@ def _outcome(call: Callable[[], Any]) -> str:
     if isinstance(result, str):
         return result
     parts = result if isinstance(result, tuple) else (result,)
+    # None: an undefined tensor came back (session 29, H200, torch 2.11: SDPA of a zero batch
+    # outside enable() in a fresh process; scripts/dev/bad_inputs_probe.py), said as such.
     return "ok " + ", ".join(
+        "None" if t is None else
         f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')} {'finite' if bool(torch.isfinite(t).all()) else 'non-finite'}"
         for t in parts
-    )
+    )  # fmt: skip
 
 
 def _healthy() -> None:
