@@ -103,7 +103,6 @@ struct BwdTraitsSm90 {
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;  // also V
   // dS^T: keys x queries, in column blocks of 64 queries (128-byte swizzled rows of the 128 keys)
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;
-  static constexpr int kDsColBlocks = kBlockM / 64;
   static constexpr int kDqBytes = kBlockM * kHeadDim * 4;  // fp32 dQ staging, dq_accum's row order
   // Two dQ staging buffers: a third at d64 (room: 130 of 232 KB) ran 0.98-1.00x (session 23,
   // kernel_notes_bwd_sm90.md, "Counting the adds in pairs"); d128 has no room (1.9 KB left). The
@@ -1001,11 +1000,8 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     };
     if constexpr (!Traits::kDkLate) issue_dk();
 
-    // dS^T to shared memory (keys x queries, 128-byte swizzled rows; the tall step's 128 queries in
-    // two column blocks), for dQ = dS K: one stmatrix.x4 per 16 queries, matrix q = (query chunk
-    // 2m + q / 2, key rows 8 (q % 2) ..), whose fragment is dst16[m][q] (the A layout); lane L gives
-    // row L % 8 of matrix L / 8. A quarter of the 32-bit stores it replaces (ncu, session 17:
-    // cuDNN's backward stores dS so too).
+    // dS^T to shared memory for dQ = dS K (store_ds_t: one stmatrix.x4 per 16 queries, a quarter
+    // of the 32-bit stores it replaces; ncu, session 17: cuDNN's backward stores dS so too).
 #pragma unroll
     for (int m = 0; m < kMTiles / 2; ++m) store_ds_t(sm.ds_buf(b), m, dst16[m]);
     sm90::fence_async_shared();
