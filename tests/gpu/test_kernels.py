@@ -285,6 +285,9 @@ def test_bwd_deterministic_bitwise(
 # GQA, one query row, and deterministic mode (the same words count turns).
 _POISONED_WORKSPACE_CASES = [
     ("sq_gt_sk_bottom_right", Shape("ws_br", 2, 4, 2, 300, 70, 128), masks.CAUSAL_BOTTOM_RIGHT),
+    # The d64 tall step's 128-row words: rows 0-229 see no key, so query block 0 is nobody's (the
+    # preprocess zeroes it) and block 1's first 64 rows are stored as zeros with its last 64.
+    ("sq_gt_sk_bottom_right_tall", Shape("ws_br64", 2, 4, 2, 300, 70, 64), masks.CAUSAL_BOTTOM_RIGHT),
     ("window_empty_rows", Shape("ws_win", 1, 4, 4, 257, 120, 64), (5, 0, masks.BOTTOM_RIGHT)),
     ("ragged_gqa_top_left", Shape("ws_gqa", 2, 8, 2, 131, 389, 128), masks.CAUSAL_TOP_LEFT),
     ("one_row", Shape("ws_one", 3, 2, 2, 1, 200, 64), masks.NO_MASK),
