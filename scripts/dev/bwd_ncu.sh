@@ -8,13 +8,14 @@
 # (Session 17 also exported the raw page; its numbers are in kernel_notes_bwd_sm90.md.)
 # BIAS=1 SEQLEN=2048: the same on issue 14's bias row (an additive (1, H, S, S) mask with its
 # gradient; ours is the kModsBias instantiation). Builds a narrow package first (bf16 d128):
-# ARG1=nobuild skips building.
+# ARG1=nobuild skips building. HEAD_DIM=64: the d64 kernel (session 29's tall step) and cuDNN's.
 #   run(command="bash scripts/dev/bwd_ncu.sh", carry=[".whl"], timeout_s=600)
+#   run(command="HEAD_DIM=64 bash scripts/dev/bwd_ncu.sh", carry=[".whl"], timeout_s=600)
 #   run(command="BIAS=1 SEQLEN=2048 bash scripts/dev/bwd_ncu.sh", carry=[".whl"], timeout_s=600)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
-if [[ "${1:-}" != nobuild ]]; then build_copy ncu "128" CUDAFLAGS=; fi
+if [[ "${1:-}" != nobuild ]]; then build_copy ncu "${HEAD_DIM:-128}" CUDAFLAGS=; fi
 export PYTHONPATH="/tmp/pkg_ncu/python${PYTHONPATH:+:$PYTHONPATH}"
 NCU=${NCU:-ncu}
 for backend in flashsdpa cudnn; do
@@ -24,7 +25,7 @@ for backend in flashsdpa cudnn; do
   esac
   timed "ncu $backend" 200 "ncu_$backend.log" $NCU --profile-from-start off --clock-control none --set full \
     --kernel-name "$kname" --launch-count 1 -f -o "/tmp/ncu_$backend" $PY scripts/dev/bwd_ncu.py --backend $backend \
-    ${BIAS:+--bias} ${SEQLEN:+--seqlen $SEQLEN}
+    ${BIAS:+--bias} ${SEQLEN:+--seqlen $SEQLEN} --head-dim "${HEAD_DIM:-128}"
   tail -5 "$OUT/ncu_$backend.log"
   $NCU --import "/tmp/ncu_$backend.ncu-rep" --page details > "$OUT/ncu_${backend}_details.txt" 2>&1
   # The source page (SASS with each instruction's warp-stall samples), gzipped, and its top rows:
