@@ -145,7 +145,8 @@ struct BwdTraitsSm90 {
   // 1433008, variant / old, S 2k, 2k causal, 8k, 8k causal): the 16-byte dQ stores 0.993, 0.995,
   // 0.982, 0.977 (the loser: they lengthen dq_prev's live range across the next S^T / dP^T issue);
   // stmatrix for dS^T 1.005, 1.002, 1.011, 1.001. So stmatrix at every head dim (one dS^T store
-  // path), the 16-byte dQ stores at d128 only.
+  // path), the 16-byte dQ stores at d128 and in the d64 tall step, which stages dQ as d128 does
+  // (no overlap: dq_prev dies at the staging right after the S^T issue; not measured apart there).
   static constexpr bool kWideDqStores = kHeadDim == 128 || kTall;
   // K and V of the warpgroup's 64 keys held as the register A operands of S^T and dP^T (RS), read
   // from shared memory once per CTA instead of once per step: -512 of ~1650 shared-memory clocks per
@@ -836,14 +837,12 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     }
 
     // The stage's per-query floats (LSE * log2 e, delta) of this thread's columns 8 j + c0, + 1.
-    auto load_columns = [&](float2 (&v)[kMTiles], uint32_t slot) {
-#pragma unroll
-      for (int j = 0; j < kMTiles; ++j) {
-        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v[j].x), "=f"(v[j].y) : "r"(slot + (8 * j + c0) * 4));
-      }
-    };
     auto load_column = [&](float2& v, uint32_t slot, int j) {
       asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(slot + (8 * j + c0) * 4));
+    };
+    auto load_columns = [&](float2 (&v)[kMTiles], uint32_t slot) {
+#pragma unroll
+      for (int j = 0; j < kMTiles; ++j) load_column(v[j], slot, j);
     };
     // The LSEs while the GEMMs run, and whether a row of the stage has a huge one (one word). The
     // tall step reads each where it is used: its 32 words held across the waits beside S^T and

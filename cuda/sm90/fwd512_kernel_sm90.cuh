@@ -127,12 +127,6 @@ __device__ __forceinline__ void st_async_v4(uint32_t cluster_addr, uint32_t clus
                "f"(a), "f"(b), "f"(c), "f"(d), "r"(cluster_bar)
                : "memory");
 }
-__device__ __forceinline__ float4 ld_shared_v4(uint32_t addr) {
-  float4 v;
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr)
-               : "memory");
-  return v;
-}
 // An arrival on a barrier of another CTA of the cluster, ordering this thread's earlier accesses
 // (its remote stores, its reads of the slot) before what the waiter does next.
 __device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_addr) {
@@ -277,8 +271,9 @@ __device__ __forceinline__ void consume(const AttnFwdParams& p, uint32_t base, i
       mbar_wait_cluster(x_full, i & 1);
 #pragma unroll
       for (int j = 0; j < T::kBlockN / 8; ++j) {
-        const float4 v = ld_shared_v4(x_mine + 2048 * j);
-        s_acc[4 * j] += v.x, s_acc[4 * j + 1] += v.y, s_acc[4 * j + 2] += v.z, s_acc[4 * j + 3] += v.w;
+        const uint4 v = ld_shared_v4(x_mine + 2048 * j);  // (common/ptx.cuh's: the peer's four fp32 partials)
+        s_acc[4 * j] += __uint_as_float(v.x), s_acc[4 * j + 1] += __uint_as_float(v.y);
+        s_acc[4 * j + 2] += __uint_as_float(v.z), s_acc[4 * j + 3] += __uint_as_float(v.w);
       }
       sm90::named_sync(kBarSlotRead + cw, 128);  // every thread of the warpgroup has read the slot
       if (tid == 0) mbar_arrive_remote(x_empty_peer);

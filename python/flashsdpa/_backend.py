@@ -31,6 +31,9 @@ else:
 
 
 MAX_HEAD_DIM = 512  # params.h's kMaxHeadDim: which family and direction take a head dim is the table's
+# Head dims every family serves in both directions wherever it runs (also PyTorch's flash limit);
+# above it only the table's wide buckets (the sm90 forward's 512), decided per problem.
+WIDE_HEAD_DIM = 256
 
 _NO_BUILD: dict[str, Any] = {"version": None, "with_cuda": False, "cuda_version": None, "archs": [], "dtypes": [],
                              "head_dims": [], "kernel_families": [], "max_head_dim": MAX_HEAD_DIM}
@@ -108,10 +111,10 @@ def _configure(module: Any, import_error: str | None = None) -> None:
     # Head dims up to 256 run in buckets every family has in both directions; above it only in the
     # wide buckets (the sm90 forward's 512), which do not stand in for a missing 192 or 256.
     buckets = {d for f in CAPABILITIES for d in f["head_dims"]}
-    narrow, wide = max((d for d in buckets if d <= 256), default=0), max(buckets, default=0)
+    narrow, wide = max((d for d in buckets if d <= WIDE_HEAD_DIM), default=0), max(buckets, default=0)
     dims = range(8, wide + 1, 8)
     HEAD_DIM_PAIRS = frozenset(
-        (dqk, dv) for dqk in dims for dv in dims if max(dqk, dv) <= narrow or max(dqk, dv) > 256
+        (dqk, dv) for dqk in dims for dv in dims if max(dqk, dv) <= narrow or max(dqk, dv) > WIDE_HEAD_DIM
     )
     global DECODE_MAX_SEQLEN_Q, MAX_SPLITS
     DECODE_MAX_SEQLEN_Q = int(getattr(module, "DECODE_MAX_SEQLEN_Q", 0)) if CUDA_KERNELS else 0

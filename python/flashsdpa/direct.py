@@ -69,18 +69,22 @@ def _check_cuda(query: Tensor, head_dim: int, head_dim_v: int) -> None:
         raise ValueError(reason)
 
 
-def _check_grad_head_dims(query: Tensor, key: Tensor, value: Tensor) -> None:
-    """The backward's head-dim limit, raised at the forward: above selection.WIDE_HEAD_DIM the
-    forward runs (the sm90 family's 512 bucket) and no family has a backward, so a forward with
-    inputs that require grad would fail only once the gradient is asked for."""
-    widest = max(query.shape[3], value.shape[3])
-    if widest > selection.WIDE_HEAD_DIM and torch.is_grad_enabled() and (
-        query.requires_grad or key.requires_grad or value.requires_grad
-    ):
+def _check_grad_head_dims(query: Tensor, key: Tensor, value: Tensor, mask: masks.MaskSpec) -> None:
+    """Above selection.WIDE_HEAD_DIM a family may run the forward and none the backward (the sm90
+    family's 512 bucket): with inputs that require grad the capability table is asked for the
+    backward at the forward, which would otherwise fail only once the gradient is asked for. The
+    table's reason is the message's second line."""
+    if max(query.shape[3], value.shape[3]) <= selection.WIDE_HEAD_DIM or not torch.is_grad_enabled():
+        return
+    if not (query.requires_grad or key.requires_grad or value.requires_grad):
+        return
+    if query.dtype not in selection.HALF_DTYPES or selection.head_dims_reason(query.shape[3], value.shape[3]):
+        return  # a dtype or head dims no kernel takes: _check_cuda's error, below
+    reason = selection.mask_reason(query, value, mask, varlen=False, backward=True)
+    if reason is not None:
         raise ValueError(
-            f"head dims {query.shape[3]} (query) and {value.shape[3]} (value) with inputs that require grad: "
-            f"flashsdpa's backward takes head dims up to {selection.WIDE_HEAD_DIM} (the forward up to "
-            f"{_backend.MAX_HEAD_DIM}: call it under torch.no_grad() or on detached inputs)"
+            f"head dims {query.shape[3]} (query) and {value.shape[3]} (value) with inputs that require grad: no "
+            f"backward of ours takes them here; the forward runs under torch.no_grad() or on detached inputs\n{reason}"
         )
 
 
@@ -164,9 +168,9 @@ def attention(
     if head_dim == 0 or value.shape[3] == 0:
         raise ValueError(f"head dims {head_dim} (query) and {value.shape[3]} (value): need at least 1")
     _check_heads(heads_q, key.shape[1], enable_gqa)
-    if query.is_cuda:
-        _check_grad_head_dims(query, key, value)
     mask = masks.make(causal, causal_alignment, window)
+    if query.is_cuda and _backend.CUDA_KERNELS:  # (without kernels _check_cuda says so)
+        _check_grad_head_dims(query, key, value, mask)
     if attn_mask is not None or dropout_p or softcap or alibi_slopes is not None or sinks is not None:
         target = (batch, heads_q, query.shape[2], key.shape[2])
         extras = features.check(query, target, batch, attn_mask, dropout_p, softcap, alibi_slopes, sinks)

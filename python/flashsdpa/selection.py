@@ -38,9 +38,8 @@ __all__ = [
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
-# Head dims every family serves in both directions wherever it runs (also PyTorch's flash limit);
-# above it (the sm90 forward's 512 bucket) the table decides per problem: mask_reason asks it.
-WIDE_HEAD_DIM = 256
+# Above it (the sm90 forward's 512 bucket) the table decides per problem: mask_reason asks it.
+WIDE_HEAD_DIM = _backend.WIDE_HEAD_DIM
 _DTYPE_FLAG = {"float16": "fp16", "bfloat16": "bf16"}  # FLASHSDPA_DTYPES spelling
 _Bits = tuple[list[str], int]  # explain()'s parts: reasons, feature bits
 

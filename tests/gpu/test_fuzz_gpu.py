@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flashsdpa
-from flashsdpa import selection
+from flashsdpa import _backend, selection
 from helpers import Shape, check_attention, default_scale, gpu_skip_reason, make_qkv
 
 GPU_SKIP = gpu_skip_reason()
@@ -30,11 +30,12 @@ FUZZ = settings(
 
 
 def _compiled() -> tuple[list[torch.dtype], int]:
-    """The build's dtypes and its largest head dim with a backward (every case here takes
-    gradients; above selection.WIDE_HEAD_DIM the forward alone runs: tests/gpu/test_hdim512.py)."""
+    """The build's dtypes and, from the capability table, its largest head dim with a backward
+    (every case here takes gradients; the 512 bucket is forward only: tests/gpu/test_hdim512.py)."""
     build = flashsdpa.build_info()
     dtypes = [getattr(torch, name) for name in build["dtypes"]] or [torch.bfloat16]
-    return dtypes, max([d for d in build["head_dims"] if d <= selection.WIDE_HEAD_DIM] or [128])
+    backward = [d for f in _backend.CAPABILITIES for d in f["head_dims_by_direction"].get("backward", [])]
+    return dtypes, max(backward or [128])
 
 
 @st.composite
