@@ -64,11 +64,12 @@ FAMILIES = (
         declarations="sm80/launch_sm80.h",
     ),
     # Hopper (sm_90a): buckets are whole 128-byte column blocks (TMA boxes). The backward has the
-    # 64 and 128 buckets so far (bwd_kernel_sm90.cuh); d > 128 takes the portable family. The
-    # forward's 512 bucket is a kernel of its own (fwd512_kernel_sm90.cuh: two-CTA clusters).
+    # 64, 128 and 256 buckets (bwd_kernel_sm90.cuh; 256 on a 64-key tile of its own, plain calls
+    # only: capabilities.cpp's bucket limits); 192 and > 256 take the portable family or PyTorch.
+    # The forward's 512 bucket is a kernel of its own (fwd512_kernel_sm90.cuh: two-CTA clusters).
     Family(
         name="sm90",
-        head_dims={"fwd": (64, 128, 256, 512), "bwd": (64, 128)},
+        head_dims={"fwd": (64, 128, 256, 512), "bwd": (64, 128, 256)},
         launch_headers={"fwd": "sm90/fwd_launch_sm90.cuh", "bwd": "sm90/bwd_launch_sm90.cuh"},
         sources=("cuda/sm90/tiles_sm90.cu",),
         archs="90a",

@@ -53,7 +53,7 @@ std::vector<FamilyCaps> make_families() {
   // Arch-specific families go first: select_family takes the first that serves a problem.
 #ifdef FLASHSDPA_FAMILY_SM90
   // wgmma / TMA / setmaxnreg SASS for sm_90a runs on compute capability 9.0 only. Dense (and
-  // varlen forwards: packed rows through TMA, O by plain stores), every mask kind, the backward in fewer buckets than the forward (d <= 128), deterministic backward
+  // varlen forwards: packed rows through TMA, O by plain stores), every mask kind, the backward in fewer buckets than the forward (64, 128, 256), deterministic backward
   // (ordered dQ adds; not with the slopes' or sinks' gradients: check_deterministic), the score
   // modifiers in both directions (their kMods instantiations: equal to the portable kernels in
   // scripts/dev/fwd_check.cu's and bwd_check_sm90.cu's "mods" modes on the H200, sessions 6 and 7):
@@ -75,7 +75,12 @@ std::vector<FamilyCaps> make_families() {
   // Head dims 264-512 (Gemma's global layers): a two-CTA cluster splits D (O of 64 rows x 512
   // columns is more than a warpgroup's registers). Every mask kind, GQA; dense, nothing else yet.
   // Its backward is not built: SDPA calls with grad stay PyTorch's (entry.direct_causal_mode).
-  table.back().bucket_limits = {{512, Direction::kForward, {Layout::kDense}, 0u, "its two-CTA cluster kernel"}};
+  // Head dim 256's backward: a 64-key tile of its own (bwd_kernel_sm90.cuh's kWide) with dQ by
+  // float reductions: plain calls, any order (not deterministic).
+  table.back().bucket_limits = {{512, Direction::kForward, {Layout::kDense}, 0u, "its two-CTA cluster kernel"},
+                                {256, Direction::kBackward, {Layout::kDense}, 0u,
+                                 "its 64-key tile, which adds dQ with float reductions in any order",
+                                 /*deterministic=*/false}};
 #endif
 #ifdef FLASHSDPA_FAMILY_SM80
   {
@@ -220,6 +225,8 @@ bool check_bucket_limits(const FamilyCaps& f, const Problem& p, std::string* why
       if ((p.features & static_cast<unsigned>(x)) != 0 && (b.features & static_cast<unsigned>(x)) == 0)
         missing += (missing.empty() ? "" : ", ") + std::string(feature_name(x));
     }
+    if (p.deterministic && !b.deterministic)
+      missing += (missing.empty() ? "" : ", ") + std::string("torch.use_deterministic_algorithms(True)");
     if (missing.empty()) return true;
     if (why)
       *why = missing + ": not served in the " + f.name + " family's head-dim bucket " + std::to_string(bucket) + " (" +

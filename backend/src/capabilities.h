@@ -46,14 +46,18 @@ using BwdUnsupportedFn = const char* (*)(const AttnBwdParams&);
 using DecodeTileFn = DecodeTile (*)(int bucket);
 
 // A head-dim bucket that serves less than its family's row (the sm90 forward's 512: a kernel of
-// its own, fwd512_kernel_sm90.cuh): in that bucket and direction a call may have only these
-// layouts and Feature bits; every other bucket has the row's.
+// its own, fwd512_kernel_sm90.cuh; the sm90 backward's 256: bwd_kernel_sm90.cuh's 64-key tile):
+// in that bucket and direction a call may have only these layouts and Feature bits (and
+// deterministic mode where it says so); every other bucket has the row's.
 struct BucketLimits {
   int bucket;
   Direction direction;
   std::vector<Layout> layouts;
   unsigned features;   // Feature bits allowed
   std::string kernel;  // what serves the bucket, for the refusal's words
+  // Whether its backward takes torch.use_deterministic_algorithms(True) calls where the row does
+  // (the sm90 backward's 256 bucket adds dQ by float reductions in any order).
+  bool deterministic = true;
 };
 
 struct FamilyCaps {

@@ -1,4 +1,4 @@
-// bwd_kernel_sm90.cuh: the backward main kernel of the Hopper family (head dims 64 and 128).
+// bwd_kernel_sm90.cuh: the backward main kernel of the Hopper family (head dims 64, 128 and 256).
 // Design, measurements and the variants that lost: docs/kernel_notes_bwd_sm90.md.
 //
 // One CTA per (key block of kBlockN = 128 keys, KV head, batch). The producer warpgroup: one
@@ -19,6 +19,8 @@
 // dK, dV stay in float32 registers across the whole loop (GQA: across the group's query heads
 // too, so no reduction over heads is needed); the epilogue scales dK and stores both.
 // Masks (none, causal either alignment, windows) through BlockMask; dense layouts; scale > 0.
+// Head dim 256 (kWide) has a tile of its own, consume_wide below: 64 keys a CTA, dQ by vector
+// reductions from registers (no staging tile fits beside the stages), plain calls only.
 // Deterministic mode: p.dq_semaphore (write_dq). The score modifiers (softcap, ALiBi, the sinks'
 // and slopes' row sums) in the kMods instantiation: score_mod.cuh's ScoreModBwd hooks on S^T
 // (its key-rows layout), docs/kernel_notes_features.md.
@@ -86,7 +88,17 @@ struct BwdTraitsSm90 {
 #endif
   static constexpr bool kTall = FLASHSDPA_SM90_BWD_TALL64 && kHeadDim_ == 64 && kModsKind_ == kModsNone && !kDropout_;
   static constexpr int kBlockM = kTall ? 128 : 64;  // query rows per step: the wgmma N of S^T
-  static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
+  // Head dim 256 (kernel_notes_bwd_sm90.md, "The d256 tile"): the transposed scheme's warpgroup
+  // of 64 keys would hold dK and dV 64 x 256 (256 fp32 registers a thread), so the CTA takes 64
+  // keys, both warpgroups compute S^T / dP^T for all of them over half the step's queries each
+  // (wgmma N = 32) and dV / dK / dQ over half the columns each (N = 128): S^T 16 + dP^T 16 + dV 64
+  // + dK 64 + dQ 64 = 224 fp32 registers, the d128 kernel's count. P^T and dS^T meet in shared
+  // memory; dQ goes to dq_accum by red.global.add.v4.f32 (Q / dO stages 128 KB + K / V 64 KB +
+  // P^T / dS^T 32 KB leave no room for a 64 KB staging tile). Plain calls only (no modifiers,
+  // dropout, or deterministic order: capabilities.cpp's bucket limits).
+  static constexpr bool kWide = kHeadDim_ == 256;
+  static_assert(!(kWide && (kModsKind_ != kModsNone || kDropout_)), "d256: plain instantiation only");
+  static constexpr int kBlockN = kWide ? 64 : 128;  // keys per CTA: 64 per consumer warpgroup (d256: 64 shared)
   static constexpr int kStages = kStages_;
   static constexpr int kConsumerWGs = 2;
   static constexpr int kThreads = 128 * (kConsumerWGs + 1);
@@ -107,7 +119,7 @@ struct BwdTraitsSm90 {
   // Two dQ staging buffers: a third at d64 (room: 130 of 232 KB) ran 0.98-1.00x (session 23,
   // kernel_notes_bwd_sm90.md, "Counting the adds in pairs"); d128 has no room (1.9 KB left). The
   // tall step has room for one (two: 232,584 bytes, 136 over), as FA3's d64 backward has.
-  static constexpr int kDqBufs = kTall ? 1 : 2;
+  static constexpr int kDqBufs = kWide ? 0 : kTall ? 1 : 2;  // (d256: reductions from registers)
   // LSE * log2(e) and delta of a stage's rows, then the stage's huge-LSE flag (16 bytes keep the
   // slots 16-byte aligned; at d128 the total is 230,536 of 232,448 bytes).
   static constexpr int kRowStatBytes = 2 * kBlockM * 4 + 16;
@@ -120,7 +132,8 @@ struct BwdTraitsSm90 {
   // dV and dK it peaked at 245 live and serialized the wgmmas (C7512, 64-byte spill); dS^T from
   // that 16-bit copy instead of P^T missed the rule (dq 1.44e-2 against 1.24e-2 at Sq 1023 x Sk 7
   // bottom-right, bf16: session 29).
-  static constexpr int kPtBytes = kTall ? kBlockN * kBlockM * 2 : 0;
+  // d256: P^T of both warpgroups' queries, the A of dV (double-buffered as dS^T is).
+  static constexpr int kPtBytes = kTall ? kBlockN * kBlockM * 2 : kWide ? 2 * kBlockN * kBlockM * 2 : 0;
   // The base is rounded up to 1024 bytes (the 128-byte swizzle atoms); the dynamic window starts
   // at 0x400 on sm_90 (after the 1 KB the system reserves), so the tall step, 136 bytes short
   // with the slack, claims none and checks the alignment at entry instead.
@@ -129,7 +142,7 @@ struct BwdTraitsSm90 {
                                     kPtBytes + kDqBufs * kDqBytes + kBarrierBytes + kSmemSlack;
 
   static_assert(std::is_same<Elem, __half>::value || std::is_same<Elem, __nv_bfloat16>::value, "fp16 or bf16");
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128 (d256 needs a tile of its own)");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dims 64, 128 and 256");
   // dQ is split between the consumer warpgroups over all kBlockN keys, so the dS^T tile is the
   // only thing they share: by columns (each kHeadDim / 2 of them, all kBlockM rows), or in the
   // tall step by rows (each 64 query rows, all columns: one wgmma M).
@@ -262,6 +275,7 @@ struct SmemLayout {
   __device__ __forceinline__ uint32_t delta_slot(int s) const { return lse_slot(s) + Traits::kBlockM * 4; }
   __device__ __forceinline__ uint32_t huge_slot(int s) const { return delta_slot(s) + Traits::kBlockM * 4; }
   __device__ __forceinline__ uint32_t ds_buf(int b) const { return ds + b * Traits::kDsBytes; }
+  __device__ __forceinline__ uint32_t pt_buf(int b) const { return pt + b * Traits::kDsBytes; }  // (d256: two)
   __device__ __forceinline__ uint32_t dq_buf(int b) const { return dq + b * Traits::kDqBytes; }
 };
 
@@ -1097,6 +1111,222 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   }
 }
 
+// ---- head dim 256: the 64-key tile (BwdTraitsSm90::kWide) --------------------------------------
+// One CTA per 64 keys; both consumer warpgroups hold all 64 key rows of S^T and dP^T over their
+// half of the step's 64 queries (cwg 0: queries 0-31, cwg 1: 32-63; wgmma M = 64 keys, N = 32),
+// write their P^T and dS^T columns to shared memory, meet at one barrier, and then compute dV,
+// dK (keys x their 128 columns, A = P^T / dS^T from shared memory) and dQ (queries x their 128
+// columns, A = dS^T as M-major) over all 64 queries / keys. Per step and warpgroup: S^T and dP^T
+// 16 k steps of K = 16 (N = 32), dV, dK, dQ 4 k steps (N = 128): 5 x 64 x 64 x 256 MACs a CTA,
+// the d128 step's tensor work. dQ (scaled) goes straight from the retired accumulator to
+// dq_accum with 16 red.global.add.v4.f32 a thread, in DqAccumLayout's order (the postprocess is
+// the other kernels'), while the step's dK GEMM still runs. dK's GEMM retires in the next step,
+// at the S^T wait (the d128 kernel's late dK), which frees the Q stage.
+template <typename Traits>
+__device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int n_block,
+                                             int kv_head, int batch, const SeqlenInfo& seq, const BlockMask& mask,
+                                             const StepRange& range, int cwg) {
+  using Elem = typename Traits::Elem;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  static_assert(kBlockM == 64 && kBlockN == 64, "one 128-byte column block of P^T / dS^T: 64 queries");
+  constexpr int kQueries = kBlockM / 2;         // this warpgroup's queries in S^T / dP^T
+  constexpr int kMTiles = kQueries / 8;         // their n8 column groups
+  constexpr int kCols = Traits::kHeadDim / 2;   // this warpgroup's columns of dV, dK and dQ
+  constexpr int kAcc = kBlockN * kCols / 128;   // fp32 a thread of each of dV, dK, dQ (64 keys / queries)
+  using OpS = sm90::WgmmaOp<Elem, kQueries>;
+  using OpG = sm90::WgmmaOp<Elem, kCols>;
+  const AttnBwdParams& p = args.p;
+  const int tid = threadIdx.x % 128;
+  const int warp = tid / 32, lane = tid % 32;
+  const int key0 = n_block * kBlockN + warp * 16 + lane / 4;  // fragment row g: keys of S^T, dV, dK; queries of dQ
+  const int c0 = 2 * (lane % 4);
+  const bool arriver = lane == 0;
+
+  float dv_acc[kAcc], dk_acc[kAcc], dq_acc[kAcc];
+#pragma unroll
+  for (int x = 0; x < kAcc; ++x) dv_acc[x] = dk_acc[x] = 0.f;
+  float st_acc[kQueries / 2], dpt_acc[kQueries / 2];
+  auto& st = *reinterpret_cast<float(*)[1][kMTiles][4]>(st_acc);
+  auto& dpt = *reinterpret_cast<float(*)[1][kMTiles][4]>(dpt_acc);
+  auto& dq = *reinterpret_cast<float(*)[1][kCols / 8][4]>(dq_acc);
+  uint32_t dst16[kMTiles / 2][4];
+
+  // K and V as the K-major A of S^T / dP^T (all 64 rows); this warpgroup's 32 query rows of the Q
+  // and dO stages as their K-major B (32 rows = 4 swizzle atoms: the offset keeps the phase);
+  // its columns [kCols cwg, + kCols) = column blocks 2 cwg, 2 cwg + 1 of Q, dO (N-major B of dK,
+  // dV) and K (N-major B of dQ).
+  const uint64_t k_desc = sm90::make_desc(sm.k, 16, 1024);
+  const uint64_t v_desc = sm90::make_desc(sm.v, 16, 1024);
+  const uint64_t q_kmaj0 = sm90::make_desc(sm.q + cwg * kQueries * 128, 16, 1024);
+  const uint64_t do_kmaj0 = sm90::make_desc(sm.dout + cwg * kQueries * 128, 16, 1024);
+  const uint64_t q_nmaj0 = sm90::make_desc(sm.q + cwg * (kCols / 64) * kBlockM * 128, kBlockM * 128, 1024);
+  const uint64_t do_nmaj0 = sm90::make_desc(sm.dout + cwg * (kCols / 64) * kBlockM * 128, kBlockM * 128, 1024);
+  const uint64_t kq_desc = sm90::make_desc(sm.k + cwg * (kCols / 64) * kBlockN * 128, kBlockN * 128, 1024);
+  constexpr uint64_t kSlot = Traits::kQBytes >> 4;
+  const float scale_log2 = p.scale_log2;
+
+  // 16 of this warpgroup's queries (m: 0, 1) of a keys x queries tile (P^T, dS^T) to its buffer:
+  // one stmatrix.x4, matrix q = (query chunk 2 (kMTiles / 2 cwg + m) + q / 2, key rows 8 (q % 2)
+  // ..) from frag[q] (the A layout), in 128-byte swizzled key rows (64 queries: 8 chunks).
+  auto store_t = [&](uint32_t base, int m, const auto& frag) {
+    const int mq = lane / 8, row = warp * 16 + 8 * (mq % 2) + lane % 8;  // row % 8 == lane % 8
+    const int chunk = 2 * ((kMTiles / 2) * cwg + m) + mq / 2;
+    stmatrix_x4(base + row * 128 + ((chunk ^ (lane % 8)) << 4), frag[0], frag[1], frag[2], frag[3]);
+  };
+  // Step `step`'s dQ rows (this thread's: warp * 16 + lane / 4 + 8 h) x its columns, scaled, into
+  // dq_accum: DqAccumLayout puts columns 8 j + c0, + 1 and 8 j + 8 + c0, + 1 (j even) in four
+  // consecutive floats. Rows past the sequence are skipped (dS there is 0: P^T was).
+  auto add_dq = [&](int step) {
+    const int64_t row0 = seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM;
+    float* head_dq = p.dq_accum + batch * p.dq_accum_batch_stride + range.head(step) * p.dq_accum_head_stride;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = warp * 16 + lane / 4 + 8 * h;
+      if (range.m_block(step) * kBlockM + row >= seq.seqlen_q) continue;
+      float* dst = head_dq + (row0 + row) * p.dq_accum_row_stride;
+#pragma unroll
+      for (int j = 0; j < kCols / 8; j += 2) {
+        const int col = kCols * cwg + 8 * j + c0;
+        red_add_f32x4(dst + DqAccumLayout::position(row0 + row, col), dq[0][j][2 * h] * p.scale,
+                      dq[0][j][2 * h + 1] * p.scale, dq[0][j + 1][2 * h] * p.scale, dq[0][j + 1][2 * h + 1] * p.scale);
+      }
+    }
+  };
+
+  sm90::mbar_wait(sm.kv_full(), 0);
+  for (int i = 0; i < range.count(); ++i) {
+    const int s = i % Traits::kStages;
+    const uint32_t parity = (i / Traits::kStages) & 1;
+    const int b = i % 2;  // P^T / dS^T buffer
+    const int m_block = range.m_block(i);
+    const int q0 = m_block * kBlockM + cwg * kQueries + c0;  // this thread's element-0 query
+
+    // S^T = K Q^T and dP^T = V dO^T over this warpgroup's queries: two commit groups.
+    sm90::mbar_wait(sm.q_full(s), parity);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
+      const uint64_t off_k = ((kk / 4) * kBlockN * 128 + (kk % 4) * 32) >> 4;
+      const uint64_t off_q = ((kk / 4) * kBlockM * 128 + (kk % 4) * 32) >> 4;
+      OpS::template ss<0>(st_acc, k_desc + off_k, q_kmaj0 + s * kSlot + off_q, kk > 0);
+    }
+    sm90::wgmma_commit();
+    sm90::mbar_wait(sm.do_full(s), parity);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
+      const uint64_t off_v = ((kk / 4) * kBlockN * 128 + (kk % 4) * 32) >> 4;
+      const uint64_t off_do = ((kk / 4) * kBlockM * 128 + (kk % 4) * 32) >> 4;
+      OpS::template ss<0>(dpt_acc, v_desc + off_v, do_kmaj0 + s * kSlot + off_do, kk > 0);
+    }
+    sm90::wgmma_commit();
+
+    // This thread's columns' LSE * log2(e) and delta (the stage's per-query floats).
+    const uint32_t col_bytes = (cwg * kQueries + c0) * 4;
+    float2 lse2[kMTiles], delta[kMTiles];
+    uint32_t huge;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(huge) : "r"(sm.huge_slot(s)));
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j)
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                   : "=f"(lse2[j].x), "=f"(lse2[j].y)
+                   : "r"(sm.lse_slot(s) + col_bytes + 32 * j));
+    sm90::wgmma_wait<1>();  // S^T done, and step i - 1's dK (older): its Q stage is free
+    sm90::fence_regs(st_acc);
+    if (i > 0) sm90::mbar_arrive(sm.q_empty((i - 1) % Traits::kStages));
+
+    // P^T = exp2(S^T c - LSE log2 e), capped in a stage with a huge LSE, masked to 0.
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j) {
+#pragma unroll
+      for (int x = 0; x < 4; ++x) st[0][j][x] = fast_exp2(fmaf(st[0][j][x], scale_log2, x % 2 ? -lse2[j].y : -lse2[j].x));
+    }
+    if (huge) {
+#pragma unroll
+      for (int j = 0; j < kMTiles; ++j) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) st[0][j][x] = capped_probability(st[0][j][x]);
+      }
+    }
+    if (mask.template partial<kBlockM, kBlockN>(m_block, n_block)) apply_mask_t<kMTiles>(st, mask, key0, q0, seq.seqlen_q, 0.f);
+    // P^T (16-bit) to buffer b, this warpgroup's queries; the buffer's last readers (step i - 2's
+    // dV) retired before either warpgroup passed step i - 1's barrier.
+#pragma unroll
+    for (int m = 0; m < kMTiles / 2; ++m) {
+      uint32_t a[1][4];
+      sm90::accumulator_to_a<Elem, 2>(a, *reinterpret_cast<const float(*)[1][2][4]>(&st[0][2 * m][0]));
+      store_t(sm.pt_buf(b), m, a[0]);
+    }
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j)
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                   : "=f"(delta[j].x), "=f"(delta[j].y)
+                   : "r"(sm.delta_slot(s) + col_bytes + 32 * j));
+    sm90::wgmma_wait<0>();  // dP^T done
+    sm90::fence_regs(dpt_acc);
+    // dS^T = P^T (dP^T - delta), unscaled (dK is scaled in the epilogue, dQ at its reduction).
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j) {
+#pragma unroll
+      for (int x = 0; x < 4; ++x) dpt[0][j][x] = st[0][j][x] * (dpt[0][j][x] - (x % 2 ? delta[j].y : delta[j].x));
+    }
+    sm90::accumulator_to_a<Elem, kMTiles>(dst16, dpt);
+#pragma unroll
+    for (int m = 0; m < kMTiles / 2; ++m) store_t(sm.ds_buf(b), m, dst16[m]);
+    sm90::fence_async_shared();
+    sm90::named_sync(kBarDs, 256);  // both warpgroups' P^T and dS^T columns written
+
+    // dV += P^T dO and dQ = dS K (one group), then dK += dS^T Q (retired in the next step).
+    const uint64_t pt_desc = sm90::make_desc(sm.pt_buf(b), 16, 1024);
+    const uint64_t ds_kmaj = sm90::make_desc(sm.ds_buf(b), 16, 1024);
+    const uint64_t ds_mmaj = sm90::make_desc(sm.ds_buf(b), kBlockN * 128, 1024);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk)
+      OpG::template ss<1>(dv_acc, pt_desc + ((kk * 32) >> 4), do_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+      OpG::template ss<1, 1>(dq_acc, ds_mmaj + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
+    sm90::wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk)
+      OpG::template ss<1>(dk_acc, ds_kmaj + ((kk * 32) >> 4), q_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<1>();  // dV and dQ done (dK may still run: it reads the Q stage and dS^T only)
+    sm90::fence_regs(dv_acc);
+    sm90::fence_regs(dq_acc);
+    if (arriver) sm90::mbar_arrive(sm.do_empty(s));
+    add_dq(i);
+  }
+  sm90::wgmma_wait<0>();  // the last dK
+  if (range.count() > 0) sm90::mbar_arrive(sm.q_empty((range.count() - 1) % Traits::kStages));
+  sm90::fence_regs(dv_acc);
+  sm90::fence_regs(dk_acc);
+
+  // ---- epilogue: dK * scale, dV; this warpgroup's columns of the 64 keys (rows past Sk skipped) ---
+  Elem* dk = static_cast<Elem*>(p.dk) + batch * p.dk_batch_stride + kv_head * p.dk_head_stride +
+             seq.k_row_offset * p.dk_row_stride;
+  Elem* dv = static_cast<Elem*>(p.dv) + batch * p.dv_batch_stride + kv_head * p.dv_head_stride +
+             seq.k_row_offset * p.dv_row_stride;
+  auto& dk4 = *reinterpret_cast<float(*)[1][kCols / 8][4]>(dk_acc);
+  auto& dv4 = *reinterpret_cast<float(*)[1][kCols / 8][4]>(dv_acc);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int key = key0 + 8 * h;
+    if (key >= seq.seqlen_k) continue;
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+      const int col = kCols * cwg + 8 * j + c0;
+      if (col < p.head_dim_qk)
+        *reinterpret_cast<uint32_t*>(dk + int64_t(key) * p.dk_row_stride + col) =
+            ElemTraits<Elem>::pack(dk4[0][j][2 * h] * p.scale, dk4[0][j][2 * h + 1] * p.scale);
+      if (col < p.head_dim_v)
+        *reinterpret_cast<uint32_t*>(dv + int64_t(key) * p.dv_row_stride + col) =
+            ElemTraits<Elem>::pack(dv4[0][j][2 * h], dv4[0][j][2 * h + 1]);
+    }
+  }
+}
+
 }  // namespace bwd_sm90
 
 template <typename Traits>
@@ -1150,14 +1380,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
     if (warp == bwd_sm90::kWarpLoad && threadIdx.x % 32 == 0) {
       bwd_sm90::produce<Traits>(args, sm, n_block, kv_head, batch, range);
     } else if (warp == bwd_sm90::kWarpDq && threadIdx.x % 32 == 0) {
-      bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block);
+      if constexpr (!Traits::kWide) bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block);
     } else if (warp == bwd_sm90::kWarpRowStats) {
       bwd_sm90::load_row_stats<Traits>(p, sm, batch, seq, range, threadIdx.x % 32);
     }
   } else {
     sm90::setmaxnreg_inc<Traits::kConsumerRegs>();
     grid_dependency_wait();  // (the kMods kernel adds into row_pdp, which the preprocess zeroes)
-    bwd_sm90::consume<Traits>(args, sm, n_block, kv_head, batch, seq, mask, range, warpgroup - 1);
+    if constexpr (Traits::kWide) {
+      bwd_sm90::consume_wide<Traits>(args, sm, n_block, kv_head, batch, seq, mask, range, warpgroup - 1);
+    } else {
+      bwd_sm90::consume<Traits>(args, sm, n_block, kv_head, batch, seq, mask, range, warpgroup - 1);
+    }
   }
 #endif
 }

@@ -38,6 +38,13 @@ cudaError_t run_bwd_sm90_with(const AttnBwdParams& params_in, cudaStream_t strea
   using Elem = typename Traits::Elem;
   AttnBwdParams params = params_in;
   params.dq_sem_rows = Traits::kBlockM;
+  if constexpr (Traits::kWide) {
+    // The d256 tile adds dQ by float reductions (no writer warp): no first store, no ordered
+    // adds (the table refuses deterministic calls there), so no semaphores and a zeroed dq_accum.
+    if (params.deterministic) return cudaErrorNotSupported;
+    params.dq_first_store = false;
+    params.dq_semaphore = nullptr;
+  }
   BwdSm90Args args;
   cudaError_t err = encode_bwd_sm90<Traits>(params, args);
   if (err != cudaSuccess) return err;
@@ -69,6 +76,10 @@ cudaError_t run_bwd_sm90_with(const AttnBwdParams& params_in, cudaStream_t strea
 template <typename Elem, int kHeadDim>
 cudaError_t run_bwd_sm90_(const AttnBwdParams& params, cudaStream_t stream) {
   using Traits = BwdTraitsSm90<Elem, kHeadDim>;
+  if constexpr (Traits::kWide) {  // d256: the plain tile only (capabilities.cpp's bucket limits)
+    if (params.dropout.enabled() || mods_kind(params.mods) != kModsNone) return cudaErrorNotSupported;
+    return run_bwd_sm90_with<Traits>(params, stream);
+  } else {
   // The score modifiers' instantiations (softcap, ALiBi; sinks too: it sums the rows their gradient
   // is finished from; the bias), picked by score_mod.cuh's mods_kind as bwd_launch_sm80.cuh picks
   // the portable ones.
@@ -81,6 +92,7 @@ cudaError_t run_bwd_sm90_(const AttnBwdParams& params, cudaStream_t stream) {
     case kModsScore: return run_bwd_sm90_with<ScoreTraits>(params, stream);
     case kModsBias: return run_bwd_sm90_with<BiasTraits>(params, stream);
     default: return run_bwd_sm90_with<Traits>(params, stream);
+  }
   }
 }
 

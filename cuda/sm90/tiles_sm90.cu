@@ -58,6 +58,10 @@ TilePlan bwd_plan_sm90(int bucket, int major, int smem_optin_bytes) {
   switch (bucket) {
     case 64: return plan(BwdTraitsSm90<__half, 64>{});
     case 128: return plan(BwdTraitsSm90<__half, 128>{});
+    case 256: {  // the 64-key tile: plain calls only (no modifier or dropout instantiation)
+      constexpr int kBytes = BwdTraitsSm90<__half, 256>::kSmemBytes;
+      return kBytes <= smem_optin_bytes ? TilePlan{0, kBytes} : TilePlan{-1, 0};
+    }
     default: return TilePlan{-1, 0};
   }
 }

@@ -444,6 +444,9 @@ _SANITIZER_CASES = [
     # The sm90 d64 backward's tall step (128-query steps, 128-row dQ semaphores): GQA 2, Sq != Sk,
     # a ragged last query block and three key blocks.
     (Shape("san_tall64", 1, 4, 2, 200, 329, 64), "bottom_right", torch.float16),
+    # The sm90 d256 backward's 64-key tile (dQ by float reductions): GQA 2, Sq != Sk, ragged
+    # last blocks on both axes, three key blocks.
+    (Shape("san_wide256", 1, 4, 2, 97, 150, 256), "bottom_right", torch.bfloat16),
 ]
 
 
@@ -452,3 +455,77 @@ def test_sanitizer_subset(request: pytest.FixtureRequest, shape: Shape, causal: 
     """A few small cases covering every kernel path, fast enough under compute-sanitizer (on an
     H100/H200 the bucket-128 backwards take the sm90 family, the others the portable one)."""
     run_and_check(request, shape, dtype, CAUSAL_MODES[causal])
+
+
+# ---- the sm90 family's head-dim-256 backward (bwd_kernel_sm90.cuh's 64-key tile, kWide; issue 13):
+# which calls it takes (plain, dense, not deterministic: capabilities.cpp's bucket limits, each
+# refusal naming the bucket), and its gradients on shapes with many key blocks and query steps, GQA,
+# both causal alignments, a window and the bucket's narrower head dims (columns zero-filled by TMA,
+# never stored). The tables above run it too (every 128 < d <= 256 backward row, on an H100 / H200).
+_BWD256_FEATURES = {"softcap": 1, "alibi": 2, "sinks": 4, "bias": 8, "dropout": 16}
+
+
+def _verdict256(head_dim: int, backward: int, features: int = 0, dtype: torch.dtype = torch.bfloat16) -> tuple:
+    return _backend.select(
+        torch.cuda.current_device(), _backend.DTYPE_CODES[dtype], head_dim, head_dim, 0, False, backward, features
+    )
+
+
+def _sm90_bwd256_here() -> None:
+    skip_unless_compiled(torch.bfloat16, 256)
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm90 family runs on compute capability 9.0 only")
+    sm90 = [f for f in _backend.CAPABILITIES if f.get("family") == "sm90"]
+    if not sm90 or 256 not in sm90[0]["head_dims_by_direction"].get("backward", []):
+        pytest.skip("this build has no sm90 backward in the 256 bucket")
+
+
+@pytest.mark.parametrize("head_dim", [160, 192, 256])
+def test_bwd256_plain_takes_the_sm90_tile(head_dim: int) -> None:
+    _sm90_bwd256_here()
+    family, *_, why = _verdict256(head_dim, 1)
+    assert family == "sm90", why
+
+
+@pytest.mark.parametrize("feature", list(_BWD256_FEATURES))
+def test_bwd256_modified_goes_elsewhere(feature: str) -> None:
+    """Score modifiers, the bias and dropout have no d256 sm90 instantiation: the table hands them
+    to the portable family, naming the bucket."""
+    _sm90_bwd256_here()
+    family, *_, why = _verdict256(256, 1, _BWD256_FEATURES[feature])
+    assert family != "sm90"
+    if family is None:
+        assert "head-dim bucket 256" in why and feature in why, why
+
+
+def test_bwd256_deterministic_refused_with_the_reason() -> None:
+    _sm90_bwd256_here()
+    family, *_, why = _verdict256(256, _backend.BACKWARD_DETERMINISTIC)
+    assert family is None, (family, why)
+    assert "head-dim bucket 256" in why and "use_deterministic_algorithms" in why, why
+
+
+_BWD256_SHAPES = [
+    # Several 64-key blocks and 64-query steps, GQA 4 (the step loop changes head), ragged ends.
+    Shape("gqa4", 2, 8, 2, 1023, 1500, 256),
+    Shape("q_longer", 1, 4, 4, 700, 130, 256),
+    Shape("one_key", 1, 2, 1, 113, 1, 256),
+    Shape("one_query", 2, 2, 2, 1, 257, 256),
+    Shape("d192", 1, 4, 2, 300, 333, 192),
+    Shape("dv_narrower", 1, 2, 2, 200, 260, 256, 136),
+]
+
+
+@pytest.mark.parametrize("causal", ["none", "top_left", "bottom_right", "window"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("shape", _BWD256_SHAPES, ids=str)
+def test_bwd256_gradients(request: pytest.FixtureRequest, shape: Shape, dtype: torch.dtype, causal: str) -> None:
+    _sm90_bwd256_here()
+    mode = (100, 30, masks.BOTTOM_RIGHT) if causal == "window" else CAUSAL_MODES[causal]
+    run_and_check(request, shape, dtype, mode)
+
+
+def test_bwd256_large_logits(request: pytest.FixtureRequest) -> None:
+    """Inputs scaled 8x (logits in the hundreds: one key dominates each row, P near 1 or 0)."""
+    _sm90_bwd256_here()
+    run_and_check(request, Shape("hot", 1, 4, 2, 333, 444, 256), torch.bfloat16, 0, input_scale=8.0)
