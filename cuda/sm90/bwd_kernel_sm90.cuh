@@ -1122,6 +1122,16 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
 // dq_accum with 16 red.global.add.v4.f32 a thread, in DqAccumLayout's order (the postprocess is
 // the other kernels'), while the step's dK GEMM still runs. dK's GEMM retires in the next step,
 // at the S^T wait (the d128 kernel's late dK), which frees the Q stage.
+// Dev-only switches of the d256 tile (A/B builds; kernel_notes_bwd_sm90.md, "The d256 tile, built"):
+// FLASHSDPA_SM90_BWD256_DQ_RED=0 drops the dQ reductions (timing only: dQ is then wrong);
+// FLASHSDPA_SM90_BWD256_EARLY_DV=1 issues dV after a barrier on P^T alone, so dS^T is computed and
+// stored while it runs (a second barrier before dQ and dK).
+#ifndef FLASHSDPA_SM90_BWD256_DQ_RED
+#define FLASHSDPA_SM90_BWD256_DQ_RED 1
+#endif
+#ifndef FLASHSDPA_SM90_BWD256_EARLY_DV
+#define FLASHSDPA_SM90_BWD256_EARLY_DV 0
+#endif
 template <typename Traits>
 __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int n_block,
                                              int kv_head, int batch, const SeqlenInfo& seq, const BlockMask& mask,
@@ -1177,6 +1187,7 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
   // dq_accum: DqAccumLayout puts columns 8 j + c0, + 1 and 8 j + 8 + c0, + 1 (j even) in four
   // consecutive floats. Rows past the sequence are skipped (dS there is 0: P^T was).
   auto add_dq = [&](int step) {
+    if (!FLASHSDPA_SM90_BWD256_DQ_RED) return;
     const int64_t row0 = seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM;
     float* head_dq = p.dq_accum + batch * p.dq_accum_batch_stride + range.head(step) * p.dq_accum_head_stride;
 #pragma unroll
@@ -1262,7 +1273,22 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
       asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
                    : "=f"(delta[j].x), "=f"(delta[j].y)
                    : "r"(sm.delta_slot(s) + col_bytes + 32 * j));
-    sm90::wgmma_wait<0>();  // dP^T done
+    const uint64_t pt_desc = sm90::make_desc(sm.pt_buf(b), 16, 1024);
+    auto issue_dv = [&] {
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk)
+        OpG::template ss<1>(dv_acc, pt_desc + ((kk * 32) >> 4), do_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
+    };
+    if constexpr (FLASHSDPA_SM90_BWD256_EARLY_DV) {
+      sm90::fence_async_shared();
+      sm90::named_sync(kBarPt, 256);  // both warpgroups' P^T columns written
+      sm90::wgmma_fence();
+      issue_dv();
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<1>();  // dP^T done (dV may run)
+    } else {
+      sm90::wgmma_wait<0>();  // dP^T done
+    }
     sm90::fence_regs(dpt_acc);
     // dS^T = P^T (dP^T - delta), unscaled (dK is scaled in the epilogue, dQ at its reduction).
 #pragma unroll
@@ -1277,13 +1303,10 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     sm90::named_sync(kBarDs, 256);  // both warpgroups' P^T and dS^T columns written
 
     // dV += P^T dO and dQ = dS K (one group), then dK += dS^T Q (retired in the next step).
-    const uint64_t pt_desc = sm90::make_desc(sm.pt_buf(b), 16, 1024);
     const uint64_t ds_kmaj = sm90::make_desc(sm.ds_buf(b), 16, 1024);
     const uint64_t ds_mmaj = sm90::make_desc(sm.ds_buf(b), kBlockN * 128, 1024);
     sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk)
-      OpG::template ss<1>(dv_acc, pt_desc + ((kk * 32) >> 4), do_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
+    if constexpr (!FLASHSDPA_SM90_BWD256_EARLY_DV) issue_dv();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)
       OpG::template ss<1, 1>(dq_acc, ds_mmaj + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
