@@ -8,9 +8,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
-build_copy base "256" CUDAFLAGS= &
-build_copy nored "256" CUDAFLAGS=-DFLASHSDPA_SM90_BWD256_DQ_RED=0 &
-build_copy earlydv "256" CUDAFLAGS=-DFLASHSDPA_SM90_BWD256_EARLY_DV=1 &
+# (each build in a tree of its own: build_copy builds in place, so two in one tree race for
+# python/flashsdpa/_C*.so; this script's first run lost base and nored that way)
+for name in nored earlydv; do rm -rf /tmp/tree_$name && cp -r "$PWD" /tmp/tree_$name && rm -rf /tmp/tree_$name/build; done
+(cd /tmp/tree_nored && build_copy nored "256" CUDAFLAGS=-DFLASHSDPA_SM90_BWD256_DQ_RED=0) &
+(cd /tmp/tree_earlydv && build_copy earlydv "256" CUDAFLAGS=-DFLASHSDPA_SM90_BWD256_EARLY_DV=1) &
+build_copy base "256" CUDAFLAGS=
 wait
 for name in base nored earlydv; do
   ls /tmp/pkg_$name/python/flashsdpa/_C*.so >/dev/null 2>&1 || { tail -20 "$OUT/build_$name.log"; failed+=("build $name"); }
@@ -26,6 +29,10 @@ timed "ncu d256" 150 ncu_flashsdpa.log ncu --profile-from-start off --clock-cont
 ncu --import /tmp/ncu_flashsdpa.ncu-rep --page details > "$OUT/ncu_flashsdpa_details.txt" 2>&1
 ncu --import /tmp/ncu_flashsdpa.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$OUT/ncu_flashsdpa_source.csv.gz"
 $PY scripts/dev/ncu_source_top.py "$OUT/ncu_flashsdpa_source.csv.gz" --top 40 >> "$OUT/ncu_flashsdpa_details.txt" 2>&1
-grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Shared Memory|L1/TEX Hit|L2 Hit" \
-  "$OUT/ncu_flashsdpa_details.txt" | head -30
+timed "ncu cudnn d256" 120 ncu_cudnn.log ncu --profile-from-start off --clock-control none --set full \
+  --kernel-name regex:sdpa_sm90_flash_bprop --launch-count 1 -f -o /tmp/ncu_cudnn \
+  $PY scripts/dev/bwd_ncu.py --backend cudnn --head-dim 256
+ncu --import /tmp/ncu_cudnn.ncu-rep --page details > "$OUT/ncu_cudnn_details.txt" 2>&1
+for b in flashsdpa cudnn; do echo "== $b"; grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Shared Memory|L1/TEX Hit|L2 Hit" \
+  "$OUT/ncu_${b}_details.txt" | head -30; done
 finish
