@@ -1122,6 +1122,27 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
 // dq_accum with 16 red.global.add.v4.f32 a thread, in DqAccumLayout's order (the postprocess is
 // the other kernels'), while the step's dK GEMM still runs. dK's GEMM retires in the next step,
 // at the S^T wait (the d128 kernel's late dK), which frees the Q stage.
+// dQ rows of this thread (warp * 16 + lane / 4 + 8 h, those below rows_left) x n8 tiles [kJ0, kJ1)
+// (pairs; columns col0 + 8 j + 2 (lane % 4), + 1) of src, times mult, added to dq_accum (head_dq
+// at absolute row row0): DqAccumLayout puts a pair's four floats together, one red.v4 each.
+template <int kJ0, int kJ1, int kTiles>
+__device__ __forceinline__ void red_dq_tiles(float* head_dq, int64_t row0, int rows_left, int64_t row_stride, int col0,
+                                             int warp, int lane, const float (&src)[1][kTiles][4], float mult) {
+  static_assert(kJ0 % 2 == 0 && kJ1 % 2 == 0 && kJ1 <= kTiles, "whole pairs of n8 tiles");
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = warp * 16 + lane / 4 + 8 * h;
+    if (row >= rows_left) continue;
+    float* dst = head_dq + (row0 + row) * row_stride;
+#pragma unroll
+    for (int j = kJ0; j < kJ1; j += 2) {
+      const int col = col0 + 8 * j + 2 * (lane % 4);
+      red_add_f32x4(dst + DqAccumLayout::position(row0 + row, col), src[0][j][2 * h] * mult, src[0][j][2 * h + 1] * mult,
+                    src[0][j + 1][2 * h] * mult, src[0][j + 1][2 * h + 1] * mult);
+    }
+  }
+}
+
 // Dev-only switches of the d256 tile (A/B builds; kernel_notes_bwd_sm90.md, "The d256 tile, built"):
 // FLASHSDPA_SM90_BWD256_DQ_RED=0 drops the dQ reductions (timing only: dQ is then wrong);
 // FLASHSDPA_SM90_BWD256_EARLY_DV=1 issues dV after a barrier on P^T alone, so dS^T is computed and
@@ -1131,6 +1152,12 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
 #endif
 #ifndef FLASHSDPA_SM90_BWD256_EARLY_DV
 #define FLASHSDPA_SM90_BWD256_EARLY_DV 0
+#endif
+// FLASHSDPA_SM90_BWD256_SPREAD=1: step i's dQ reductions in 4 parts spread over step i + 1 (after
+// its S^T / dP^T issue, the exponentials, dS^T, the barrier) instead of one burst of 16 a thread
+// (ncu, session 31: 21% of the stall samples are long-scoreboard waits on the burst's registers).
+#ifndef FLASHSDPA_SM90_BWD256_SPREAD
+#define FLASHSDPA_SM90_BWD256_SPREAD 0
 #endif
 template <typename Traits>
 __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int n_block,
@@ -1186,20 +1213,31 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
   // Step `step`'s dQ rows (this thread's: warp * 16 + lane / 4 + 8 h) x its columns, scaled, into
   // dq_accum: DqAccumLayout puts columns 8 j + c0, + 1 and 8 j + 8 + c0, + 1 (j even) in four
   // consecutive floats. Rows past the sequence are skipped (dS there is 0: P^T was).
+  // n8 tiles [kJ0, kJ1) (pairs) of a dQ tile src, times mult, for step `step`.
+  struct DqRows {
+    float* head_dq;
+    int64_t row0;
+    int rows_left;
+  };
+  auto dq_rows = [&](int step) {
+    return DqRows{p.dq_accum + batch * p.dq_accum_batch_stride + range.head(step) * p.dq_accum_head_stride,
+                  seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM, seq.seqlen_q - range.m_block(step) * kBlockM};
+  };
   auto add_dq = [&](int step) {
     if (!FLASHSDPA_SM90_BWD256_DQ_RED) return;
-    const int64_t row0 = seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM;
-    float* head_dq = p.dq_accum + batch * p.dq_accum_batch_stride + range.head(step) * p.dq_accum_head_stride;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = warp * 16 + lane / 4 + 8 * h;
-      if (range.m_block(step) * kBlockM + row >= seq.seqlen_q) continue;
-      float* dst = head_dq + (row0 + row) * p.dq_accum_row_stride;
-#pragma unroll
-      for (int j = 0; j < kCols / 8; j += 2) {
-        const int col = kCols * cwg + 8 * j + c0;
-        red_add_f32x4(dst + DqAccumLayout::position(row0 + row, col), dq[0][j][2 * h] * p.scale,
-                      dq[0][j][2 * h + 1] * p.scale, dq[0][j + 1][2 * h] * p.scale, dq[0][j + 1][2 * h + 1] * p.scale);
+    const DqRows r = dq_rows(step);
+    red_dq_tiles<0, kCols / 8>(r.head_dq, r.row0, r.rows_left, p.dq_accum_row_stride, kCols * cwg, warp, lane, dq, p.scale);
+  };
+  // kSpread: step i - 1's dQ (scaled into dq_prev at its end) goes out in 4 parts through step i.
+  constexpr bool kSpread = FLASHSDPA_SM90_BWD256_SPREAD;
+  float dq_prev_acc[kSpread ? kAcc : 1];
+  auto& dqp = *reinterpret_cast<float(*)[1][kCols / 8][4]>(dq_prev_acc);
+  auto spread = [&](int i, auto part) {  // part of 4: n8 tiles [4 part, 4 part + 4)
+    if constexpr (kSpread) {
+      constexpr int kJ0 = 4 * decltype(part)::value;
+      if (FLASHSDPA_SM90_BWD256_DQ_RED && i > 0) {
+        const DqRows r = dq_rows(i - 1);
+        red_dq_tiles<kJ0, kJ0 + 4>(r.head_dq, r.row0, r.rows_left, p.dq_accum_row_stride, kCols * cwg, warp, lane, dqp, 1.f);
       }
     }
   };
@@ -1231,6 +1269,7 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
       OpS::template ss<0>(dpt_acc, v_desc + off_v, do_kmaj0 + s * kSlot + off_do, kk > 0);
     }
     sm90::wgmma_commit();
+    spread(i, std::integral_constant<int, 0>{});
 
     // This thread's columns' LSE * log2(e) and delta (the stage's per-query floats).
     const uint32_t col_bytes = (cwg * kQueries + c0) * 4;
@@ -1245,6 +1284,7 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     sm90::wgmma_wait<1>();  // S^T done, and step i - 1's dK (older): its Q stage is free
     sm90::fence_regs(st_acc);
     if (i > 0) sm90::mbar_arrive(sm.q_empty((i - 1) % Traits::kStages));
+    spread(i, std::integral_constant<int, 1>{});
 
     // P^T = exp2(S^T c - LSE log2 e), capped in a stage with a huge LSE, masked to 0.
 #pragma unroll
@@ -1273,6 +1313,7 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
       asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
                    : "=f"(delta[j].x), "=f"(delta[j].y)
                    : "r"(sm.delta_slot(s) + col_bytes + 32 * j));
+    spread(i, std::integral_constant<int, 2>{});
     const uint64_t pt_desc = sm90::make_desc(sm.pt_buf(b), 16, 1024);
     auto issue_dv = [&] {
 #pragma unroll
@@ -1301,6 +1342,7 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     for (int m = 0; m < kMTiles / 2; ++m) store_t(sm.ds_buf(b), m, dst16[m]);
     sm90::fence_async_shared();
     sm90::named_sync(kBarDs, 256);  // both warpgroups' P^T and dS^T columns written
+    spread(i, std::integral_constant<int, 3>{});  // (dq_prev dies here: dQ's GEMM is next)
 
     // dV += P^T dO and dQ = dS K (one group), then dK += dS^T Q (retired in the next step).
     const uint64_t ds_kmaj = sm90::make_desc(sm.ds_buf(b), 16, 1024);
@@ -1319,7 +1361,18 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     sm90::fence_regs(dv_acc);
     sm90::fence_regs(dq_acc);
     if (arriver) sm90::mbar_arrive(sm.do_empty(s));
-    add_dq(i);
+    if constexpr (kSpread) {
+#pragma unroll
+      for (int x = 0; x < kAcc; ++x) dq_prev_acc[x] = dq_acc[x] * p.scale;
+    } else {
+      add_dq(i);
+    }
+  }
+  if constexpr (kSpread) {  // the last step's, in one burst
+    if (FLASHSDPA_SM90_BWD256_DQ_RED && range.count() > 0) {
+      const DqRows r = dq_rows(range.count() - 1);
+      red_dq_tiles<0, kCols / 8>(r.head_dq, r.row0, r.rows_left, p.dq_accum_row_stride, kCols * cwg, warp, lane, dqp, 1.f);
+    }
   }
   sm90::wgmma_wait<0>();  // the last dK
   if (range.count() > 0) sm90::mbar_arrive(sm.q_empty((range.count() - 1) % Traits::kStages));
