@@ -334,11 +334,18 @@ struct BwdGridOrder {
 // CTA) reaches each (head, query block) in the same step; from the first query block up, a
 // causal key block n met its predecessor's blocks 2 steps ahead of it, once per head of the
 // group, and the waits chained (GQA 16/4 causal: deterministic 1.84x the default mode).
+// rotate (the d256 tile, which has no ordered dQ protocol): the walk starts `rotate` query blocks
+// below the last and wraps, so the key blocks resident at once add their dQ into different query
+// blocks' dq_accum rows instead of all into the same ones (kernel_notes_bwd_sm90.md, "The d256
+// tile, built"). 0 in the other kernels (the compiler folds it: their SASS is unchanged).
 struct StepRange {
   int head_begin, heads, m_min, m_max;
+  int rotate = 0;
   __device__ __forceinline__ int count() const { return m_max > m_min ? heads * (m_max - m_min) : 0; }
   __device__ __forceinline__ int head(int i) const { return head_begin + i % heads; }
-  __device__ __forceinline__ int m_block(int i) const { return m_max - 1 - i / heads; }
+  __device__ __forceinline__ int m_block(int i) const {
+    return rotate == 0 ? m_max - 1 - i / heads : m_max - 1 - (i / heads + rotate) % (m_max - m_min);
+  }
 };
 
 // Element-wise mask of a transposed score tile: rows are keys, columns queries (the forward's
@@ -1429,7 +1436,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   if constexpr (Traits::kModsKind == kModsBias)
     narrow_queries<Traits::kBlockM, Traits::kBlockN>(p.mods, batch, kv_head * group, group, seq.seqlen_q, n_block, m_min,
                                                      m_max);
-  const bwd_sm90::StepRange range{kv_head * group, group, m_min, m_max};
+#ifndef FLASHSDPA_SM90_BWD256_ROTATE  // (dev A/B switch: 0 = every key block walks from the last query block)
+#define FLASHSDPA_SM90_BWD256_ROTATE 1
+#endif
+  const int rotate = Traits::kWide && FLASHSDPA_SM90_BWD256_ROTATE && m_max > m_min ? n_block % (m_max - m_min) : 0;
+  const bwd_sm90::StepRange range{kv_head * group, group, m_min, m_max, rotate};
 
   if (threadIdx.x == 0) {
     sm90::mbar_init(sm.kv_full(), 1);
