@@ -334,18 +334,13 @@ struct BwdGridOrder {
 // CTA) reaches each (head, query block) in the same step; from the first query block up, a
 // causal key block n met its predecessor's blocks 2 steps ahead of it, once per head of the
 // group, and the waits chained (GQA 16/4 causal: deterministic 1.84x the default mode).
-// rotate (the d256 tile, which has no ordered dQ protocol): the walk starts `rotate` query blocks
-// below the last and wraps, so the key blocks resident at once add their dQ into different query
-// blocks' dq_accum rows instead of all into the same ones (kernel_notes_bwd_sm90.md, "The d256
-// tile, built"). 0 in the other kernels (the compiler folds it: their SASS is unchanged).
+// (The d256 tile walks so too: a walk rotated by n_block query blocks, so that the resident key
+// blocks add into different query blocks' rows, ran 0.91-0.93x: session 31.)
 struct StepRange {
   int head_begin, heads, m_min, m_max;
-  int rotate = 0;
   __device__ __forceinline__ int count() const { return m_max > m_min ? heads * (m_max - m_min) : 0; }
   __device__ __forceinline__ int head(int i) const { return head_begin + i % heads; }
-  __device__ __forceinline__ int m_block(int i) const {
-    return rotate == 0 ? m_max - 1 - i / heads : m_max - 1 - (i / heads + rotate) % (m_max - m_min);
-  }
+  __device__ __forceinline__ int m_block(int i) const { return m_max - 1 - i / heads; }
 };
 
 // Element-wise mask of a transposed score tile: rows are keys, columns queries (the forward's
@@ -1151,20 +1146,12 @@ __device__ __forceinline__ void red_dq_tiles(float* head_dq, int64_t row0, int r
 }
 
 // Dev-only switches of the d256 tile (A/B builds; kernel_notes_bwd_sm90.md, "The d256 tile, built"):
-// FLASHSDPA_SM90_BWD256_DQ_RED=0 drops the dQ reductions (timing only: dQ is then wrong);
-// FLASHSDPA_SM90_BWD256_EARLY_DV=1 issues dV after a barrier on P^T alone, so dS^T is computed and
-// stored while it runs (a second barrier before dQ and dK).
+// FLASHSDPA_SM90_BWD256_DQ_RED=0 drops the dQ reductions: timing only (dQ is then wrong), the
+// tile's ceiling without them (session 31: 1.66-1.93x). Two losing variants are in the notes, not
+// here: dV issued after a barrier on P^T alone (0.96x), the reductions spread over the next step
+// in 4 parts (1.00-1.01x).
 #ifndef FLASHSDPA_SM90_BWD256_DQ_RED
 #define FLASHSDPA_SM90_BWD256_DQ_RED 1
-#endif
-#ifndef FLASHSDPA_SM90_BWD256_EARLY_DV
-#define FLASHSDPA_SM90_BWD256_EARLY_DV 0
-#endif
-// FLASHSDPA_SM90_BWD256_SPREAD=1: step i's dQ reductions in 4 parts spread over step i + 1 (after
-// its S^T / dP^T issue, the exponentials, dS^T, the barrier) instead of one burst of 16 a thread
-// (ncu, session 31: 21% of the stall samples are long-scoreboard waits on the burst's registers).
-#ifndef FLASHSDPA_SM90_BWD256_SPREAD
-#define FLASHSDPA_SM90_BWD256_SPREAD 0
 #endif
 template <typename Traits>
 __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int n_block,
@@ -1220,33 +1207,13 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
   // Step `step`'s dQ rows (this thread's: warp * 16 + lane / 4 + 8 h) x its columns, scaled, into
   // dq_accum: DqAccumLayout puts columns 8 j + c0, + 1 and 8 j + 8 + c0, + 1 (j even) in four
   // consecutive floats. Rows past the sequence are skipped (dS there is 0: P^T was).
-  // n8 tiles [kJ0, kJ1) (pairs) of a dQ tile src, times mult, for step `step`.
-  struct DqRows {
-    float* head_dq;
-    int64_t row0;
-    int rows_left;
-  };
-  auto dq_rows = [&](int step) {
-    return DqRows{p.dq_accum + batch * p.dq_accum_batch_stride + range.head(step) * p.dq_accum_head_stride,
-                  seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM, seq.seqlen_q - range.m_block(step) * kBlockM};
-  };
+  // Step `step`'s dQ tile, scaled, into dq_accum (red_dq_tiles: 16 red.v4 a thread).
   auto add_dq = [&](int step) {
     if (!FLASHSDPA_SM90_BWD256_DQ_RED) return;
-    const DqRows r = dq_rows(step);
-    red_dq_tiles<0, kCols / 8>(r.head_dq, r.row0, r.rows_left, p.dq_accum_row_stride, kCols * cwg, warp, lane, dq, p.scale);
-  };
-  // kSpread: step i - 1's dQ (scaled into dq_prev at its end) goes out in 4 parts through step i.
-  constexpr bool kSpread = FLASHSDPA_SM90_BWD256_SPREAD;
-  float dq_prev_acc[kSpread ? kAcc : 1];
-  auto& dqp = *reinterpret_cast<float(*)[1][kCols / 8][4]>(dq_prev_acc);
-  auto spread = [&](int i, auto part) {  // part of 4: n8 tiles [4 part, 4 part + 4)
-    if constexpr (kSpread) {
-      constexpr int kJ0 = 4 * decltype(part)::value;
-      if (FLASHSDPA_SM90_BWD256_DQ_RED && i > 0) {
-        const DqRows r = dq_rows(i - 1);
-        red_dq_tiles<kJ0, kJ0 + 4>(r.head_dq, r.row0, r.rows_left, p.dq_accum_row_stride, kCols * cwg, warp, lane, dqp, 1.f);
-      }
-    }
+    float* head_dq = p.dq_accum + batch * p.dq_accum_batch_stride + range.head(step) * p.dq_accum_head_stride;
+    red_dq_tiles<0, kCols / 8>(head_dq, seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM,
+                               seq.seqlen_q - range.m_block(step) * kBlockM, p.dq_accum_row_stride, kCols * cwg, warp,
+                               lane, dq, p.scale);
   };
 
   sm90::mbar_wait(sm.kv_full(), 0);
@@ -1276,7 +1243,6 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
       OpS::template ss<0>(dpt_acc, v_desc + off_v, do_kmaj0 + s * kSlot + off_do, kk > 0);
     }
     sm90::wgmma_commit();
-    spread(i, std::integral_constant<int, 0>{});
 
     // This thread's columns' LSE * log2(e) and delta (the stage's per-query floats).
     const uint32_t col_bytes = (cwg * kQueries + c0) * 4;
@@ -1291,7 +1257,6 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     sm90::wgmma_wait<1>();  // S^T done, and step i - 1's dK (older): its Q stage is free
     sm90::fence_regs(st_acc);
     if (i > 0) sm90::mbar_arrive(sm.q_empty((i - 1) % Traits::kStages));
-    spread(i, std::integral_constant<int, 1>{});
 
     // P^T = exp2(S^T c - LSE log2 e), capped in a stage with a huge LSE, masked to 0.
 #pragma unroll
@@ -1320,23 +1285,7 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
       asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
                    : "=f"(delta[j].x), "=f"(delta[j].y)
                    : "r"(sm.delta_slot(s) + col_bytes + 32 * j));
-    spread(i, std::integral_constant<int, 2>{});
-    const uint64_t pt_desc = sm90::make_desc(sm.pt_buf(b), 16, 1024);
-    auto issue_dv = [&] {
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk)
-        OpG::template ss<1>(dv_acc, pt_desc + ((kk * 32) >> 4), do_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
-    };
-    if constexpr (FLASHSDPA_SM90_BWD256_EARLY_DV) {
-      sm90::fence_async_shared();
-      sm90::named_sync(kBarPt, 256);  // both warpgroups' P^T columns written
-      sm90::wgmma_fence();
-      issue_dv();
-      sm90::wgmma_commit();
-      sm90::wgmma_wait<1>();  // dP^T done (dV may run)
-    } else {
-      sm90::wgmma_wait<0>();  // dP^T done
-    }
+    sm90::wgmma_wait<0>();  // dP^T done
     sm90::fence_regs(dpt_acc);
     // dS^T = P^T (dP^T - delta), unscaled (dK is scaled in the epilogue, dQ at its reduction).
 #pragma unroll
@@ -1349,13 +1298,15 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     for (int m = 0; m < kMTiles / 2; ++m) store_t(sm.ds_buf(b), m, dst16[m]);
     sm90::fence_async_shared();
     sm90::named_sync(kBarDs, 256);  // both warpgroups' P^T and dS^T columns written
-    spread(i, std::integral_constant<int, 3>{});  // (dq_prev dies here: dQ's GEMM is next)
 
     // dV += P^T dO and dQ = dS K (one group), then dK += dS^T Q (retired in the next step).
+    const uint64_t pt_desc = sm90::make_desc(sm.pt_buf(b), 16, 1024);
     const uint64_t ds_kmaj = sm90::make_desc(sm.ds_buf(b), 16, 1024);
     const uint64_t ds_mmaj = sm90::make_desc(sm.ds_buf(b), kBlockN * 128, 1024);
     sm90::wgmma_fence();
-    if constexpr (!FLASHSDPA_SM90_BWD256_EARLY_DV) issue_dv();
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk)
+      OpG::template ss<1>(dv_acc, pt_desc + ((kk * 32) >> 4), do_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)
       OpG::template ss<1, 1>(dq_acc, ds_mmaj + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
@@ -1368,18 +1319,7 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     sm90::fence_regs(dv_acc);
     sm90::fence_regs(dq_acc);
     if (arriver) sm90::mbar_arrive(sm.do_empty(s));
-    if constexpr (kSpread) {
-#pragma unroll
-      for (int x = 0; x < kAcc; ++x) dq_prev_acc[x] = dq_acc[x] * p.scale;
-    } else {
-      add_dq(i);
-    }
-  }
-  if constexpr (kSpread) {  // the last step's, in one burst
-    if (FLASHSDPA_SM90_BWD256_DQ_RED && range.count() > 0) {
-      const DqRows r = dq_rows(range.count() - 1);
-      red_dq_tiles<0, kCols / 8>(r.head_dq, r.row0, r.rows_left, p.dq_accum_row_stride, kCols * cwg, warp, lane, dqp, 1.f);
-    }
+    add_dq(i);
   }
   sm90::wgmma_wait<0>();  // the last dK
   if (range.count() > 0) sm90::mbar_arrive(sm.q_empty((range.count() - 1) % Traits::kStages));
@@ -1436,11 +1376,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   if constexpr (Traits::kModsKind == kModsBias)
     narrow_queries<Traits::kBlockM, Traits::kBlockN>(p.mods, batch, kv_head * group, group, seq.seqlen_q, n_block, m_min,
                                                      m_max);
-#ifndef FLASHSDPA_SM90_BWD256_ROTATE  // (dev A/B switch: 0 = every key block walks from the last query block)
-#define FLASHSDPA_SM90_BWD256_ROTATE 1
-#endif
-  const int rotate = Traits::kWide && FLASHSDPA_SM90_BWD256_ROTATE && m_max > m_min ? n_block % (m_max - m_min) : 0;
-  const bwd_sm90::StepRange range{kv_head * group, group, m_min, m_max, rotate};
+  const bwd_sm90::StepRange range{kv_head * group, group, m_min, m_max};
 
   if (threadIdx.x == 0) {
     sm90::mbar_init(sm.kv_full(), 1);
