@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# session31_badinputs.sh: test_bad_inputs_gpu.py (session31_final.sh's suite could not import it:
+# this checkout had no .whl/ with expecttest) and test_hdim512.py, the review's direct-API changes.
+#   run(command="bash scripts/dev/session31_badinputs.sh", carry=[".whl"], timeout_s=220)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/device_env.sh
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+narrow_build 150 "64;128;192;256"
+tests "bad inputs + hdim512" 60 tests.log $PY -m pytest tests/gpu/test_bad_inputs_gpu.py tests/gpu/test_hdim512.py \
+  -q -p no:cacheprovider -n 8
+finish
