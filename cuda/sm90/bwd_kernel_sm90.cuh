@@ -363,6 +363,29 @@ __device__ __forceinline__ void apply_mask_t(float (&s)[1][kMTiles][4], const Bl
   }
 }
 
+// P^T = exp2(S^T c - LSE log2 e) in place, the LSE pair of column group j from lse2(j); in a stage
+// with a huge LSE the probabilities are then capped at 1 (softmax.cuh: 2^min(x, 0) = min(2^x, 1),
+// NaN kept): a fix-up pass after the one exponent loop, where a capped copy of the loop (taken per
+// stage) made ptxas spill 20 bytes at d64 and capping every exponent cost 1-4% at d128. (Masking
+// is the caller's: apply_mask_t on partial tiles.)
+template <int kMTiles, typename LsePair>
+__device__ __forceinline__ void probabilities_t(float (&st)[1][kMTiles][4], float scale_log2, const LsePair& lse2,
+                                                uint32_t huge) {
+#pragma unroll
+  for (int j = 0; j < kMTiles; ++j) {
+    const float2 l = lse2(j);
+#pragma unroll
+    for (int x = 0; x < 4; ++x) st[0][j][x] = fast_exp2(fmaf(st[0][j][x], scale_log2, x % 2 ? -l.y : -l.x));
+  }
+  if (huge) {
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j) {
+#pragma unroll
+      for (int x = 0; x < 4; ++x) st[0][j][x] = capped_probability(st[0][j][x]);
+    }
+  }
+}
+
 template <typename Traits>
 __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int n_block,
                                         int kv_head, int batch, const StepRange& range) {
@@ -887,23 +910,11 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       Mod::template apply<ScoreLayout::kKeyRows>(p, seq, batch, mod_head, st, mod_key0, mod_q0);
     }
 
-    // P^T = exp2(S^T c - LSE log2 e), masked to 0 outside the mask. In a stage with a huge LSE the
-    // probabilities are then capped at 1 (softmax.cuh: 2^min(x, 0) = min(2^x, 1), NaN kept): a
-    // fix-up pass after the one exponent loop, where a capped copy of the loop (taken per stage)
-    // made ptxas spill 20 bytes at d64 and capping every exponent cost 1-4% at d128.
-#pragma unroll
-    for (int j = 0; j < kMTiles; ++j) {
+    // P^T (probabilities_t), masked to 0 outside the mask.
+    probabilities_t<kMTiles>(st, scale_log2, [&](int j) {
       if constexpr (Traits::kTall) load_column(lse2[j], sm.lse_slot(s), j);
-#pragma unroll
-      for (int x = 0; x < 4; ++x) st[0][j][x] = fast_exp2(fmaf(st[0][j][x], scale_log2, x % 2 ? -lse2[j].y : -lse2[j].x));
-    }
-    if (huge) {
-#pragma unroll
-      for (int j = 0; j < kMTiles; ++j) {
-#pragma unroll
-        for (int x = 0; x < 4; ++x) st[0][j][x] = capped_probability(st[0][j][x]);
-      }
-    }
+      return lse2[j];
+    }, huge);
     if (mask.template partial<kBlockM, kBlockN>(m_block, n_block)) apply_mask_t<kMTiles>(st, mask, key0, q0, seq.seqlen_q, 0.f);
     if constexpr (Traits::kDropout) {
       // A dropped P^T is kept negated, as FlashAttention-2's backward does (P >= 0, so the sign
@@ -1258,19 +1269,8 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     sm90::fence_regs(st_acc);
     if (i > 0) sm90::mbar_arrive(sm.q_empty((i - 1) % Traits::kStages));
 
-    // P^T = exp2(S^T c - LSE log2 e), capped in a stage with a huge LSE, masked to 0.
-#pragma unroll
-    for (int j = 0; j < kMTiles; ++j) {
-#pragma unroll
-      for (int x = 0; x < 4; ++x) st[0][j][x] = fast_exp2(fmaf(st[0][j][x], scale_log2, x % 2 ? -lse2[j].y : -lse2[j].x));
-    }
-    if (huge) {
-#pragma unroll
-      for (int j = 0; j < kMTiles; ++j) {
-#pragma unroll
-        for (int x = 0; x < 4; ++x) st[0][j][x] = capped_probability(st[0][j][x]);
-      }
-    }
+    // P^T (probabilities_t), masked to 0.
+    probabilities_t<kMTiles>(st, scale_log2, [&](int j) { return lse2[j]; }, huge);
     if (mask.template partial<kBlockM, kBlockN>(m_block, n_block)) apply_mask_t<kMTiles>(st, mask, key0, q0, seq.seqlen_q, 0.f);
     // P^T (16-bit) to buffer b, this warpgroup's queries; the buffer's last readers (step i - 2's
     // dV) retired before either warpgroup passed step i - 1's barrier.
