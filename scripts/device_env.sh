@@ -66,14 +66,23 @@ narrow_build() {
 # builds whose tests include fp16 rows; the given head dims, sm_90 SASS: both
 # families) in its own fresh build directory with the given environment added, then python/ copied
 # to /tmp/pkg_NAME, so that A/B scripts run two builds side by side (PYTHONPATH=/tmp/pkg_NAME/python).
+# A failed build leaves no /tmp/pkg_NAME (session 31: a tree copied from a built checkout carried
+# that checkout's _C*.so, so a failed variant build still "had" a module, the other build's); a
+# build directory configured from another source tree is removed first (CMake refuses it).
+# Builds that run at once need a tree each (build --inplace writes python/flashsdpa/_C*.so).
 build_copy() {
   local name=$1 dims=$2 t0=$(date +%s); shift 2
+  rm -rf /tmp/pkg_$name
+  if [[ -f /tmp/build_$name/CMakeCache.txt ]] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$PWD" /tmp/build_$name/CMakeCache.txt; then
+    rm -rf /tmp/build_$name
+  fi
+  rm -f python/flashsdpa/_C*.so
   env "$@" FLASHSDPA_BUILD_DIR=/tmp/build_$name FLASHSDPA_DTYPES="${BUILD_DTYPES:-bf16}" FLASHSDPA_HEAD_DIMS="$dims" \
     FLASHSDPA_ARCHS=90 FLASHSDPA_BUILD_JOBS="$(nproc)" FLASHSDPA_PTXAS_VERBOSE=1 \
     timeout 200 $PY setup.py build_ext --inplace > "$OUT/build_$name.log" 2>&1
   local rc=$?
   check "build $name" $rc
-  rm -rf /tmp/pkg_$name && mkdir -p /tmp/pkg_$name && cp -r python /tmp/pkg_$name/
+  [[ $rc == 0 ]] && mkdir -p /tmp/pkg_$name && cp -r python /tmp/pkg_$name/
   step "build $name" "rc=$rc in $(( $(date +%s) - t0 )) s; spill lines: $(grep -c 'bytes spill stores' "$OUT/build_$name.log")"
 }
 # swap_build NAME FILE VARIANT DIMS [FILE VARIANT ...]: build_copy NAME with each VARIANT
