@@ -8,6 +8,10 @@ PY=python3
 if compgen -G ".whl/*.whl" >/dev/null; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
     && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+elif ! $PY -c "import expecttest" 2>/dev/null; then
+  # (session 31: a new checkout had no .whl/, and the suite's expecttest files failed to import)
+  echo "device_env.sh: no .whl/ and no expecttest here: the tests that pin messages will not import;" \
+    "make it on the dev machine with: bash scripts/dev/make_whl.sh" >&2
 fi
 # The Python path the dev scripts put behind a build copy's (/tmp/pkg_NAME/python).
 SITE="${PYTHONPATH:-}"
