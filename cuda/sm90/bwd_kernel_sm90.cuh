@@ -1124,6 +1124,28 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   }
 }
 
+// The d256 tile's dQ reductions: this thread's dQ rows (warp * 16 + lane / 4 + 8 h, those below
+// rows_left) x its columns (col0 + 8 j + 2 (lane % 4), + 1) of src, times mult, added to dq_accum
+// (head_dq, at absolute row row0 of the head): DqAccumLayout puts the four floats of a pair of n8
+// tiles (j even) together, one red.global.add.v4.f32 each.
+template <int kTiles>
+__device__ __forceinline__ void red_dq_tiles(float* head_dq, int64_t row0, int rows_left, int64_t row_stride, int col0,
+                                             int warp, int lane, const float (&src)[1][kTiles][4], float mult) {
+  static_assert(kTiles % 2 == 0, "whole pairs of n8 tiles");
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = warp * 16 + lane / 4 + 8 * h;
+    if (row >= rows_left) continue;
+    float* dst = head_dq + (row0 + row) * row_stride;
+#pragma unroll
+    for (int j = 0; j < kTiles; j += 2) {
+      const int col = col0 + 8 * j + 2 * (lane % 4);
+      red_add_f32x4(dst + DqAccumLayout::position(row0 + row, col), src[0][j][2 * h] * mult, src[0][j][2 * h + 1] * mult,
+                    src[0][j + 1][2 * h] * mult, src[0][j + 1][2 * h + 1] * mult);
+    }
+  }
+}
+
 // ---- head dim 256: the 64-key tile (BwdTraitsSm90::kWide) --------------------------------------
 // One CTA per 64 keys; both consumer warpgroups hold all 64 key rows of S^T and dP^T over their
 // half of the step's 64 queries (cwg 0: queries 0-31, cwg 1: 32-63; wgmma M = 64 keys, N = 32),
@@ -1134,28 +1156,10 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
 // the d128 step's tensor work. dQ (scaled) goes straight from the retired accumulator to
 // dq_accum with 16 red.global.add.v4.f32 a thread, in DqAccumLayout's order (the postprocess is
 // the other kernels'), while the step's dK GEMM still runs. dK's GEMM retires in the next step,
-// at the S^T wait (the d128 kernel's late dK), which frees the Q stage.
-// dQ rows of this thread (warp * 16 + lane / 4 + 8 h, those below rows_left) x n8 tiles [kJ0, kJ1)
-// (pairs; columns col0 + 8 j + 2 (lane % 4), + 1) of src, times mult, added to dq_accum (head_dq
-// at absolute row row0): DqAccumLayout puts a pair's four floats together, one red.v4 each.
-template <int kJ0, int kJ1, int kTiles>
-__device__ __forceinline__ void red_dq_tiles(float* head_dq, int64_t row0, int rows_left, int64_t row_stride, int col0,
-                                             int warp, int lane, const float (&src)[1][kTiles][4], float mult) {
-  static_assert(kJ0 % 2 == 0 && kJ1 % 2 == 0 && kJ1 <= kTiles, "whole pairs of n8 tiles");
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = warp * 16 + lane / 4 + 8 * h;
-    if (row >= rows_left) continue;
-    float* dst = head_dq + (row0 + row) * row_stride;
-#pragma unroll
-    for (int j = kJ0; j < kJ1; j += 2) {
-      const int col = col0 + 8 * j + 2 * (lane % 4);
-      red_add_f32x4(dst + DqAccumLayout::position(row0 + row, col), src[0][j][2 * h] * mult, src[0][j][2 * h + 1] * mult,
-                    src[0][j + 1][2 * h] * mult, src[0][j + 1][2 * h + 1] * mult);
-    }
-  }
-}
-
+// at the S^T wait (the d128 kernel's late dK), which frees the Q stage. The reductions bound it:
+// 64 KB a step, 2.3 TB/s of L2 reductions at 8k (ncu: L2 at 79%); without them it ran 1.66-1.93x
+// (session 31, H200). 64 keys is what the register file allows (dK, dV: 64 keys x 256 fp32).
+//
 // Dev-only switches of the d256 tile (A/B builds; kernel_notes_bwd_sm90.md, "The d256 tile, built"):
 // FLASHSDPA_SM90_BWD256_DQ_RED=0 drops the dQ reductions: timing only (dQ is then wrong), the
 // tile's ceiling without them (session 31: 1.66-1.93x). Two losing variants are in the notes, not
@@ -1215,14 +1219,12 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     const int chunk = 2 * ((kMTiles / 2) * cwg + m) + mq / 2;
     stmatrix_x4(base + row * 128 + ((chunk ^ (lane % 8)) << 4), frag[0], frag[1], frag[2], frag[3]);
   };
-  // Step `step`'s dQ rows (this thread's: warp * 16 + lane / 4 + 8 h) x its columns, scaled, into
-  // dq_accum: DqAccumLayout puts columns 8 j + c0, + 1 and 8 j + 8 + c0, + 1 (j even) in four
-  // consecutive floats. Rows past the sequence are skipped (dS there is 0: P^T was).
-  // Step `step`'s dQ tile, scaled, into dq_accum (red_dq_tiles: 16 red.v4 a thread).
+  // Step `step`'s dQ tile, scaled, into dq_accum (red_dq_tiles: 16 red.v4 a thread; rows past the
+  // sequence skipped: dS there is 0, as P^T was).
   auto add_dq = [&](int step) {
     if (!FLASHSDPA_SM90_BWD256_DQ_RED) return;
     float* head_dq = p.dq_accum + batch * p.dq_accum_batch_stride + range.head(step) * p.dq_accum_head_stride;
-    red_dq_tiles<0, kCols / 8>(head_dq, seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM,
+    red_dq_tiles(head_dq, seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM,
                                seq.seqlen_q - range.m_block(step) * kBlockM, p.dq_accum_row_stride, kCols * cwg, warp,
                                lane, dq, p.scale);
   };
