@@ -1237,25 +1237,22 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     const int m_block = range.m_block(i);
     const int q0 = m_block * kBlockM + cwg * kQueries + c0;  // this thread's element-0 query
 
-    // S^T = K Q^T and dP^T = V dO^T over this warpgroup's queries: two commit groups.
+    // S^T = K Q^T and dP^T = V dO^T over this warpgroup's queries: two commit groups, each 16 k
+    // steps (column block kk / 4, 32 bytes into its swizzled rows per k step).
+    auto score_gemm = [&](float (&acc)[kQueries / 2], uint64_t a_desc, uint64_t b_desc) {
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
+        const uint64_t off_a = ((kk / 4) * kBlockN * 128 + (kk % 4) * 32) >> 4;
+        const uint64_t off_b = ((kk / 4) * kBlockM * 128 + (kk % 4) * 32) >> 4;
+        OpS::template ss<0>(acc, a_desc + off_a, b_desc + off_b, kk > 0);
+      }
+      sm90::wgmma_commit();
+    };
     sm90::mbar_wait(sm.q_full(s), parity);
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
-      const uint64_t off_k = ((kk / 4) * kBlockN * 128 + (kk % 4) * 32) >> 4;
-      const uint64_t off_q = ((kk / 4) * kBlockM * 128 + (kk % 4) * 32) >> 4;
-      OpS::template ss<0>(st_acc, k_desc + off_k, q_kmaj0 + s * kSlot + off_q, kk > 0);
-    }
-    sm90::wgmma_commit();
+    score_gemm(st_acc, k_desc, q_kmaj0 + s * kSlot);
     sm90::mbar_wait(sm.do_full(s), parity);
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
-      const uint64_t off_v = ((kk / 4) * kBlockN * 128 + (kk % 4) * 32) >> 4;
-      const uint64_t off_do = ((kk / 4) * kBlockM * 128 + (kk % 4) * 32) >> 4;
-      OpS::template ss<0>(dpt_acc, v_desc + off_v, do_kmaj0 + s * kSlot + off_do, kk > 0);
-    }
-    sm90::wgmma_commit();
+    score_gemm(dpt_acc, v_desc, do_kmaj0 + s * kSlot);
 
     // This thread's columns' LSE * log2(e) and delta (the stage's per-query floats).
     const uint32_t col_bytes = (cwg * kQueries + c0) * 4;
