@@ -28,6 +28,7 @@ have pybind11 || missing+=("pybind11>=2.10")
 have pytest || missing+=("pytest")
 have expecttest || missing+=("expecttest")
 have hypothesis || missing+=("hypothesis")
+have mypy || missing+=("mypy")  # (tests/test_types.py)
 command -v cmake >/dev/null 2>&1 || have cmake || missing+=("cmake>=3.24")
 command -v ninja >/dev/null 2>&1 || have ninja || missing+=("ninja")
 if ((${#missing[@]})); then

@@ -379,7 +379,7 @@ def _mods_item(mods: Mods) -> tuple[Any, ...]:
     softcap, slopes, sinks = mods[:3]
     slopes_ptr = 0 if slopes is None else slopes.data_ptr()
     batch_stride = 0 if slopes is None or slopes.dim() == 1 else slopes.stride(0)
-    item = (float(softcap), slopes_ptr, batch_stride, 0 if sinks is None else sinks.data_ptr())
+    item: tuple[float | int, ...] = (float(softcap), slopes_ptr, batch_stride, 0 if sinks is None else sinks.data_ptr())
     bias = mods[3] if len(mods) > 3 else None
     if bias is None:
         return item
@@ -454,7 +454,7 @@ def _decode_item(
     layout = _DECODE.get((spec[6], spec[5], spec[2], mask, kv_cache, num_splits) + ((features,) if features else ()))
     if layout is None:
         layout = decode_layout(spec[6], spec[5], spec[2], mask, kv_cache, num_splits, features)
-    if type(layout) is str:
+    if isinstance(layout, str):
         if kv_cache:
             raise ValueError(f"flashsdpa.attention_with_kvcache: no decode kernel serves this call: {layout}")
         return None

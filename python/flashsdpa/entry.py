@@ -176,7 +176,7 @@ def direct_causal_mode(
         if same_dims and (same_lengths or not is_causal) and not wide:
             return None
     elif selection._is_causal_bias(attn_mask) and not is_causal:
-        mode = 1 if attn_mask.variant == selection.CausalVariant.UPPER_LEFT else 2  # type: ignore[union-attr]
+        mode = 1 if attn_mask.variant == selection.CausalVariant.UPPER_LEFT else 2  # type: ignore[attr-defined]
         if same_dims and same_lengths:
             return None  # CausalBias itself turns this into is_causal=True: the routers serve it
     else:

@@ -372,4 +372,5 @@ def attention_with_kvcache(
             q, k_cache, v_cache, k, v, cache_seqlens, block_table, rotary_cos, rotary_sin, rotary_interleaved,
             float(scale), list(mask), splits,
         )  # fmt: skip
-    return (out, lse) if return_lse else out
+    # (lse is a tensor whenever return_lse is set: _kvcache_cuda computes it only when asked)
+    return (out, lse) if return_lse else out  # type: ignore[return-value]

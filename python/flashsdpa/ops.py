@@ -101,7 +101,7 @@ _BWD_VARLEN_COUNTS = reporting.counter("flashsdpa::bwd_varlen")
 _CPU_REASON = "device cpu: flashsdpa.reference runs (our kernels need a CUDA device)"
 
 
-def _count_cpu(counts: list[int], op: str) -> None:
+def _count_cpu(counts: reporting.Counts, op: str) -> None:
     counts[1] += 1
     reporting.note_fallback(op, _CPU_REASON)
 

@@ -88,7 +88,7 @@ _NATIVE: dict[str, Any] = {}
 
 
 def _fall_back(
-    op: str, counts: list[int], reason: str, keyset: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    op: str, counts: reporting.Counts, reason: str, keyset: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """Hand the call to PyTorch's kernel with the arguments exactly as the dispatcher gave them."""
     counts[1] += 1

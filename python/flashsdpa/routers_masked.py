@@ -78,7 +78,7 @@ def _eff_mods(attn_bias: Tensor, query: Tensor, key: Tensor, backward: bool) -> 
 # The reasons the C++ routers (routers.cpp's NativeReason) find themselves, in its order, for the
 # calls they run on PyTorch's kernel without Python: eff_forward_reason's first two checks give
 # exactly these sentences, so a call is reported the same on either road.
-NATIVE_REASONS = (selection.dtype_reason(torch.float32), selection.dtype_reason(torch.float64), NO_BIAS_REASON)
+NATIVE_REASONS = (selection.half_dtype_reason(torch.float32), selection.half_dtype_reason(torch.float64), NO_BIAS_REASON)
 
 
 def eff_forward_reason(query: Tensor, key: Tensor, value: Tensor, attn_bias: Tensor | None, dropout_p: float,
@@ -169,7 +169,8 @@ _CUDNN_BWD_COUNTS = reporting.counter(f"aten::{_CUDNN_BWD}")
 
 def _like_query(query: Tensor, dv: int) -> Tensor:
     """(B, H, S, dv) in the query's dimension order (the meta's alloc_with_matching_layout)."""
-    order = sorted(range(4), key=lambda d: -query.stride(d))
+    strides = query.stride()
+    order = sorted(range(4), key=lambda d: -strides[d])
     shape = (*query.shape[:3], dv)
     return torch.empty_permuted(shape, order, dtype=query.dtype, device=query.device)
 
@@ -223,6 +224,7 @@ def _cudnn_backward(keyset: Any, *args: Any, scale: float | None = None) -> Any:
         )
     if reason is not None:
         return _fall_back(_CUDNN_BWD, _CUDNN_BWD_COUNTS, reason, keyset, args, {"scale": scale})
+    assert attn_bias is not None  # (_bias_reason refuses unmasked calls: NO_BIAS_REASON)
     dq, dk, dv = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
     mods = _eff_mods(attn_bias, query, key, backward=True)
     grad_out = _backend.aligned_rows(grad_out)

@@ -86,8 +86,8 @@ def dense_ok(query: Tensor, key: Tensor, value: Tensor) -> bool:
     # Rows must start on 16-byte boundaries (cp.async): strides and storage offsets multiples of 8
     # two-byte elements. One OR of all of them, tested once.
     misaligned = (
-        q0 | q1 | q2 | k0 | k1 | k2 | v0 | v1 | v2 | query.storage_offset() | key.storage_offset() | value.storage_offset()
-    ) & 7
+        q0 | q1 | q2 | k0 | k1 | k2 | v0 | v1 | v2 | query.storage_offset() | key.storage_offset() | value.storage_offset()  # type: ignore[operator]
+    ) & 7  # (storage_offset is typed int | SymInt; the eager tensors here give ints)
     if misaligned or q3 != 1 or k3 != 1 or v3 != 1:
         return False
     device = query.get_device()
@@ -150,10 +150,15 @@ def _dims_label(head_dim: int, head_dim_v: int) -> str:
     return f"head_dim={head_dim}" if head_dim == head_dim_v else f"head_dim={head_dim}, value head_dim={head_dim_v}"
 
 
+def half_dtype_reason(dtype: torch.dtype) -> str:
+    """dtype_reason's words for a dtype no kernel of ours takes (neither float16 nor bfloat16)."""
+    return f"query.dtype={dtype}: needs float16 or bfloat16"
+
+
 def dtype_reason(dtype: torch.dtype) -> str | None:
     """Why the kernels of this build cannot take ``dtype``, or None."""
     if dtype not in HALF_DTYPES:
-        return f"query.dtype={dtype}: needs float16 or bfloat16"
+        return half_dtype_reason(dtype)
     if _backend.CUDA_KERNELS and dtype not in _backend.DTYPE_CODES:
         name = str(dtype).removeprefix("torch.")
         return (
@@ -284,7 +289,7 @@ def kernel_reasons(
 
 
 def mask_reason(
-    query: Tensor, value: Tensor, mask: masks.MaskSpec, *, varlen: bool, backward: bool = False
+    query: Tensor, value: Tensor, mask: masks.MaskSpec, *, varlen: bool | int, backward: bool = False
 ) -> str | None:
     """Why no kernel family serves ``mask`` for these tensors on their GPU (the capability table,
     asked once per problem and cached), or None. No mask and causal masks are served by every

@@ -48,7 +48,7 @@ def _offsets_structure(name: str, t: object, device: torch.device) -> str | None
 
 
 def offsets_reason(
-    cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, seqused_k: Tensor | None, max_seqlen_q: int, max_seqlen_k: int,
+    cu_seqlens_q: Tensor, cu_seqlens_k: Tensor | None, seqused_k: Tensor | None, max_seqlen_q: int, max_seqlen_k: int,
     device: torch.device,
 ) -> str | None:  # fmt: skip
     """What is wrong with the metadata's structure (no value is read: never a sync), or None."""
@@ -56,6 +56,7 @@ def offsets_reason(
         reason = _offsets_structure(name, t, device)
         if reason is not None:
             return reason
+    assert cu_seqlens_k is not None  # (the loop returned its "must be a torch.Tensor" otherwise)
     entries = cu_seqlens_q.shape[0]
     if entries < 2:
         return f"cu_seqlens_q has {entries} entries: needs batch + 1 >= 2"
@@ -130,7 +131,7 @@ def values_reason(
 
 
 def check_varlen(
-    query: Tensor, key: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, seqused_k: Tensor | None,
+    query: Tensor, key: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor | None, seqused_k: Tensor | None,
     max_seqlen_q: int, max_seqlen_k: int, *, values: bool | None = None,
 ) -> None:  # fmt: skip
     """Raise ValueError naming the argument and the limit when the varlen metadata is bad.
@@ -144,7 +145,7 @@ def check_varlen(
         if values is None:
             device = cu_seqlens_q.device.type
             values = device == "cpu" or (ENABLED and device == "cuda")
-        if values and _has_data(cu_seqlens_q):
+        if values and cu_seqlens_k is not None and _has_data(cu_seqlens_q):  # (not None: offsets_reason)
             reason = values_reason(
                 cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, query.shape[0], key.shape[0]
             )

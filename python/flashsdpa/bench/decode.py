@@ -22,7 +22,7 @@ import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -145,7 +145,13 @@ def _host_us(call: Callable[[], object], reps: int) -> float:
     return statistics.median(samples)
 
 
-def _graph_us(calls: list[Callable[[], object]]) -> float | None:
+def _bound_call(backend: str, s: tuple[Tensor, Tensor, Tensor], cache: dict[str, Tensor]) -> Callable[[], Tensor]:
+    """One timed decode call: _call on one input set and its cache layout."""
+    q, k, v = s
+    return lambda: _call(backend, q, k, v, cache)
+
+
+def _graph_us(calls: Sequence[Callable[[], object]]) -> float | None:
     """timing.graph_us of the calls (cycling through the input sets), or None where the backend
     cannot be captured (the row's status stays that of the event timing)."""
     try:
@@ -164,7 +170,7 @@ def _measure(
     served_before = served_total()
     try:
         with backend_context(backend), torch.no_grad():
-            calls = [lambda s=s, c=c: _call(backend, *s, c) for s, c in zip(sets, caches)]
+            calls = [_bound_call(backend, s, c) for s, c in zip(sets, caches)]
             out = calls[0]()
             row["us"] = time_cuda_ms(calls, warmup=DECODE_WARMUP, reps=DECODE_REPS) * 1e3
             row["host_us"] = _host_us(calls[0], 21)

@@ -168,7 +168,9 @@ class TorchDecoder(Decoder):
         return F.cross_entropy(logits[:, :-1].float().flatten(0, 1), ids[:, 1:].flatten())
 
     def prefill(self, ids: Tensor) -> tuple[Tensor, Any]:
-        cache: list[list[Tensor]] = [[] for _ in range(self.model.shape.layers)]
+        # (self.model is a TorchLlama here: build() pairs them; nn.Module's attributes are untyped)
+        layers: int = self.model.shape.layers  # type: ignore[union-attr,assignment]
+        cache: list[list[Tensor]] = [[] for _ in range(layers)]
         logits = self.model(ids, cache, last_only=True)
         return logits.argmax(-1), cache
 

@@ -91,11 +91,12 @@ def _times(backend: str, qkv: list[torch.Tensor], mask: torch.Tensor, dout: torc
     """(forward ms without grad, backward ms on a retained graph) for one backend."""
     inputs = [*qkv, mask] if mask.requires_grad else qkv
     served = problems.served_total()
+    q, k, v = qkv
     with _backend(backend):
         with torch.no_grad():
-            fwd = time_cuda_ms([lambda: F.scaled_dot_product_attention(*qkv, attn_mask=mask)],
+            fwd = time_cuda_ms([lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)],
                                warmup=MASKED_WARMUP, reps=MASKED_REPS)  # fmt: skip
-        out = F.scaled_dot_product_attention(*qkv, attn_mask=mask)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         bwd = time_cuda_ms([lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True)],
                            warmup=MASKED_WARMUP, reps=MASKED_REPS)  # fmt: skip
     if backend == "ours" and problems.served_total() == served:
@@ -119,12 +120,12 @@ def run_masked_decode(dtype: torch.dtype, rounds: int) -> dict[str, Any]:
     us: dict[str, list[float | None]] = {b: [] for b in BACKENDS}
     tbs: dict[str, list[float | None]] = {b: [] for b in BACKENDS}
     for rnd in range(max(1, rounds)):
-        qkv, mask, nbytes = _decode_inputs(dtype, seed=7000 + rnd)
+        (q, k, v), mask, nbytes = _decode_inputs(dtype, seed=7000 + rnd)
         for backend in BACKENDS[rnd % len(BACKENDS):] + BACKENDS[: rnd % len(BACKENDS)]:
             served = problems.served_total()
             try:
                 with _backend(backend), torch.no_grad():
-                    ms = time_cuda_ms([lambda: F.scaled_dot_product_attention(*qkv, attn_mask=mask)],
+                    ms = time_cuda_ms([lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)],
                                       warmup=MASKED_WARMUP, reps=MASKED_REPS)  # fmt: skip
                 if backend == "ours" and problems.served_total() == served:
                     raise RuntimeError("not served: our kernels ran none of these calls (see flashsdpa.explain)")

@@ -73,11 +73,14 @@ def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200
     as the effects measured.
     """
     q, k, v = (torch.randn(OVERHEAD_SHAPE, device="cuda", dtype=dtype) for _ in range(3))
-    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    leaves = (q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_())
     dout = torch.randn(OVERHEAD_SHAPE, device="cuda", dtype=dtype)
-    leaves32 = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    leaves32 = (q.detach().float().requires_grad_(), k.detach().float().requires_grad_(),
+                v.detach().float().requires_grad_())  # fmt: skip
     dout32 = dout.float()
-    att = [torch.randn(ATTENTION_STEP_SHAPE, device="cuda", dtype=dtype).requires_grad_() for _ in range(3)]
+    att = (torch.randn(ATTENTION_STEP_SHAPE, device="cuda", dtype=dtype).requires_grad_(),
+           torch.randn(ATTENTION_STEP_SHAPE, device="cuda", dtype=dtype).requires_grad_(),
+           torch.randn(ATTENTION_STEP_SHAPE, device="cuda", dtype=dtype).requires_grad_())  # fmt: skip
     att_dout = torch.randn(ATTENTION_STEP_SHAPE, device="cuda", dtype=dtype)
     aten_flash = torch.ops.aten._scaled_dot_product_flash_attention.default
 

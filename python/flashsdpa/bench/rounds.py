@@ -128,7 +128,7 @@ def ratios(
         fa4 = theirs[FA4] if fa4_measured else [anchor] * n
         per_round: dict[str, list[float | None]] = {"flash": [], "cudnn": [], "best": [], "cudnn_fa4": []}
         for i in range(n):
-            best = max((theirs[name][i] for name in TORCH_ALL if theirs[name][i] is not None), default=None)
+            best = max((v for v in (theirs[name][i] for name in TORCH_ALL) if v is not None), default=None)
             cudnn = theirs["torch-cudnn"][i]
             best_cf = max((v for v in (cudnn, fa4[i]) if v is not None), default=None)
             per_round["flash"].append(_ratio(mine[i], theirs["torch-flash"][i]))

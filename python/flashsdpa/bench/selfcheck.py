@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -76,7 +77,7 @@ def self_check() -> int:
             visible = torch.arange(sk)[None, :] <= torch.arange(sq)[:, None] + diag
 
         qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
-        kwargs = {"causal": align is not None, "scale": scale, "return_lse": True}
+        kwargs: dict[str, Any] = {"causal": align is not None, "scale": scale, "return_lse": True}
         if align is not None:
             kwargs["causal_alignment"] = align
         out, lse = fs.attention(qg, kg, vg, **kwargs)

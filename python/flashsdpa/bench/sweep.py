@@ -13,6 +13,7 @@ import argparse
 import sys
 import traceback
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -32,6 +33,18 @@ from flashsdpa.bench.timing import (
 )
 
 
+def _forward_call(backend: str, s: tuple[Tensor, ...], causal: bool) -> Callable[[], Any]:
+    """One timed forward: the backend's call on one input set (q, k, v, dout)."""
+    q, k, v = s[0], s[1], s[2]
+    return lambda: forward(backend, q, k, v, causal)
+
+
+def _backward_call(out: Tensor, s: tuple[Tensor, ...]) -> Callable[[], Any]:
+    """One timed backward: the gradients of one forward's output for its set's (q, k, v, dout)."""
+    leaves, dout = s[:3], s[3]
+    return lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True)
+
+
 def _measure(
     backend: str,
     problem: Problem,
@@ -42,18 +55,17 @@ def _measure(
 ) -> Result:
     result = Result(direction, problem.head_dim, problem.seqlen, problem.causal, problem.batch, problem.heads, backend)
     served_before = served_total()
+    calls: list[Callable[[], Any]]
     try:
         with backend_context(backend):
             if direction == "fwd":
                 with torch.no_grad():
-                    calls = [lambda s=s: forward(backend, s[0], s[1], s[2], problem.causal) for s in sets]
+                    calls = [_forward_call(backend, s, problem.causal) for s in sets]
                     checked = [calls[0]()]
                     result.ms = time_cuda_ms(calls, warmup=args.warmup, reps=args.reps)
             else:
                 outs = [forward(backend, s[0], s[1], s[2], problem.causal) for s in sets]
-                calls = [
-                    lambda o=o, s=s: torch.autograd.grad(o, s[:3], s[3], retain_graph=True) for o, s in zip(outs, sets)
-                ]
+                calls = [_backward_call(o, s) for o, s in zip(outs, sets)]
                 checked = list(calls[0]())
                 result.ms = time_cuda_ms(calls, warmup=args.warmup, reps=args.reps)
                 del outs, calls

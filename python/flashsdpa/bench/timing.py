@@ -125,7 +125,7 @@ def input_sets(problem: Problem, dtype: torch.dtype, layout: str, count: int) ->
             return torch.randn(b, s, h, d, device=problems.DEVICE, dtype=dtype).transpose(1, 2)
         return torch.randn(b, h, s, d, device=problems.DEVICE, dtype=dtype)
 
-    sets = []
+    sets: list[tuple[Tensor, ...]] = []
     for _ in range(count):
         q, k, v, dout = make(), make(), make(), make()
         sets.append((q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), dout))
