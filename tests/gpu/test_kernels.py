@@ -462,9 +462,6 @@ def test_sanitizer_subset(request: pytest.FixtureRequest, shape: Shape, causal: 
 # refusal naming the bucket), and its gradients on shapes with many key blocks and query steps, GQA,
 # both causal alignments, a window and the bucket's narrower head dims (columns zero-filled by TMA,
 # never stored). The tables above run it too (every 128 < d <= 256 backward row, on an H100 / H200).
-_BWD256_FEATURES = {"softcap": 1, "alibi": 2, "sinks": 4, "bias": 8, "dropout": 16}
-
-
 def _verdict256(head_dim: int, backward: int, features: int = 0, dtype: torch.dtype = torch.bfloat16) -> tuple:
     return _backend.select(
         torch.cuda.current_device(), _backend.DTYPE_CODES[dtype], head_dim, head_dim, 0, False, backward, features
@@ -487,12 +484,12 @@ def test_bwd256_plain_takes_the_sm90_tile(head_dim: int) -> None:
     assert family == "sm90", why
 
 
-@pytest.mark.parametrize("feature", list(_BWD256_FEATURES))
+@pytest.mark.parametrize("feature", list(_backend.FEATURE_BITS))
 def test_bwd256_modified_goes_elsewhere(feature: str) -> None:
     """Score modifiers, the bias and dropout have no d256 sm90 instantiation: the table hands them
     to the portable family, naming the bucket."""
     _sm90_bwd256_here()
-    family, *_, why = _verdict256(256, 1, _BWD256_FEATURES[feature])
+    family, *_, why = _verdict256(256, 1, _backend.FEATURE_BITS[feature])
     assert family != "sm90"
     if family is None:
         assert "head-dim bucket 256" in why and feature in why, why
