@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # session31_third.sh: the d256 tile's A/B (session31_second.sh's lost its variant builds: a stale
+# (Historical: the EARLY_DV, SPREAD and ROTATE switches it builds were removed at ec22d05, the
+# losing variants; rerun it from e0f7aa5, where they exist. DQ_RED remains.)
 # build directory from another tree). Four builds, each in a tree and build directory of its own:
 # base, nored (no dQ reductions: timing only, dQ wrong), earlydv (dV after a barrier on P^T alone),
 # spread (the dQ reductions in 4 parts over the next step); earlydv's and spread's gradients
