@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # session31_fourth.sh: the d256 tile's walk rotated (StepRange::rotate: each key block starts n_block
-# (Historical: the EARLY_DV, SPREAD and ROTATE switches it builds were removed at ec22d05, the
-# losing variants; rerun it from e0f7aa5, where they exist. DQ_RED remains.)
 # query blocks below the last), against the unrotated walk and against no dQ reductions at all
 # (nored: timing only). session31_third.sh measured nored at 1.83x base (8k): the reductions are
 # the tile's bound; with every resident key block of a head adding into the same query block's
 # rows at once, the question is contention on those lines. Gradients of the rotated build checked;
 # 3 alternating rounds at S 2k and 8k, causal and not.
+# (Historical: the EARLY_DV, SPREAD and ROTATE switches it builds were removed at ec22d05, the
+# losing variants; rerun it from e0f7aa5, where they exist. DQ_RED remains.)
 #   run(command="bash scripts/dev/session31_fourth.sh", carry=[".whl"], timeout_s=600)
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # session31_second.sh: where the d256 tile's time goes (its first run: 349.6 TFLOP/s at 8k, 0.98x
-# (Historical: the EARLY_DV, SPREAD and ROTATE switches it builds were removed at ec22d05, the
-# losing variants; rerun it from e0f7aa5, where they exist. DQ_RED remains.)
 # cuDNN; causal 0.86x). Three builds of the d256 bucket: base, nored (no dQ reductions: timing only,
 # dQ wrong) and earlydv (dV issued after a barrier on P^T alone), earlydv's gradients checked, 3
 # alternating rounds of the whole backward at S 2k / 8k, then ncu (--set full) of base's main kernel
 # at 8k with its stall samples per instruction.
+# (Historical: the EARLY_DV, SPREAD and ROTATE switches it builds were removed at ec22d05, the
+# losing variants; rerun it from e0f7aa5, where they exist. DQ_RED remains.)
 #   run(command="bash scripts/dev/session31_second.sh", carry=[".whl"], timeout_s=600)
 set -uo pipefail
 cd "$(dirname "$0")/../.."

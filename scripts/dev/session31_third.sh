@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # session31_third.sh: the d256 tile's A/B (session31_second.sh's lost its variant builds: a stale
-# (Historical: the EARLY_DV, SPREAD and ROTATE switches it builds were removed at ec22d05, the
-# losing variants; rerun it from e0f7aa5, where they exist. DQ_RED remains.)
 # build directory from another tree). Four builds, each in a tree and build directory of its own:
 # base, nored (no dQ reductions: timing only, dQ wrong), earlydv (dV after a barrier on P^T alone),
 # spread (the dQ reductions in 4 parts over the next step); earlydv's and spread's gradients
 # checked, then 3 alternating rounds of the whole backward at 8k, causal and not.
+# (Historical: the EARLY_DV, SPREAD and ROTATE switches it builds were removed at ec22d05, the
+# losing variants; rerun it from e0f7aa5, where they exist. DQ_RED remains.)
 #   run(command="bash scripts/dev/session31_third.sh", carry=[".whl"], timeout_s=600)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
