@@ -64,8 +64,9 @@ FAMILIES = (
         declarations="sm80/launch_sm80.h",
     ),
     # Hopper (sm_90a): buckets are whole 128-byte column blocks (TMA boxes). The backward has the
-    # 64, 128 and 256 buckets (bwd_kernel_sm90.cuh; 256 on a 64-key tile of its own, plain calls
-    # only: capabilities.cpp's bucket limits); 192 and > 256 take the portable family or PyTorch.
+    # 64, 128 and 256 buckets (bwd_kernel_sm90.cuh; 256, which holds 136-256, on a 64-key tile of
+    # its own, plain calls only: capabilities.cpp's bucket limits); the rest of those calls take the
+    # portable family, and > 256 PyTorch.
     # The forward's 512 bucket is a kernel of its own (fwd512_kernel_sm90.cuh: two-CTA clusters).
     Family(
         name="sm90",

@@ -1225,8 +1225,27 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     if (!FLASHSDPA_SM90_BWD256_DQ_RED) return;
     float* head_dq = p.dq_accum + batch * p.dq_accum_batch_stride + range.head(step) * p.dq_accum_head_stride;
     red_dq_tiles(head_dq, seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM,
-                               seq.seqlen_q - range.m_block(step) * kBlockM, p.dq_accum_row_stride, kCols * cwg, warp,
-                               lane, dq, p.scale);
+                 seq.seqlen_q - range.m_block(step) * kBlockM, p.dq_accum_row_stride, kCols * cwg, warp, lane, dq,
+                 p.scale);
+  };
+  // S^T = K Q^T or dP^T = V dO^T over this warpgroup's queries, one commit group of 16 k steps
+  // (column block kk / 4, 32 bytes into its swizzled rows per k step).
+  auto score_gemm = [&](float (&acc)[kQueries / 2], uint64_t a_desc, uint64_t b_desc) {
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
+      const uint64_t off_a = ((kk / 4) * kBlockN * 128 + (kk % 4) * 32) >> 4;
+      const uint64_t off_b = ((kk / 4) * kBlockM * 128 + (kk % 4) * 32) >> 4;
+      OpS::template ss<0>(acc, a_desc + off_a, b_desc + off_b, kk > 0);
+    }
+    sm90::wgmma_commit();
+  };
+  // A stage's per-query floats (LSE * log2 e, delta) of this thread's columns 8 j + c0, + 1.
+  auto load_columns = [&](float2 (&v)[kMTiles], uint32_t slot) {
+    const uint32_t col_bytes = (cwg * kQueries + c0) * 4;
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j)
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v[j].x), "=f"(v[j].y) : "r"(slot + col_bytes + 32 * j));
   };
 
   sm90::mbar_wait(sm.kv_full(), 0);
@@ -1237,33 +1256,17 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     const int m_block = range.m_block(i);
     const int q0 = m_block * kBlockM + cwg * kQueries + c0;  // this thread's element-0 query
 
-    // S^T = K Q^T and dP^T = V dO^T over this warpgroup's queries: two commit groups, each 16 k
-    // steps (column block kk / 4, 32 bytes into its swizzled rows per k step).
-    auto score_gemm = [&](float (&acc)[kQueries / 2], uint64_t a_desc, uint64_t b_desc) {
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
-        const uint64_t off_a = ((kk / 4) * kBlockN * 128 + (kk % 4) * 32) >> 4;
-        const uint64_t off_b = ((kk / 4) * kBlockM * 128 + (kk % 4) * 32) >> 4;
-        OpS::template ss<0>(acc, a_desc + off_a, b_desc + off_b, kk > 0);
-      }
-      sm90::wgmma_commit();
-    };
+    // S^T and dP^T: two commit groups.
     sm90::mbar_wait(sm.q_full(s), parity);
     score_gemm(st_acc, k_desc, q_kmaj0 + s * kSlot);
     sm90::mbar_wait(sm.do_full(s), parity);
     score_gemm(dpt_acc, v_desc, do_kmaj0 + s * kSlot);
 
-    // This thread's columns' LSE * log2(e) and delta (the stage's per-query floats).
-    const uint32_t col_bytes = (cwg * kQueries + c0) * 4;
+    // The LSEs while the GEMMs run, and whether a row of the stage has a huge one (one word).
     float2 lse2[kMTiles], delta[kMTiles];
     uint32_t huge;
     asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(huge) : "r"(sm.huge_slot(s)));
-#pragma unroll
-    for (int j = 0; j < kMTiles; ++j)
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                   : "=f"(lse2[j].x), "=f"(lse2[j].y)
-                   : "r"(sm.lse_slot(s) + col_bytes + 32 * j));
+    load_columns(lse2, sm.lse_slot(s));
     sm90::wgmma_wait<1>();  // S^T done, and step i - 1's dK (older): its Q stage is free
     sm90::fence_regs(st_acc);
     if (i > 0) sm90::mbar_arrive(sm.q_empty((i - 1) % Traits::kStages));
@@ -1279,11 +1282,7 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
       sm90::accumulator_to_a<Elem, 2>(a, *reinterpret_cast<const float(*)[1][2][4]>(&st[0][2 * m][0]));
       store_t(sm.pt_buf(b), m, a[0]);
     }
-#pragma unroll
-    for (int j = 0; j < kMTiles; ++j)
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                   : "=f"(delta[j].x), "=f"(delta[j].y)
-                   : "r"(sm.delta_slot(s) + col_bytes + 32 * j));
+    load_columns(delta, sm.delta_slot(s));
     sm90::wgmma_wait<0>();  // dP^T done
     sm90::fence_regs(dpt_acc);
     // dS^T = P^T (dP^T - delta), unscaled (dK is scaled in the epilogue, dQ at its reduction).

@@ -80,19 +80,19 @@ cudaError_t run_bwd_sm90_(const AttnBwdParams& params, cudaStream_t stream) {
     if (params.dropout.enabled() || mods_kind(params.mods) != kModsNone) return cudaErrorNotSupported;
     return run_bwd_sm90_with<Traits>(params, stream);
   } else {
-  // The score modifiers' instantiations (softcap, ALiBi; sinks too: it sums the rows their gradient
-  // is finished from; the bias), picked by score_mod.cuh's mods_kind as bwd_launch_sm80.cuh picks
-  // the portable ones.
-  using ScoreTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsScore>;
-  using BiasTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsBias>;
-  // Dropout: its own instantiation, plain otherwise (the host pairs it with no modifier).
-  using DropoutTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsNone, true>;
-  if (params.dropout.enabled()) return run_bwd_sm90_with<DropoutTraits>(params, stream);
-  switch (mods_kind(params.mods)) {
-    case kModsScore: return run_bwd_sm90_with<ScoreTraits>(params, stream);
-    case kModsBias: return run_bwd_sm90_with<BiasTraits>(params, stream);
-    default: return run_bwd_sm90_with<Traits>(params, stream);
-  }
+    // The score modifiers' instantiations (softcap, ALiBi; sinks too: it sums the rows their
+    // gradient is finished from; the bias), picked by score_mod.cuh's mods_kind as
+    // bwd_launch_sm80.cuh picks the portable ones.
+    using ScoreTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsScore>;
+    using BiasTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsBias>;
+    // Dropout: its own instantiation, plain otherwise (the host pairs it with no modifier).
+    using DropoutTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsNone, true>;
+    if (params.dropout.enabled()) return run_bwd_sm90_with<DropoutTraits>(params, stream);
+    switch (mods_kind(params.mods)) {
+      case kModsScore: return run_bwd_sm90_with<ScoreTraits>(params, stream);
+      case kModsBias: return run_bwd_sm90_with<BiasTraits>(params, stream);
+      default: return run_bwd_sm90_with<Traits>(params, stream);
+    }
   }
 }
 

@@ -42,26 +42,25 @@ TilePlan fwd_plan_sm90(int bucket, int major, int smem_optin_bytes) {
 }
 
 // The backward's tile (bwd_kernel_sm90.cuh's BwdTraitsSm90: 64 queries x 128 keys, 2 stages; the
-// d64 plain kernel's tall step 128 queries; d256 64 x 64, its plain instantiation only) per bucket, in the most shared memory of the bucket's
-// instantiations (plain, score modifiers, bias, dropout); the buckets are the generator's sm90
-// "bwd" list, so a new one adds its case here.
+// d64 plain kernel's tall step 128 queries; d256 64 x 64) per bucket, in the most shared memory of
+// the bucket's instantiations (plain, score modifiers, bias, dropout; d256 has the plain one only);
+// the buckets are the generator's sm90 "bwd" list, so a new one adds its case here.
 TilePlan bwd_plan_sm90(int bucket, int major, int smem_optin_bytes) {
   (void)major;
   const auto plan = [&](auto traits) {
     using T = decltype(traits);
-    constexpr int kBytes =
-        std::max({T::kSmemBytes, BwdTraitsSm90<__half, T::kHeadDim, T::kStages, kModsScore>::kSmemBytes,
-                  BwdTraitsSm90<__half, T::kHeadDim, T::kStages, kModsBias>::kSmemBytes,
-                  BwdTraitsSm90<__half, T::kHeadDim, T::kStages, kModsNone, true>::kSmemBytes});
-    return kBytes <= smem_optin_bytes ? TilePlan{0, kBytes} : TilePlan{-1, 0};
+    int bytes = T::kSmemBytes;
+    if constexpr (!T::kWide) {
+      bytes = std::max({bytes, BwdTraitsSm90<__half, T::kHeadDim, T::kStages, kModsScore>::kSmemBytes,
+                        BwdTraitsSm90<__half, T::kHeadDim, T::kStages, kModsBias>::kSmemBytes,
+                        BwdTraitsSm90<__half, T::kHeadDim, T::kStages, kModsNone, true>::kSmemBytes});
+    }
+    return bytes <= smem_optin_bytes ? TilePlan{0, bytes} : TilePlan{-1, 0};
   };
   switch (bucket) {
     case 64: return plan(BwdTraitsSm90<__half, 64>{});
     case 128: return plan(BwdTraitsSm90<__half, 128>{});
-    case 256: {  // the 64-key tile: plain calls only (no modifier or dropout instantiation)
-      constexpr int kBytes = BwdTraitsSm90<__half, 256>::kSmemBytes;
-      return kBytes <= smem_optin_bytes ? TilePlan{0, kBytes} : TilePlan{-1, 0};
-    }
+    case 256: return plan(BwdTraitsSm90<__half, 256>{});
     default: return TilePlan{-1, 0};
   }
 }
