@@ -102,48 +102,6 @@ __device__ __forceinline__ uint32_t bar_x_full(uint32_t base, int w) { return ba
 template <typename T>
 __device__ __forceinline__ uint32_t bar_x_empty(uint32_t base, int w) { return base + T::kBars + 8 * (11 + w); }
 
-// ---- cluster primitives (sm_90) -------------------------------------------------------------------
-__device__ __forceinline__ int cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return static_cast<int>(r);
-}
-// Every thread of both CTAs; release / acquire at cluster scope.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-// The shared::cluster address of `addr` (a shared::cta address of this CTA's layout) in CTA `rank`.
-__device__ __forceinline__ uint32_t map_to_rank(uint32_t addr, int rank) {
-  uint32_t out;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(addr), "r"(rank));
-  return out;
-}
-// 16 bytes into another CTA's shared memory, completing 16 bytes of transactions on its barrier
-// `cluster_bar` (as a TMA load would): the receiver's wait then sees the data.
-__device__ __forceinline__ void st_async_v4(uint32_t cluster_addr, uint32_t cluster_bar, float a, float b, float c,
-                                            float d) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
-                   cluster_addr),
-               "f"(a), "f"(b), "f"(c), "f"(d), "r"(cluster_bar)
-               : "memory");
-}
-// An arrival on a barrier of another CTA of the cluster, ordering this thread's earlier accesses
-// (its remote stores, its reads of the slot) before what the waiter does next.
-__device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_addr) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
-}
-__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  }
-}
-
 // A cluster's tile: query block, head, batch, and the key blocks it visits, from the last visible
 // one down. Both CTAs compute it from the same cluster index, so they agree on every step.
 struct Tile512 {
@@ -237,9 +195,9 @@ __device__ __forceinline__ void consume(const AttnFwdParams& p, uint32_t base, i
     constexpr uint64_t kSlotDesc = T::kKVBytes >> 4;
     const int peer = rank ^ 1;
     const uint32_t x_mine = base + T::kX + cw * T::kXBytes + tid * 16;  // this thread's float4 j at + 2048 j
-    const uint32_t x_peer = map_to_rank(x_mine, peer);
+    const uint32_t x_peer = sm90::map_to_rank(x_mine, peer);
     const uint32_t x_full = bar_x_full<T>(base, cw), x_empty = bar_x_empty<T>(base, cw);
-    const uint32_t x_full_peer = map_to_rank(x_full, peer), x_empty_peer = map_to_rank(x_empty, peer);
+    const uint32_t x_full_peer = sm90::map_to_rank(x_full, peer), x_empty_peer = sm90::map_to_rank(x_empty, peer);
 
     auto issue_s = [&](int slot) {
       sm90::wgmma_fence();
@@ -264,11 +222,11 @@ __device__ __forceinline__ void consume(const AttnFwdParams& p, uint32_t base, i
     auto exchange_and_softmax = [&](int i, float (&correction)[2]) {
       // (after my wait for step i - 1's phase: this arms phase i)
       if (tid == 0) sm90::mbar_arrive_expect_tx(x_full, T::kXBytes);
-      mbar_wait_cluster(x_empty, (i & 1) ^ 1);  // the peer has read what I wrote for step i - 1
+      sm90::mbar_wait_cluster(x_empty, (i & 1) ^ 1);  // the peer has read what I wrote for step i - 1
 #pragma unroll
       for (int j = 0; j < T::kBlockN / 8; ++j)
-        st_async_v4(x_peer + 2048 * j, x_full_peer, s_acc[4 * j], s_acc[4 * j + 1], s_acc[4 * j + 2], s_acc[4 * j + 3]);
-      mbar_wait_cluster(x_full, i & 1);
+        sm90::st_async_v4(x_peer + 2048 * j, x_full_peer, s_acc[4 * j], s_acc[4 * j + 1], s_acc[4 * j + 2], s_acc[4 * j + 3]);
+      sm90::mbar_wait_cluster(x_full, i & 1);
 #pragma unroll
       for (int j = 0; j < T::kBlockN / 8; ++j) {
         const uint4 v = ld_shared_v4(x_mine + 2048 * j);  // (common/ptx.cuh's: the peer's four fp32 partials)
@@ -276,7 +234,7 @@ __device__ __forceinline__ void consume(const AttnFwdParams& p, uint32_t base, i
         s_acc[4 * j + 2] += __uint_as_float(v.z), s_acc[4 * j + 3] += __uint_as_float(v.w);
       }
       sm90::named_sync(kBarSlotRead + cw, 128);  // every thread of the warpgroup has read the slot
-      if (tid == 0) mbar_arrive_remote(x_empty_peer);
+      if (tid == 0) sm90::mbar_arrive_remote(x_empty_peer);
       const int n = t.n_block(i);
       if (t.masked(n)) t.mask.apply(s, row0, n * T::kBlockN + 2 * (lane % 4), -INFINITY);
       return softmax.template online_step<kNTiles>(s, p.scale_log2, correction);
@@ -351,7 +309,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(Traits::kThreads, 1)
   using namespace fwd512_sm90;
   extern __shared__ __align__(128) char smem[];
   const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
-  const int rank = cluster_rank();
+  const int rank = sm90::cluster_rank();
   const Tile512 t = tile_of<Traits>(args.p, static_cast<int>(blockIdx.x / 2));  // a cluster's CTAs are consecutive in x
   if (threadIdx.x == 0) {
     sm90::mbar_init(bar_q_full<Traits>(base), 1);
@@ -368,7 +326,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(Traits::kThreads, 1)
     sm90::fence_mbar_init();
   }
   __syncthreads();
-  cluster_sync();  // both CTAs' barriers exist before any remote arrival
+  sm90::cluster_sync();  // both CTAs' barriers exist before any remote arrival
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     sm90::setmaxnreg_dec<Traits::kProducerRegs>();
@@ -378,7 +336,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(Traits::kThreads, 1)
     consume<Traits>(args.p, base, rank, wg - 1, t);
   }
   __syncwarp();    // (the producer's lane 0 rejoins its warp: the cluster barrier is .aligned)
-  cluster_sync();  // no CTA leaves while the other may still write into its shared memory
+  sm90::cluster_sync();  // no CTA leaves while the other may still write into its shared memory
 #endif
 }
 
