@@ -84,13 +84,9 @@ constexpr FwdTileShapeSm90 kFwdShortTileSm90{128, 128, 2};
 // Whether this d <= 64 plain forward runs the short tile: the launcher (run_fwd_sm90_) and the
 // workspace size (fwd_workspace_sm90) both ask (tiles_sm90.cu, with the measurements).
 bool fwd_sm90_short_tile(const AttnFwdParams& params);
-// Whether this d128 plain forward runs as CTA pairs (FwdTraitsSm90::kCluster = 2; tiles_sm90.cu,
-// with the measurements): the launcher, which also asks whether the pairs fit the device, and the
-// workspace size both ask.
-bool fwd_sm90_cluster(const AttnFwdParams& params);
 
 template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
-          int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone, bool kDropout_ = false, int kCluster_ = 1>
+          int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone, bool kDropout_ = false>
 struct FwdTraitsSm90 {
   using Elem = Elem_;
   // The score modifiers (softcap, ALiBi, sinks; the bias: common/score_mod.cuh's ScoreModFwd), in
@@ -118,14 +114,6 @@ struct FwdTraitsSm90 {
   // 44 bytes around a piece's bookkeeping (its last round is fuller anyway: 2752 tiles at 8k, 0.7%),
   // the d256 consumers (O alone is 128 of their 240 registers) 496 bytes.
   static constexpr bool kTailSplit = kModsKind == kModsNone && !kDropout && kHeadDim == 128;
-  // CTA pairs (a cluster of kCluster = 2 on two SMs) that run query blocks 2u and 2u + 1 of one
-  // (head, batch) in step, key block by key block: each CTA loads half of every K / V tile and the
-  // TMA unit multicasts it into both CTAs' rings, so K / V cross from L2 to the SMs once per 256
-  // query rows instead of once per 128 (d128 non-causal 8k: 8 GB of L2 reads a call at 128 rows,
-  // ~5 TB/s). The plain kernel's unmasked dense calls only (fwd_sm90_cluster): the pair must visit
-  // the same key blocks, which a causal pair does not. The scheduler's units are pairs of query
-  // blocks; the split tail cuts pairs, each CTA merging its own block's pieces.
-  static constexpr int kCluster = kCluster_;
 
   static constexpr int kConsumerWGs = kBlockM / 64;
   static constexpr int kThreads = 128 * (kConsumerWGs + 1);
@@ -134,11 +122,9 @@ struct FwdTraitsSm90 {
   // The bias kernels with two consumers at 32 / 232 (63,488): at 24 / 240 ptxas 13.0 spills the
   // producer 40 / 16 bytes at d128 / d256, at 32 / 232 nothing; timed 1.004x of 24 / 240 (H200,
   // 6 rounds, session 15: within noise), so the split buys no local-memory traffic for free.
-  // CTA pairs (kCluster) too: their producer (the rank, the pair's worker) spilled 48 bytes at 24
-  // registers (ptxas 13.0, d128), 0 at 32; the consumers do not spill at 232.
-  static constexpr bool kWideProducer = (kModsKind == kModsBias || kCluster_ > 1) && kConsumerWGs == 2;
-  static constexpr int kProducerRegs = kConsumerWGs == 2 ? (kWideProducer ? 32 : 24) : 32;
-  static constexpr int kConsumerRegs = kConsumerWGs == 2 ? (kWideProducer ? 232 : 240) : 160;
+  static constexpr bool kBiasSplit = kModsKind == kModsBias && kConsumerWGs == 2;
+  static constexpr int kProducerRegs = kConsumerWGs == 2 ? (kBiasSplit ? 32 : 24) : 32;
+  static constexpr int kConsumerRegs = kConsumerWGs == 2 ? (kBiasSplit ? 232 : 240) : 160;
 
   static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte column blocks of a tile (TMA boxes)
   static constexpr int kMTiles = 1;                 // m16 tiles per warp (wgmma: 16 rows per warp)
@@ -174,8 +160,6 @@ struct FwdTraitsSm90 {
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma N: multiple of 16 (P V steps), at most 256");
   static_assert(!kDropout || (kBlockN % 32 == 0 && !kMods), "dropout: whole 32-key blocks, no modifiers");
   static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared memory limit");
-  static_assert(kCluster == 1 || (kCluster == 2 && !kMods && !kDropout && kBlockN % 16 == 0),
-                "CTA pairs: the plain kernel, K / V tiles in two halves of whole 8-row swizzle atoms");
 };
 
 // The bias kernels' traits (the launcher and the host's workspace size both name this type): d64
@@ -316,13 +300,9 @@ struct RingState {
 
 // The producer: per tile, Q once its slot is free, then K_j and V_j for j from the last visible
 // key block down to the first.
-// CTA pairs (Traits::kCluster = 2): this CTA's half of each K / V tile (rows [rank * kBlockN / 2,
-// (rank + 1) * kBlockN / 2)), multicast into both CTAs' slots once both CTAs' consumers have
-// released the slot (the slot's "empty" barrier counts the arrivals of both), completing on each
-// CTA's "full" barrier, which expects the whole tile.
 template <typename Traits>
 __device__ __forceinline__ void produce(const FwdSm90Args& args, const SmemLayout<Traits>& sm, const TileWork& w,
-                                        RingState& ring, int rank) {
+                                        RingState& ring) {
   const AttnFwdParams& p = args.p;
   const WorkTile& tile = w.tile;
   const int kv_head = tile.head / (p.heads_q / p.heads_kv);
@@ -337,25 +317,12 @@ __device__ __forceinline__ void produce(const FwdSm90Args& args, const SmemLayou
   ++ring.q;
   // One K or V tile into its ring slot, once the consumers have released the slot.
   auto load_kv = [&](uint32_t empty, uint32_t full, uint32_t slot, const CUtensorMap* map, uint32_t parity, int n) {
-    if constexpr (Traits::kCluster == 1) {
-      sm90::mbar_wait(empty, parity ^ 1);
-      sm90::mbar_arrive_expect_tx(full, Traits::kKVBytes);
+    sm90::mbar_wait(empty, parity ^ 1);
+    sm90::mbar_arrive_expect_tx(full, Traits::kKVBytes);
 #pragma unroll
-      for (int c = 0; c < Traits::kColBlocks; ++c) {
-        sm90::tma_load_4d(slot + c * Traits::kBlockN * 128, map, full, c * 64, w.k_row0 + n * Traits::kBlockN, kv_head,
-                          w.tma_batch);
-      }
-    } else {
-      constexpr int kHalf = Traits::kBlockN / 2;  // rows a CTA loads: whole 8-row swizzle atoms
-      // The peer's consumers arrive here too. A plain wait (acquire at CTA scope): what follows is
-      // a TMA issue, no read of what they released (acquire.cluster invalidated L1 every time).
-      sm90::mbar_wait(empty, parity ^ 1);
-      sm90::mbar_arrive_expect_tx(full, Traits::kKVBytes);  // both halves land in this CTA's slot
-#pragma unroll
-      for (int c = 0; c < Traits::kColBlocks; ++c) {
-        sm90::tma_load_4d_multicast(slot + c * Traits::kBlockN * 128 + rank * kHalf * 128, map, full, 0x3, c * 64,
-                                    w.k_row0 + n * Traits::kBlockN + rank * kHalf, kv_head, w.tma_batch);
-      }
+    for (int c = 0; c < Traits::kColBlocks; ++c) {
+      sm90::tma_load_4d(slot + c * Traits::kBlockN * 128, map, full, c * 64, w.k_row0 + n * Traits::kBlockN, kv_head,
+                        w.tma_batch);
     }
   };
   for (int n = w.n_block_max - 1; n >= w.n_block_min; --n, ++ring.kv) {
@@ -377,18 +344,11 @@ struct SplitWorkspace {
   static constexpr int kOFloats = Traits::kHeadDim / 2;  // a consumer thread's O accumulator
   static constexpr int kWgBytes = 128 * (kOFloats + 2) * 4;
   static constexpr int64_t kSlotBytes = int64_t(Traits::kConsumerWGs) * kWgBytes;
-  // CTA pairs: a worker is a pair and a tail tile a pair of query blocks, so each (tile, CTA of the
-  // pair) has its tickets and each CTA of a worker its two slots.
-  static constexpr int kCtas = Traits::kCluster;
   __host__ __device__ static int64_t slots_offset(const TailSplit& s) {
-    return (int64_t(s.tiles) * kCtas * Traits::kConsumerWGs * 4 + 255) / 256 * 256;
+    return (int64_t(s.tiles) * Traits::kConsumerWGs * 4 + 255) / 256 * 256;
   }
   __host__ __device__ static int64_t bytes(const TailSplit& s) {
-    return s.enabled() ? slots_offset(s) + 2 * int64_t(s.workers) * kCtas * kSlotBytes : 0;
-  }
-  // The slot of the CTA of rank `rank` for its worker's slot `ws` (TailSplit::slot: 2w or 2w + 1).
-  __device__ __forceinline__ static int cta_slot(int ws, int rank) {
-    return kCtas == 1 ? ws : (ws >> 1) * 2 * kCtas + 2 * rank + (ws & 1);
+    return s.enabled() ? slots_offset(s) + 2 * int64_t(s.workers) * kSlotBytes : 0;
   }
 };
 
@@ -406,13 +366,10 @@ __device__ __forceinline__ bool merge_pieces(const FwdSm90Args& args, const Smem
   using Ws = SplitWorkspace<Traits>;
   constexpr int kGroups = Ws::kOFloats / 4;
   const int tid = threadIdx.x % 128;
-  const int rank = Traits::kCluster > 1 ? sm90::cluster_rank() : 0;
   char* const wg_slots = args.workspace + Ws::slots_offset(args.split) + cwg * Ws::kWgBytes;
-  auto o_part = [&](int ws) {
-    return reinterpret_cast<float4*>(wg_slots + Ws::cta_slot(ws, rank) * Ws::kSlotBytes) + tid;
-  };
-  auto lse_part = [&](int ws) {
-    return reinterpret_cast<float2*>(wg_slots + Ws::cta_slot(ws, rank) * Ws::kSlotBytes + Ws::kOFloats * 128 * 4) + tid;
+  auto o_part = [&](int slot) { return reinterpret_cast<float4*>(wg_slots + slot * Ws::kSlotBytes) + tid; };
+  auto lse_part = [&](int slot) {
+    return reinterpret_cast<float2*>(wg_slots + slot * Ws::kSlotBytes + Ws::kOFloats * 128 * 4) + tid;
   };
   {
     float4* dst = o_part(w.tile.split);
@@ -423,7 +380,7 @@ __device__ __forceinline__ bool merge_pieces(const FwdSm90Args& args, const Smem
   __threadfence();  // every thread's partial is visible before the ticket that counts it
   sm90::named_sync(kBarEpilogue + cwg, 128);
   if (tid == 0) {
-    int* ticket = reinterpret_cast<int*>(args.workspace) + (w.tail * Ws::kCtas + rank) * Traits::kConsumerWGs + cwg;
+    int* ticket = reinterpret_cast<int*>(args.workspace) + w.tail * Traits::kConsumerWGs + cwg;
     const int blocks = w.n_block_max - w.n_block_min;
     st_shared_b32(sm.piece_verdict(cwg), atomicAdd(ticket, blocks) + blocks == args.split.units ? 1u : 0u);
   }
@@ -555,15 +512,6 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   const uint64_t v_desc0 = sm90::make_desc(sm.v, kBlockN * 128, 1024);
   constexpr uint64_t kSlotDesc = Traits::kKVBytes >> 4;
   const bool arriver = lane == 0;  // one arrival per warp on the "empty" barriers
-  // A K / V slot is free once this warp's wgmma has read it; CTA pairs: the peer's producer, which
-  // multicasts into this CTA's slot too, counts the arrival on its own barrier as well.
-  [[maybe_unused]] const int peer = Traits::kCluster > 1 ? sm90::cluster_rank() ^ 1 : 0;
-  auto release_kv = [&](uint32_t empty) {
-    if (arriver) {
-      sm90::mbar_arrive(empty);
-      if constexpr (Traits::kCluster > 1) sm90::mbar_arrive_peer(sm90::map_to_rank(empty, peer));
-    }
-  };
 
   // Ping-pong turns: warpgroup w waits on barrier kBarTurn + w before issuing its GEMMs and passes
   // the turn to w + 1 after (128 waiting + 128 arriving threads per barrier). The chain runs on
@@ -599,7 +547,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       turn_end();
       sm90::wgmma_wait<0>();
       sm90::fence_regs(s_acc);
-      release_kv(sm.k_empty(slot));
+      if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
       modify(n, need);
       if (n > w.n_block_min) stage_bias(n - 1, need = block_need(n - 1));
@@ -621,7 +569,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       turn_end();
       sm90::wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
       sm90::fence_regs(s_acc);
-      release_kv(sm.k_empty(slot));
+      if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
       modify(n, need);
       if (n > w.n_block_min) stage_bias(n - 1, need = block_need(n - 1));
@@ -631,7 +579,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       if constexpr (Traits::kDropout) apply_dropout(rng, s, warp_row, n * kBlockN);
       sm90::wgmma_wait<0>();
       sm90::fence_regs(o_acc);
-      release_kv(sm.v_empty(prev));
+      if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
       if (rescale) softmax.template rescale<kDTiles>(o, correction);
       sm90::accumulator_to_a<Elem, kNTiles>(p16, s);
     }
@@ -642,7 +590,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     turn_end();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(o_acc);
-    release_kv(sm.v_empty(prev));
+    if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
   }
 
   // ---- epilogue: normalize, stage O, TMA store; LSE straight from registers ----------------------
@@ -773,10 +721,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
 //   CTA 0 gets the heaviest tile of every round: 1.3x the work of the last CTA at d256, 8k).
 //   Sections with this static split lost (session 8, `next/fwd-l2-groups`: 8k causal -18%): each
 //   section ends in its own tail, which only a dynamic schedule fills.
-// CTA pairs (kCluster = 2, non-causal only: static): a worker is a pair of CTAs and a tile a pair of
-// query blocks (num_blocks counts pairs); the CTA of rank r runs block 2 u + r of pair u.
-template <int kCluster = 1>
-struct PersistentTileSchedulerT {
+struct PersistentTileScheduler {
   // Of the H100's / H200's 50 MB of L2, as the backward's grouped order (BwdGridOrder, measured
   // there: 32 MB 0.974 ms, 8 MB 0.975, everything in one group 1.20 at 2k causal d128).
   // 8 MB lost at d128 causal 8k / 16k (0.977 / 0.950 of 32 MB, session 19).
@@ -791,19 +736,15 @@ struct PersistentTileSchedulerT {
   // runs on 24 registers after setmaxnreg, from spilling (int64: 28 bytes at d128).
   __host__ __device__ int64_t num_tiles() const { return int64_t(num_blocks) * num_heads * batch; }
   __host__ __device__ __forceinline__ bool dynamic() const { return counter != nullptr; }
-  // This CTA's worker (its pair with CTA pairs) and the grid's count of them.
-  __device__ __forceinline__ int worker() const { return static_cast<int>(blockIdx.x) / kCluster; }
-  __device__ __forceinline__ int workers() const { return static_cast<int>(gridDim.x) / kCluster; }
   // This CTA's first tile (round 0 of every order).
-  __device__ __forceinline__ int first() const { return worker(); }
+  __device__ __forceinline__ int first() const { return blockIdx.x; }
   // The tile after `t` (>= num_tiles(): no more). Dynamic: fetched from the counter; static: the
   // position of round `round` + 1 (the caller counts rounds).
   __device__ __forceinline__ int next(int t, int num_tiles, int& round) const {
-    if constexpr (kCluster > 1) return ++round * workers() + worker();  // (pairs: unmasked, head-major)
-    if (dynamic()) return t < num_tiles ? workers() + atomicAdd(counter, 1) : t;
+    if (dynamic()) return t < num_tiles ? static_cast<int>(gridDim.x) + atomicAdd(counter, 1) : t;
     ++round;
-    const int base = round * workers();
-    return (!head_major && (round & 1)) ? base + (workers() - 1 - worker()) : base + worker();
+    const int base = round * static_cast<int>(gridDim.x);
+    return (!head_major && (round & 1)) ? base + static_cast<int>(gridDim.x - 1 - blockIdx.x) : base + static_cast<int>(blockIdx.x);
   }
   // The last CTA to finish zeroes the counter again (every CTA's last fetch came before its own
   // arrival here, so no fetch follows the reset). The launcher's memset already zeroes it before
@@ -811,23 +752,17 @@ struct PersistentTileSchedulerT {
   // ptxas 13.0 allocates the 24-register producer thread worse: 44-64 bytes of spill in the d128
   // and d256 kernels (measured, session 13), 0 with it.
   __device__ __forceinline__ void finish() const {
-    if (kCluster > 1 || !dynamic()) return;
+    if (!dynamic()) return;
     __threadfence();
     if (atomicAdd(counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
       atomicExch(counter, 0);
       atomicExch(counter + 1, 0);
     }
   }
-  // Tile `linear`; CTA pairs: the block of this CTA's rank in the pair.
-  __device__ __forceinline__ WorkTile tile(int linear, int rank = 0) const {
-    WorkTile t = tile_of_unit(linear);
-    t.block = t.block * kCluster + rank;
-    return t;
-  }
-  __device__ __forceinline__ WorkTile tile_of_unit(int linear) const {
+  __device__ __forceinline__ WorkTile tile(int linear) const {
     WorkTile t;
     t.split = 0;
-    if (kCluster > 1 || head_major) {
+    if (head_major) {
       const int head_linear = linear / num_blocks;
       t.block = num_blocks - 1 - (linear - head_linear * num_blocks);
       t.head = head_linear % num_heads;
@@ -876,7 +811,6 @@ template <typename Traits>
 __host__ __device__ constexpr int max_dynamic_blocks() {
   return Traits::kHeadDim == 256 ? 32 : 1000000;
 }
-using PersistentTileScheduler = PersistentTileSchedulerT<1>;
 
 // Whether the problem takes the dynamic order when it has a counter (masked, few query blocks).
 template <typename Traits>
@@ -885,12 +819,10 @@ __host__ __device__ inline bool fwd_sm90_dynamic(const AttnFwdParams& p) {
 }
 
 template <typename Traits>
-__host__ __device__ inline PersistentTileSchedulerT<Traits::kCluster> fwd_sm90_scheduler(const AttnFwdParams& p,
-                                                                                        int group = 1) {
-  // CTA pairs: units of two query blocks (fwd_sm90_cluster takes an even count only).
-  const int num_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM / Traits::kCluster;
-  return PersistentTileSchedulerT<Traits::kCluster>{num_blocks, p.heads_q, p.batch, p.mask.is_none(),
-                                                    fwd_sm90_dynamic<Traits>(p) ? p.tile_counter : nullptr, group};
+__host__ __device__ inline PersistentTileScheduler fwd_sm90_scheduler(const AttnFwdParams& p, int group = 1) {
+  const int num_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  return PersistentTileScheduler{num_blocks, p.heads_q, p.batch, p.mask.is_none(),
+                                 fwd_sm90_dynamic<Traits>(p) ? p.tile_counter : nullptr, group};
 }
 
 // The split tail a persistent launch of this kernel runs (tile_scheduler.cuh's TailSplit; tiles 0:
@@ -911,7 +843,7 @@ inline TailSplit fwd_sm90_tail_split(const AttnFwdParams& p) {
   if (!Traits::kTailSplit || !p.mask.is_none() || p.cu_seqlens_q != nullptr || p.seqused_k != nullptr ||
       units < kTailSplitMinBlocks)
     return TailSplit{static_cast<int>(tiles), 0, units, 0};
-  return make_tail_split(tiles, units, p.num_sms / Traits::kCluster);  // CTA pairs: a worker a pair
+  return make_tail_split(tiles, units, p.num_sms);
 }
 
 // What a launch does with the call's workspace (params.h): the dynamic schedule's counter (a masked
@@ -970,7 +902,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
   extern __shared__ __align__(128) char fwd_smem[];  // one alignment for every declaration of it
   const fwd_sm90::SmemLayout<Traits> sm((smem_u32(fwd_smem) + 1023u) & ~1023u);
   const AttnFwdParams& p = args.p;
-  const auto scheduler = fwd_sm90::fwd_sm90_scheduler<Traits>(p, args.sched_group);
+  const fwd_sm90::PersistentTileScheduler scheduler = fwd_sm90::fwd_sm90_scheduler<Traits>(p, args.sched_group);
   const int num_tiles = static_cast<int>(scheduler.num_tiles());  // < 2^31: the launcher checked
   const fwd_sm90::TileQueue queue{sm.tile_queue()};
   if constexpr (Traits::kDropout) {
@@ -987,14 +919,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
     for (int s = 0; s < Traits::kStages; ++s) {
       sm90::mbar_init(sm.k_full(s), 1);
       sm90::mbar_init(sm.v_full(s), 1);
-      sm90::mbar_init(sm.k_empty(s), 4 * Traits::kConsumerWGs * Traits::kCluster);  // pairs: both CTAs' warps
-      sm90::mbar_init(sm.v_empty(s), 4 * Traits::kConsumerWGs * Traits::kCluster);
+      sm90::mbar_init(sm.k_empty(s), 4 * Traits::kConsumerWGs);
+      sm90::mbar_init(sm.v_empty(s), 4 * Traits::kConsumerWGs);
     }
     queue.init(128 * Traits::kConsumerWGs);
     sm90::fence_mbar_init();
   }
   __syncthreads();
-  if constexpr (Traits::kCluster > 1) sm90::cluster_sync();  // the peer's barriers exist before its first multicast
 
   fwd_sm90::RingState ring;
   const int warpgroup = threadIdx.x / 128;
@@ -1010,25 +941,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
       // piece's WorkTile::split is its partial's slot (TailSplit::slot: 2w for the CTA's first
       // item, 2w + 1 for its last). One call site of produce(): with a second one for the tail,
       // ptxas spilled the 24-register producer (8 bytes at d128).
-      // CTA pairs: both CTAs walk the same units (the pair's worker) and key ranges, each its rank's block.
       const TailSplit& split = args.split;
       const int whole = Traits::kTailSplit ? split.whole : num_tiles;
-      const int worker = scheduler.worker();
-      const int rank = Traits::kCluster > 1 ? sm90::cluster_rank() : 0;
       int round = 0, i = 0;
       int t = scheduler.first();
-      int x = Traits::kTailSplit && split.enabled() ? split.begin(worker) : 0;
-      const int end = Traits::kTailSplit && split.enabled() ? split.begin(worker + 1) : 0;
-      for (int slot = 2 * worker;; ++i) {
+      int x = Traits::kTailSplit && split.enabled() ? split.begin(blockIdx.x) : 0;
+      const int end = Traits::kTailSplit && split.enabled() ? split.begin(blockIdx.x + 1) : 0;
+      for (int slot = 2 * blockIdx.x;; ++i) {
         fwd_sm90::FwdItem item{WorkTile{0, 0, -1, 0}, 0, 0, -1};
         if (t < whole) {
           const int next = scheduler.next(t, num_tiles, round);
-          item.tile = scheduler.tile(t, rank);
+          item.tile = scheduler.tile(t);
           t = next;
         } else if (Traits::kTailSplit && x < end) {
           const int tail = x / split.units, first = tail * split.units;
           const int stop = min(end, first + split.units);
-          item = fwd_sm90::FwdItem{scheduler.tile(split.whole + tail, rank), x - first, stop - first,
+          item = fwd_sm90::FwdItem{scheduler.tile(split.whole + tail), x - first, stop - first,
                                    x > first || stop < first + split.units ? tail : -1};
           item.tile.split = slot;
           slot |= 1;
@@ -1037,7 +965,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
         queue.push(i, item);
         if (!item.tile.valid()) break;
         const fwd_sm90::TileWork w = fwd_sm90::item_work<Traits>(p, item);
-        if (w.has_keys()) fwd_sm90::produce<Traits>(args, sm, w, ring, rank);
+        if (w.has_keys()) fwd_sm90::produce<Traits>(args, sm, w, ring);
       }
       scheduler.finish();
     }
@@ -1061,10 +989,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
       if (cwg == 0) sm90::named_sync(fwd_sm90::kBarTurn, 256);
     }
     if (threadIdx.x % 128 == 0) sm90::tma_store_wait_read();  // shared memory must outlive the last store's reads
-  }
-  if constexpr (Traits::kCluster > 1) {
-    __syncwarp();            // (the producer's thread 0 rejoins its warp: the cluster barrier is .aligned)
-    sm90::cluster_sync();    // no CTA leaves while its peer may still multicast into it or arrive on its barriers
   }
 #endif
 }

@@ -7,7 +7,6 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <climits>
 #include <cstdint>
 
@@ -19,40 +18,6 @@
 
 namespace flashsdpa {
 
-// Whether `pairs` clusters of two CTAs of kKernel can be resident at once on this device (the
-// persistent pair grid assumes every worker runs from the start: a worker that waits for a free
-// pair of SMs doubles the call). Two CTAs of a cluster need SMs of one GPC, so a part whose GPCs
-// have odd SM counts holds fewer pairs than SMs / 2. Asked once per (kernel, device): two bits per
-// device (known, fits), as opt_in_dynamic_smem remembers its opt-in. cudaOccupancyMaxActiveClusters
-// wants the kernel's shared-memory opt-in first.
-template <auto kKernel>
-bool fwd_sm90_pairs_fit(int threads, int smem_bytes, int pairs) {
-  static std::atomic<uint64_t> known{0}, fits{0};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return false;
-  const uint64_t bit = uint64_t{1} << device;
-  if (!(known.load(std::memory_order_relaxed) & bit)) {
-    int clusters = 0;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(2 * static_cast<unsigned>(pairs > 0 ? pairs : 1));
-    config.blockDim = dim3(threads);
-    config.dynamicSmemBytes = smem_bytes;
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = 2;
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-    const bool ok = opt_in_dynamic_smem<kKernel>(smem_bytes) == cudaSuccess &&
-                    cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config) == cudaSuccess && clusters >= pairs;
-    (void)cudaGetLastError();  // a refused query leaves no sticky error for the next launch to report
-    if (ok) fits.fetch_or(bit, std::memory_order_relaxed);
-    known.fetch_or(bit, std::memory_order_relaxed);
-  }
-  return (fits.load(std::memory_order_relaxed) & bit) != 0;
-}
-
 // persistent = false launches one CTA per tile instead (the same kernel: each CTA then runs one
 // loop trip), for measuring what persistence buys.
 template <typename Traits>
@@ -60,15 +25,11 @@ cudaError_t launch_fwd_sm90(const AttnFwdParams& params, cudaStream_t stream, bo
   constexpr int kSmemBytes = Traits::kSmemBytes;
   auto* kernel = &flashsdpa_fwd_sm90_kernel<Traits>;
   // Persistent: one CTA per SM (the tile needs all of an SM's shared memory), fewer for few tiles.
-  // CTA pairs (Traits::kCluster): a worker per two SMs, its tiles pairs of query blocks.
-  constexpr int kCluster = Traits::kCluster;
-  static_assert(kCluster == 1 || kCluster == 2, "CTAs alone or in pairs");
-  const auto scheduler = fwd_sm90::fwd_sm90_scheduler<Traits>(params);
+  const fwd_sm90::PersistentTileScheduler scheduler = fwd_sm90::fwd_sm90_scheduler<Traits>(params);
   const int64_t tiles = scheduler.num_tiles();
   if (tiles == 0) return cudaSuccess;
-  const int64_t workers = params.num_sms / kCluster > 0 ? params.num_sms / kCluster : 1;
-  if (kCluster > 1 && !persistent) return cudaErrorInvalidConfiguration;  // (pairs run persistent only)
-  const int64_t grid = kCluster * (!persistent ? tiles : (tiles < workers ? tiles : workers));
+  const int64_t grid =
+      !persistent ? tiles : (tiles < params.num_sms ? tiles : (params.num_sms > 0 ? params.num_sms : 1));
   // The kernel's tile indices are int32, and a dynamic fetch can reach tiles + grid.
   if (tiles + grid > INT_MAX) return cudaErrorInvalidConfiguration;
 
@@ -93,33 +54,15 @@ cudaError_t launch_fwd_sm90(const AttnFwdParams& params, cudaStream_t stream, bo
   const bool bf16 = params.dtype == DType::kBFloat16;
   // An encoding the driver refuses comes back as cudaErrorNotSupported before anything ran: the
   // host then launches the portable family instead.
-  // (CTA pairs: each CTA loads half of a K / V tile's rows.)
   cudaError_t err = encode_tma_all({{&args.tma_q, tma_q(params), Traits::kBlockM},
-                                    {&args.tma_k, tma_k(params), Traits::kBlockN / kCluster},
-                                    {&args.tma_v, tma_v(params), Traits::kBlockN / kCluster},
+                                    {&args.tma_k, tma_k(params), Traits::kBlockN},
+                                    {&args.tma_v, tma_v(params), Traits::kBlockN},
                                     {&args.tma_o, tma_o(params), 64}},
                                    bf16);
   if (err != cudaSuccess) return err;
   if ((err = opt_in_dynamic_smem<&flashsdpa_fwd_sm90_kernel<Traits>>(kSmemBytes)) != cudaSuccess) return err;
-  cudaError_t launched;
-  if constexpr (kCluster == 1) {
-    kernel<<<static_cast<unsigned>(grid), Traits::kThreads, kSmemBytes, stream>>>(args);
-    launched = cudaGetLastError();
-  } else {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(grid));
-    config.blockDim = dim3(Traits::kThreads);
-    config.dynamicSmemBytes = kSmemBytes;
-    config.stream = stream;
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = kCluster;
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-    launched = cudaLaunchKernelEx(&config, kernel, args);
-  }
+  kernel<<<static_cast<unsigned>(grid), Traits::kThreads, kSmemBytes, stream>>>(args);
+  const cudaError_t launched = cudaGetLastError();
   // A dense O is the TMA unit's store (varlen rows go by plain stores): tell initcheck, when asked.
   if (launched == cudaSuccess && params.cu_seqlens_q == nullptr && sanitizer_marks_enabled())
     mark_initialized(params.o,
@@ -148,12 +91,6 @@ cudaError_t run_fwd_sm90_tiles_(const AttnFwdParams& params, cudaStream_t stream
         constexpr FwdTileShapeSm90 kT = kFwdShortTileSm90;
         if (fwd_sm90_short_tile(params))
           return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kT.block_m, kT.block_n, kT.stages>>(params, stream);
-      }
-      if constexpr (kHeadDim == 128) {  // unmasked dense calls: CTA pairs (fwd_sm90_cluster)
-        using Pairs = FwdTraitsSm90<Elem, kHeadDim, kM, kN, kS, kPingPong, 2, kModsNone, false, 2>;
-        if (fwd_sm90_cluster(params) &&
-            fwd_sm90_pairs_fit<&flashsdpa_fwd_sm90_kernel<Pairs>>(Pairs::kThreads, Pairs::kSmemBytes, params.num_sms / 2))
-          return launch_fwd_sm90<Pairs>(params, stream);
       }
       return launch_fwd_sm90<FwdTraitsSm90<Elem, kHeadDim, kM, kN, kS>>(params, stream);
   }

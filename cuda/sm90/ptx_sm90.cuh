@@ -108,17 +108,6 @@ __device__ __forceinline__ void tma_load_4d(uint32_t smem, const void* tmap, uin
       "l"(reinterpret_cast<uint64_t>(tmap)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
 }
-// The same box into the shared memory of every CTA of the cluster in `cta_mask` (bit r: rank r), at
-// `smem`'s offset in each, completing its bytes on the barrier at `bar`'s offset in each (the
-// d128 forward's cluster pairs: each CTA loads half of a K/V tile for both).
-__device__ __forceinline__ void tma_load_4d_multicast(uint32_t smem, const void* tmap, uint32_t bar, uint16_t cta_mask,
-                                                      int c0, int c1, int c2, int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, "
-      "%5, %6, %7}], [%2], %3;\n" ::"r"(smem),
-      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
-}
 // Shared -> global; out-of-bounds parts of the box are not written.
 __device__ __forceinline__ void tma_store_4d(const void* tmap, uint32_t smem, int c0, int c1, int c2, int c3) {
   asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
@@ -136,7 +125,7 @@ __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// ---- clusters (the head-dim-512 forward's CTA pairs, the d128 forward's K/V multicast) -------------
+// ---- clusters (the head-dim-512 forward's CTA pairs) ----------------------------------------------
 __device__ __forceinline__ int cluster_rank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
@@ -165,15 +154,6 @@ __device__ __forceinline__ void st_async_v4(uint32_t cluster_addr, uint32_t clus
 // (its remote stores, its reads of the slot) before what the waiter does next.
 __device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_addr) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
-}
-// An arrival on a barrier of another CTA of the cluster that orders nothing but itself (the
-// default .release.cta: no fence): for reads this thread's warpgroup made through the async proxy
-// and has waited for (wgmma.wait_group), which a later write by the barrier's owner cannot reach.
-// The d128 forward's pairs free the peer's K / V slots so: with .release.cluster (above) every
-// arrival cost a MEMBAR.ALL.GPU in the consumers' loop, and the pairs ran 0.70-0.77x single CTAs
-// (H200, session 32).
-__device__ __forceinline__ void mbar_arrive_peer(uint32_t cluster_addr) {
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
 }
 __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;

@@ -3,8 +3,6 @@
 // express (fwd_sm90_unsupported, bwd_sm90_unsupported: a negative scale, no keys, TMA alignment). Its dispatch switch is generated (cuda/instantiations/dispatch_sm90.cu).
 // Compiled for sm_90a only (wgmma, setmaxnreg): it runs on compute capability 9.0 and nowhere else.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -81,13 +79,6 @@ int64_t fwd_workspace_sm90(const AttnFwdParams& p) {
       constexpr FwdTileShapeSm90 kT = kFwdShortTileSm90;
       using Short = FwdTraitsSm90<__half, kHeadDim, kT.block_m, kT.block_n, kT.stages>;
       if (plain && fwd_sm90_short_tile(p)) return fwd_sm90::fwd_workspace_plan<Short>(p).bytes;
-    }
-    if constexpr (kHeadDim == 128) {  // CTA pairs' plan (the launcher's choice: run_fwd_sm90_tiles_)
-      using Pairs = FwdTraitsSm90<__half, kHeadDim, kShape.block_m, kShape.block_n, kShape.stages, true, 2, kModsNone,
-                                  false, 2>;
-      // (the launcher may still run single CTAs where the pairs do not fit the device: both plans' bytes)
-      if (plain && fwd_sm90_cluster(p))
-        return std::max(fwd_sm90::fwd_workspace_plan<Pairs>(p).bytes, fwd_sm90::fwd_workspace_plan<Traits>(p).bytes);
     }
     // The bias kernels' tile may have fewer rows (FwdBiasTraitsSm90), hence more tiles: the
     // dynamic schedule's counter is wanted where that tile's count exceeds the SMs.
@@ -166,23 +157,6 @@ bool fwd_sm90_short_tile(const AttnFwdParams& p) {
     return false;
   if (p.mask.is_causal()) return true;
   return p.mask.is_none() && (p.seqlen_k <= kShortKeys || within_two_short_waves(p));
-}
-
-// CTA pairs for the d128 plain forward (FwdTraitsSm90::kCluster): unmasked (a causal or windowed
-// pair would visit different key blocks), dense (varlen rows and seqused_k end sequences inside a
-// pair's blocks), an even number of 128-row query blocks (the pair's two blocks). Measured: see
-// docs/kernel_notes_fwd_sm90.md, "CTA pairs". FLASHSDPA_SM90_FWD_CLUSTER=0 turns them off (A/B
-// scripts time single CTAs in the same build).
-bool fwd_sm90_cluster(const AttnFwdParams& p) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("FLASHSDPA_SM90_FWD_CLUSTER");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  constexpr int kBlockM = fwd_tile_shape_sm90(128).block_m;
-  const bool plain = mods_kind(p.mods) == kModsNone && !p.dropout.enabled();
-  const int blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
-  return enabled && plain && p.head_dim_bucket == 128 && p.mask.is_none() && p.cu_seqlens_q == nullptr &&
-         p.seqused_k == nullptr && blocks % 2 == 0 && blocks > 0 && p.num_sms >= 2;
 }
 
 // The backward reads q, k, v and dout through TMA (o only in the common preprocess, dq / dk / dv

@@ -6,6 +6,8 @@
 # 3 alternating rounds of bwd_ab.py --forward), the sustained-power probe under each, then
 # racecheck / synccheck and the forward's wider tests as time allows.
 #   run(command="bash scripts/dev/session32_first.sh", carry=[".whl"], timeout_s=600)
+# The variant lost (kernel_notes_fwd_sm90.md) and was removed: this script runs at a9c3224, whose
+# tree has it (the switch, the san_pairs case, tests/gpu/test_fwd_pairs.py).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
