@@ -3,7 +3,9 @@ PyTorch's cuDNN backend on one shape of the standard sweep (B*S = 16k, H*D = 204
 (B, S, H, D) memory the benchmark uses), for ncu: the next step on the forward's causal 2k gap
 (0.90x cuDNN, docs/kernel_notes_fwd_sm90.md "Next").
 
-    ncu --clock-control none -k regex:'fwd_sm90|cudnn|sm90_xmma|flash' python scripts/dev/fwd_profile.py D S CAUSAL
+    ncu --clock-control none -k regex:'fwd_sm90|cudnn|sm90_xmma|flash' python scripts/dev/fwd_profile.py D S CAUSAL [HKV]
+
+HKV: key / value heads (GQA; default: as many as the query heads).
 """
 
 import sys
@@ -16,9 +18,11 @@ import flashsdpa
 
 d, s, causal = int(sys.argv[1]), int(sys.argv[2]), bool(int(sys.argv[3]))
 b, h = max(1, 16384 // s), 2048 // d
-q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(3))
+hkv = int(sys.argv[4]) if len(sys.argv) > 4 else h
+q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+k, v = (torch.randn(b, s, hkv, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(2))
 for _ in range(3):
     flashsdpa.attention(q, k, v, causal=causal)
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-        F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hkv != h)
 torch.cuda.synchronize()
