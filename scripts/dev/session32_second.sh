@@ -4,7 +4,7 @@
 # enable() PyTorch's own?), the model rows (3 rounds; issues 9, 12, 13), the shim's per-call cost
 # (issue 9's 2 us bars), then ncu of the GQA 16/4 8k forward (ours 0.948x cuDNN in session 32's
 # A/B, non-causal; its gap is not L2-slice contention: the CTA pairs did not move it), ours and
-# cuDNN's, as time allows.
+# cuDNN's (B 1 H 16/4, the A/B's cell), as time allows.
 #   run(command="bash scripts/dev/session32_second.sh", carry=[".whl"], timeout_s=600)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,10 +20,10 @@ tail -45 "$OUT/bench_models.log"
 timed "shim cost" 90 shim_cost.log $PY scripts/dev/shim_cost.py --rounds 5 --calls 500
 tail -30 "$OUT/shim_cost.log"
 if (( SECONDS < 330 )); then
-  ncu_kernel gqa_ours flashsdpa_fwd_sm90_kernel 80 $PY scripts/dev/fwd_profile.py 128 8192 0 4
+  ncu_kernel gqa_ours flashsdpa_fwd_sm90_kernel 80 $PY scripts/dev/fwd_profile.py 128 8192 0 4 1
 fi
 if (( SECONDS < 420 )); then
-  ncu_kernel gqa_cudnn sdpa_sm90_flash_fprop 80 $PY scripts/dev/fwd_profile.py 128 8192 0 4
+  ncu_kernel gqa_cudnn sdpa_sm90_flash_fprop 80 $PY scripts/dev/fwd_profile.py 128 8192 0 4 1
   ncu_compare gqa_ours gqa_cudnn
 fi
 finish
