@@ -12,6 +12,7 @@ cuDNN, or with `--json` one line per problem: {"problem", "base", "cudnn"} media
 at a284916.)
 
     python3 scripts/dev/bwd_ab.py [--rounds 3] [--seqlens 1024 2048 8192] [--dims 128 64] [--causal both|no|yes] [--json]
+                                  [--shapes B:HQ:HKV:S:D ...]
 
 `--forward` times the forward instead (flashsdpa.attention against cuDNN's SDPA forward, no grad,
 FLOPs 4 B H S^2 D, halved when causal), for the forward's A/Bs (session 18: the FMA-exponential A/B, history 57cf4e7).
@@ -50,10 +51,15 @@ def main() -> None:
     parser.add_argument("--dims", type=int, nargs="+", default=[128, 64])
     parser.add_argument("--causal", choices=("both", "no", "yes"), default="both")
     parser.add_argument("--forward", action="store_true", help="time the forward (no grad) instead of the backward")
+    parser.add_argument("--shapes", nargs="+", default=None, metavar="B:HQ:HKV:S:D",
+                        help="these problems instead of the sweep's (each with the --causal masks)")
     args = parser.parse_args()
     masks = {"both": (False, True), "no": (False,), "yes": (True,)}[args.causal]
     problems = [(16384 // s, 2048 // d, 2048 // d, s, d, c) for d in args.dims for s in args.seqlens for c in masks]
     problems += [(b, 16, 4, s, 128, c) for b, s in ((1, 8192), (4, 2048)) for c in masks if 128 in args.dims]
+    if args.shapes:
+        dims = [tuple(int(x) for x in shape.split(":")) for shape in args.shapes]
+        problems = [(b, hq, hkv, s, d, c) for b, hq, hkv, s, d in dims for c in masks]
     for b, hq, hkv, s, d, causal in problems:
         sets = _sets(b, hq, hkv, s, d, sets_for_bytes(4 * b * hq * s * d * 2))
         flops = (1.0 if args.forward else 2.5) * 4.0 * b * hq * s * s * d / (2 if causal else 1)

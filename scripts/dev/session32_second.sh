@@ -19,6 +19,10 @@ timed "bench models" 220 bench_models.log $PY -m flashsdpa bench --models --roun
 tail -45 "$OUT/bench_models.log"
 timed "shim cost" 90 shim_cost.log $PY scripts/dev/shim_cost.py --rounds 5 --calls 500
 tail -30 "$OUT/shim_cost.log"
+# Is the GQA cell's gap its grouping or its batch (1024 tiles: 7.8 rounds and a split tail)?
+timed "gqa probe" 60 gqa_probe.log $PY scripts/dev/bwd_ab.py --forward --rounds 3 --causal no \
+  --shapes 1:16:16:8192:128 1:16:4:8192:128 2:16:4:8192:128 2:16:16:8192:128 1:16:1:8192:128
+cat "$OUT/gqa_probe.log"
 if (( SECONDS < 330 )); then
   ncu_kernel gqa_ours flashsdpa_fwd_sm90_kernel 80 $PY scripts/dev/fwd_profile.py 128 8192 0 4 1
 fi
