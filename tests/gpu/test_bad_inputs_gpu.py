@@ -170,6 +170,15 @@ def test_sdpa_inside_enable_on_cuda() -> None:
     outside = {name: _outcome(call) for name, call in cases_for(47).items()}
     with flashsdpa.enable():
         inside = {name: _outcome(call) for name, call in cases_for(49).items()}
+    # PyTorch's cuDNN SDPA (the default on Hopper) returns an undefined tensor (None) for a zero
+    # batch: torch 2.11 on the H200, flashsdpa not even imported, and with CUDNN_ATTENTION forced;
+    # flash, efficient and math return the (0, ...) tensor (session 32, scripts/dev/bad_inputs_probe.py
+    # --no-import). Whether a run sees it depends on which backend SDPA picks first (an earlier test
+    # may leave another in front), so the test ran green in the suite and red alone. Inside enable()
+    # the call gets the empty tensor the other backends give: PyTorch's defect is not reproduced.
+    if outside["zero batch"] == "ok None":
+        assert inside["zero batch"] == "ok (0, 4, 33, 128) bfloat16 finite", inside["zero batch"]
+        outside["zero batch"] = inside["zero batch"]
     # The same kind of outcome (ok with the same shapes and finiteness, or the same exception type).
     kind = {name: (o.split(":")[0] if not o.startswith("ok") else o.replace("49", "47")) for name, o in inside.items()}
     differ = {name: (inside[name], outside[name]) for name in outside if kind[name] != (
