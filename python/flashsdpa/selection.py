@@ -276,7 +276,10 @@ def kernel_reasons(
         return reasons
     if not reasons and max(head_dim, value.shape[3]) > WIDE_HEAD_DIM:  # the table's wide buckets: some GPUs
         grad = any(t.requires_grad for _, t in named)
-        if fail(mask_reason(query, value, masks.NO_MASK, varlen=False, backward=grad)):
+        if fail(mask_reason(query, value, masks.NO_MASK, varlen=False)):
+            return reasons
+        # (a backward none of ours takes runs PyTorch's efficient one on our output: ops.py)
+        if grad and fail(backward_road(query, key, value, masks.NO_MASK)):
             return reasons
     if layout and head_dims is None:
         for name, t in named:
@@ -305,6 +308,23 @@ def mask_reason(
     if family is not None:
         return None
     return f"window=({mask[0]}, {mask[1]}): {why}" if kind == 3 else why
+
+
+def backward_road(query: Tensor, key: Tensor, value: Tensor, mask: masks.MaskSpec) -> str | None:
+    """Why a plain call whose inputs require grad cannot be served, or None: a backward of ours
+    takes it, or (no family has it: the sm90 forward's 512 bucket) PyTorch's efficient backward on
+    our forward's output and LSE (ops.py's _efficient_backward), whose kernel takes head dims past
+    256 and SDPA's masks: none, or causal from the top-left (the bottom-right diagonal where the
+    lengths are equal). Equal head dims only: the road's tested shapes (Gemma's global layers)."""
+    why = mask_reason(query, value, mask, varlen=False, backward=True)
+    if why is None:
+        return None
+    kind, road = masks.kind(mask), None
+    if query.shape[-1] != value.shape[-1] or max(query.shape[-1], value.shape[-1]) <= WIDE_HEAD_DIM:
+        road = f"head dims {query.shape[-1]} and {value.shape[-1]}: it takes equal ones above {WIDE_HEAD_DIM}"
+    elif kind == 3 or (kind == 2 and query.shape[-2] != key.shape[-2]):
+        road = "it masks no window and no bottom-right causal diagonal with Sq != Sk"
+    return None if road is None else f"{why}; PyTorch's efficient backward on our output cannot either: {road}"
 
 
 # ---- the score-modifier predicate (softcap, ALiBi, sinks) -----------------------------------------

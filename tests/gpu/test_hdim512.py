@@ -1,8 +1,9 @@
 # test_hdim512.py: the head-dim bucket 512 (issue 14; Gemma's global layers): the sm90 family's
 # forward of its own (cuda/sm90/fwd512_kernel_sm90.cuh, two-CTA clusters), through the direct API
 # and through SDPA inside enable(), against the float64 textbook with the project's rule, outputs
-# poisoned with NaN. Its backward is not built: a training call keeps PyTorch's SDPA (and says
-# why), and the direct API's backward raises a clear error.
+# poisoned with NaN. Its backward is not built: a training call runs PyTorch's efficient backward on
+# our forward's output (counted a fallback, with the reason), and calls that road cannot take (a
+# window, Dv != Dqk) are refused at the forward with a clear error.
 from __future__ import annotations
 
 import math
@@ -115,35 +116,82 @@ def test_sdpa_inference_served(request: pytest.FixtureRequest, is_causal: bool) 
     check_attention(q, k, v, None, out, None, None, scale=default_scale(512), causal_mode=int(is_causal))
 
 
-def test_sdpa_training_keeps_pytorch() -> None:
-    """With grad the call stays PyTorch's (no 512 backward yet), with the reason in explain()."""
-    shape = Shape("train", 1, 2, 2, 64, 64, 512)
+# Training above 256: no family of ours has that backward, so PyTorch's efficient backward runs on
+# our forward's output and LSE (ops.py's _efficient_backward; selection.backward_road:
+# no window, equal head dims, causal from the top-left or on equal lengths). Awkward lengths, GQA,
+# the bucket's narrowest head dim, both causal alignments where they coincide.
+ROAD = [
+    (Shape("gqa_q_longer", 1, 4, 2, 239, 113, 512), 0),
+    (Shape("tiny_causal", 2, 2, 2, 7, 7, 512), 1),
+    (Shape("square_bottom_right", 1, 2, 1, 333, 333, 512), 2),  # the same diagonal as top-left
+    (Shape("k_longer_causal", 1, 2, 2, 113, 1023, 512), 1),
+    (Shape("narrowest", 1, 4, 4, 300, 257, 264), 0),
+]
+
+
+def _counts(op: str) -> tuple[int, int]:
+    row = flashsdpa.stats()["ops"].get(op, {})
+    return row.get("served", 0), row.get("fallback", 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("shape,causal_mode", ROAD, ids=[c[0].name for c in ROAD])
+def test_direct_training_on_the_efficient_road(request: pytest.FixtureRequest, shape: Shape, dtype: torch.dtype,
+                                               causal_mode: int) -> None:  # fmt: skip
+    """flashsdpa.attention with inputs that require grad: our forward (served), PyTorch's efficient
+    backward (a fallback with its reason); output, LSE and gradients within the rule."""
+    _served_here(dtype, shape)
+    q, k, v = (t.requires_grad_() for t in _inputs(request, shape, dtype))
+    dout = torch.randn(q.shape[:-1] + (shape.dv,), device=DEVICE, dtype=dtype)
+    scale = default_scale(shape.head_dim)
+    kwargs: dict[str, object] = {"causal": causal_mode > 0, "scale": scale, "return_lse": True,
+                                 "causal_alignment": "bottom_right" if causal_mode == 2 else "top_left"}  # fmt: skip
+    fwd0, bwd0 = _counts("flashsdpa::fwd"), _counts("flashsdpa::bwd")
+    out, lse = flashsdpa.attention(q, k, v, **kwargs)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    torch.cuda.synchronize()
+    assert _counts("flashsdpa::fwd")[0] == fwd0[0] + 1, "our forward serves it"
+    assert _counts("flashsdpa::bwd") == (bwd0[0], bwd0[1] + 1), "PyTorch's efficient backward, counted a fallback"
+    check_attention(q, k, v, dout, out.detach(), [g for g in grads], lse, scale=scale, causal_mode=causal_mode)
+
+
+def test_sdpa_training_on_the_efficient_road(request: pytest.FixtureRequest) -> None:
+    """F.scaled_dot_product_attention at D 512 with grad, GQA, causal, inside enable(): our op's
+    forward, PyTorch's efficient backward on its output, the reason in the stats; explain() says
+    the call is served; the gradients within the rule."""
+    shape = Shape("train", 2, 4, 2, 200, 200, 512)
     _served_here(torch.bfloat16, shape)
-    q, k, v = (t.requires_grad_() for t in make_qkv(shape, torch.bfloat16, DEVICE))
-    reasons = flashsdpa.explain(q, k, v, is_causal=True)
-    assert any("backward" in r and "512" in r for r in reasons), reasons
+    q, k, v = (t.requires_grad_() for t in _inputs(request, shape, torch.bfloat16))
+    dout = torch.randn_like(q)
+    assert flashsdpa.explain(q, k, v, is_causal=True, enable_gqa=True) == []
+    fwd0, bwd0 = _counts("flashsdpa::fwd"), _counts("flashsdpa::bwd")
     with flashsdpa.enable():
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    expected = F.scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), is_causal=True)
-    torch.testing.assert_close(out.detach(), expected, atol=0, rtol=0)  # the same kernel ran
-    out.sum().backward()
-    assert q.grad is not None and torch.isfinite(q.grad).all()
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+    torch.cuda.synchronize()
+    assert _counts("flashsdpa::fwd")[0] == fwd0[0] + 1
+    assert _counts("flashsdpa::bwd") == (bwd0[0], bwd0[1] + 1)
+    assert any("efficient backward" in key for key in flashsdpa.stats()["fallback_reasons"]), flashsdpa.stats()
+    check_attention(q, k, v, dout, out.detach(), list(grads), None, scale=default_scale(512), causal_mode=1)
 
 
-@pytest.mark.parametrize("head_dim", [264, 512])
-def test_direct_backward_refused(head_dim: int) -> None:
-    """The direct API refuses a forward whose inputs require grad at the forward, with the
-    capability table's reason for the backward (no family has one in the 512 bucket), instead of
-    failing once the gradient is asked for; detached, the same call runs."""
-    shape = Shape("bwd", 1, 2, 2, 64, 64, head_dim)
+@pytest.mark.parametrize("case", ["window", "bottom_right_sq_ne_sk", "dv_differs"])
+def test_direct_training_refused_off_the_road(case: str) -> None:
+    """Where neither a backward of ours nor PyTorch's efficient one on our output takes the call
+    (a window; the bottom-right diagonal with Sq != Sk; Dv != Dqk), the direct API refuses inputs
+    that require grad at the forward, with both reasons; detached, the same call runs."""
+    dv = 320 if case == "dv_differs" else 512
+    shape = Shape("bwd", 1, 2, 2, 64, 100 if case == "bottom_right_sq_ne_sk" else 64, 512, dv)
     _served_here(torch.bfloat16, shape)
     q, k, v = (t.requires_grad_() for t in make_qkv(shape, torch.bfloat16, DEVICE))
-    with pytest.raises(ValueError, match=rf"head dims {head_dim} \(query\) and {head_dim} \(value\) with inputs that "
-                                         rf"require grad: no backward of ours takes them here(.|\n)*backward"):
-        flashsdpa.attention(q, k, v)
+    kwargs: dict[str, object] = {"window": (16, 0)} if case == "window" else (
+        {"causal": True, "causal_alignment": "bottom_right"} if case == "bottom_right_sq_ne_sk" else {})  # fmt: skip
+    with pytest.raises(ValueError, match=r"require grad: no backward of ours takes them here(.|\n)*"
+                                         r"PyTorch's efficient backward on our output cannot either"):
+        flashsdpa.attention(q, k, v, **kwargs)
     with torch.no_grad():
-        out = flashsdpa.attention(q, k, v)
-    assert isinstance(out, torch.Tensor) and out.shape == (1, 2, 64, head_dim) and bool(torch.isfinite(out).all())
+        out = flashsdpa.attention(q, k, v, **kwargs)
+    assert isinstance(out, torch.Tensor) and out.shape == (1, 2, 64, dv) and bool(torch.isfinite(out).all())
 
 
 def test_sanitizer_subset(request: pytest.FixtureRequest) -> None:
