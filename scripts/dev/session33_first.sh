@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# session33_first.sh (prepared in session 32, not yet run): the tree after session 32 on the GPU.
+# Session 32's kernels are cb82305's (SASS byte-identical), but its Python is new: the efficient road
+# for training above head dim 256 (ops.py's _efficient_backward, selection.backward_road, entry.py
+# and direct.py). That ran only with test_hdim512.py and test_bad_inputs_gpu.py. So: a bf16 + fp16
+# build of head dims 64 / 128 / 256 / 512, the whole GPU suite, the road's speed
+# (hdim512_time.py --train against PyTorch's SDPA, which is efficient both ways, 3 rounds), and the
+# forward's sweep at d128 (3 rounds, issue 12's bars; the cells rotate, see kernel_notes_fwd_sm90.md
+# on run position).
+#   run(command="bash scripts/dev/session33_first.sh", carry=[".whl"], timeout_s=600)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/device_env.sh
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+narrow_build 220 "64;128;256;512"
+tests "gpu tests" 260 tests.log $PY -m pytest tests/gpu -q -p no:cacheprovider -n 8
+timed "hdim512 train" 90 hdim512_train.log $PY scripts/dev/hdim512_time.py --rounds 3 --train
+cat "$OUT/hdim512_train.log"
+if (( SECONDS < 430 )); then
+  timed "bench fwd d128" 150 bench_fwd.log $PY -m flashsdpa bench --sweep --direction fwd --head-dims 128 \
+    --rounds 3 --no-memory --no-plot --no-overhead --out "$OUT/bench_fwd"
+  tail -24 "$OUT/bench_fwd.log"
+fi
+finish
