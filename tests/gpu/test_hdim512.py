@@ -152,7 +152,7 @@ def test_direct_training_on_the_efficient_road(request: pytest.FixtureRequest, s
     torch.cuda.synchronize()
     assert _counts("flashsdpa::fwd")[0] == fwd0[0] + 1, "our forward serves it"
     assert _counts("flashsdpa::bwd") == (bwd0[0], bwd0[1] + 1), "PyTorch's efficient backward, counted a fallback"
-    check_attention(q, k, v, dout, out.detach(), [g for g in grads], lse, scale=scale, causal_mode=causal_mode)
+    check_attention(q, k, v, dout, out.detach(), list(grads), lse, scale=scale, causal_mode=causal_mode)
 
 
 def test_sdpa_training_on_the_efficient_road(request: pytest.FixtureRequest) -> None:
