@@ -5,8 +5,8 @@
 # and direct.py). That ran only with test_hdim512.py and test_bad_inputs_gpu.py. So: a bf16 + fp16
 # build of head dims 64 / 128 / 256 / 512, the whole GPU suite, the road's speed
 # (hdim512_time.py --train against PyTorch's SDPA, which is efficient both ways, 3 rounds), and the
-# forward's sweep at d128 (3 rounds, issue 12's bars; the cells rotate, see kernel_notes_fwd_sm90.md
-# on run position).
+# report's Hugging Face static-cache reduce-overhead generation (issue 10 item 9,
+# hf_static_compile_probe.py).
 #   run(command="bash scripts/dev/session33_first.sh", carry=[".whl"], timeout_s=600)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,9 +16,9 @@ narrow_build 220 "64;128;256;512"
 tests "gpu tests" 260 tests.log $PY -m pytest tests/gpu -q -p no:cacheprovider -n 8
 timed "hdim512 train" 90 hdim512_train.log $PY scripts/dev/hdim512_time.py --rounds 3 --train
 cat "$OUT/hdim512_train.log"
-if (( SECONDS < 430 )); then
-  timed "bench fwd d128" 150 bench_fwd.log $PY -m flashsdpa bench --sweep --direction fwd --head-dims 128 \
-    --rounds 3 --no-memory --no-plot --no-overhead --out "$OUT/bench_fwd"
-  tail -24 "$OUT/bench_fwd.log"
-fi
+# Issue 10 item 9 with the report's own model (Hugging Face Llama, static cache, reduce-overhead),
+# outside and inside enable() in fresh processes (session 33: the forward sweep dropped for it; the
+# kernels are session 31's and their sweep ran in sessions 23-32).
+timed "hf static reduce-overhead" 200 hf_static.log $PY scripts/dev/hf_static_compile_probe.py
+tail -4 "$OUT/hf_static.log"
 finish
