@@ -4,10 +4,15 @@ causal: TFLOP/s of the forward and the backward through the flashsdpa:: ops, pla
 modifier. FLOPs counted dense (causal: half), as docs/performance.md counts them.
 
     PYTHONPATH=python python3 scripts/dev/features_timing.py [--seqlen 8192] [--reps 20]
+        [--head-dim 128] [--variants plain "softcap 50"] [--fwd-only] [--json]
+
+--json prints one JSON line per (variant, causal) row as well (A/B scripts collect them); with
+--fwd-only the backward is not timed (its columns read 0).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from collections.abc import Callable
 
@@ -26,8 +31,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seqlen", type=int, default=8192)
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--head-dim", type=int, default=128, help="H x D stays 2048")
+    parser.add_argument("--variants", nargs="+", default=None, help="a subset, by name (plain is always first)")
+    parser.add_argument("--fwd-only", action="store_true")
+    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    b, h, s, d = 16384 // args.seqlen, 16, args.seqlen, 128
+    d = args.head_dim
+    b, h, s = 16384 // args.seqlen, 2048 // d, args.seqlen
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v, dout = (torch.randn(b, h, s, d, generator=gen, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     slopes = torch.exp2(-8.0 * torch.arange(1, h + 1, device="cuda") / h).float()
@@ -41,6 +51,8 @@ def main() -> None:
         "sinks": (0.0, None, sinks),
         "softcap+alibi+sinks": (50.0, slopes, sinks),
     }
+    if args.variants is not None:
+        variants = {name: value for name, value in variants.items() if name == "plain" or name in args.variants}
     print(f"B {b} H {h} S {s} D {d} bf16, TFLOP/s (dense FLOPs; causal counted half)")
     print(f"{'variant':<22} {'causal':<7} {'fwd':>8} {'bwd':>8} {'fwd vs plain':>13} {'bwd vs plain':>13}")
     for causal in (False, True):
@@ -51,19 +63,24 @@ def main() -> None:
             if name == "plain":
                 out, lse = ops.fwd.default(q, k, v, scale, mask)
                 fwd = time_ms(lambda: ops.fwd.default(q, k, v, scale, mask), args.reps)
-                bwd = time_ms(lambda: ops.bwd.default(dout, q, k, v, out, lse, scale, mask), args.reps)
+                bwd = math.inf if args.fwd_only else time_ms(
+                    lambda: ops.bwd.default(dout, q, k, v, out, lse, scale, mask), args.reps)
             else:
                 out, lse = ops.fwd_mods.default(q, k, v, None, None, 0, 0, scale, mask, softcap, sl, sk)
                 fwd = time_ms(lambda: ops.fwd_mods.default(q, k, v, None, None, 0, 0, scale, mask, softcap, sl, sk),
                               args.reps)  # fmt: skip
                 want = [sl is not None, sk is not None]
-                bwd = time_ms(lambda: ops.bwd_mods.default(dout, q, k, v, out, lse, None, None, 0, 0, scale, mask,
-                                                           softcap, sl, sk, want), args.reps)  # fmt: skip
+                bwd = math.inf if args.fwd_only else time_ms(
+                    lambda: ops.bwd_mods.default(dout, q, k, v, out, lse, None, None, 0, 0, scale, mask, softcap, sl,
+                                                 sk, want), args.reps)  # fmt: skip
             tf_fwd, tf_bwd = flops / fwd / 1e9, 2.5 * flops / bwd / 1e9
             if base is None:
-                base = (tf_fwd, tf_bwd)
+                base = (tf_fwd, max(tf_bwd, 1e-9))
             print(f"{name:<22} {str(causal):<7} {tf_fwd:8.1f} {tf_bwd:8.1f} {tf_fwd / base[0]:12.1%} "
                   f"{tf_bwd / base[1]:12.1%}")  # fmt: skip
+            if args.json:
+                print("JSON " + json.dumps({"variant": name, "causal": causal, "d": d, "seqlen": s,
+                                            "fwd": tf_fwd, "bwd": tf_bwd}))  # fmt: skip
 
 
 if __name__ == "__main__":

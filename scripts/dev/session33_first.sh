@@ -6,19 +6,20 @@
 # build of head dims 64 / 128 / 256 / 512, the whole GPU suite, the road's speed
 # (hdim512_time.py --train against PyTorch's SDPA, which is efficient both ways, 3 rounds), and the
 # report's Hugging Face static-cache reduce-overhead generation (issue 10 item 9,
-# hf_static_compile_probe.py).
+# test_process_crashes.py's new Hugging Face test).
 #   run(command="bash scripts/dev/session33_first.sh", carry=[".whl"], timeout_s=600)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 narrow_build 220 "64;128;256;512"
-tests "gpu tests" 260 tests.log $PY -m pytest tests/gpu -q -p no:cacheprovider -n 8
+tests "gpu tests" 260 tests.log $PY -m pytest tests/gpu -q -p no:cacheprovider -n 8 -m "not slow"
 timed "hdim512 train" 90 hdim512_train.log $PY scripts/dev/hdim512_time.py --rounds 3 --train
 cat "$OUT/hdim512_train.log"
 # Issue 10 item 9 with the report's own model (Hugging Face Llama, static cache, reduce-overhead),
 # outside and inside enable() in fresh processes (session 33: the forward sweep dropped for it; the
 # kernels are session 31's and their sweep ran in sessions 23-32).
-timed "hf static reduce-overhead" 200 hf_static.log $PY scripts/dev/hf_static_compile_probe.py
-tail -4 "$OUT/hf_static.log"
+tests "hf static reduce-overhead" 240 hf_static.log $PY -m pytest -q -s -p no:cacheprovider \
+  tests/gpu/test_process_crashes.py -k hf_static
+grep -E "hf static|passed|failed" "$OUT/hf_static.log" | tail -3
 finish

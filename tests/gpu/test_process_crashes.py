@@ -167,3 +167,60 @@ def test_reduce_overhead_static_cache_inside_enable_as_pytorch() -> None:
         assert rc == 0 and lines, f"{side}: rc {rc} (negative: killed by a signal)\n{err}"
         outcomes[side] = json.loads(lines[0])
     assert outcomes["inside"] == outcomes["outside"], outcomes
+
+
+# The report's own road (issue 10, item 9): Hugging Face's LlamaForCausalLM (2 layers, hidden 512,
+# random weights), generate() with cache_implementation="static" and model.forward compiled with
+# mode="reduce-overhead". generate() keeps no logits of earlier steps, so the run completes on both
+# sides (the report's "overwritten by a subsequent run" came from its own loop keeping them: the
+# hand-written model above keeps them); inside enable() the process died with a segmentation fault
+# in inductor's static Triton launcher under the TorchFunctionMode of that time. Inside must end as
+# outside: the same tokens, exit code 0, and flashsdpa's kernels served the prefill.
+_HF_STATIC_SCRIPT = """
+    import json, sys
+    import torch
+    import transformers
+    import flashsdpa
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=2,
+        num_attention_heads=8, num_key_value_heads=2, vocab_size=1000, max_position_embeddings=256)
+    model = transformers.LlamaForCausalLM._from_config(config, attn_implementation="sdpa",
+        torch_dtype=torch.bfloat16).cuda().eval()
+    model.forward = torch.compile(model.forward, mode="reduce-overhead")
+    ids = torch.randint(0, 1000, (1, 16), device="cuda")
+
+    def attempt():
+        try:
+            with torch.no_grad():
+                out = model.generate(ids, max_new_tokens=12, do_sample=False, cache_implementation="static",
+                                     pad_token_id=0)
+            return ["ok", out[0, ids.shape[1]:].tolist()]
+        except Exception as e:
+            return [type(e).__name__, str(e).splitlines()[0] if str(e) else ""]
+
+    if sys.argv[1] == "outside":
+        result = attempt() + [0]
+    else:
+        flashsdpa.reset_stats()
+        with flashsdpa.enable():
+            result = attempt()
+        result.append(flashsdpa.stats()["served"])
+    print("JSON " + json.dumps(result), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_hf_static_cache_reduce_overhead_inside_enable_as_pytorch() -> None:
+    pytest.importorskip("transformers", reason="the report's model is Hugging Face's LlamaForCausalLM")
+    skip_unless_compiled(torch.bfloat16, 64)
+    outcomes = {}
+    for side in ("outside", "inside"):
+        with tempfile.TemporaryDirectory() as cache:  # fresh inductor caches, as in the report
+            rc, lines, err = _run(_HF_STATIC_SCRIPT, side, timeout=420, env={"TORCHINDUCTOR_CACHE_DIR": cache})
+        assert rc == 0 and lines, f"{side}: rc {rc} (negative: killed by a signal)\n{err}"
+        outcomes[side] = json.loads(lines[0])
+    print(f"hf static reduce-overhead: {json.dumps(outcomes)}")
+    assert outcomes["inside"][:2] == outcomes["outside"][:2], outcomes
+    assert outcomes["inside"][0] == "ok", outcomes
+    assert outcomes["inside"][2] > 0, f"no SDPA call of the generation ran our kernels: {outcomes}"
