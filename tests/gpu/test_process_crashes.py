@@ -186,7 +186,7 @@ _HF_STATIC_SCRIPT = """
     config = transformers.LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=2,
         num_attention_heads=8, num_key_value_heads=2, vocab_size=1000, max_position_embeddings=256)
     model = transformers.LlamaForCausalLM._from_config(config, attn_implementation="sdpa",
-        torch_dtype=torch.bfloat16).cuda().eval()
+        dtype=torch.bfloat16).cuda().eval()
     model.forward = torch.compile(model.forward, mode="reduce-overhead")
     ids = torch.randint(0, 1000, (1, 16), device="cuda")
 
