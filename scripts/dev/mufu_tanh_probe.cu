@@ -2,19 +2,27 @@
 // MUFU.TANH.F16 in SASS) and ex2.approx.f32, in results per clock per SM. Whether softcap's tanh
 // gets cheaper in half precision (docs/kernel_notes_features.md, "Softcap's tanh in half
 // precision") turns on whether a MUFU.TANH.F16 issues faster than a MUFU.TANH.
-//   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -o /tmp/mufu scripts/dev/mufu_tanh_probe.cu && /tmp/mufu
+//   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -o /tmp/mufu scripts/dev/mufu_tanh_probe.cu && /tmp/mufu
 #include <cuda_fp16.h>
 #include <cstdio>
 
 constexpr int kChains = 8;   // independent values per thread: enough to cover MUFU's latency
 constexpr int kIters = 4096;
 
-__global__ void tanh_f32(float* out, float seed) {
+// kEx2: ex2.approx.ftz.f32, else tanh.approx.f32, chained kIters deep on kChains values.
+template <bool kEx2>
+__global__ void chain_f32(float* out, float seed) {
   float x[kChains];
   for (int c = 0; c < kChains; ++c) x[c] = seed + 1e-3f * (threadIdx.x + c);
   for (int i = 0; i < kIters; ++i)
 #pragma unroll
-    for (int c = 0; c < kChains; ++c) asm volatile("tanh.approx.f32 %0, %0;" : "+f"(x[c]));
+    for (int c = 0; c < kChains; ++c) {
+      if constexpr (kEx2) {
+        asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+f"(x[c]));
+      } else {
+        asm volatile("tanh.approx.f32 %0, %0;" : "+f"(x[c]));
+      }
+    }
   float s = 0.f;
   for (int c = 0; c < kChains; ++c) s += x[c];
   out[blockIdx.x * blockDim.x + threadIdx.x] = s;
@@ -34,17 +42,6 @@ __global__ void tanh_f16x2(float* out, float seed) {
     const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&x[c]));
     s += f.x + f.y;
   }
-  out[blockIdx.x * blockDim.x + threadIdx.x] = s;
-}
-
-__global__ void ex2_f32(float* out, float seed) {
-  float x[kChains];
-  for (int c = 0; c < kChains; ++c) x[c] = seed + 1e-3f * (threadIdx.x + c);
-  for (int i = 0; i < kIters; ++i)
-#pragma unroll
-    for (int c = 0; c < kChains; ++c) asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+f"(x[c]));
-  float s = 0.f;
-  for (int c = 0; c < kChains; ++c) s += x[c];
   out[blockIdx.x * blockDim.x + threadIdx.x] = s;
 }
 
@@ -75,9 +72,9 @@ int main() {
   cudaMalloc(&out, sizeof(float) * prop.multiProcessorCount * 4 * 512);
   const int sms = prop.multiProcessorCount;
   printf("%s, %d SMs, clock %d MHz (results per clock per SM at that clock)\n", prop.name, sms, clock_khz / 1000);
-  printf("tanh.approx.f32    %6.2f\n", results_per_clock_sm(tanh_f32, 1, out, sms, clock_khz));
+  printf("tanh.approx.f32    %6.2f\n", results_per_clock_sm(chain_f32<false>, 1, out, sms, clock_khz));
   printf("tanh.approx.f16x2  %6.2f (halves)\n", results_per_clock_sm(tanh_f16x2, 2, out, sms, clock_khz));
-  printf("ex2.approx.f32     %6.2f\n", results_per_clock_sm(ex2_f32, 1, out, sms, clock_khz));
+  printf("ex2.approx.f32     %6.2f\n", results_per_clock_sm(chain_f32<true>, 1, out, sms, clock_khz));
   const cudaError_t err = cudaDeviceSynchronize();
   printf("%s\n", cudaGetErrorString(err));
   return err == cudaSuccess ? 0 : 1;

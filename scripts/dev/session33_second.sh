@@ -11,7 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 # The MUFU rates of tanh in f32 and f16x2 (softcap, docs/kernel_notes_features.md): seconds.
-nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -o /tmp/mufu scripts/dev/mufu_tanh_probe.cu \
+nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -o /tmp/mufu scripts/dev/mufu_tanh_probe.cu \
   && timed "mufu tanh probe" 60 mufu.log /tmp/mufu; cat "$OUT/mufu.log"
 build_copy fncu "64;128" CUDAFLAGS=
 export PYTHONPATH="/tmp/pkg_fncu/python${PYTHONPATH:+:$PYTHONPATH}"
