@@ -24,13 +24,17 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU_SKIP is not None, reason=f
 PYTHON_DIR = Path(__file__).resolve().parents[2] / "python"
 
 
-def _run(script: str, *args: str, timeout: int = 300, env: dict[str, str] | None = None) -> tuple[int, list[str], str]:
-    """(return code, the JSON lines the script printed, its stderr tail). -11: SIGSEGV."""
+def _run(script: str, *args: str, timeout: int = 300, env: dict[str, str] | None = None,
+         stderr_sink: list[str] | None = None) -> tuple[int, list[str], str]:
+    """(return code, the JSON lines the script printed, its stderr tail). -11: SIGSEGV. The whole
+    stderr goes to ``stderr_sink`` where one is given (scripts/dev/hf_static_probe.py)."""
     full_env = {**os.environ, **(env or {})}
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PYTHON_DIR), full_env.get("PYTHONPATH", "")) if p)
     proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", textwrap.dedent(script), *args],
                           capture_output=True, text=True, timeout=timeout, env=full_env)  # fmt: skip
     lines = [line[5:] for line in proc.stdout.splitlines() if line.startswith("JSON ")]
+    if stderr_sink is not None:
+        stderr_sink.append(proc.stderr)
     return proc.returncode, lines, proc.stderr[-3000:]
 
 
@@ -180,7 +184,8 @@ _HF_STATIC_SCRIPT = """
     import json, sys
     import torch
     import transformers
-    import flashsdpa
+    if sys.argv[1] != "bare":  # (bare: flashsdpa not even imported)
+        import flashsdpa
 
     torch.manual_seed(0)
     config = transformers.LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=2,
@@ -199,7 +204,7 @@ _HF_STATIC_SCRIPT = """
         except Exception as e:
             return [type(e).__name__, str(e).splitlines()[0] if str(e) else ""]
 
-    if sys.argv[1] == "outside":
+    if sys.argv[1] in ("outside", "bare"):
         result = attempt() + [0]
     else:
         flashsdpa.reset_stats()
