@@ -186,6 +186,8 @@ _HF_STATIC_SCRIPT = """
     import transformers
     if sys.argv[1] != "bare":  # (bare: flashsdpa not even imported)
         import flashsdpa
+    if "no-static-launcher" in sys.argv[2:]:  # (hf_static_probe.py: inductor's other launcher)
+        torch._inductor.config.use_static_cuda_launcher = False
 
     torch.manual_seed(0)
     config = transformers.LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=2,
