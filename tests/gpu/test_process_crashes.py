@@ -175,18 +175,23 @@ def test_reduce_overhead_static_cache_inside_enable_as_pytorch() -> None:
 
 # The report's own road (issue 10, item 9): Hugging Face's LlamaForCausalLM (2 layers, hidden 512,
 # random weights), generate() with cache_implementation="static" and model.forward compiled with
-# mode="reduce-overhead". generate() keeps no logits of earlier steps, so the run completes on both
-# sides (the report's "overwritten by a subsequent run" came from its own loop keeping them: the
-# hand-written model above keeps them); inside enable() the process died with a segmentation fault
-# in inductor's static Triton launcher under the TorchFunctionMode of that time. Inside must end as
-# outside: exit code 0 and the same outcome (the same tokens, or the same exception).
+# mode="reduce-overhead". The report saw a segmentation fault in inductor's static Triton launcher
+# during the CUDA-graph tree's first run inside enable() (then a TorchFunctionMode). Session 33
+# (H100, torch 2.11.0+cu130, transformers 5.17.0, scripts/dev/hf_static_probe.py) ran the same
+# child with flashsdpa not imported at all ("bare"): it dies the same way (SIGSEGV, the same stack
+# through static_triton_launcher.py), and with torch._inductor.config.use_static_cuda_launcher =
+# False it raises instead ("TypeError: Pointer argument must be either uint64 or have data_ptr
+# method" from Triton's launcher): a defect of PyTorch's CUDA-graph trees on this road, not ours.
+# So the test holds inside enable() to what PyTorch alone does, launcher by launcher: the same exit
+# (a signal only where bare PyTorch dies of the same one) and the same outcome; and with the
+# static launcher off, where PyTorch raises, inside raises the same and never crashes.
 _HF_STATIC_SCRIPT = """
     import json, sys
     import torch
     import transformers
     if sys.argv[1] != "bare":  # (bare: flashsdpa not even imported)
         import flashsdpa
-    if "no-static-launcher" in sys.argv[2:]:  # (hf_static_probe.py: inductor's other launcher)
+X
         torch._inductor.config.use_static_cuda_launcher = False
 
     torch.manual_seed(0)
@@ -218,16 +223,21 @@ _HF_STATIC_SCRIPT = """
 
 
 @pytest.mark.slow
-def test_hf_static_cache_reduce_overhead_inside_enable_as_pytorch() -> None:
+@pytest.mark.parametrize("launcher", ["static", "no-static-launcher"])
+def test_hf_static_cache_reduce_overhead_inside_enable_as_pytorch(launcher: str) -> None:
     pytest.importorskip("transformers", reason="the report's model is Hugging Face's LlamaForCausalLM")
     skip_unless_compiled(torch.bfloat16, 64)
-    outcomes = {}
-    for side in ("outside", "inside"):
+    extra = [launcher] if launcher != "static" else []
+    ends = {}
+    for side in ("bare", "inside"):
         with tempfile.TemporaryDirectory() as cache:  # fresh inductor caches, as in the report
-            rc, lines, err = _run(_HF_STATIC_SCRIPT, side, timeout=420, env={"TORCHINDUCTOR_CACHE_DIR": cache})
-        assert rc == 0 and lines, f"{side}: rc {rc} (negative: killed by a signal)\n{err}"
-        outcomes[side] = json.loads(lines[0])
-    print(f"hf static reduce-overhead: {json.dumps(outcomes)}")
-    # (the third entry, inside: how many attention calls our kernels served; the static cache's
-    # masked calls may go to PyTorch, which is the documented fallback, so it is printed, not asserted)
-    assert outcomes["inside"][:2] == outcomes["outside"][:2], outcomes
+            rc, lines, err = _run(_HF_STATIC_SCRIPT, side, *extra, timeout=420, env={"TORCHINDUCTOR_CACHE_DIR": cache})
+        # (the outcome's third entry, inside: how many calls our kernels served; the static cache's
+        # masked calls may take PyTorch's kernels, the documented fallback, so it is not compared)
+        ends[side] = (rc, json.loads(lines[0])[:2] if lines else None, err[-600:])
+    print(f"hf static reduce-overhead, {launcher}: " + json.dumps({s: e[:2] for s, e in ends.items()}))
+    assert ends["inside"][:2] == ends["bare"][:2], ends
+    if ends["bare"][0] == 0:
+        assert ends["inside"][1] is not None, ends
+    if launcher != "static":
+        assert ends["inside"][0] == 0, f"inside enable() crashed where PyTorch alone raises: {ends}"
