@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 import flashsdpa
-from flashsdpa import entry, selection
+from flashsdpa import entry, roads, selection
 
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 # Causal masks, made outside any FakeTensorMode (a CausalBias cannot be created inside one).
@@ -399,3 +399,20 @@ def test_direct_causal_mode(fake_build: Any, fake_mode: Any) -> None:
     assert mode(is_causal=True, sq=7, sk=9, hq=8, hkv=2, enable_gqa=True) == 1
     assert mode(attn_mask=LOWER_9_7, sq=9, sk=7, is_causal=True) is None
     assert mode(attn_mask=torch.empty(16, 16, dtype=torch.bool, device="cuda")) is None
+
+
+def test_road_speed_rule_keeps_short_training_calls_on_pytorch(fake_mode: Any) -> None:
+    """SDPA's rule for training above head dim 256 (our forward, PyTorch's efficient backward):
+    taken from roads.ROAD_MIN_KEYS keys, where it measured faster (session 33, H100: 1.05-1.06x
+    at 8k, 0.91-0.99x at 2k); below, the reason names the length, the limit and why."""
+    def key(seqlen_k: int) -> Tensor:
+        return torch.empty(1, 2, seqlen_k, 512, dtype=torch.bfloat16, device="cuda")
+
+    assert roads.ROAD_MIN_KEYS == 8192
+    assert roads.speed_reason(key(8192)) is None
+    assert roads.speed_reason(key(16384)) is None
+    assert_expected_inline(
+        str(roads.speed_reason(key(2048))),
+        """seqlen_k=2048 with requires_grad above head dim 256: our forward with PyTorch's efficient backward runs slower than PyTorch's SDPA below 8192 keys (0.91-0.99x at 2048, 1.05-1.06x at 8192 on an H100), so SDPA keeps PyTorch's kernels""",
+    )
+    assert roads.speed_reason(key(8191)) is not None

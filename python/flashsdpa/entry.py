@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import handle_torch_function
 
-from flashsdpa import _backend, eager, masks, ops, reporting, selection
+from flashsdpa import _backend, eager, masks, ops, reporting, roads, selection
 from flashsdpa.features import additive
 from flashsdpa.routers import ROUTED, softmax_scale
 
@@ -190,8 +190,10 @@ def direct_causal_mode(
         if selection.mask_reason(query, value, spec, varlen=False) is not None:
             return None
         grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
-        # (a backward none of ours takes runs PyTorch's efficient one on our output: ops.py)
-        if grad and selection.backward_road(query, key, value, spec) is not None:
+        # (a backward none of ours takes runs PyTorch's efficient one on our output: ops.py; SDPA
+        # takes that road only where it is the faster one: roads.speed_reason)
+        if grad and (selection.backward_road(query, key, value, spec) is not None
+                     or roads.speed_reason(key) is not None):  # fmt: skip
             return None
     return mode
 

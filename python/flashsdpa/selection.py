@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from flashsdpa import _backend, masks
+from flashsdpa import _backend, masks, roads
 
 try:  # torch.nn.attention.bias (2.3+): causal_upper_left / causal_lower_right masks
     from torch.nn.attention.bias import CausalBias, CausalVariant
@@ -631,6 +631,8 @@ def explain(
         reasons += kernel_reasons(query, key, value, head_dims=(padded, padded))
     else:
         reasons += kernel_reasons(query, key, value)
+    if not reasons and max(head_dim, head_dim_v) > WIDE_HEAD_DIM and any(t.requires_grad for t in (query, key, value)):
+        reasons += [why for why in (roads.speed_reason(key),) if why is not None]  # SDPA's own rule (roads.py)
     if query.is_cuda and not torch.backends.cuda.flash_sdp_enabled():
         reasons.append(
             "PyTorch's flash backend is disabled (torch.backends.cuda.enable_flash_sdp(False), or an "

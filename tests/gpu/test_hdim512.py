@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import flashsdpa
-from flashsdpa import _backend, masks
+from flashsdpa import _backend, masks, roads
 from helpers import Shape, check_attention, default_scale, gpu_skip_reason, make_qkv, skip_unless_compiled
 
 GPU_SKIP = gpu_skip_reason()
@@ -155,10 +155,12 @@ def test_direct_training_on_the_efficient_road(request: pytest.FixtureRequest, s
     check_attention(q, k, v, dout, out.detach(), list(grads), lse, scale=scale, causal_mode=causal_mode)
 
 
-def test_sdpa_training_on_the_efficient_road(request: pytest.FixtureRequest) -> None:
+def test_sdpa_training_on_the_efficient_road(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """F.scaled_dot_product_attention at D 512 with grad, GQA, causal, inside enable(): our op's
     forward, PyTorch's efficient backward on its output, the reason in the stats; explain() says
-    the call is served; the gradients within the rule."""
+    the call is served; the gradients within the rule. (SDPA takes the road from
+    roads.ROAD_MIN_KEYS keys; lowered here, so that a small shape checks the road's numbers.)"""
+    monkeypatch.setattr(roads, "ROAD_MIN_KEYS", 1)
     shape = Shape("train", 2, 4, 2, 200, 200, 512)
     _served_here(torch.bfloat16, shape)
     q, k, v = (t.requires_grad_() for t in _inputs(request, shape, torch.bfloat16))
@@ -172,6 +174,29 @@ def test_sdpa_training_on_the_efficient_road(request: pytest.FixtureRequest) -> 
     assert _counts("flashsdpa::fwd")[0] == fwd0[0] + 1
     assert _counts("flashsdpa::bwd") == (bwd0[0], bwd0[1] + 1)
     assert any("efficient backward" in key for key in flashsdpa.stats()["fallback_reasons"]), flashsdpa.stats()
+    check_attention(q, k, v, dout, out.detach(), list(grads), None, scale=default_scale(512), causal_mode=1)
+
+
+def test_sdpa_training_below_the_road_length_keeps_pytorch(request: pytest.FixtureRequest) -> None:
+    """Below roads.ROAD_MIN_KEYS keys (where the road measured slower than PyTorch's SDPA), a
+    training call at D 512 inside enable() runs PyTorch's kernels both ways: none of ours serves
+    it, explain() gives the length rule, and the gradients are PyTorch's own (within the rule);
+    without grad the same call is ours."""
+    shape = Shape("short", 2, 4, 2, 200, 200, 512)
+    _served_here(torch.bfloat16, shape)
+    q, k, v = (t.requires_grad_() for t in _inputs(request, shape, torch.bfloat16))
+    dout = torch.randn_like(q)
+    [why] = flashsdpa.explain(q, k, v, is_causal=True, enable_gqa=True)
+    assert why == roads.speed_reason(k) and f"below {roads.ROAD_MIN_KEYS} keys" in why, why
+    fwd0, bwd0 = _counts("flashsdpa::fwd"), _counts("flashsdpa::bwd")
+    with flashsdpa.enable():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+        with torch.no_grad():
+            F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    torch.cuda.synchronize()
+    assert _counts("flashsdpa::fwd") == (fwd0[0] + 1, fwd0[1]), "only the no-grad call is ours"
+    assert _counts("flashsdpa::bwd") == bwd0
     check_attention(q, k, v, dout, out.detach(), list(grads), None, scale=default_scale(512), causal_mode=1)
 
 
