@@ -66,6 +66,14 @@ narrow_build() {
   grep -E "spill stores" "$OUT/build.log" | sed -E 's/.*function .(_Z[^ ]*). ([0-9]+ bytes spill stores.*)/\2 \1/' \
     | sort -u | cut -c1-220 > "$OUT/spills.txt"
 }
+# validate_tree BUILD_LIMIT DIMS SUITE_LIMIT: a session's first steps on the tree as it is: the
+# package built in place (narrow_build) and put first on the Python path, then the whole GPU suite
+# but its slow subprocess tests (-m "not slow": minutes of torch.compile each; run them by name).
+validate_tree() {
+  export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+  narrow_build "$1" "$2"
+  tests "gpu tests" "$3" tests.log $PY -m pytest tests/gpu -q -p no:cacheprovider -n 8 -m "not slow"
+}
 # build_copy NAME DIMS [VAR=VALUE ...]: a narrow build (bf16, or $BUILD_DTYPES: "bf16;fp16" for
 # builds whose tests include fp16 rows; the given head dims, sm_90 SASS: both
 # families) in its own fresh build directory with the given environment added, then python/ copied

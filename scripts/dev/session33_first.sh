@@ -11,9 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
-export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-narrow_build 220 "64;128;256;512"
-tests "gpu tests" 260 tests.log $PY -m pytest tests/gpu -q -p no:cacheprovider -n 8 -m "not slow"
+validate_tree 220 "64;128;256;512" 260
 # Issue 10 item 9 with the report's own model (Hugging Face Llama, static cache, reduce-overhead),
 # outside and inside enable() in fresh processes (session 33: the forward sweep dropped for it; the
 # kernels are session 31's and their sweep ran in sessions 23-32).

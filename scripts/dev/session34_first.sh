@@ -13,9 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
-export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-narrow_build 220 "64;128;256;512"
-tests "gpu tests" 200 tests.log $PY -m pytest tests/gpu -q -p no:cacheprovider -n 8 -m "not slow"
+validate_tree 220 "64;128;256;512" 200
 timed "road A/B" 150 road_ab.log $PY scripts/dev/hdim512_time.py --rounds 3 --train --road-asis --seqlens 2048 4096 8192
 cat "$OUT/road_ab.log"
 if (( SECONDS < 330 )); then
