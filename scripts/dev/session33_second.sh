@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session33_second.sh: Nsight Compute on the forward's short-sequence cells that stay below cuDNN
+# session33_second.sh (prepared in session 33, not yet run: no H200 came): Nsight Compute on the forward's short-sequence cells that stay below cuDNN
 # (issue 12's "every cell from S 512 >= 1.0x cuDNN"): d128 S 512 non-causal (B 32 x H 16: 0.93x
 # in session 32's sweep) and d64 S 512 causal (B 32 x H 32: 151.3 against 128.8 us, 0.85x, session
 # 27). kernel_notes_fwd_sm90.md's "Next" has asked for this profile since call 7 (per-tile
@@ -10,9 +10,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
-# The MUFU rates of tanh in f32 and f16x2 (softcap, docs/kernel_notes_features.md): seconds.
-nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -o /tmp/mufu scripts/dev/mufu_tanh_probe.cu \
-  && timed "mufu tanh probe" 60 mufu.log /tmp/mufu; cat "$OUT/mufu.log"
 build_copy fncu "64;128" CUDAFLAGS=
 export PYTHONPATH="/tmp/pkg_fncu/python${PYTHONPATH:+:$PYTHONPATH}"
 ncu_kernel ours_d128_s512 "flashsdpa_fwd" 120 $PY scripts/dev/fwd_profile.py 128 512 0 > /dev/null
