@@ -409,6 +409,7 @@ def test_road_speed_rule_keeps_short_training_calls_on_pytorch(fake_mode: Any) -
         return torch.empty(1, 2, seqlen_k, 512, dtype=torch.bfloat16, device="cuda")
 
     assert roads.ROAD_MIN_KEYS == 8192
+    assert roads.pays(key(8192)) and roads.pays(key(16384)) and not roads.pays(key(8191))
     assert roads.speed_reason(key(8192)) is None
     assert roads.speed_reason(key(16384)) is None
     assert_expected_inline(

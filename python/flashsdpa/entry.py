@@ -191,9 +191,8 @@ def direct_causal_mode(
             return None
         grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
         # (a backward none of ours takes runs PyTorch's efficient one on our output: ops.py; SDPA
-        # takes that road only where it is the faster one: roads.speed_reason)
-        if grad and (selection.backward_road(query, key, value, spec) is not None
-                     or roads.speed_reason(key) is not None):  # fmt: skip
+        # takes that road only where it is the faster one: roads.py)
+        if grad and (selection.backward_road(query, key, value, spec) is not None or not roads.pays(key)):
             return None
     return mode
 

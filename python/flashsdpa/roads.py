@@ -16,17 +16,23 @@ from torch import Tensor
 
 from flashsdpa._backend import WIDE_HEAD_DIM
 
-__all__ = ["ROAD_MIN_KEYS", "speed_reason"]
+__all__ = ["ROAD_MIN_KEYS", "pays", "speed_reason"]
 
 ROAD_MIN_KEYS = 8192
+
+
+def pays(key: Tensor) -> bool:
+    """Whether SDPA takes the road for a training call that only the road would serve (the entry's
+    test: a comparison Dynamo guards on, no message built)."""
+    return key.shape[-2] >= ROAD_MIN_KEYS
 
 
 def speed_reason(key: Tensor) -> str | None:
     """Why SDPA leaves a training call that only the road would serve to PyTorch (too few keys for
     the road to be the faster one), or None: take the road."""
-    seqlen_k = key.shape[-2]
-    if seqlen_k >= ROAD_MIN_KEYS:
+    if pays(key):
         return None
+    seqlen_k = key.shape[-2]
     return (
         f"seqlen_k={seqlen_k} with requires_grad above head dim {WIDE_HEAD_DIM}: our forward with PyTorch's "
         f"efficient backward runs slower than PyTorch's SDPA below {ROAD_MIN_KEYS} keys (0.91-0.99x at 2048, "
