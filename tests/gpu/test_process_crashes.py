@@ -176,7 +176,8 @@ def test_reduce_overhead_static_cache_inside_enable_as_pytorch() -> None:
 # The report's own road (issue 10, item 9): Hugging Face's LlamaForCausalLM (2 layers, hidden 512,
 # random weights), generate() with cache_implementation="static" and model.forward compiled with
 # mode="reduce-overhead". The report saw a segmentation fault in inductor's static Triton launcher
-# during the CUDA-graph tree's first run inside enable() (then a TorchFunctionMode). Session 33
+# during the CUDA-graph tree's first run inside enable() (then a TorchFunctionMode), and PyTorch
+# alone raise. Session 33
 # (H100, torch 2.11.0+cu130, transformers 5.17.0, scripts/dev/hf_static_probe.py) ran the same
 # child with flashsdpa not imported at all ("bare"): it dies the same way (SIGSEGV, the same stack
 # through static_triton_launcher.py), and with torch._inductor.config.use_static_cuda_launcher =
