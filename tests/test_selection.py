@@ -417,3 +417,24 @@ def test_road_speed_rule_keeps_short_training_calls_on_pytorch(fake_mode: Any) -
         """seqlen_k=2048 with requires_grad above head dim 256: our forward with PyTorch's efficient backward runs slower than PyTorch's SDPA below 8192 keys (0.91-0.99x at 2048, 1.05-1.06x at 8192 on an H100), so SDPA keeps PyTorch's kernels""",
     )
     assert roads.speed_reason(key(8191)) is not None
+
+
+def test_road_length_rule_in_the_entry_and_explain(fake_build: Any, fake_mode: Any) -> None:
+    """Where no backward of ours takes a D 512 training call (the fake part's shared memory drops
+    every backward above head dim 128, as a 512 bucket with a forward only), SDPA inside enable()
+    takes the road from roads.ROAD_MIN_KEYS keys and leaves shorter calls to PyTorch, explain()
+    giving the rule; a call without grad is ours at any length; and where a backward of ours does
+    take it, the rule does not apply."""
+    def call(sk: int, grad: bool) -> tuple[int | None, list[str]]:
+        q, k, v = qkv(b=1, hq=2, hkv=2, sq=sk, sk=sk, d=512, dtype=torch.bfloat16)
+        for t in (q, k, v):
+            t.requires_grad_(grad)
+        return entry.direct_causal_mode(q, k, v, None, 0.0, True, False), flashsdpa.explain(q, k, v, is_causal=True)
+
+    fake_build(head_dims=(64, 128, 256, 512), smem_optin_bytes=200 * 1024)
+    short, long_ = call(2048, True), call(8192, True)
+    assert short[0] is None and short[1] == [roads.speed_reason(torch.empty(1, 1, 2048, 512))], short
+    assert long_ == (1, []), long_
+    assert call(2048, False) == (1, [])
+    fake_build(head_dims=(64, 128, 256, 512))  # a backward of ours at 512: no road, no rule
+    assert call(2048, True) == (1, [])

@@ -190,9 +190,11 @@ def direct_causal_mode(
         if selection.mask_reason(query, value, spec, varlen=False) is not None:
             return None
         grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
-        # (a backward none of ours takes runs PyTorch's efficient one on our output: ops.py; SDPA
-        # takes that road only where it is the faster one: roads.py)
-        if grad and (selection.backward_road(query, key, value, spec) is not None or not roads.pays(key)):
+        # (a backward none of ours takes runs PyTorch's efficient one on our output: ops.py)
+        if grad and selection.backward_road(query, key, value, spec) is not None:
+            return None
+        # SDPA takes that road (no backward of ours) only where it is the faster one: roads.py
+        if grad and not roads.pays(key) and selection.mask_reason(query, value, spec, varlen=False, backward=True):
             return None
     return mode
 

@@ -632,7 +632,8 @@ def explain(
     else:
         reasons += kernel_reasons(query, key, value)
     if not reasons and max(head_dim, head_dim_v) > WIDE_HEAD_DIM and any(t.requires_grad for t in (query, key, value)):
-        reasons += [why for why in (roads.speed_reason(key),) if why is not None]  # SDPA's own rule (roads.py)
+        road = mask_reason(query, value, masks.NO_MASK, varlen=False, backward=True) is not None  # no backward of ours
+        reasons += [why for why in (roads.speed_reason(key),) if why is not None and road]  # SDPA's rule (roads.py)
     if query.is_cuda and not torch.backends.cuda.flash_sdp_enabled():
         reasons.append(
             "PyTorch's flash backend is disabled (torch.backends.cuda.enable_flash_sdp(False), or an "
