@@ -192,7 +192,7 @@ _HF_STATIC_SCRIPT = """
     import transformers
     if sys.argv[1] != "bare":  # (bare: flashsdpa not even imported)
         import flashsdpa
-X
+    if "no-static-launcher" in sys.argv[2:]:  # inductor's other launcher (Triton's own)
         torch._inductor.config.use_static_cuda_launcher = False
 
     torch.manual_seed(0)
