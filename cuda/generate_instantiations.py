@@ -64,13 +64,14 @@ FAMILIES = (
         declarations="sm80/launch_sm80.h",
     ),
     # Hopper (sm_90a): buckets are whole 128-byte column blocks (TMA boxes). The backward has the
-    # 64, 128 and 256 buckets (bwd_kernel_sm90.cuh; 256, which holds 136-256, on a 64-key tile of
-    # its own, plain calls only: capabilities.cpp's bucket limits); the rest of those calls take the
-    # portable family, and > 256 PyTorch.
-    # The forward's 512 bucket is a kernel of its own (fwd512_kernel_sm90.cuh: two-CTA clusters).
+    # 64, 128, 256 and 512 buckets (bwd_kernel_sm90.cuh; 256, which holds 136-256, on a 64-key tile
+    # of its own, plain calls only: capabilities.cpp's bucket limits); the rest of those calls take
+    # the portable family.
+    # The forward's 512 bucket is a kernel of its own (fwd512_kernel_sm90.cuh: two-CTA clusters);
+    # the backward's is the 256 tile on each CTA of a pair (bwd_kernel_sm90.cuh's kSplit).
     Family(
         name="sm90",
-        head_dims={"fwd": (64, 128, 256, 512), "bwd": (64, 128, 256)},
+        head_dims={"fwd": (64, 128, 256, 512), "bwd": (64, 128, 256, 512)},
         launch_headers={"fwd": "sm90/fwd_launch_sm90.cuh", "bwd": "sm90/bwd_launch_sm90.cuh"},
         sources=("cuda/sm90/tiles_sm90.cu",),
         archs="90a",

@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 import flashsdpa
-from flashsdpa import entry, roads, selection
+from flashsdpa import entry, selection
 
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 # Causal masks, made outside any FakeTensorMode (a CausalBias cannot be created inside one).
@@ -401,30 +401,11 @@ def test_direct_causal_mode(fake_build: Any, fake_mode: Any) -> None:
     assert mode(attn_mask=torch.empty(16, 16, dtype=torch.bool, device="cuda")) is None
 
 
-def test_road_speed_rule_keeps_short_training_calls_on_pytorch(fake_mode: Any) -> None:
-    """SDPA's rule for training above head dim 256 (our forward, PyTorch's efficient backward):
-    taken from roads.ROAD_MIN_KEYS keys, where it measured faster (session 33, H100: 1.05-1.06x
-    at 8k, 0.91-0.99x at 2k); below, the reason names the length, the limit and why."""
-    def key(seqlen_k: int) -> Tensor:
-        return torch.empty(1, 2, seqlen_k, 512, dtype=torch.bfloat16, device="cuda")
-
-    assert roads.ROAD_MIN_KEYS == 8192
-    assert roads.pays(key(8192)) and roads.pays(key(16384)) and not roads.pays(key(8191))
-    assert roads.speed_reason(key(8192)) is None
-    assert roads.speed_reason(key(16384)) is None
-    assert_expected_inline(
-        str(roads.speed_reason(key(2048))),
-        """seqlen_k=2048 with requires_grad above head dim 256: our forward with PyTorch's efficient backward runs slower than PyTorch's SDPA below 8192 keys (0.91-0.99x at 2048, 1.05-1.06x at 8192 on an H100), so SDPA keeps PyTorch's kernels""",
-    )
-    assert roads.speed_reason(key(8191)) is not None
-
-
-def test_road_length_rule_in_the_entry_and_explain(fake_build: Any, fake_mode: Any) -> None:
+def test_training_without_a_backward_of_ours_keeps_pytorch(fake_build: Any, fake_mode: Any) -> None:
     """Where no backward of ours takes a D 512 training call (the fake part's shared memory drops
-    every backward above head dim 128, as a 512 bucket with a forward only), SDPA inside enable()
-    takes the road from roads.ROAD_MIN_KEYS keys and leaves shorter calls to PyTorch, explain()
-    giving the rule; a call without grad is ours at any length; and where a backward of ours does
-    take it, the rule does not apply."""
+    every backward above head dim 128, as a 512 bucket with a forward only would), SDPA inside
+    enable() leaves it to PyTorch at any length, explain() giving the table's reason; a call
+    without grad is ours; and where a backward of ours takes it, the training call is ours too."""
     def call(sk: int, grad: bool) -> tuple[int | None, list[str]]:
         q, k, v = qkv(b=1, hq=2, hkv=2, sq=sk, sk=sk, d=512, dtype=torch.bfloat16)
         for t in (q, k, v):
@@ -432,9 +413,9 @@ def test_road_length_rule_in_the_entry_and_explain(fake_build: Any, fake_mode: A
         return entry.direct_causal_mode(q, k, v, None, 0.0, True, False), flashsdpa.explain(q, k, v, is_causal=True)
 
     fake_build(head_dims=(64, 128, 256, 512), smem_optin_bytes=200 * 1024)
-    short, long_ = call(2048, True), call(8192, True)
-    assert short[0] is None and short[1] == [roads.speed_reason(torch.empty(1, 1, 2048, 512))], short
-    assert long_ == (1, []), long_
+    for seqlen in (2048, 8192):
+        mode, why = call(seqlen, True)
+        assert mode is None and len(why) == 1 and "no tile fits" in why[0], (mode, why)
     assert call(2048, False) == (1, [])
-    fake_build(head_dims=(64, 128, 256, 512))  # a backward of ours at 512: no road, no rule
+    fake_build(head_dims=(64, 128, 256, 512))  # a backward of ours at 512
     assert call(2048, True) == (1, [])

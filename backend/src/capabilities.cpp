@@ -53,7 +53,7 @@ std::vector<FamilyCaps> make_families() {
   // Arch-specific families go first: select_family takes the first that serves a problem.
 #ifdef FLASHSDPA_FAMILY_SM90
   // wgmma / TMA / setmaxnreg SASS for sm_90a runs on compute capability 9.0 only. Dense (and
-  // varlen forwards: packed rows through TMA, O by plain stores), every mask kind, the backward in fewer buckets than the forward (64, 128, 256), deterministic backward
+  // varlen forwards: packed rows through TMA, O by plain stores), every mask kind, the backward in the forward's buckets (64, 128, 256, 512), deterministic backward
   // (ordered dQ adds; not with the slopes' or sinks' gradients: check_deterministic), the score
   // modifiers in both directions (their kMods instantiations: equal to the portable kernels in
   // scripts/dev/fwd_check.cu's and bwd_check_sm90.cu's "mods" modes on the H200, sessions 6 and 7):
@@ -74,10 +74,13 @@ std::vector<FamilyCaps> make_families() {
   table.back().fwd_yields = &fwd_sm90_yields;        // short d <= 64 forwards (tiles_sm90.cu)
   // Head dims 264-512 (Gemma's global layers): a two-CTA cluster splits D (O of 64 rows x 512
   // columns is more than a warpgroup's registers). Every mask kind, GQA; dense, nothing else yet.
-  // Its backward is not built: SDPA calls with grad stay PyTorch's (entry.direct_causal_mode).
-  // Head dim 256's backward: a 64-key tile of its own (bwd_kernel_sm90.cuh's kWide) with dQ by
-  // float reductions: plain calls, any order (not deterministic).
+  // Its backward splits D the same way (bwd_kernel_sm90.cuh's kSplit: the 256 tile on each CTA of
+  // a pair). Head dim 256's backward: a 64-key tile of its own (kWide) with dQ by float
+  // reductions: plain calls, any order (not deterministic); 512's likewise.
   table.back().bucket_limits = {{512, Direction::kForward, {Layout::kDense}, 0u, "its two-CTA cluster kernel"},
+                                {512, Direction::kBackward, {Layout::kDense}, 0u,
+                                 "its two-CTA cluster kernel, which adds dQ with float reductions in any order",
+                                 /*deterministic=*/false},
                                 {256, Direction::kBackward, {Layout::kDense}, 0u,
                                  "its 64-key tile, which adds dQ with float reductions in any order",
                                  /*deterministic=*/false}};

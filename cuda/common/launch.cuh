@@ -14,20 +14,31 @@ namespace flashsdpa {
 
 // A launch that may begin while the stream's previous kernel still runs (programmatic stream
 // serialization): the kernel itself waits for it where it needs its results (grid_dependency_wait).
+// `cluster` > 1: clusters of that many consecutive CTAs in x (the sm90 d512 backward's pairs).
 template <typename... KernelArgs, typename... Args>
-cudaError_t launch_programmatic(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, size_t smem,
-                                cudaStream_t stream, Args&&... args) {
+cudaError_t launch_programmatic_clusters(void (*kernel)(KernelArgs...), unsigned grid, unsigned cluster,
+                                         unsigned threads, size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(grid);
   config.blockDim = dim3(threads);
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attribute[1];
+  cudaLaunchAttribute attribute[2];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  attribute[1].id = cudaLaunchAttributeClusterDimension;
+  attribute[1].val.clusterDim.x = cluster;
+  attribute[1].val.clusterDim.y = 1;
+  attribute[1].val.clusterDim.z = 1;
   config.attrs = attribute;
-  config.numAttrs = 1;
+  config.numAttrs = cluster > 1 ? 2 : 1;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+template <typename... KernelArgs, typename... Args>
+cudaError_t launch_programmatic(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, size_t smem,
+                                cudaStream_t stream, Args&&... args) {
+  return launch_programmatic_clusters(kernel, grid, 1u, threads, smem, stream, std::forward<Args>(args)...);
 }
 
 // Whether kKernel, as loaded on the current device, was compiled from sm_90+ PTX, so that its

@@ -40,6 +40,9 @@ extern template cudaError_t run_bwd_sm90_<__half, 128>(const AttnBwdParams&, cud
 #if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_256)
 extern template cudaError_t run_bwd_sm90_<__half, 256>(const AttnBwdParams&, cudaStream_t);
 #endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_512)
+extern template cudaError_t run_bwd_sm90_<__half, 512>(const AttnBwdParams&, cudaStream_t);
+#endif
 #if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_64)
 extern template cudaError_t run_bwd_sm90_<__nv_bfloat16, 64>(const AttnBwdParams&, cudaStream_t);
 #endif
@@ -48,6 +51,9 @@ extern template cudaError_t run_bwd_sm90_<__nv_bfloat16, 128>(const AttnBwdParam
 #endif
 #if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_256)
 extern template cudaError_t run_bwd_sm90_<__nv_bfloat16, 256>(const AttnBwdParams&, cudaStream_t);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_512)
+extern template cudaError_t run_bwd_sm90_<__nv_bfloat16, 512>(const AttnBwdParams&, cudaStream_t);
 #endif
 
 int run_fwd_sm90(const AttnFwdParams& p, void* stream) {
@@ -93,6 +99,9 @@ int run_bwd_sm90(const AttnBwdParams& p, void* stream) {
 #if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_256)
     case dispatch_key(DType::kFloat16, 256): return run_bwd_sm90_<__half, 256>(p, s);
 #endif
+#if defined(FLASHSDPA_DTYPE_FP16) && defined(FLASHSDPA_HDIM_512)
+    case dispatch_key(DType::kFloat16, 512): return run_bwd_sm90_<__half, 512>(p, s);
+#endif
 #if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_64)
     case dispatch_key(DType::kBFloat16, 64): return run_bwd_sm90_<__nv_bfloat16, 64>(p, s);
 #endif
@@ -101,6 +110,9 @@ int run_bwd_sm90(const AttnBwdParams& p, void* stream) {
 #endif
 #if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_256)
     case dispatch_key(DType::kBFloat16, 256): return run_bwd_sm90_<__nv_bfloat16, 256>(p, s);
+#endif
+#if defined(FLASHSDPA_DTYPE_BF16) && defined(FLASHSDPA_HDIM_512)
+    case dispatch_key(DType::kBFloat16, 512): return run_bwd_sm90_<__nv_bfloat16, 512>(p, s);
 #endif
     default: return cudaErrorNotSupported;
   }

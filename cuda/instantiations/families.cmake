@@ -13,6 +13,6 @@ set(FLASHSDPA_sm80_SOURCES cuda/sm80/tiles_sm80.cu cuda/instantiations/dispatch_
 set(FLASHSDPA_sm90_HEAD_DIMS 64 128 256 512)
 set(FLASHSDPA_sm90_DIRECTIONS fwd bwd)
 set(FLASHSDPA_sm90_fwd_HEAD_DIMS 64 128 256 512)
-set(FLASHSDPA_sm90_bwd_HEAD_DIMS 64 128 256)
+set(FLASHSDPA_sm90_bwd_HEAD_DIMS 64 128 256 512)
 set(FLASHSDPA_sm90_ARCHS "90a")
 set(FLASHSDPA_sm90_SOURCES cuda/sm90/tiles_sm90.cu cuda/instantiations/dispatch_sm90.cu)

@@ -96,8 +96,17 @@ struct BwdTraitsSm90 {
   // memory; dQ goes to dq_accum by red.global.add.v4.f32 (Q / dO stages 128 KB + K / V 64 KB +
   // P^T / dS^T 32 KB leave no room for a 64 KB staging tile). Plain calls only (no modifiers,
   // dropout, or deterministic order: capabilities.cpp's bucket limits).
-  static constexpr bool kWide = kHeadDim_ == 256;
-  static_assert(!(kWide && (kModsKind_ != kModsNone || kDropout_)), "d256: plain instantiation only");
+  // Head dim 512 (kSplit; kernel_notes_bwd_sm90.md, "The d512 tile"): the d256 tile on each CTA of
+  // a two-CTA cluster, CTA r owning columns [256 r, 256 r + 256) of Q, K, V, dO, dQ, dK and dV (the
+  // head-dim-512 forward's split: fwd512_kernel_sm90.cuh). S^T and dP^T sum over all 512 columns,
+  // so each CTA's partials go to the other through distributed shared memory and both add them
+  // (fp32 addition commutes: both hold bitwise the same S^T and dP^T, hence the same P^T and dS^T);
+  // the rest is the d256 step on 256 columns. The exchange slot (16 KB) leaves room for one P^T
+  // and one dS^T buffer, not two: a barrier pair orders a step's stores after the other warpgroup's
+  // GEMMs of the step before have retired.
+  static constexpr bool kSplit = kHeadDim_ == 512;
+  static constexpr bool kWide = kHeadDim_ >= 256;
+  static_assert(!(kWide && (kModsKind_ != kModsNone || kDropout_)), "d256, d512: plain instantiation only");
   static constexpr int kBlockN = kWide ? 64 : 128;  // keys per CTA: 64 per consumer warpgroup (d256: 64 shared)
   static constexpr int kStages = kStages_;
   static constexpr int kConsumerWGs = 2;
@@ -107,12 +116,13 @@ struct BwdTraitsSm90 {
 #define FLASHSDPA_SM90_BWD_CONSUMER_REGS 240
 #endif
   static constexpr int kConsumerRegs = FLASHSDPA_SM90_BWD_CONSUMER_REGS;  // d128: S^T 32 + dP^T 32 + dV 64 + dK 64 + dQ 2 x 32 fp32
-  static constexpr int kColBlocks = kHeadDim / 64;
+  static constexpr int kCtaDim = kSplit ? kHeadDim / 2 : kHeadDim;  // the columns a CTA holds
+  static constexpr int kColBlocks = kCtaDim / 64;
   static constexpr int kMTiles = kBlockM / 8;  // n8 column groups of S^T (queries)
   static constexpr int kDTiles = kHeadDim / 8;
 
-  static constexpr int kQBytes = kBlockM * kHeadDim * 2;  // also dO's slot (head_dim_v == head_dim)
-  static constexpr int kKBytes = kBlockN * kHeadDim * 2;  // also V
+  static constexpr int kQBytes = kBlockM * kCtaDim * 2;  // also dO's slot (head_dim_v == head_dim)
+  static constexpr int kKBytes = kBlockN * kCtaDim * 2;  // also V
   // dS^T: keys x queries, in column blocks of 64 queries (128-byte swizzled rows of the 128 keys)
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;
   static constexpr int kDqBytes = kBlockM * kHeadDim * 4;  // fp32 dQ staging, dq_accum's row order
@@ -126,23 +136,29 @@ struct BwdTraitsSm90 {
   // Two dS^T buffers: a warpgroup writes step i's half while the other may still read step i-1's
   // in its dQ GEMM (the one barrier per step orders i against i-2). Two dQ staging buffers: the
   // writer warp's bulk reduce-add of step i-1 reads one while the consumers fill the other.
-  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages + 2 * kDqBufs);
+  // d512: x_full and x_empty of each consumer warpgroup's exchange slot.
+  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages + 2 * kDqBufs + (kSplit ? 4 : 0));
   // The tall step's P^T (keys x queries, dS^T's layout; each warpgroup its own 64 rows), the A of
   // its dV GEMM from shared memory (SS): held as the RS form's 16-bit registers beside P^T, dP^T,
   // dV and dK it peaked at 245 live and serialized the wgmmas (C7512, 64-byte spill); dS^T from
   // that 16-bit copy instead of P^T missed the rule (dq 1.44e-2 against 1.24e-2 at Sq 1023 x Sk 7
   // bottom-right, bf16: session 29).
   // d256: P^T of both warpgroups' queries, the A of dV (double-buffered as dS^T is).
-  static constexpr int kPtBytes = kTall ? kBlockN * kBlockM * 2 : kWide ? 2 * kBlockN * kBlockM * 2 : 0;
+  // d512: one buffer of each (kSplit above).
+  static constexpr int kDsBufs = kSplit ? 1 : 2;
+  static constexpr int kPtBytes = kTall ? kBlockN * kBlockM * 2 : kWide ? kDsBufs * kBlockN * kBlockM * 2 : 0;
+  // d512: each consumer warpgroup's exchange slot, the other CTA's fp32 partial S^T, then dP^T, of
+  // the warpgroup's 64 keys x 32 queries (the same warpgroup there holds the same fragments).
+  static constexpr int kXBytes = kSplit ? 2 * kBlockN * (kBlockM / 2) * 4 : 0;
   // The base is rounded up to 1024 bytes (the 128-byte swizzle atoms); the dynamic window starts
   // at 0x400 on sm_90 (after the 1 KB the system reserves), so the tall step, 136 bytes short
   // with the slack, claims none and checks the alignment at entry instead.
   static constexpr int kSmemSlack = kTall ? 0 : 1024;
-  static constexpr int kSmemBytes = 2 * kKBytes + 2 * kStages * kQBytes + kStages * kRowStatBytes + 2 * kDsBytes +
-                                    kPtBytes + kDqBufs * kDqBytes + kBarrierBytes + kSmemSlack;
+  static constexpr int kSmemBytes = 2 * kKBytes + 2 * kStages * kQBytes + kStages * kRowStatBytes + kDsBufs * kDsBytes +
+                                    kPtBytes + kDqBufs * kDqBytes + kXBytes + kBarrierBytes + kSmemSlack;
 
   static_assert(std::is_same<Elem, __half>::value || std::is_same<Elem, __nv_bfloat16>::value, "fp16 or bf16");
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dims 64, 128 and 256");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256 || kHeadDim == 512, "head dims 64 to 512");
   // dQ is split between the consumer warpgroups over all kBlockN keys, so the dS^T tile is the
   // only thing they share: by columns (each kHeadDim / 2 of them, all kBlockM rows), or in the
   // tall step by rows (each 64 query rows, all columns: one wgmma M).
@@ -241,22 +257,25 @@ __device__ __forceinline__ void stamp([[maybe_unused]] TimelineEvent event, [[ma
 
 constexpr int kBarDs = 1;  // both consumer warpgroups: dS^T of the step written (256 threads)
 constexpr int kBarPt = 2;  // + warpgroup: the tall step's P^T of the warpgroup written (128 threads)
+constexpr int kBarSlotRead = 3;  // + warpgroup (d512): every thread of it has read its exchange slot (128)
+constexpr int kBarFree = 5;      // + warpgroup (d512): its GEMMs of the step before have retired (256)
 
 // Warps of the producer warpgroup: TMA loads (one thread), LSE / delta rows, the dQ writer.
 constexpr int kWarpLoad = 0, kWarpDq = 1, kWarpRowStats = 2;
 
 template <typename Traits>
 struct SmemLayout {
-  uint32_t k, v, q, dout, stats, ds, pt, dq, bars;
+  uint32_t k, v, q, dout, stats, ds, pt, dq, x, bars;
   __device__ __forceinline__ explicit SmemLayout(uint32_t base) {
     k = base;
     v = k + Traits::kKBytes;
     q = v + Traits::kKBytes;
     dout = q + Traits::kStages * Traits::kQBytes;
     ds = dout + Traits::kStages * Traits::kQBytes;
-    pt = ds + 2 * Traits::kDsBytes;
+    pt = ds + Traits::kDsBufs * Traits::kDsBytes;
     dq = pt + Traits::kPtBytes;
-    stats = dq + Traits::kDqBufs * Traits::kDqBytes;
+    x = dq + Traits::kDqBufs * Traits::kDqBytes;
+    stats = x + Traits::kXBytes;
     bars = stats + Traits::kStages * Traits::kRowStatBytes;
   }
   __device__ __forceinline__ uint32_t kv_full() const { return bars; }
@@ -269,6 +288,15 @@ struct SmemLayout {
   __device__ __forceinline__ uint32_t dq_empty(int b) const {
     return bars + 8 * (1 + 4 * Traits::kStages + Traits::kDqBufs + b);
   }
+  // d512's exchange: x_full(w) completes when the other CTA's partial has landed in warpgroup w's
+  // slot, x_empty(w) when the other CTA has read what this one wrote into its slot.
+  __device__ __forceinline__ uint32_t x_full(int w) const {
+    return bars + 8 * (1 + 4 * Traits::kStages + 2 * Traits::kDqBufs + w);
+  }
+  __device__ __forceinline__ uint32_t x_empty(int w) const {
+    return bars + 8 * (3 + 4 * Traits::kStages + 2 * Traits::kDqBufs + w);
+  }
+  __device__ __forceinline__ uint32_t x_slot(int w) const { return x + w * (Traits::kXBytes / 2); }
   __device__ __forceinline__ uint32_t q_slot(int s) const { return q + s * Traits::kQBytes; }
   __device__ __forceinline__ uint32_t do_slot(int s) const { return dout + s * Traits::kQBytes; }
   __device__ __forceinline__ uint32_t lse_slot(int s) const { return stats + s * Traits::kRowStatBytes; }
@@ -388,16 +416,16 @@ __device__ __forceinline__ void probabilities_t(float (&st)[1][kMTiles][4], floa
 
 template <typename Traits>
 __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int n_block,
-                                        int kv_head, int batch, const StepRange& range) {
+                                        int kv_head, int batch, const StepRange& range, int col0) {
   sm90::tma_prefetch_desc(&args.tma_q);
   sm90::tma_prefetch_desc(&args.tma_do);
   sm90::mbar_arrive_expect_tx(sm.kv_full(), 2 * Traits::kKBytes);
 #pragma unroll
   for (int c = 0; c < Traits::kColBlocks; ++c) {
-    sm90::tma_load_4d(sm.k + c * Traits::kBlockN * 128, &args.tma_k, sm.kv_full(), c * 64, n_block * Traits::kBlockN,
-                      kv_head, batch);
-    sm90::tma_load_4d(sm.v + c * Traits::kBlockN * 128, &args.tma_v, sm.kv_full(), c * 64, n_block * Traits::kBlockN,
-                      kv_head, batch);
+    sm90::tma_load_4d(sm.k + c * Traits::kBlockN * 128, &args.tma_k, sm.kv_full(), col0 + c * 64,
+                      n_block * Traits::kBlockN, kv_head, batch);
+    sm90::tma_load_4d(sm.v + c * Traits::kBlockN * 128, &args.tma_v, sm.kv_full(), col0 + c * 64,
+                      n_block * Traits::kBlockN, kv_head, batch);
   }
   auto load = [&](uint32_t empty, uint32_t full, uint32_t slot, const CUtensorMap* map, uint32_t parity, int head,
                   int m_block) {
@@ -405,7 +433,8 @@ __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayou
     sm90::mbar_arrive_expect_tx(full, Traits::kQBytes);
 #pragma unroll
     for (int c = 0; c < Traits::kColBlocks; ++c) {
-      sm90::tma_load_4d(slot + c * Traits::kBlockM * 128, map, full, c * 64, m_block * Traits::kBlockM, head, batch);
+      sm90::tma_load_4d(slot + c * Traits::kBlockM * 128, map, full, col0 + c * 64, m_block * Traits::kBlockM, head,
+                        batch);
     }
   };
   for (int i = 0; i < range.count(); ++i) {
@@ -1168,16 +1197,20 @@ __device__ __forceinline__ void red_dq_tiles(float* head_dq, int64_t row0, int r
 #ifndef FLASHSDPA_SM90_BWD256_DQ_RED
 #define FLASHSDPA_SM90_BWD256_DQ_RED 1
 #endif
+//
+// Head dim 512 (kSplit): the same step on each CTA of a pair over its 256 columns (`rank`, its
+// %cluster_ctarank), with S^T and dP^T completed by the other CTA's partials (exchange below) and
+// one P^T / dS^T buffer (kBarFree orders its stores).
 template <typename Traits>
 __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int n_block,
                                              int kv_head, int batch, const SeqlenInfo& seq, const BlockMask& mask,
-                                             const StepRange& range, int cwg) {
+                                             const StepRange& range, int cwg, int rank) {
   using Elem = typename Traits::Elem;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   static_assert(kBlockM == 64 && kBlockN == 64, "one 128-byte column block of P^T / dS^T: 64 queries");
   constexpr int kQueries = kBlockM / 2;         // this warpgroup's queries in S^T / dP^T
   constexpr int kMTiles = kQueries / 8;         // their n8 column groups
-  constexpr int kCols = Traits::kHeadDim / 2;   // this warpgroup's columns of dV, dK and dQ
+  constexpr int kCols = Traits::kCtaDim / 2;    // this warpgroup's columns of dV, dK and dQ (of its CTA's)
   constexpr int kAcc = kBlockN * kCols / 128;   // fp32 a thread of each of dV, dK, dQ (64 keys / queries)
   using OpS = sm90::WgmmaOp<Elem, kQueries>;
   using OpG = sm90::WgmmaOp<Elem, kCols>;
@@ -1186,6 +1219,7 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
   const int warp = tid / 32, lane = tid % 32;
   const int key0 = n_block * kBlockN + warp * 16 + lane / 4;  // fragment row g: keys of S^T, dV, dK; queries of dQ
   const int c0 = 2 * (lane % 4);
+  const int col_base = rank * Traits::kCtaDim + kCols * cwg;  // the head's column of this warpgroup's first
   const bool arriver = lane == 0;
 
   float dv_acc[kAcc], dk_acc[kAcc], dq_acc[kAcc];
@@ -1225,7 +1259,7 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     if (!FLASHSDPA_SM90_BWD256_DQ_RED) return;
     float* head_dq = p.dq_accum + batch * p.dq_accum_batch_stride + range.head(step) * p.dq_accum_head_stride;
     red_dq_tiles(head_dq, seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM,
-                 seq.seqlen_q - range.m_block(step) * kBlockM, p.dq_accum_row_stride, kCols * cwg, warp, lane, dq,
+                 seq.seqlen_q - range.m_block(step) * kBlockM, p.dq_accum_row_stride, col_base, warp, lane, dq,
                  p.scale);
   };
   // S^T = K Q^T or dP^T = V dO^T over this warpgroup's queries, one commit group of 16 k steps
@@ -1233,7 +1267,7 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
   auto score_gemm = [&](float (&acc)[kQueries / 2], uint64_t a_desc, uint64_t b_desc) {
     sm90::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
+    for (int kk = 0; kk < Traits::kCtaDim / 16; ++kk) {
       const uint64_t off_a = ((kk / 4) * kBlockN * 128 + (kk % 4) * 32) >> 4;
       const uint64_t off_b = ((kk / 4) * kBlockM * 128 + (kk % 4) * 32) >> 4;
       OpS::template ss<0>(acc, a_desc + off_a, b_desc + off_b, kk > 0);
@@ -1248,11 +1282,44 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
       asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v[j].x), "=f"(v[j].y) : "r"(slot + col_bytes + 32 * j));
   };
 
+  // d512: this warpgroup's partial S^T or dP^T (16 floats a thread) to the same warpgroup of the
+  // other CTA, and that one's added (exchange e: step i's S^T is 2 i, its dP^T 2 i + 1), by
+  // fwd512_kernel_sm90.cuh's protocol: thread 0 arms x_full for the slot's 8 KB; every thread
+  // waits for x_empty (the other CTA has read exchange e - 1 from its slot), sends its floats with
+  // st.async (completing bytes on the other's x_full), waits for x_full and adds its slot's; once
+  // the warpgroup has read the slot, thread 0 arrives on the other's x_empty. Both CTAs add the
+  // same two numbers, so their sums are bitwise equal.
+  [[maybe_unused]] uint32_t x_mine = 0, x_peer = 0, x_full_peer = 0, x_empty_peer = 0;
+  if constexpr (Traits::kSplit) {
+    x_mine = sm.x_slot(cwg) + tid * 16;  // this thread's float4 j at + 2048 j
+    x_peer = sm90::map_to_rank(x_mine, rank ^ 1);
+    x_full_peer = sm90::map_to_rank(sm.x_full(cwg), rank ^ 1);
+    x_empty_peer = sm90::map_to_rank(sm.x_empty(cwg), rank ^ 1);
+  }
+  auto exchange = [&](float (&acc)[kQueries / 2], int e) {
+    if constexpr (Traits::kSplit) {
+      if (tid == 0) sm90::mbar_arrive_expect_tx(sm.x_full(cwg), Traits::kXBytes / 2);
+      sm90::mbar_wait_cluster(sm.x_empty(cwg), (e & 1) ^ 1);
+#pragma unroll
+      for (int j = 0; j < kQueries / 8; ++j)
+        sm90::st_async_v4(x_peer + 2048 * j, x_full_peer, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+      sm90::mbar_wait_cluster(sm.x_full(cwg), e & 1);
+#pragma unroll
+      for (int j = 0; j < kQueries / 8; ++j) {
+        const uint4 v = ld_shared_v4(x_mine + 2048 * j);
+        acc[4 * j] += __uint_as_float(v.x), acc[4 * j + 1] += __uint_as_float(v.y);
+        acc[4 * j + 2] += __uint_as_float(v.z), acc[4 * j + 3] += __uint_as_float(v.w);
+      }
+      sm90::named_sync(kBarSlotRead + cwg, 128);
+      if (tid == 0) sm90::mbar_arrive_remote(x_empty_peer);
+    }
+  };
+
   sm90::mbar_wait(sm.kv_full(), 0);
   for (int i = 0; i < range.count(); ++i) {
     const int s = i % Traits::kStages;
     const uint32_t parity = (i / Traits::kStages) & 1;
-    const int b = i % 2;  // P^T / dS^T buffer
+    const int b = Traits::kDsBufs == 2 ? i % 2 : 0;  // P^T / dS^T buffer
     const int m_block = range.m_block(i);
     const int q0 = m_block * kBlockM + cwg * kQueries + c0;  // this thread's element-0 query
 
@@ -1270,12 +1337,17 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     sm90::wgmma_wait<1>();  // S^T done, and step i - 1's dK (older): its Q stage is free
     sm90::fence_regs(st_acc);
     if (i > 0) sm90::mbar_arrive(sm.q_empty((i - 1) % Traits::kStages));
+    // d512: this warpgroup's GEMMs of step i - 1 have all retired (dV and dQ at its end, dK now)
+    if constexpr (Traits::kSplit) sm90::named_arrive(kBarFree + cwg, 256);
+    exchange(st_acc, 2 * i);  // (d512: under dP^T's GEMM)
 
     // P^T (probabilities_t), masked to 0.
     probabilities_t<kMTiles>(st, scale_log2, [&](int j) { return lse2[j]; }, huge);
     if (mask.template partial<kBlockM, kBlockN>(m_block, n_block)) apply_mask_t<kMTiles>(st, mask, key0, q0, seq.seqlen_q, 0.f);
     // P^T (16-bit) to buffer b, this warpgroup's queries; the buffer's last readers (step i - 2's
-    // dV) retired before either warpgroup passed step i - 1's barrier.
+    // dV) retired before either warpgroup passed step i - 1's barrier. d512's one buffer: step
+    // i - 1's dV, dQ and dK of the other warpgroup read it last.
+    if constexpr (Traits::kSplit) sm90::named_sync(kBarFree + (cwg ^ 1), 256);
 #pragma unroll
     for (int m = 0; m < kMTiles / 2; ++m) {
       uint32_t a[1][4];
@@ -1285,6 +1357,7 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     load_columns(delta, sm.delta_slot(s));
     sm90::wgmma_wait<0>();  // dP^T done
     sm90::fence_regs(dpt_acc);
+    exchange(dpt_acc, 2 * i + 1);
     // dS^T = P^T (dP^T - delta), unscaled (dK is scaled in the epilogue, dQ at its reduction).
 #pragma unroll
     for (int j = 0; j < kMTiles; ++j) {
@@ -1337,7 +1410,7 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     if (key >= seq.seqlen_k) continue;
 #pragma unroll
     for (int j = 0; j < kCols / 8; ++j) {
-      const int col = kCols * cwg + 8 * j + c0;
+      const int col = col_base + 8 * j + c0;
       if (col < p.head_dim_qk)
         *reinterpret_cast<uint32_t*>(dk + int64_t(key) * p.dk_row_stride + col) =
             ElemTraits<Elem>::pack(dk4[0][j][2 * h] * p.scale, dk4[0][j][2 * h + 1] * p.scale);
@@ -1361,7 +1434,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   const AttnBwdParams& p = args.p;
   const bwd_sm90::BwdGridOrder order(p, Traits::kBlockN);
   int n_block, kv_head, batch;
-  order.decode(blockIdx.x, n_block, kv_head, batch);
+  // d512: a cluster's two CTAs are consecutive in x and take the same key block, one column half each
+  const int rank = Traits::kSplit ? sm90::cluster_rank() : 0;
+  order.decode(blockIdx.x / (Traits::kSplit ? 2 : 1), n_block, kv_head, batch);
   const SeqlenInfo seq(p, batch);
   const BlockMask mask(seq, p.mask);
   const int group = p.heads_q / p.heads_kv;
@@ -1390,16 +1465,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
       sm90::mbar_init(sm.dq_full(b), 128 * Traits::kConsumerWGs);
       sm90::mbar_init(sm.dq_empty(b), 1);
     }
+    if constexpr (Traits::kSplit) {
+      for (int w = 0; w < Traits::kConsumerWGs; ++w) {
+        sm90::mbar_init(sm.x_full(w), 1);   // this CTA's thread 0 of warpgroup w, + 8 KB of st.async
+        sm90::mbar_init(sm.x_empty(w), 1);  // the other CTA's thread 0 of warpgroup w
+      }
+    }
     sm90::fence_mbar_init();
   }
   __syncthreads();
+  if constexpr (Traits::kSplit) sm90::cluster_sync();  // both CTAs' barriers exist before any remote arrival
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     sm90::setmaxnreg_dec<Traits::kProducerRegs>();
     const int warp = threadIdx.x / 32;
     if (warp == bwd_sm90::kWarpLoad && threadIdx.x % 32 == 0) {
-      bwd_sm90::produce<Traits>(args, sm, n_block, kv_head, batch, range);
+      bwd_sm90::produce<Traits>(args, sm, n_block, kv_head, batch, range, rank * Traits::kCtaDim);
     } else if (warp == bwd_sm90::kWarpDq && threadIdx.x % 32 == 0) {
       if constexpr (!Traits::kWide) bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block);
     } else if (warp == bwd_sm90::kWarpRowStats) {
@@ -1409,10 +1491,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
     sm90::setmaxnreg_inc<Traits::kConsumerRegs>();
     grid_dependency_wait();  // (the kMods kernel adds into row_pdp, which the preprocess zeroes)
     if constexpr (Traits::kWide) {
-      bwd_sm90::consume_wide<Traits>(args, sm, n_block, kv_head, batch, seq, mask, range, warpgroup - 1);
+      bwd_sm90::consume_wide<Traits>(args, sm, n_block, kv_head, batch, seq, mask, range, warpgroup - 1, rank);
     } else {
       bwd_sm90::consume<Traits>(args, sm, n_block, kv_head, batch, seq, mask, range, warpgroup - 1);
     }
+  }
+  if constexpr (Traits::kSplit) {
+    __syncwarp();          // (the producer warps' lane 0 rejoins its warp: the cluster barrier is .aligned)
+    sm90::cluster_sync();  // no CTA leaves while the other may still write into its shared memory
   }
 #endif
 }

@@ -39,7 +39,7 @@ cudaError_t run_bwd_sm90_with(const AttnBwdParams& params_in, cudaStream_t strea
   AttnBwdParams params = params_in;
   params.dq_sem_rows = Traits::kBlockM;
   if constexpr (Traits::kWide) {
-    // The d256 tile adds dQ by float reductions (no writer warp): no first store, no ordered
+    // The d256 and d512 tiles add dQ by float reductions (no writer warp): no first store, no ordered
     // adds (the table refuses deterministic calls there), so no semaphores and a zeroed dq_accum.
     if (params.deterministic) return cudaErrorNotSupported;
     params.dq_first_store = false;
@@ -49,15 +49,16 @@ cudaError_t run_bwd_sm90_with(const AttnBwdParams& params_in, cudaStream_t strea
   cudaError_t err = encode_bwd_sm90<Traits>(params, args);
   if (err != cudaSuccess) return err;
   const int64_t n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-  const int64_t grid = n_blocks * params.heads_kv * params.batch;
+  constexpr int kCluster = Traits::kSplit ? 2 : 1;  // d512: a CTA pair per key block
+  const int64_t grid = kCluster * n_blocks * params.heads_kv * params.batch;
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
   if ((err = opt_in_dynamic_smem<&flashsdpa_bwd_sm90_kernel<Traits>>(Traits::kSmemBytes)) != cudaSuccess) return err;
   if ((err = launch_bwd_prepost<Elem, Traits::kHeadDim, false>(params, stream)) != cudaSuccess) return err;
   if (grid > 0) {
     // Programmatic: its CTAs may start while the preprocess's last wave drains (they wait for it
     // before reading delta or adding to dq_accum: grid_dependency_wait in the kernel).
-    err = launch_programmatic(flashsdpa_bwd_sm90_kernel<Traits>, static_cast<unsigned>(grid), Traits::kThreads,
-                              Traits::kSmemBytes, stream, args);
+    err = launch_programmatic_clusters(flashsdpa_bwd_sm90_kernel<Traits>, static_cast<unsigned>(grid), kCluster,
+                                       Traits::kThreads, Traits::kSmemBytes, stream, args);
     if (err != cudaSuccess) return err;
   }
   // dq_accum's words are the TMA unit's (bulk store / reduce-add) but for the blocks the
@@ -76,7 +77,7 @@ cudaError_t run_bwd_sm90_with(const AttnBwdParams& params_in, cudaStream_t strea
 template <typename Elem, int kHeadDim>
 cudaError_t run_bwd_sm90_(const AttnBwdParams& params, cudaStream_t stream) {
   using Traits = BwdTraitsSm90<Elem, kHeadDim>;
-  if constexpr (Traits::kWide) {  // d256: the plain tile only (capabilities.cpp's bucket limits)
+  if constexpr (Traits::kWide) {  // d256, d512: the plain tile only (capabilities.cpp's bucket limits)
     if (params.dropout.enabled() || mods_kind(params.mods) != kModsNone) return cudaErrorNotSupported;
     return run_bwd_sm90_with<Traits>(params, stream);
   } else {

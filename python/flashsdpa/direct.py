@@ -69,21 +69,19 @@ def _check_cuda(query: Tensor, head_dim: int, head_dim_v: int) -> None:
         raise ValueError(reason)
 
 
-def _check_grad_head_dims(query: Tensor, key: Tensor, value: Tensor, mask: masks.MaskSpec, plain: bool) -> None:
-    """Above selection.WIDE_HEAD_DIM a family may run the forward and none the backward (the sm90
-    family's 512 bucket). There PyTorch's efficient backward runs on our forward's output where it
-    can (selection.backward_road: no window, equal head dims); with inputs that require
-    grad the rest is refused at the forward, which would otherwise fail only once the gradient is
-    asked for. The reasons are the message's second line. ``plain``: no modifier, mask tensor or
-    dropout (the road is flashsdpa::fwd's backward alone)."""
+def _check_grad_head_dims(query: Tensor, key: Tensor, value: Tensor, mask: masks.MaskSpec) -> None:
+    """Above selection.WIDE_HEAD_DIM a family may run the forward and not the backward (the
+    table's bucket limits: the sm90 512 bucket's backward takes dense calls without score modifiers,
+    bias or dropout): with inputs that require grad the capability table is asked for the backward
+    at the forward, which would otherwise fail only once the gradient is asked for. The table's
+    reason is the message's second line."""
     if max(query.shape[3], value.shape[3]) <= selection.WIDE_HEAD_DIM or not torch.is_grad_enabled():
         return
     if not (query.requires_grad or key.requires_grad or value.requires_grad):
         return
     if query.dtype not in selection.HALF_DTYPES or selection.head_dims_reason(query.shape[3], value.shape[3]):
         return  # a dtype or head dims no kernel takes: _check_cuda's error, below
-    reason = (selection.backward_road(query, key, value, mask) if plain
-              else selection.mask_reason(query, value, mask, varlen=False, backward=True))  # fmt: skip
+    reason = selection.mask_reason(query, value, mask, varlen=False, backward=True)
     if reason is not None:
         raise ValueError(
             f"head dims {query.shape[3]} (query) and {value.shape[3]} (value) with inputs that require grad: no "
@@ -174,7 +172,7 @@ def attention(
     mask = masks.make(causal, causal_alignment, window)
     plain = attn_mask is None and not dropout_p and not softcap and alibi_slopes is None and sinks is None
     if query.is_cuda and _backend.CUDA_KERNELS:  # (without kernels _check_cuda says so)
-        _check_grad_head_dims(query, key, value, mask, plain)
+        _check_grad_head_dims(query, key, value, mask)
     if not plain:
         target = (batch, heads_q, query.shape[2], key.shape[2])
         extras = features.check(query, target, batch, attn_mask, dropout_p, softcap, alibi_slopes, sinks)

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import handle_torch_function
 
-from flashsdpa import _backend, eager, masks, ops, reporting, roads, selection
+from flashsdpa import _backend, eager, masks, ops, reporting, selection
 from flashsdpa.features import additive
 from flashsdpa.routers import ROUTED, softmax_scale
 
@@ -190,11 +190,7 @@ def direct_causal_mode(
         if selection.mask_reason(query, value, spec, varlen=False) is not None:
             return None
         grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
-        # (a backward none of ours takes runs PyTorch's efficient one on our output: ops.py)
-        if grad and selection.backward_road(query, key, value, spec) is not None:
-            return None
-        # SDPA takes that road (no backward of ours) only where it is the faster one: roads.py
-        if grad and not roads.pays(key) and selection.mask_reason(query, value, spec, varlen=False, backward=True):
+        if grad and selection.mask_reason(query, value, spec, varlen=False, backward=True) is not None:
             return None
     return mode
 

@@ -175,38 +175,6 @@ def _alert_nondeterministic(
         raise RuntimeError(message)
 
 
-def _bsdh(t: Tensor) -> Tensor:
-    """t as a (B, H, S, D) view of (B, S, H, D) memory (a copy unless it is one already): SDPA's
-    layout, which PyTorch's efficient kernels take as they are."""
-    return t.transpose(1, 2).contiguous().transpose(1, 2)
-
-
-def _efficient_backward(
-    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: float, spec: masks.MaskSpec
-) -> tuple[Tensor, Tensor, Tensor]:
-    """PyTorch's efficient backward on our forward's output and LSE, for the calls whose forward
-    we serve and whose backward no family of ours has (selection.backward_road: the 512 bucket,
-    no window). Its LSE is (B, H, Sq rounded up to 32), padded here with +inf (a padded
-    row's probabilities are then 0, whatever its kernel reads there); its heads are equal, so GQA's
-    K / V are expanded and their gradients summed back over each group. Dropout 0: the philox
-    tensors are what PyTorch's forward returns without dropout (never read)."""
-    batch, heads, seqlen_q, _ = q.shape
-    group = heads // k.shape[1]
-    if group > 1:
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    lse_padded = lse.new_full((batch, heads, (seqlen_q + 31) // 32 * 32), math.inf)
-    lse_padded[:, :, :seqlen_q] = lse
-    philox = torch.empty((), dtype=torch.long)
-    dq, dk, dv, _ = torch.ops.aten._scaled_dot_product_efficient_attention_backward.default(
-        _bsdh(dout), _bsdh(q), _bsdh(k), _bsdh(v), None, _bsdh(out), lse_padded, philox, philox, 0.0,
-        [True, True, True, False], masks.kind(spec) != 0, scale=scale,
-    )  # fmt: skip
-    if group > 1:
-        dk = dk.unflatten(1, (dk.shape[1] // group, group)).sum(2)
-        dv = dv.unflatten(1, (dv.shape[1] // group, group)).sum(2)
-    return dq, dk, dv
-
-
 def _bwd_cuda(
     dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: float, mask: list[int]
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -215,14 +183,9 @@ def _bwd_cuda(
     if _is_empty(q, k):
         return dq.zero_(), dk.zero_(), dv.zero_()
     dout, q, k, v, out = _readable(dout, q, k, v, out)
-    _require_kernels(selection.dense_reason(q, k, v) or selection.mask_reason(q, v, spec, varlen=False))
-    no_backward = _backward_reason(q, v)
-    if no_backward is not None:  # PyTorch's efficient backward on our output, where it can
-        _require_kernels(selection.backward_road(q, k, v, spec))
-        grads = _efficient_backward(dout, q, k, v, out, lse, scale, spec)
-        _BWD_COUNTS[1] += 1
-        reporting.note_fallback("flashsdpa::bwd", f"{no_backward}: PyTorch's efficient backward on our forward's output")
-        return grads
+    _require_kernels(
+        selection.dense_reason(q, k, v) or selection.mask_reason(q, v, spec, varlen=False) or _backward_reason(q, v)
+    )
     _alert_nondeterministic("flashsdpa::bwd", q, v, spec, False)
     _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, scale, spec)
     _BWD_COUNTS[0] += 1

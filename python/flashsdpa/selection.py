@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from flashsdpa import _backend, masks, roads
+from flashsdpa import _backend, masks
 
 try:  # torch.nn.attention.bias (2.3+): causal_upper_left / causal_lower_right masks
     from torch.nn.attention.bias import CausalBias, CausalVariant
@@ -276,10 +276,7 @@ def kernel_reasons(
         return reasons
     if not reasons and max(head_dim, value.shape[3]) > WIDE_HEAD_DIM:  # the table's wide buckets: some GPUs
         grad = any(t.requires_grad for _, t in named)
-        if fail(mask_reason(query, value, masks.NO_MASK, varlen=False)):
-            return reasons
-        # (a backward none of ours takes runs PyTorch's efficient one on our output: ops.py)
-        if grad and fail(backward_road(query, key, value, masks.NO_MASK)):
+        if fail(mask_reason(query, value, masks.NO_MASK, varlen=False, backward=grad)):
             return reasons
     if layout and head_dims is None:
         for name, t in named:
@@ -308,23 +305,6 @@ def mask_reason(
     if family is not None:
         return None
     return f"window=({mask[0]}, {mask[1]}): {why}" if kind == 3 else why
-
-
-def backward_road(query: Tensor, key: Tensor, value: Tensor, mask: masks.MaskSpec) -> str | None:
-    """Why a plain call whose inputs require grad cannot be served, or None: a backward of ours
-    takes it, or (no family has it: the sm90 forward's 512 bucket) PyTorch's efficient backward on
-    our forward's output and LSE (ops.py's _efficient_backward), whose kernel takes head dims past
-    256 and SDPA's masks: none, or causal from the top-left (the bottom-right diagonal where the
-    lengths are equal). Equal head dims only: the road's tested shapes (Gemma's global layers)."""
-    why = mask_reason(query, value, mask, varlen=False, backward=True)
-    if why is None:
-        return None
-    kind, road = masks.kind(mask), None
-    if query.shape[-1] != value.shape[-1] or max(query.shape[-1], value.shape[-1]) <= WIDE_HEAD_DIM:
-        road = f"head dims {query.shape[-1]} and {value.shape[-1]}: it takes equal ones above {WIDE_HEAD_DIM}"
-    elif kind == 3 or (kind == 2 and query.shape[-2] != key.shape[-2]):
-        road = "it masks no window and no bottom-right causal diagonal with Sq != Sk"
-    return None if road is None else f"{why}; PyTorch's efficient backward on our output cannot either: {road}"
 
 
 # ---- the score-modifier predicate (softcap, ALiBi, sinks) -----------------------------------------
@@ -631,9 +611,6 @@ def explain(
         reasons += kernel_reasons(query, key, value, head_dims=(padded, padded))
     else:
         reasons += kernel_reasons(query, key, value)
-    if not reasons and max(head_dim, head_dim_v) > WIDE_HEAD_DIM and any(t.requires_grad for t in (query, key, value)):
-        road = mask_reason(query, value, masks.NO_MASK, varlen=False, backward=True) is not None  # no backward of ours
-        reasons += [why for why in (roads.speed_reason(key),) if why is not None and road]  # SDPA's rule (roads.py)
     if query.is_cuda and not torch.backends.cuda.flash_sdp_enabled():
         reasons.append(
             "PyTorch's flash backend is disabled (torch.backends.cuda.enable_flash_sdp(False), or an "

@@ -1,9 +1,7 @@
 # test_hdim512.py: the head-dim bucket 512 (issue 14; Gemma's global layers): the sm90 family's
 # forward of its own (cuda/sm90/fwd512_kernel_sm90.cuh, two-CTA clusters), through the direct API
 # and through SDPA inside enable(), against the float64 textbook with the project's rule, outputs
-# poisoned with NaN. Its backward is not built: a training call runs PyTorch's efficient backward on
-# our forward's output (counted a fallback, with the reason), and calls that road cannot take (a
-# window, Dv != Dqk) are refused at the forward with a clear error.
+# poisoned with NaN; and its backward (bwd_kernel_sm90.cuh's kSplit) the same ways, windows included.
 from __future__ import annotations
 
 import math
@@ -14,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import flashsdpa
-from flashsdpa import _backend, masks, roads
+from flashsdpa import _backend, masks
 from helpers import Shape, check_attention, default_scale, gpu_skip_reason, make_qkv, skip_unless_compiled
 
 GPU_SKIP = gpu_skip_reason()
@@ -116,16 +114,22 @@ def test_sdpa_inference_served(request: pytest.FixtureRequest, is_causal: bool) 
     check_attention(q, k, v, None, out, None, None, scale=default_scale(512), causal_mode=int(is_causal))
 
 
-# Training above 256: no family of ours has that backward, so PyTorch's efficient backward runs on
-# our forward's output and LSE (ops.py's _efficient_backward; selection.backward_road:
-# no window, equal head dims, causal from the top-left or on equal lengths). Awkward lengths, GQA,
-# the bucket's narrowest head dim, both causal alignments where they coincide.
-ROAD = [
-    (Shape("gqa_q_longer", 1, 4, 2, 239, 113, 512), 0),
+# Training: the sm90 family's backward of its own (bwd_kernel_sm90.cuh's kSplit: a CTA pair per 64
+# keys, one column half each, S^T and dP^T partials exchanged). Awkward lengths (1, 7, 113, 1023;
+# Sq != Sk both ways, bottom-right rows that see no key), GQA and MQA, the bucket's narrowest head
+# dim and Dv != Dqk; each case then runs again into NaN-filled dq, dk, dv (dQ is added with float
+# reductions in any order, so the rerun is checked by the rule, not bitwise).
+TRAIN = [
+    (Shape("one", 1, 2, 2, 1, 1, 512), 0),
     (Shape("tiny_causal", 2, 2, 2, 7, 7, 512), 1),
-    (Shape("square_bottom_right", 1, 2, 1, 333, 333, 512), 2),  # the same diagonal as top-left
+    (Shape("gqa_q_longer", 1, 4, 2, 239, 113, 512), 0),
+    (Shape("q_longer_bottom_right", 1, 2, 2, 300, 113, 512), 2),  # rows 0-186 see no key
     (Shape("k_longer_causal", 1, 2, 2, 113, 1023, 512), 1),
+    (Shape("k_longer_bottom_right", 2, 2, 1, 113, 1023, 512), 2),
+    (Shape("square1023", 1, 2, 2, 1023, 1023, 512), 1),
+    (Shape("gqa4_d384", 1, 8, 2, 300, 300, 384), 2),
     (Shape("narrowest", 1, 4, 4, 300, 257, 264), 0),
+    (Shape("dv_narrower", 1, 2, 2, 200, 200, 512, 320), 1),
 ]
 
 
@@ -134,33 +138,64 @@ def _counts(op: str) -> tuple[int, int]:
     return row.get("served", 0), row.get("fallback", 0)
 
 
-@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
-@pytest.mark.parametrize("shape,causal_mode", ROAD, ids=[c[0].name for c in ROAD])
-def test_direct_training_on_the_efficient_road(request: pytest.FixtureRequest, shape: Shape, dtype: torch.dtype,
-                                               causal_mode: int) -> None:  # fmt: skip
-    """flashsdpa.attention with inputs that require grad: our forward (served), PyTorch's efficient
-    backward (a fallback with its reason); output, LSE and gradients within the rule."""
+def _train_and_check(request: pytest.FixtureRequest, shape: Shape, dtype: torch.dtype, mask: masks.MaskSpec,
+                     scale_inputs: float = 1.0) -> None:  # fmt: skip
+    """flashsdpa.attention forward and backward, both ours (counted served), out, LSE and gradients
+    within the rule; then the backward again into NaN-filled gradients, within the rule."""
     _served_here(dtype, shape)
-    q, k, v = (t.requires_grad_() for t in _inputs(request, shape, dtype))
+    q, k, v = _inputs(request, shape, dtype)
+    for t in (q, k, v):
+        t.mul_(scale_inputs).requires_grad_()
     dout = torch.randn(q.shape[:-1] + (shape.dv,), device=DEVICE, dtype=dtype)
     scale = default_scale(shape.head_dim)
-    kwargs: dict[str, object] = {"causal": causal_mode > 0, "scale": scale, "return_lse": True,
-                                 "causal_alignment": "bottom_right" if causal_mode == 2 else "top_left"}  # fmt: skip
+    left, right, align = mask
+    kwargs: dict[str, object] = {"causal": right == 0, "scale": scale, "return_lse": True,
+                                 "causal_alignment": "bottom_right" if align == masks.BOTTOM_RIGHT else "top_left"}  # fmt: skip
+    if left >= 0 or right > 0:
+        kwargs["window"] = (left, right)
     fwd0, bwd0 = _counts("flashsdpa::fwd"), _counts("flashsdpa::bwd")
     out, lse = flashsdpa.attention(q, k, v, **kwargs)
     grads = torch.autograd.grad(out, (q, k, v), dout)
     torch.cuda.synchronize()
     assert _counts("flashsdpa::fwd")[0] == fwd0[0] + 1, "our forward serves it"
-    assert _counts("flashsdpa::bwd") == (bwd0[0], bwd0[1] + 1), "PyTorch's efficient backward, counted a fallback"
-    check_attention(q, k, v, dout, out.detach(), list(grads), lse, scale=scale, causal_mode=causal_mode)
+    assert _counts("flashsdpa::bwd") == (bwd0[0] + 1, bwd0[1]), "our backward serves it"
+    check_attention(q, k, v, dout, out.detach(), list(grads), lse, scale=scale, causal_mode=mask)
+    qd, kd, vd = q.detach(), k.detach(), v.detach()
+    poisoned = [torch.full_like(t, math.nan) for t in (qd, kd, vd)]
+    _backend.launch_bwd(dout, qd, kd, vd, out.detach(), lse, *poisoned, scale, mask)
+    torch.cuda.synchronize()
+    check_attention(q, k, v, dout, out.detach(), poisoned, lse, scale=scale, causal_mode=mask)
 
 
-def test_sdpa_training_on_the_efficient_road(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """F.scaled_dot_product_attention at D 512 with grad, GQA, causal, inside enable(): our op's
-    forward, PyTorch's efficient backward on its output, the reason in the stats; explain() says
-    the call is served; the gradients within the rule. (SDPA takes the road from
-    roads.ROAD_MIN_KEYS keys; lowered here, so that a small shape checks the road's numbers.)"""
-    monkeypatch.setattr(roads, "ROAD_MIN_KEYS", 1)
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("shape,causal_mode", TRAIN, ids=[c[0].name for c in TRAIN])
+def test_training(request: pytest.FixtureRequest, shape: Shape, dtype: torch.dtype, causal_mode: int) -> None:
+    _train_and_check(request, shape, dtype, masks.BY_CAUSAL_MODE[causal_mode])
+
+
+@pytest.mark.parametrize("window", [(100, 0), (64, 64), (0, 0)], ids=["left100", "both64", "diagonal"])
+def test_training_window(request: pytest.FixtureRequest, window: tuple[int, int]) -> None:
+    """Windows (the diagonal alone: one visible key a row, dS exactly 0) with bottom-right
+    alignment on Sq != Sk."""
+    _train_and_check(request, Shape("window", 1, 4, 2, 700, 900, 512), torch.bfloat16,
+                     masks.make(False, "bottom_right", window))  # fmt: skip
+
+
+def test_training_larger_logits(request: pytest.FixtureRequest) -> None:
+    """q, k x 3 (scaled scores of standard deviation ~9: P near one-hot in many rows), causal."""
+    _train_and_check(request, Shape("large", 1, 2, 2, 257, 321, 512), torch.bfloat16, masks.CAUSAL_TOP_LEFT, 3.0)
+
+
+def test_training_many_blocks_gqa(request: pytest.FixtureRequest) -> None:
+    """Many 64-key blocks (CTA pairs) and 64-query steps over a GQA group of 4: dK and dV summed
+    over the group's heads in registers, dQ over 33 key blocks."""
+    _train_and_check(request, Shape("many", 2, 8, 2, 1500, 2100, 512), torch.bfloat16, masks.NO_MASK)
+
+
+def test_sdpa_training_served(request: pytest.FixtureRequest) -> None:
+    """F.scaled_dot_product_attention at D 512 with grad, GQA, causal, inside enable(): our forward
+    and backward (PyTorch would run its math kernel for GQA here); explain() has nothing to say;
+    the gradients within the rule."""
     shape = Shape("train", 2, 4, 2, 200, 200, 512)
     _served_here(torch.bfloat16, shape)
     q, k, v = (t.requires_grad_() for t in _inputs(request, shape, torch.bfloat16))
@@ -172,58 +207,28 @@ def test_sdpa_training_on_the_efficient_road(request: pytest.FixtureRequest, mon
         grads = torch.autograd.grad(out, (q, k, v), dout)
     torch.cuda.synchronize()
     assert _counts("flashsdpa::fwd")[0] == fwd0[0] + 1
-    assert _counts("flashsdpa::bwd") == (bwd0[0], bwd0[1] + 1)
-    assert any("efficient backward" in key for key in flashsdpa.stats()["fallback_reasons"]), flashsdpa.stats()
+    assert _counts("flashsdpa::bwd") == (bwd0[0] + 1, bwd0[1])
     check_attention(q, k, v, dout, out.detach(), list(grads), None, scale=default_scale(512), causal_mode=1)
 
 
-def test_sdpa_training_below_the_road_length_keeps_pytorch(request: pytest.FixtureRequest) -> None:
-    """Below roads.ROAD_MIN_KEYS keys (where the road measured slower than PyTorch's SDPA), a
-    training call at D 512 inside enable() runs PyTorch's kernels both ways: none of ours serves
-    it, explain() gives the length rule, and the gradients are PyTorch's own (within the rule);
-    without grad the same call is ours."""
-    shape = Shape("short", 2, 4, 2, 200, 200, 512)
-    _served_here(torch.bfloat16, shape)
-    q, k, v = (t.requires_grad_() for t in _inputs(request, shape, torch.bfloat16))
-    dout = torch.randn_like(q)
-    [why] = flashsdpa.explain(q, k, v, is_causal=True, enable_gqa=True)
-    assert why == roads.speed_reason(k) and f"below {roads.ROAD_MIN_KEYS} keys" in why, why
-    fwd0, bwd0 = _counts("flashsdpa::fwd"), _counts("flashsdpa::bwd")
-    with flashsdpa.enable():
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        grads = torch.autograd.grad(out, (q, k, v), dout)
-        with torch.no_grad():
-            F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    torch.cuda.synchronize()
-    assert _counts("flashsdpa::fwd") == (fwd0[0] + 1, fwd0[1]), "only the no-grad call is ours"
-    assert _counts("flashsdpa::bwd") == bwd0
-    check_attention(q, k, v, dout, out.detach(), list(grads), None, scale=default_scale(512), causal_mode=1)
-
-
-@pytest.mark.parametrize("case", ["window", "bottom_right_sq_ne_sk", "dv_differs"])
-def test_direct_training_refused_off_the_road(case: str) -> None:
-    """Where neither a backward of ours nor PyTorch's efficient one on our output takes the call
-    (a window; the bottom-right diagonal with Sq != Sk; Dv != Dqk), the direct API refuses inputs
-    that require grad at the forward, with both reasons; detached, the same call runs."""
-    dv = 320 if case == "dv_differs" else 512
-    shape = Shape("bwd", 1, 2, 2, 64, 100 if case == "bottom_right_sq_ne_sk" else 64, 512, dv)
-    _served_here(torch.bfloat16, shape)
-    q, k, v = (t.requires_grad_() for t in make_qkv(shape, torch.bfloat16, DEVICE))
-    kwargs: dict[str, object] = {"window": (16, 0)} if case == "window" else (
-        {"causal": True, "causal_alignment": "bottom_right"} if case == "bottom_right_sq_ne_sk" else {})  # fmt: skip
-    with pytest.raises(ValueError, match=r"require grad: no backward of ours takes them here(.|\n)*"
-                                         r"PyTorch's efficient backward on our output cannot either"):
-        flashsdpa.attention(q, k, v, **kwargs)
-    with torch.no_grad():
-        out = flashsdpa.attention(q, k, v, **kwargs)
-    assert isinstance(out, torch.Tensor) and out.shape == (1, 2, 64, dv) and bool(torch.isfinite(out).all())
+def test_deterministic_refused_with_the_reason() -> None:
+    """dQ is added with float reductions in any order: under torch.use_deterministic_algorithms the
+    table refuses the bucket, naming it (ops.py then raises as PyTorch does)."""
+    _served_here(torch.bfloat16, Shape("det", 1, 1, 1, 1, 1, 512))
+    family, *_, why = _backend.select(torch.cuda.current_device(), _backend.DTYPE_CODES[torch.bfloat16], 512, 512, 0,
+                                      False, _backend.BACKWARD_DETERMINISTIC)  # fmt: skip
+    assert family is None, (family, why)
+    assert "head-dim bucket 512" in why and "use_deterministic_algorithms" in why, why
 
 
 def test_sanitizer_subset(request: pytest.FixtureRequest) -> None:
-    """scripts/gpu_check.sh runs this under compute-sanitizer: GQA, ragged lengths, causal."""
+    """scripts/gpu_check.sh runs this under compute-sanitizer: GQA, ragged lengths, causal, forward
+    and backward."""
     shape = Shape("san", 1, 4, 2, 190, 130, 512)
     _served_here(torch.bfloat16, shape)
-    q, k, v = _inputs(request, shape, torch.bfloat16)
+    q, k, v = (t.requires_grad_() for t in _inputs(request, shape, torch.bfloat16))
+    dout = torch.randn_like(q)
     out, lse = flashsdpa.attention(q, k, v, causal=True, causal_alignment="bottom_right", return_lse=True)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
     torch.cuda.synchronize()
-    check_attention(q, k, v, None, out, None, lse, scale=default_scale(512), causal_mode=2)
+    check_attention(q, k, v, dout, out.detach(), list(grads), lse, scale=default_scale(512), causal_mode=2)
