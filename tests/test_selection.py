@@ -419,3 +419,14 @@ def test_training_without_a_backward_of_ours_keeps_pytorch(fake_build: Any, fake
     assert call(2048, False) == (1, [])
     fake_build(head_dims=(64, 128, 256, 512))  # a backward of ours at 512
     assert call(2048, True) == (1, [])
+
+
+def test_direct_api_refuses_grad_where_no_backward_of_ours_takes_it(fake_build: Any, fake_mode: Any) -> None:
+    """Where the table has the forward and no backward (the fake part's shared memory drops every
+    backward above head dim 128), flashsdpa.attention refuses inputs that require grad at the
+    forward, with the table's reason, rather than failing once the gradient is asked for."""
+    fake_build(head_dims=(64, 128, 256, 512), smem_optin_bytes=200 * 1024)
+    q, k, v = qkv(b=1, hq=2, hkv=2, sq=64, sk=64, d=512, dtype=torch.bfloat16)
+    q.requires_grad_()
+    with pytest.raises(ValueError, match=r"require grad: no backward of ours takes them here(.|\n)*no tile fits"):
+        flashsdpa.attention(q, k, v, causal=True)
