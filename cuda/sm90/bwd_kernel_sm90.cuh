@@ -1299,11 +1299,11 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
   auto exchange = [&](float (&acc)[kQueries / 2], int e) {
     if constexpr (Traits::kSplit) {
       if (tid == 0) sm90::mbar_arrive_expect_tx(sm.x_full(cwg), Traits::kXBytes / 2);
-      sm90::mbar_wait_cluster(sm.x_empty(cwg), (e & 1) ^ 1);
+      sm90::xchg_wait(sm.x_empty(cwg), (e & 1) ^ 1);
 #pragma unroll
       for (int j = 0; j < kQueries / 8; ++j)
         sm90::st_async_v4(x_peer + 2048 * j, x_full_peer, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
-      sm90::mbar_wait_cluster(sm.x_full(cwg), e & 1);
+      sm90::xchg_wait(sm.x_full(cwg), e & 1);
 #pragma unroll
       for (int j = 0; j < kQueries / 8; ++j) {
         const uint4 v = ld_shared_v4(x_mine + 2048 * j);
@@ -1311,7 +1311,7 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
         acc[4 * j + 2] += __uint_as_float(v.z), acc[4 * j + 3] += __uint_as_float(v.w);
       }
       sm90::named_sync(kBarSlotRead + cwg, 128);
-      if (tid == 0) sm90::mbar_arrive_remote(x_empty_peer);
+      if (tid == 0) sm90::xchg_arrive_remote(x_empty_peer);
     }
   };
 

@@ -222,11 +222,11 @@ __device__ __forceinline__ void consume(const AttnFwdParams& p, uint32_t base, i
     auto exchange_and_softmax = [&](int i, float (&correction)[2]) {
       // (after my wait for step i - 1's phase: this arms phase i)
       if (tid == 0) sm90::mbar_arrive_expect_tx(x_full, T::kXBytes);
-      sm90::mbar_wait_cluster(x_empty, (i & 1) ^ 1);  // the peer has read what I wrote for step i - 1
+      sm90::xchg_wait(x_empty, (i & 1) ^ 1);  // the peer has read what I wrote for step i - 1
 #pragma unroll
       for (int j = 0; j < T::kBlockN / 8; ++j)
         sm90::st_async_v4(x_peer + 2048 * j, x_full_peer, s_acc[4 * j], s_acc[4 * j + 1], s_acc[4 * j + 2], s_acc[4 * j + 3]);
-      sm90::mbar_wait_cluster(x_full, i & 1);
+      sm90::xchg_wait(x_full, i & 1);
 #pragma unroll
       for (int j = 0; j < T::kBlockN / 8; ++j) {
         const uint4 v = ld_shared_v4(x_mine + 2048 * j);  // (common/ptx.cuh's: the peer's four fp32 partials)
@@ -234,7 +234,7 @@ __device__ __forceinline__ void consume(const AttnFwdParams& p, uint32_t base, i
         s_acc[4 * j + 2] += __uint_as_float(v.z), s_acc[4 * j + 3] += __uint_as_float(v.w);
       }
       sm90::named_sync(kBarSlotRead + cw, 128);  // every thread of the warpgroup has read the slot
-      if (tid == 0) sm90::mbar_arrive_remote(x_empty_peer);
+      if (tid == 0) sm90::xchg_arrive_remote(x_empty_peer);
       const int n = t.n_block(i);
       if (t.masked(n)) t.mask.apply(s, row0, n * T::kBlockN + 2 * (lane % 4), -INFINITY);
       return softmax.template online_step<kNTiles>(s, p.scale_log2, correction);

@@ -155,6 +155,12 @@ __device__ __forceinline__ void st_async_v4(uint32_t cluster_addr, uint32_t clus
 __device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_addr) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
 }
+// The same arrival without release: ptxas turns the release into MEMBAR.ALL.CTA + MEMBAR.ALL.GPU,
+// which waits for every global write the thread has in flight (the d512 backward's dQ reductions).
+__device__ __forceinline__ void mbar_arrive_remote_relaxed(uint32_t cluster_addr) {
+  asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
+}
+// A wait with acquire at cluster scope (ptxas adds CCTL.IVALL, an L1 invalidation, after it).
 __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
   while (!done) {
@@ -164,6 +170,30 @@ __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity)
         : "=r"(done)
         : "r"(bar), "r"(parity)
         : "memory");
+  }
+}
+// The CTA pairs' exchange (fwd512_kernel_sm90.cuh; the d512 backward, bwd_kernel_sm90.cuh's kSplit):
+// a slot's x_full completes when the other CTA's st.async bytes have landed in it (complete_tx on
+// this CTA's own barrier, as a TMA load's do, which every consumer waits for at CTA scope), and its
+// x_empty arrival follows reads of the slot whose values the arriving warpgroup has already added
+// (a warpgroup barrier in between). FLASHSDPA_SM90_XCHG_LIGHT=1 (session 34) waits at CTA scope and
+// arrives relaxed; 0 builds the cluster-scope forms above (CCTL.IVALL after every wait, MEMBAR.ALL.GPU
+// before every arrival: the latter waits for the arriving thread's dQ reductions in flight).
+#ifndef FLASHSDPA_SM90_XCHG_LIGHT
+#define FLASHSDPA_SM90_XCHG_LIGHT 1
+#endif
+__device__ __forceinline__ void xchg_wait(uint32_t bar, uint32_t parity) {
+  if (FLASHSDPA_SM90_XCHG_LIGHT) {
+    mbar_wait(bar, parity);
+  } else {
+    mbar_wait_cluster(bar, parity);
+  }
+}
+__device__ __forceinline__ void xchg_arrive_remote(uint32_t cluster_addr) {
+  if (FLASHSDPA_SM90_XCHG_LIGHT) {
+    mbar_arrive_remote_relaxed(cluster_addr);
+  } else {
+    mbar_arrive_remote(cluster_addr);
   }
 }
 
