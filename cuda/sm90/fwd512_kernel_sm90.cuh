@@ -22,10 +22,12 @@
 // each CTA): thread 0 arms my x_full for the slot's 16 KB (arrive + expect_tx); every thread waits
 // for my x_empty (the peer has read what I wrote for step j - 1), sends its 32 floats into the
 // peer's slot with st.async (completing bytes on the peer's x_full: no release fence, which at
-// cluster scope is a MEMBAR.ALL.GPU per thread), waits for my x_full (acquire at cluster scope)
-// and reads my slot; after a warpgroup barrier thread 0 arrives on the peer's x_empty (release at
-// cluster scope: one MEMBAR.GPU a step). A cluster barrier after the barriers' initialization and
-// one before exit keep every remote access inside both CTAs' lifetimes.
+// cluster scope is a MEMBAR.ALL.GPU per thread), waits for my x_full and reads my slot; after a
+// warpgroup barrier thread 0 arrives on the peer's x_empty. The waits are at CTA scope and the
+// arrival relaxed (ptx_sm90.cuh's xchg_wait / xchg_arrive_remote: the cluster-scope forms cost a
+// CCTL.IVALL a wait and a MEMBAR.GPU a step, 1.12-1.19x the kernel's time: session 34). A cluster
+// barrier after the barriers' initialization and one before exit keep every remote access inside
+// both CTAs' lifetimes.
 //
 // One cluster per (128-row query block, query head, batch), not persistent; key blocks from the
 // last visible one down (the masked diagonal block first, as fwd_kernel_sm90.cuh does). O by plain
