@@ -111,6 +111,9 @@ def test_sweep_bars_value_target_verdict(capsys: pytest.CaptureFixture[str]) -> 
     assert found["bwd D128 every cell S>=1024 vs cuDNN"].verdict == "PASS"
     assert found["bwd D128 8k non-causal"].verdict == "PASS"
     assert "bwd D128 8k causal" not in found  # not measured: left out, not failed
+    assert "fwd D512 8k non-causal" not in found  # judged only where the sweep has D 512
+    wide = {b.name: b for b in bars.sweep_bars([_at(520.0, "flashsdpa", 512, 8192, False)])}
+    assert wide["fwd D512 8k non-causal"].target == 600 and wide["fwd D512 8k non-causal"].verdict == "FAIL"
     stretch = found["fwd every cell vs best of cuDNN, FA4"]
     assert stretch.stretch and stretch.target == 1.05
     bars.print_bars(list(found.values()))
