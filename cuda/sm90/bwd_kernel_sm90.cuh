@@ -1,4 +1,4 @@
-// bwd_kernel_sm90.cuh: the backward main kernel of the Hopper family (head dims 64, 128 and 256).
+// bwd_kernel_sm90.cuh: the backward main kernel of the Hopper family (head dims 64, 128, 256, 512).
 // Design, measurements and the variants that lost: docs/kernel_notes_bwd_sm90.md.
 //
 // One CTA per (key block of kBlockN = 128 keys, KV head, batch). The producer warpgroup: one
@@ -20,7 +20,8 @@
 // too, so no reduction over heads is needed); the epilogue scales dK and stores both.
 // Masks (none, causal either alignment, windows) through BlockMask; dense layouts; scale > 0.
 // Head dim 256 (kWide) has a tile of its own, consume_wide below: 64 keys a CTA, dQ by vector
-// reductions from registers (no staging tile fits beside the stages), plain calls only.
+// reductions from registers (no staging tile fits beside the stages), plain calls only; head dim
+// 512 (kSplit) runs it on each CTA of a two-CTA cluster, one column half each.
 // Deterministic mode: p.dq_semaphore (write_dq). The score modifiers (softcap, ALiBi, the sinks'
 // and slopes' row sums) in the kMods instantiation: score_mod.cuh's ScoreModBwd hooks on S^T
 // (its key-rows layout), docs/kernel_notes_features.md.
