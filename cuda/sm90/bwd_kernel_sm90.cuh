@@ -1206,7 +1206,6 @@ __device__ __forceinline__ void red_dq_tiles(float* head_dq, int64_t row0, int r
 #ifndef FLASHSDPA_SM90_BWD512_EARLY_DV
 #define FLASHSDPA_SM90_BWD512_EARLY_DV 0
 #endif
-//
 // Head dim 512 (kSplit): the same step on each CTA of a pair over its 256 columns (`rank`, its
 // %cluster_ctarank), with S^T and dP^T completed by the other CTA's partials (exchange below) and
 // one P^T / dS^T buffer (kBarFree orders its stores).
@@ -1291,37 +1290,13 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
       asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v[j].x), "=f"(v[j].y) : "r"(slot + col_bytes + 32 * j));
   };
 
-  // d512: this warpgroup's partial S^T or dP^T (16 floats a thread) to the same warpgroup of the
-  // other CTA, and that one's added (exchange e: step i's S^T is 2 i, its dP^T 2 i + 1), by
-  // fwd512_kernel_sm90.cuh's protocol: thread 0 arms x_full for the slot's 8 KB; every thread
-  // waits for x_empty (the other CTA has read exchange e - 1 from its slot), sends its floats with
-  // st.async (completing bytes on the other's x_full), waits for x_full and adds its slot's; once
-  // the warpgroup has read the slot, thread 0 arrives on the other's x_empty. Both CTAs add the
-  // same two numbers, so their sums are bitwise equal.
-  [[maybe_unused]] uint32_t x_mine = 0, x_peer = 0, x_full_peer = 0, x_empty_peer = 0;
-  if constexpr (Traits::kSplit) {
-    x_mine = sm.x_slot(cwg) + tid * 16;  // this thread's float4 j at + 2048 j
-    x_peer = sm90::map_to_rank(x_mine, rank ^ 1);
-    x_full_peer = sm90::map_to_rank(sm.x_full(cwg), rank ^ 1);
-    x_empty_peer = sm90::map_to_rank(sm.x_empty(cwg), rank ^ 1);
-  }
+  // d512: this warpgroup's partial S^T or dP^T (16 floats a thread) traded with the same warpgroup
+  // of the other CTA and the other's added (ptx_sm90.cuh's PairExchange; exchange e on the slot:
+  // step i's S^T is 2 i, its dP^T 2 i + 1).
+  sm90::PairExchange xchg;
+  if constexpr (Traits::kSplit) xchg = sm90::PairExchange(sm.x_slot(cwg), sm.x_full(cwg), sm.x_empty(cwg), rank ^ 1, tid);
   auto exchange = [&](float (&acc)[kQueries / 2], int e) {
-    if constexpr (Traits::kSplit) {
-      if (tid == 0) sm90::mbar_arrive_expect_tx(sm.x_full(cwg), Traits::kXBytes / 2);
-      sm90::xchg_wait(sm.x_empty(cwg), (e & 1) ^ 1);
-#pragma unroll
-      for (int j = 0; j < kQueries / 8; ++j)
-        sm90::st_async_v4(x_peer + 2048 * j, x_full_peer, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
-      sm90::xchg_wait(sm.x_full(cwg), e & 1);
-#pragma unroll
-      for (int j = 0; j < kQueries / 8; ++j) {
-        const uint4 v = ld_shared_v4(x_mine + 2048 * j);
-        acc[4 * j] += __uint_as_float(v.x), acc[4 * j + 1] += __uint_as_float(v.y);
-        acc[4 * j + 2] += __uint_as_float(v.z), acc[4 * j + 3] += __uint_as_float(v.w);
-      }
-      sm90::named_sync(kBarSlotRead + cwg, 128);
-      if (tid == 0) sm90::xchg_arrive_remote(x_empty_peer);
-    }
+    if constexpr (Traits::kSplit) xchg.add<kQueries / 8>(acc, e, kBarSlotRead + cwg, tid);
   };
 
   sm90::mbar_wait(sm.kv_full(), 0);

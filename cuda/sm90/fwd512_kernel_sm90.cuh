@@ -195,11 +195,8 @@ __device__ __forceinline__ void consume(const AttnFwdParams& p, uint32_t base, i
     const uint64_t k_desc0 = sm90::make_desc(base + T::kK, 16, 1024);
     const uint64_t v_desc0 = sm90::make_desc(base + T::kV, T::kBlockN * 128, 1024);
     constexpr uint64_t kSlotDesc = T::kKVBytes >> 4;
-    const int peer = rank ^ 1;
-    const uint32_t x_mine = base + T::kX + cw * T::kXBytes + tid * 16;  // this thread's float4 j at + 2048 j
-    const uint32_t x_peer = sm90::map_to_rank(x_mine, peer);
-    const uint32_t x_full = bar_x_full<T>(base, cw), x_empty = bar_x_empty<T>(base, cw);
-    const uint32_t x_full_peer = sm90::map_to_rank(x_full, peer), x_empty_peer = sm90::map_to_rank(x_empty, peer);
+    const sm90::PairExchange xchg(base + T::kX + cw * T::kXBytes, bar_x_full<T>(base, cw), bar_x_empty<T>(base, cw),
+                                  rank ^ 1, tid);
 
     auto issue_s = [&](int slot) {
       sm90::wgmma_fence();
@@ -222,21 +219,7 @@ __device__ __forceinline__ void consume(const AttnFwdParams& p, uint32_t base, i
     // After S_r of step i has landed in s_acc: hand it over, take the peer's, mask, and fold the
     // block into the softmax (correction per row; whether O needs it).
     auto exchange_and_softmax = [&](int i, float (&correction)[2]) {
-      // (after my wait for step i - 1's phase: this arms phase i)
-      if (tid == 0) sm90::mbar_arrive_expect_tx(x_full, T::kXBytes);
-      sm90::xchg_wait(x_empty, (i & 1) ^ 1);  // the peer has read what I wrote for step i - 1
-#pragma unroll
-      for (int j = 0; j < T::kBlockN / 8; ++j)
-        sm90::st_async_v4(x_peer + 2048 * j, x_full_peer, s_acc[4 * j], s_acc[4 * j + 1], s_acc[4 * j + 2], s_acc[4 * j + 3]);
-      sm90::xchg_wait(x_full, i & 1);
-#pragma unroll
-      for (int j = 0; j < T::kBlockN / 8; ++j) {
-        const uint4 v = ld_shared_v4(x_mine + 2048 * j);  // (common/ptx.cuh's: the peer's four fp32 partials)
-        s_acc[4 * j] += __uint_as_float(v.x), s_acc[4 * j + 1] += __uint_as_float(v.y);
-        s_acc[4 * j + 2] += __uint_as_float(v.z), s_acc[4 * j + 3] += __uint_as_float(v.w);
-      }
-      sm90::named_sync(kBarSlotRead + cw, 128);  // every thread of the warpgroup has read the slot
-      if (tid == 0) sm90::xchg_arrive_remote(x_empty_peer);
+      xchg.add<T::kBlockN / 8>(s_acc, i, kBarSlotRead + cw, tid);
       const int n = t.n_block(i);
       if (t.masked(n)) t.mask.apply(s, row0, n * T::kBlockN + 2 * (lane % 4), -INFINITY);
       return softmax.template online_step<kNTiles>(s, p.scale_log2, correction);

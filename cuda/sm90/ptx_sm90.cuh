@@ -229,5 +229,44 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// ---- the CTA pairs' exchange (after named_sync, which it uses) -------------------------------------
+// One warpgroup's fp32 partial tile traded with the same warpgroup of the other CTA of a pair and
+// the other's added (fwd512_kernel_sm90.cuh's S, the d512 backward's S^T and dP^T): both CTAs then
+// hold the same sum, bitwise (fp32 addition commutes). Each thread's kVecs float4 sit at slot + 16
+// tid + 2048 j in both CTAs (the same warpgroup holds the same fragments there). The protocol, per
+// exchange `phase` (0, 1, 2, ... on the slot): thread 0 arms x_full for the slot's bytes; every
+// thread waits for x_empty (the other CTA has read exchange phase - 1 from its slot), sends its
+// floats with st.async (completing bytes on the other's x_full: no release fence), waits for x_full
+// and adds its slot's; once the warpgroup has read the slot (named barrier `read_bar`, 128
+// threads), thread 0 arrives on the other's x_empty.
+struct PairExchange {
+  uint32_t mine = 0, peer = 0, full = 0, empty = 0, full_peer = 0, empty_peer = 0;
+  PairExchange() = default;
+  __device__ __forceinline__ PairExchange(uint32_t slot, uint32_t full_bar, uint32_t empty_bar, int peer_rank, int tid)
+      : mine(slot + 16 * tid),
+        peer(map_to_rank(mine, peer_rank)),
+        full(full_bar),
+        empty(empty_bar),
+        full_peer(map_to_rank(full_bar, peer_rank)),
+        empty_peer(map_to_rank(empty_bar, peer_rank)) {}
+  template <int kVecs>
+  __device__ __forceinline__ void add(float (&acc)[4 * kVecs], int phase, int read_bar, int tid) const {
+    if (tid == 0) mbar_arrive_expect_tx(full, kVecs * 2048);
+    xchg_wait(empty, (phase & 1) ^ 1);
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j)
+      st_async_v4(peer + 2048 * j, full_peer, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+    xchg_wait(full, phase & 1);
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      const uint4 v = ld_shared_v4(mine + 2048 * j);
+      acc[4 * j] += __uint_as_float(v.x), acc[4 * j + 1] += __uint_as_float(v.y);
+      acc[4 * j + 2] += __uint_as_float(v.z), acc[4 * j + 3] += __uint_as_float(v.w);
+    }
+    named_sync(read_bar, 128);
+    if (tid == 0) xchg_arrive_remote(empty_peer);
+  }
+};
+
 }  // namespace sm90
 }  // namespace flashsdpa
