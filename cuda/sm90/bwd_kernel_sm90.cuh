@@ -260,7 +260,6 @@ constexpr int kBarDs = 1;  // both consumer warpgroups: dS^T of the step written
 constexpr int kBarPt = 2;  // + warpgroup: the tall step's P^T of the warpgroup written (128 threads)
 constexpr int kBarSlotRead = 3;  // + warpgroup (d512): every thread of it has read its exchange slot (128)
 constexpr int kBarFree = 5;      // + warpgroup (d512): its GEMMs of the step before have retired (256)
-constexpr int kBarPtBoth = 7;    // d512 early dV (dev switch): both warpgroups' P^T written (256)
 
 // Warps of the producer warpgroup: TMA loads (one thread), LSE / delta rows, the dQ writer.
 constexpr int kWarpLoad = 0, kWarpDq = 1, kWarpRowStats = 2;
@@ -1199,13 +1198,6 @@ __device__ __forceinline__ void red_dq_tiles(float* head_dq, int64_t row0, int r
 #ifndef FLASHSDPA_SM90_BWD256_DQ_RED
 #define FLASHSDPA_SM90_BWD256_DQ_RED 1
 #endif
-// FLASHSDPA_SM90_BWD512_EARLY_DV=1 (d512 only; session 34's prepared A/B, not yet measured): dV's
-// GEMM issued once both warpgroups' P^T is in shared memory (a second 256-thread barrier a step),
-// so that the dP^T exchange, otherwise exposed between the dP^T wait and dS^T, runs under it;
-// dQ then commits apart. d256 lost 0.96x to the same extra barrier (no exchange to hide there).
-#ifndef FLASHSDPA_SM90_BWD512_EARLY_DV
-#define FLASHSDPA_SM90_BWD512_EARLY_DV 0
-#endif
 // Head dim 512 (kSplit): the same step on each CTA of a pair over its 256 columns (`rank`, its
 // %cluster_ctarank), with S^T and dP^T completed by the other CTA's partials (exchange below) and
 // one P^T / dS^T buffer (kBarFree orders its stores).
@@ -1338,22 +1330,8 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
       sm90::accumulator_to_a<Elem, 2>(a, *reinterpret_cast<const float(*)[1][2][4]>(&st[0][2 * m][0]));
       store_t(sm.pt_buf(b), m, a[0]);
     }
-    constexpr bool kEarlyDv = Traits::kSplit && FLASHSDPA_SM90_BWD512_EARLY_DV;
-    const uint64_t pt_desc = sm90::make_desc(sm.pt_buf(b), 16, 1024);
-    auto issue_dv = [&] {
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk)
-        OpG::template ss<1>(dv_acc, pt_desc + ((kk * 32) >> 4), do_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
-    };
-    if constexpr (kEarlyDv) {
-      sm90::fence_async_shared();
-      sm90::named_sync(kBarPtBoth, 256);  // both warpgroups' P^T written
-      sm90::wgmma_fence();
-      issue_dv();
-      sm90::wgmma_commit();
-    }
     load_columns(delta, sm.delta_slot(s));
-    sm90::wgmma_wait<kEarlyDv ? 1 : 0>();  // dP^T done (early dV may run on)
+    sm90::wgmma_wait<0>();  // dP^T done
     sm90::fence_regs(dpt_acc);
     exchange(dpt_acc, 2 * i + 1);
     // dS^T = P^T (dP^T - delta), unscaled (dK is scaled in the epilogue, dQ at its reduction).
@@ -1369,10 +1347,13 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     sm90::named_sync(kBarDs, 256);  // both warpgroups' P^T and dS^T columns written
 
     // dV += P^T dO and dQ = dS K (one group), then dK += dS^T Q (retired in the next step).
+    const uint64_t pt_desc = sm90::make_desc(sm.pt_buf(b), 16, 1024);
     const uint64_t ds_kmaj = sm90::make_desc(sm.ds_buf(b), 16, 1024);
     const uint64_t ds_mmaj = sm90::make_desc(sm.ds_buf(b), kBlockN * 128, 1024);
     sm90::wgmma_fence();
-    if constexpr (!kEarlyDv) issue_dv();
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk)
+      OpG::template ss<1>(dv_acc, pt_desc + ((kk * 32) >> 4), do_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)
       OpG::template ss<1, 1>(dq_acc, ds_mmaj + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
