@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # session35_first.sh (prepared in session 34, run in session 35; the early-dV switch it builds was
-# removed after, its numbers in kernel_notes_bwd_sm90.md): the whole GPU suite on the tree as it is (session 34 ran its new d512 backward's tests, sanitizers and the rest of the suite in separate
-# H100 calls; an H200 should run it all once), then the d512 backward's early-dV variant
+# removed after, its numbers in kernel_notes_bwd_sm90.md): the whole GPU suite on the tree as it is
+# (session 34 ran its new d512 backward's tests, sanitizers and the rest of the suite in separate H100
+# calls; an H200 should run it all once), then the d512 backward's early-dV variant
 # (FLASHSDPA_SM90_BWD512_EARLY_DV=1: dV's GEMM issued before the dP^T exchange, which then runs under
 # it; kernel_notes_bwd_sm90.md, "The d512 tile") against the tree's build: test_hdim512 and the
 # sanitizers on the variant, 3 interleaved process rounds of hdim512_time.py --bwd.
