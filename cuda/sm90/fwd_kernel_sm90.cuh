@@ -85,10 +85,6 @@ constexpr FwdTileShapeSm90 kFwdShortTileSm90{128, 128, 2};
 // workspace size (fwd_workspace_sm90) both ask (tiles_sm90.cu, with the measurements).
 bool fwd_sm90_short_tile(const AttnFwdParams& params);
 
-#ifndef FLASHSDPA_SM90_FWD_CHAIN
-#define FLASHSDPA_SM90_FWD_CHAIN 1
-#endif
-
 template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
           int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone, bool kDropout_ = false>
 struct FwdTraitsSm90 {
@@ -156,14 +152,6 @@ struct FwdTraitsSm90 {
   // Two Q slots where they fit too (d <= 128): the next tile's Q lands while this tile's last
   // blocks run, instead of after its last Q K^T (persistent short sequences wait on it).
   static constexpr int kQStages = kMaxQStages_ > 1 && kSeparateO && kBaseBytes + 2 * kQBytes <= kSmemLimit ? 2 : 1;
-  // Chained tiles (FLASHSDPA_SM90_FWD_CHAIN, session 35): a consumer warpgroup's last turn of a
-  // tile issues the next tile's first S = Q K^T before the tile's last P V and runs that block's
-  // softmax under the P V, as every other step of the mainloop does, instead of after the epilogue
-  // with nothing under it. ncu at d128 S 512 (H100): the tile's first Q K^T with its wait took
-  // 5.0% of the stall samples, the last P V with its wait 5.8%. Needs the next Q in a slot of its
-  // own (two Q slots); the plain kernel only (the modifiers, the bias and dropout start a tile
-  // with per-tile state of their own).
-  static constexpr bool kChainTiles = FLASHSDPA_SM90_FWD_CHAIN && kQStages == 2 && kModsKind == kModsNone && !kDropout;
   static constexpr int kSmemBytes = kBaseBytes + (kSeparateO ? kQBytes : 0) + (kQStages - 1) * kQBytes;
 
   static_assert(std::is_same<Elem, __half>::value || std::is_same<Elem, __nv_bfloat16>::value, "fp16 or bf16");
@@ -302,24 +290,6 @@ __device__ __forceinline__ TileWork item_work(const AttnFwdParams& p, const FwdI
   return w;
 }
 
-// The producer's hand-over of tiles to the consumers (sm90::ItemQueue): decoded tiles (block,
-// head, batch; batch < 0 ends the CTA's work), the key range and tail index of a split piece.
-struct TileQueue : sm90::ItemQueue {
-  // Producer: the i-th item of this CTA (i counts from 0).
-  __device__ __forceinline__ void push(int i, const FwdItem& item) const {
-    const WorkTile& t = item.tile;
-    ItemQueue::push(i, make_uint4(t.block, t.head, t.batch, t.split), make_uint4(item.key_begin, item.key_end, item.tail, 0));
-  }
-  // Consumer thread: the i-th item.
-  __device__ __forceinline__ FwdItem pop(int i) const {
-    uint4 v, r;
-    ItemQueue::pop(i, v, r);
-    return FwdItem{{static_cast<int>(v.x), static_cast<int>(v.y), static_cast<int>(v.z), static_cast<int>(v.w)},
-                   static_cast<int>(r.x), static_cast<int>(r.y), static_cast<int>(r.z)};
-  }
-};
-static_assert(TileQueue::kBytes == 192, "the traits' kBarrierBytes counts the queue as 192 bytes");
-
 // Ring positions, counted over every tile this CTA has run, on both sides of the ring alike: the
 // i-th K/V load of the CTA goes to slot i % kStages in phase (i / kStages) & 1; the t-th Q load
 // (tiles with keys only) goes to Q slot t % kQStages in phase (t / kQStages) & 1.
@@ -457,25 +427,10 @@ __device__ __forceinline__ bool merge_pieces(const FwdSm90Args& args, const Smem
   return true;
 }
 
-// What a chained tile (kChainTiles) hands the next one: that tile's first key block, through its
-// softmax (P in the 16-bit A fragments of P V, the softmax's running max and sum), and whether it
-// is (started: the next tile skips its first block). Without chaining, the per-tile locals.
-template <typename Traits>
-struct TileCarry {
-  uint32_t p16[Traits::kKStepsPV][4];
-  OnlineSoftmax<1> softmax;
-  bool started = false;
-};
-
 // One consumer warpgroup, one tile: the mainloop over key blocks and the epilogue of its 64 rows.
-// Chained (kChainTiles), it pops the CTA's next item (`next`: the queue's item i_next) once this
-// tile's last V has landed (by then the producer has pushed it) and, when that tile has keys,
-// starts it in its last turn (`carry`); the caller pops otherwise.
 template <typename Traits>
 __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayout<Traits>& sm, const TileWork& w,
-                                        RingState& ring, int cwg, float (&s_acc)[Traits::kBlockN / 2],
-                                        TileCarry<Traits>& carry, [[maybe_unused]] const TileQueue& queue,
-                                        [[maybe_unused]] int i_next, [[maybe_unused]] FwdItem& next) {
+                                        RingState& ring, int cwg) {
   using Elem = typename Traits::Elem;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kNTiles = Traits::kNTiles;
@@ -483,10 +438,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   constexpr int kStages = Traits::kStages;
   const AttnFwdParams& p = args.p;
   const WorkTile& tile = w.tile;
-  if (!w.in_range) {  // (varlen) past its sequence: the producer loaded nothing for it either
-    if constexpr (Traits::kChainTiles) next = queue.pop(i_next);
-    return;
-  }
+  if (!w.in_range) return;  // (varlen) past its sequence: the producer loaded nothing for it either
 
   const int tid = threadIdx.x % 128;
   const int warp = tid / 32;
@@ -495,13 +447,13 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   const int first_row = tile.block * Traits::kBlockM + row_in_tile;
 
   float o_acc[Traits::kHeadDim / 2];
+  float s_acc[kBlockN / 2];
   auto& o = *reinterpret_cast<float(*)[1][kDTiles][4]>(o_acc);
   auto& s = *reinterpret_cast<float(*)[1][kNTiles][4]>(s_acc);
 #pragma unroll
   for (int i = 0; i < Traits::kHeadDim / 2; ++i) o_acc[i] = 0.f;
-  uint32_t(&p16)[Traits::kKStepsPV][4] = carry.p16;
-  OnlineSoftmax<1> softmax = carry.softmax;  // the caller's fresh one, or the started tile's
-  const bool started = Traits::kChainTiles && carry.started;
+  uint32_t p16[Traits::kKStepsPV][4];
+  OnlineSoftmax<1> softmax;
   // Dropout: this lane's Philox stream for the (batch, head); the warp's 16 rows start at warp_row.
   DropoutRng rng;
   if constexpr (Traits::kDropout) rng = DropoutRng(p.dropout, tile.batch, tile.head, p.heads_q, lane);
@@ -554,8 +506,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   };
 
   // Descriptors of column block 0: this warpgroup's Q rows, and K / V slot 0 (slots are kKVBytes apart).
-  // (A started tile's Q was counted when the tile before waited for it.)
-  const int q_slot = (ring.q - (started ? 1 : 0)) % Traits::kQStages;
+  const int q_slot = ring.q % Traits::kQStages;
   const uint64_t q_desc = sm90::make_desc(sm.q_slot(q_slot) + cwg * 64 * 128, 16, 1024);
   const uint64_t k_desc0 = sm90::make_desc(sm.k, 16, 1024);
   const uint64_t v_desc0 = sm90::make_desc(sm.v, kBlockN * 128, 1024);
@@ -584,11 +535,11 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   if (w.has_keys()) {
     int n = w.n_block_max - 1;
     TileNeed need = block_need(n);
-    // First block: S only (nothing to multiply with V yet). A started tile's was done.
-    if (!started) {
-      stage_bias(n, need);  // the tile's first block: its copy runs under the Q / K waits and S_0 only
-      sm90::mbar_wait(sm.q_full(q_slot), (ring.q / Traits::kQStages) & 1);
-      ++ring.q;
+    stage_bias(n, need);  // the tile's first block: its copy runs under the Q / K waits and S_0 only
+    sm90::mbar_wait(sm.q_full(q_slot), (ring.q / Traits::kQStages) & 1);
+    ++ring.q;
+    // First block: S only (nothing to multiply with V yet).
+    {
       const int slot = ring.kv % kStages;
       sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
       turn_begin();
@@ -634,55 +585,12 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     }
     const int prev = (ring.kv - 1) % kStages;
     sm90::mbar_wait(sm.v_full(prev), ((ring.kv - 1) / kStages) & 1);
-    carry.started = false;
-    if constexpr (Traits::kChainTiles) {
-      next = queue.pop(i_next);
-      if (next.tile.valid()) {
-        const TileWork wn = item_work<Traits>(p, next);
-        carry.started = wn.has_keys();
-        if (carry.started) {
-          // The next tile's first block in this tile's last turn: its S first, so that waiting for
-          // one group leaves this P V running under its softmax (the mainloop's order).
-          const int q_next = ring.q % Traits::kQStages, k_next = ring.kv % kStages;
-          sm90::mbar_wait(sm.q_full(q_next), (ring.q / Traits::kQStages) & 1);
-          sm90::mbar_wait(sm.k_full(k_next), (ring.kv / kStages) & 1);
-          ++ring.q;
-          ++ring.kv;
-          turn_begin();
-          gemm_qk<Traits>(s_acc, sm90::make_desc(sm.q_slot(q_next) + cwg * 64 * 128, 16, 1024),
-                          k_desc0 + k_next * kSlotDesc);
-          gemm_pv<Traits>(o_acc, p16, v_desc0 + prev * kSlotDesc);
-          turn_end();
-          sm90::wgmma_wait<1>();
-          sm90::fence_regs(s_acc);
-          const int n0 = wn.n_block_max - 1;
-          if (arriver) {
-            sm90::mbar_arrive(sm.k_empty(k_next));
-            if (n0 == wn.n_block_min) sm90::mbar_arrive(sm.q_empty(q_next));  // its last Q K^T (O apart)
-          }
-          if (wn.masked(n0))
-            wn.mask.apply(s, wn.tile.block * Traits::kBlockM + row_in_tile, n0 * kBlockN + 2 * (lane % 4), -INFINITY);
-          carry.softmax = OnlineSoftmax<1>();
-          float correction[2];
-          carry.softmax.template online_step<kNTiles>(s, scale_log2, correction);  // its o starts at zero
-          sm90::wgmma_wait<0>();
-          sm90::fence_regs(o_acc);
-          if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
-          sm90::accumulator_to_a<Elem, kNTiles>(p16, s);
-        }
-      }
-    }
-    if (!carry.started) {
-      turn_begin();
-      gemm_pv<Traits>(o_acc, p16, v_desc0 + prev * kSlotDesc);
-      turn_end();
-      sm90::wgmma_wait<0>();
-      sm90::fence_regs(o_acc);
-      if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
-    }
-  } else if constexpr (Traits::kChainTiles) {
-    next = queue.pop(i_next);
-    carry.started = false;
+    turn_begin();
+    gemm_pv<Traits>(o_acc, p16, v_desc0 + prev * kSlotDesc);
+    turn_end();
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(o_acc);
+    if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
   }
 
   // ---- epilogue: normalize, stage O, TMA store; LSE straight from registers ----------------------
@@ -968,6 +876,23 @@ inline int sched_group(const AttnFwdParams& p) {
   return static_cast<int>(group < 1 ? 1 : group > pairs ? pairs : group);
 }
 
+// The producer's hand-over of tiles to the consumers (sm90::ItemQueue): decoded tiles (block,
+// head, batch; batch < 0 ends the CTA's work), the key range and tail index of a split piece.
+struct TileQueue : sm90::ItemQueue {
+  // Producer: the i-th item of this CTA (i counts from 0).
+  __device__ __forceinline__ void push(int i, const FwdItem& item) const {
+    const WorkTile& t = item.tile;
+    ItemQueue::push(i, make_uint4(t.block, t.head, t.batch, t.split), make_uint4(item.key_begin, item.key_end, item.tail, 0));
+  }
+  // Consumer thread: the i-th item.
+  __device__ __forceinline__ FwdItem pop(int i) const {
+    uint4 v, r;
+    ItemQueue::pop(i, v, r);
+    return FwdItem{{static_cast<int>(v.x), static_cast<int>(v.y), static_cast<int>(v.z), static_cast<int>(v.w)},
+                   static_cast<int>(r.x), static_cast<int>(r.y), static_cast<int>(r.z)};
+  }
+};
+static_assert(TileQueue::kBytes == 192, "the traits' kBarrierBytes counts the queue as 192 bytes");
 
 }  // namespace fwd_sm90
 
@@ -1054,26 +979,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
     if constexpr (Traits::kPingPong) {
       if (cwg == Traits::kConsumerWGs - 1) sm90::named_arrive(fwd_sm90::kBarTurn, 256);
     }
-    if constexpr (Traits::kChainTiles) {
-      // S of a key block (the next tile's first one lands in it under a tile's last P V) and what a
-      // tile hands the next one (consume).
-      float s_acc[Traits::kBlockN / 2];
-      fwd_sm90::TileCarry<Traits> carry;
-      fwd_sm90::FwdItem item = queue.pop(0);
-      for (int i = 1; item.tile.valid(); ++i) {
-        const fwd_sm90::TileWork w = fwd_sm90::item_work<Traits>(p, item);
-        if (!carry.started) carry.softmax = OnlineSoftmax<1>();
-        fwd_sm90::consume<Traits>(args, sm, w, ring, cwg, s_acc, carry, queue, i, item);
-      }
-    } else {
-      for (int i = 0;; ++i) {
-        fwd_sm90::FwdItem item = queue.pop(i);
-        if (!item.tile.valid()) break;
-        const fwd_sm90::TileWork w = fwd_sm90::item_work<Traits>(p, item);
-        float s_acc[Traits::kBlockN / 2];
-        fwd_sm90::TileCarry<Traits> carry;
-        fwd_sm90::consume<Traits>(args, sm, w, ring, cwg, s_acc, carry, queue, i, item);
-      }
+    for (int i = 0;; ++i) {
+      const fwd_sm90::FwdItem item = queue.pop(i);
+      if (!item.tile.valid()) break;
+      const fwd_sm90::TileWork w = fwd_sm90::item_work<Traits>(p, item);
+      fwd_sm90::consume<Traits>(args, sm, w, ring, cwg);
     }
     if constexpr (Traits::kPingPong) {
       if (cwg == 0) sm90::named_sync(fwd_sm90::kBarTurn, 256);

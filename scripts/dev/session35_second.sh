@@ -6,6 +6,8 @@
 # the A/B against a FLASHSDPA_SM90_FWD_CHAIN=0 build of d64 / d128: 3 alternating process rounds of
 # bwd_ab.py --forward (ours and cuDNN in each process), S 512 / 1k / 2k / 8k, causal and not.
 #   run(command="bash scripts/dev/session35_second.sh", carry=[".whl"], timeout_s=600)
+# The variant lost (kernel_notes_fwd_sm90.md, "Chained tiles") and was removed: this script runs at
+# 0fb3214, whose tree has it (the switch, tests/gpu/test_fwd_chain.py, now test_fwd_many_tiles.py).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh

@@ -1,13 +1,13 @@
-# test_fwd_chain.py: the sm90 forward's chained tiles (fwd_kernel_sm90.cuh's kChainTiles): a
-# consumer warpgroup's last turn of a tile starts the CTA's next tile (its first key block's
-# S = Q K^T, then that block's softmax under the tile's last P V), which then skips its first block.
-# The shape table's problems are too small for it (one tile per CTA), so each case here gives every
-# CTA several tiles, with the boundaries a chain must get right: tiles of one key block (the next
-# tile's Q slot is released in the turn before it), tiles with no keys between tiles with keys
-# (bottom-right causal with Sq > Sk; varlen sequences without keys or queries, and query blocks past
-# a sequence's end), GQA, Dqk != Dv inside a bucket, the dynamic schedule (causal) and the split
-# tail (dense, >= 16 key blocks), both 16-bit dtypes. Each against the float64 reference with the
-# project's rule (out and LSE), and again into NaN-poisoned outputs for the same bits.
+# test_fwd_many_tiles.py: the sm90 forward's persistent CTAs across many tiles each. The shape
+# table's problems are too small for it (one tile per CTA), so each case here gives every CTA
+# several tiles, with the boundaries between them that the K/V ring, the two Q slots and the tile
+# queue must get right: tiles of one key block (a tile's Q slot released at its only Q K^T), tiles
+# with no keys between tiles with keys (bottom-right causal with Sq > Sk; varlen sequences without
+# keys or queries, and query blocks past a sequence's end), GQA, Dqk != Dv inside a bucket, the
+# dynamic schedule (causal, windows) and the split tail (dense, >= 16 key blocks), both 16-bit
+# dtypes. Each against the float64 reference with the project's rule (out and LSE), and again into
+# NaN-poisoned outputs for the same bits. (Written for session 35's chained tiles, a losing variant
+# at 0fb3214 that carried a tile's last turn into the next tile: kernel_notes_fwd_sm90.md.)
 from __future__ import annotations
 
 import math
@@ -42,17 +42,18 @@ CASES = [
 def _check_family(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: masks.MaskSpec, varlen: _backend.Varlen | None = None
 ) -> None:
-    """On an H100 / H200 these calls are the sm90 forward's (the chain is its code)."""
+    """On an H100 / H200 these calls are the sm90 forward's (the persistent kernel)."""
     if torch.cuda.get_device_capability() != (9, 0) or not any(f["family"] == "sm90" for f in _backend.CAPABILITIES):
         return
     out = torch.empty((*q.shape[:-1], v.shape[-1]), device=DEVICE, dtype=q.dtype)
-    family, why = _backend._C.fwd_family(_backend._spec(q, k, v, out, None, 1.0, mask, varlen))
+    lse = torch.empty(q.shape[1], q.shape[0], device=DEVICE) if varlen is not None else None  # varlen: (H, total)
+    family, why = _backend._C.fwd_family(_backend._spec(q, k, v, out, lse, 1.0, mask, varlen))
     assert family == "sm90", (family, why)
 
 
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 @pytest.mark.parametrize("shape,mask", CASES, ids=[c[0].name for c in CASES])
-def test_chained_tiles_match_reference(
+def test_many_tiles_match_reference(
     request: pytest.FixtureRequest, shape: Shape, mask: masks.MaskSpec, dtype: str
 ) -> None:
     torch_dtype = DTYPES[dtype]
@@ -71,10 +72,10 @@ def test_chained_tiles_match_reference(
 
 
 @pytest.mark.parametrize("causal", ["none", "bottom_right"])
-def test_chained_varlen_tiles_without_keys(request: pytest.FixtureRequest, causal: str) -> None:
+def test_varlen_tiles_without_keys(request: pytest.FixtureRequest, causal: str) -> None:
     """Packed sequences on 32 heads (1,792 tiles for the longest sequence's 8 query blocks): empty
     sequences (no queries: tiles past their end; no keys: tiles without keys) between the others,
-    so chains meet every kind of next tile. Each sequence against its own float64 reference."""
+    so a CTA meets every kind of next tile. Each sequence against its own float64 reference."""
     skip_unless_compiled(torch.bfloat16, 128)
     gen = torch.Generator(device=DEVICE).manual_seed(zlib.crc32(request.node.nodeid.encode()))
     lengths_q, lengths_k = (0, 130, 1, 517, 64, 300, 1000), (300, 0, 1, 517, 700, 77, 129)
@@ -107,8 +108,8 @@ def test_chained_varlen_tiles_without_keys(request: pytest.FixtureRequest, causa
                         scale=scale, causal_mode=mask)  # fmt: skip
 
 
-# compute-sanitizer's subset (`-k sanitizer_subset`): small problems that still chain (more tiles
-# than SMs), one-block tiles and a causal dynamic schedule with tiles of different lengths.
+# compute-sanitizer's subset (`-k sanitizer_subset`): small problems that still give a CTA several
+# tiles (more tiles than SMs), one-block tiles and a causal dynamic schedule with tiles of different lengths.
 SANITIZER_CASES = [
     (Shape("san_one_block", 2, 80, 80, 100, 100, 128), masks.NO_MASK),  # 160 tiles
     (Shape("san_d64_causal", 2, 40, 40, 600, 600, 64), masks.CAUSAL_BOTTOM_RIGHT),  # 320 tiles
@@ -116,5 +117,5 @@ SANITIZER_CASES = [
 
 
 @pytest.mark.parametrize("shape,mask", SANITIZER_CASES, ids=[c[0].name for c in SANITIZER_CASES])
-def test_chain_sanitizer_subset(request: pytest.FixtureRequest, shape: Shape, mask: masks.MaskSpec) -> None:
-    test_chained_tiles_match_reference(request, shape, mask, "bf16")
+def test_many_tiles_sanitizer_subset(request: pytest.FixtureRequest, shape: Shape, mask: masks.MaskSpec) -> None:
+    test_many_tiles_match_reference(request, shape, mask, "bf16")
