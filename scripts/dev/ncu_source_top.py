@@ -1,7 +1,9 @@
 """ncu_source_top.py: where a kernel's warps stall, from Nsight Compute's source page exported as CSV
 (`ncu --import R.ncu-rep --page source --csv --print-source sass`): the instructions with the most
 warp-stall samples (address, SASS, samples, share), then the samples summed by opcode, so the
-consumers' waits (mbarrier try-waits, wgmma waits, shared loads) can be told from the producer's.
+consumers' waits (mbarrier try-waits, wgmma waits, shared loads) can be told from the producer's,
+and last the samples summed by how many times each instruction ran: code that runs once a tile and
+once a key block shows apart (session 35: the sm90 forward's tile boundary at S 512).
 
     python3 scripts/dev/ncu_source_top.py SOURCE.csv[.gz] [--top 40]
 """
@@ -60,6 +62,16 @@ def main() -> None:
     print("by opcode:")
     for op, n in by_op.most_common(25):
         print(f"  {op:28s} {n:8.0f} {100 * n / total:5.1f}%")
+    executed = next((c for c in columns if c.strip() == "Instructions Executed"), None)
+    if executed is not None:
+        by_count: Counter[int] = Counter()
+        instrs: Counter[int] = Counter()
+        for r in rows:
+            by_count[int(_number(r[executed]))] += _number(r[stall])
+            instrs[int(_number(r[executed]))] += 1
+        print("by times executed (warp-level executions of each instruction):")
+        for count, n in by_count.most_common(10):
+            print(f"  {count:10d} x {instrs[count]:5d} instructions {n:8.0f} {100 * n / total:5.1f}%")
 
 
 if __name__ == "__main__":
