@@ -112,7 +112,10 @@ def test_varlen_tiles_without_keys(request: pytest.FixtureRequest, causal: str) 
 # tiles (more tiles than SMs), one-block tiles and a causal dynamic schedule with tiles of different lengths.
 SANITIZER_CASES = [
     (Shape("san_one_block", 2, 80, 80, 100, 100, 128), masks.NO_MASK),  # 160 tiles
-    (Shape("san_d64_causal", 2, 40, 40, 600, 600, 64), masks.CAUSAL_BOTTOM_RIGHT),  # 320 tiles
+    # The d64 short tile (128 rows: causal, <= 1024 rows), 240 tiles. Not 600 rows: racecheck stops
+    # there on "Internal Sanitizer Error" inside the tests' bf16 math reference (test_kernels.py's
+    # san_short64; session 35 met it again, H100).
+    (Shape("san_d64_causal", 2, 40, 40, 257, 257, 64), masks.CAUSAL_BOTTOM_RIGHT),
 ]
 
 
