@@ -53,7 +53,8 @@ std::vector<FamilyCaps> make_families() {
   // Arch-specific families go first: select_family takes the first that serves a problem.
 #ifdef FLASHSDPA_FAMILY_SM90
   // wgmma / TMA / setmaxnreg SASS for sm_90a runs on compute capability 9.0 only. Dense (and
-  // varlen forwards: packed rows through TMA, O by plain stores), every mask kind, the backward in the forward's buckets (64, 128, 256, 512), deterministic backward
+  // varlen forwards: packed rows through TMA, O by plain stores), every mask kind, the backward in
+  // the forward's buckets (64, 128, 256, 512), deterministic backward
   // (ordered dQ adds; not with the slopes' or sinks' gradients: check_deterministic), the score
   // modifiers in both directions (their kMods instantiations: equal to the portable kernels in
   // scripts/dev/fwd_check.cu's and bwd_check_sm90.cu's "mods" modes on the H200, sessions 6 and 7):

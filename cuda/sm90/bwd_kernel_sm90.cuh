@@ -1286,7 +1286,9 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
   // of the other CTA and the other's added (ptx_sm90.cuh's PairExchange; exchange e on the slot:
   // step i's S^T is 2 i, its dP^T 2 i + 1).
   sm90::PairExchange xchg;
-  if constexpr (Traits::kSplit) xchg = sm90::PairExchange(sm.x_slot(cwg), sm.x_full(cwg), sm.x_empty(cwg), rank ^ 1, tid);
+  if constexpr (Traits::kSplit) {
+    xchg = sm90::PairExchange(sm.x_slot(cwg), sm.x_full(cwg), sm.x_empty(cwg), rank ^ 1, tid);
+  }
   auto exchange = [&](float (&acc)[kQueries / 2], int e) {
     if constexpr (Traits::kSplit) xchg.add<kQueries / 8>(acc, e, kBarSlotRead + cwg, tid);
   };

@@ -24,10 +24,10 @@
 // peer's slot with st.async (completing bytes on the peer's x_full: no release fence, which at
 // cluster scope is a MEMBAR.ALL.GPU per thread), waits for my x_full and reads my slot; after a
 // warpgroup barrier thread 0 arrives on the peer's x_empty. The waits are at CTA scope and the
-// arrival relaxed (ptx_sm90.cuh's xchg_wait / xchg_arrive_remote: the cluster-scope forms cost a
-// CCTL.IVALL a wait and a MEMBAR.GPU a step, 1.12-1.19x the kernel's time: session 34). A cluster
-// barrier after the barriers' initialization and one before exit keep every remote access inside
-// both CTAs' lifetimes.
+// arrival relaxed (ptx_sm90.cuh's PairExchange and mbar_arrive_remote_relaxed: the cluster-scope
+// forms cost a CCTL.IVALL a wait and a MEMBAR.GPU a step, 1.12-1.19x the kernel's time: session
+// 34). A cluster barrier after the barriers' initialization and one before exit keep every remote
+// access inside both CTAs' lifetimes.
 //
 // One cluster per (128-row query block, query head, batch), not persistent; key blocks from the
 // last visible one down (the masked diagonal block first, as fwd_kernel_sm90.cuh does). O by plain

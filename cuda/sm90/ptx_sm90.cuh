@@ -150,51 +150,16 @@ __device__ __forceinline__ void st_async_v4(uint32_t cluster_addr, uint32_t clus
                "f"(a), "f"(b), "f"(c), "f"(d), "r"(cluster_bar)
                : "memory");
 }
-// An arrival on a barrier of another CTA of the cluster, ordering this thread's earlier accesses
-// (its remote stores, its reads of the slot) before what the waiter does next.
-__device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_addr) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
-}
-// The same arrival without release: ptxas turns the release into MEMBAR.ALL.CTA + MEMBAR.ALL.GPU,
-// which waits for every global write the thread has in flight (the d512 backward's dQ reductions).
+// An arrival on a barrier of another CTA of the cluster, relaxed. The CTA pairs' exchange
+// (PairExchange below) needs neither a release here nor a cluster-scope acquire in its waits: a
+// slot's x_full completes when the other CTA's st.async bytes have landed in it (complete_tx on this
+// CTA's own barrier, as a TMA load's do, which every consumer waits for at CTA scope), and its
+// x_empty arrival follows reads of the slot whose values the arriving warpgroup has already added (a
+// warpgroup barrier in between). The cluster-scope forms cost a CCTL.IVALL after every wait and a
+// MEMBAR.ALL.GPU before every arrival (which waits for the arriving thread's dQ reductions in
+// flight): 1.12-1.26x the d512 kernels' time (session 34; the switch that built them is at f69d713).
 __device__ __forceinline__ void mbar_arrive_remote_relaxed(uint32_t cluster_addr) {
   asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
-}
-// A wait with acquire at cluster scope (ptxas adds CCTL.IVALL, an L1 invalidation, after it).
-__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  }
-}
-// The CTA pairs' exchange (fwd512_kernel_sm90.cuh; the d512 backward, bwd_kernel_sm90.cuh's kSplit):
-// a slot's x_full completes when the other CTA's st.async bytes have landed in it (complete_tx on
-// this CTA's own barrier, as a TMA load's do, which every consumer waits for at CTA scope), and its
-// x_empty arrival follows reads of the slot whose values the arriving warpgroup has already added
-// (a warpgroup barrier in between). FLASHSDPA_SM90_XCHG_LIGHT=1 (session 34) waits at CTA scope and
-// arrives relaxed; 0 builds the cluster-scope forms above (CCTL.IVALL after every wait, MEMBAR.ALL.GPU
-// before every arrival: the latter waits for the arriving thread's dQ reductions in flight).
-#ifndef FLASHSDPA_SM90_XCHG_LIGHT
-#define FLASHSDPA_SM90_XCHG_LIGHT 1
-#endif
-__device__ __forceinline__ void xchg_wait(uint32_t bar, uint32_t parity) {
-  if (FLASHSDPA_SM90_XCHG_LIGHT) {
-    mbar_wait(bar, parity);
-  } else {
-    mbar_wait_cluster(bar, parity);
-  }
-}
-__device__ __forceinline__ void xchg_arrive_remote(uint32_t cluster_addr) {
-  if (FLASHSDPA_SM90_XCHG_LIGHT) {
-    mbar_arrive_remote_relaxed(cluster_addr);
-  } else {
-    mbar_arrive_remote(cluster_addr);
-  }
 }
 
 // ---- flags between CTAs (deterministic reductions) ------------------------------------------------
@@ -252,11 +217,11 @@ struct PairExchange {
   template <int kVecs>
   __device__ __forceinline__ void add(float (&acc)[4 * kVecs], int phase, int read_bar, int tid) const {
     if (tid == 0) mbar_arrive_expect_tx(full, kVecs * 2048);
-    xchg_wait(empty, (phase & 1) ^ 1);
+    mbar_wait(empty, (phase & 1) ^ 1);
 #pragma unroll
     for (int j = 0; j < kVecs; ++j)
       st_async_v4(peer + 2048 * j, full_peer, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
-    xchg_wait(full, phase & 1);
+    mbar_wait(full, phase & 1);
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
       const uint4 v = ld_shared_v4(mine + 2048 * j);
@@ -264,7 +229,7 @@ struct PairExchange {
       acc[4 * j + 2] += __uint_as_float(v.z), acc[4 * j + 3] += __uint_as_float(v.w);
     }
     named_sync(read_bar, 128);
-    if (tid == 0) xchg_arrive_remote(empty_peer);
+    if (tid == 0) mbar_arrive_remote_relaxed(empty_peer);
   }
 };
 

@@ -42,9 +42,10 @@ TilePlan fwd_plan_sm90(int bucket, int major, int smem_optin_bytes) {
 }
 
 // The backward's tile (bwd_kernel_sm90.cuh's BwdTraitsSm90: 64 queries x 128 keys, 2 stages; the
-// d64 plain kernel's tall step 128 queries; d256 64 x 64; d512 64 x 64 on each CTA of a pair) per bucket, in the most shared memory of
-// the bucket's instantiations (plain, score modifiers, bias, dropout; d256 has the plain one only);
-// the buckets are the generator's sm90 "bwd" list, so a new one adds its case here.
+// d64 plain kernel's tall step 128 queries; d256 64 x 64; d512 64 x 64 on each CTA of a pair) per
+// bucket, in the most shared memory of the bucket's instantiations (plain, score modifiers, bias,
+// dropout; d256 and d512 have the plain one only); the buckets are the generator's sm90 "bwd" list,
+// so a new one adds its case here.
 TilePlan bwd_plan_sm90(int bucket, int major, int smem_optin_bytes) {
   (void)major;
   const auto plan = [&](auto traits) {

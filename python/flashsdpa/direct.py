@@ -139,8 +139,8 @@ def attention(
     = i (top-left) or i + Sk - Sq (bottom-right) and -1 unbounded (a sliding window of the last
     4096 keys: ``causal=True, window=(4095, 0)``; rows that see no key give 0 and LSE +inf). ``scale``
     defaults to 1 / sqrt(D). On CUDA it runs flashsdpa's kernels (float16 / bfloat16, head dims
-    multiples of 8 up to 256, and up to 512 on Hopper; inputs whose rows are not unit-stride and 16-byte aligned are copied
-    first); on CPU the float32 blockwise reference.
+    multiples of 8 up to 256, and up to 512 on Hopper; inputs whose rows are not unit-stride and
+    16-byte aligned are copied first); on CPU the float32 blockwise reference.
     Differentiable and ``torch.compile(fullgraph=True)``-friendly. Bad arguments raise TypeError or
     ValueError naming the argument and the limit.
 

@@ -6,6 +6,8 @@
 # SASS of d143f1a's kernels), forward and backward at D 512: test_hdim512 and the sanitizers on the
 # light build, then 3 interleaved process rounds of hdim512_time.py (--bwd, then the forward).
 #   run(command="bash scripts/dev/session34_third.sh", carry=[".whl"], timeout_s=600)
+# (Historical: the switch was removed in session 35's review, the light form kept as the only one;
+# rerun this script from f69d713, where FLASHSDPA_SM90_XCHG_LIGHT exists.)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh

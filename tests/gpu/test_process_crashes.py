@@ -177,9 +177,9 @@ def test_reduce_overhead_static_cache_inside_enable_as_pytorch() -> None:
 # random weights), generate() with cache_implementation="static" and model.forward compiled with
 # mode="reduce-overhead". The report saw a segmentation fault in inductor's static Triton launcher
 # during the CUDA-graph tree's first run inside enable() (then a TorchFunctionMode), and PyTorch
-# alone raise. Session 33
-# (H100, torch 2.11.0+cu130, transformers 5.17.0, scripts/dev/hf_static_probe.py) ran the same
-# child with flashsdpa not imported at all ("bare"): it dies the same way (SIGSEGV, the same stack
+# alone raise. Session 33 (H100, torch 2.11.0+cu130, transformers 5.17.0,
+# scripts/dev/hf_static_probe.py) ran the same child with flashsdpa not imported at all ("bare"):
+# it dies the same way (SIGSEGV, the same stack
 # through static_triton_launcher.py), and with torch._inductor.config.use_static_cuda_launcher =
 # False it raises instead ("TypeError: Pointer argument must be either uint64 or have data_ptr
 # method" from Triton's launcher): a defect of PyTorch's CUDA-graph trees on this road, not ours.
