@@ -41,6 +41,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
@@ -70,8 +71,16 @@ struct Fwd512TraitsSm90 {
   static constexpr int kV = kK + kStages * kKVBytes;
   static constexpr int kX = kV + kStages * kKVBytes;
   static constexpr int kBars = kX + 2 * kXBytes;
-  // q_full, k_full[2], k_empty[2], v_full[2], v_empty[2], x_full[2], x_empty[2]
-  static constexpr int kNumBars = 13;
+  // The exchange of a step's partial S in kXParts parts (PairExchange's send / take / release): with
+  // 2 or 4, each part's keys are added and folded into the softmax while the later parts are in
+  // flight (session 36: compiled only; kernel_notes_features.md, "The exchange in halves").
+#ifndef FLASHSDPA_SM90_FWD512_XCHG_PARTS
+#define FLASHSDPA_SM90_FWD512_XCHG_PARTS 1
+#endif
+  static constexpr int kXParts = FLASHSDPA_SM90_FWD512_XCHG_PARTS;
+  static_assert(kXParts == 1 || kXParts == 2 || kXParts == 4, "the exchange in 1, 2 or 4 parts");
+  // q_full, k_full[2], k_empty[2], v_full[2], v_empty[2], x_full[2][kXParts], x_empty[2]
+  static constexpr int kNumBars = 11 + 2 * kXParts;
   static constexpr int kSmemBytes = kBars + 8 * kNumBars + 1024;  // + the 1024-byte alignment of the base
   static constexpr int kThreads = 384;
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
@@ -89,6 +98,49 @@ namespace fwd512_sm90 {
 
 constexpr int kBarSlotRead = 1;  // named barriers 1, 2: a consumer warpgroup has read its slot
 
+// ---- one cluster's step timeline (dev only: -DFLASHSDPA_SM90_FWD512_TIMELINE=1) -------------------
+// clock64 stamps of each consumer warpgroup's thread 0 in both CTAs of cluster
+// fwd512_timeline_cluster (set by scripts/dev/fwd512_timeline.cu, which reads them back): where a
+// step's ~4,500 cycles go at 8k (session 36: the exchange alone costs a third of the kernel's time).
+// Each CTA's stamps are on its own SM's counter: phases compare within a CTA, not across the pair.
+// Off by default: tl_stamp() is then empty and the kernel's SASS is the same as without it.
+#ifndef FLASHSDPA_SM90_FWD512_TIMELINE
+#define FLASHSDPA_SM90_FWD512_TIMELINE 0
+#endif
+enum TimelineEvent512 {
+  kTlTop,      // step i begins: before the waits for K(i) and V(i - 1)
+  kTlLanded,   // K(i) landed, S_r(i) issued, V(i - 1) landed
+  kTlIssued,   // P V(i - 1) issued
+  kTlSDone,    // S_r(i) complete
+  kTlXDone,    // the peer's partial added (PairExchange::add returned)
+  kTlSoftmax,  // masked and folded into the softmax
+  kTlPvDone,   // P V(i - 1) complete
+  kTlEnd,      // O rescaled, P(i) in registers
+  kTlEvents
+};
+constexpr int kTlSteps = 128;
+#if FLASHSDPA_SM90_FWD512_TIMELINE
+__device__ long long fwd512_timeline[2 * 2 * kTlEvents * kTlSteps];  // [rank][warpgroup][event][step]
+__device__ int fwd512_timeline_cluster;
+#endif
+__device__ __forceinline__ void tl_stamp([[maybe_unused]] TimelineEvent512 event, [[maybe_unused]] int step,
+                                         [[maybe_unused]] int rank, [[maybe_unused]] int cw,
+                                         [[maybe_unused]] int tid) {
+#if FLASHSDPA_SM90_FWD512_TIMELINE
+  if (tid == 0 && int(blockIdx.x / 2) == fwd512_timeline_cluster && step < kTlSteps)
+    fwd512_timeline[((rank * 2 + cw) * kTlEvents + event) * kTlSteps + step] = clock64();
+#endif
+}
+
+// f(std::integral_constant<int, k>) for k in [kBegin, kEnd), in order (the exchange's parts).
+template <int kBegin, int kEnd, typename F>
+__device__ __forceinline__ void static_for(F&& f) {
+  if constexpr (kBegin < kEnd) {
+    f(std::integral_constant<int, kBegin>{});
+    static_for<kBegin + 1, kEnd>(f);
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ uint32_t bar_q_full(uint32_t base) { return base + T::kBars; }
 template <typename T>
@@ -100,9 +152,13 @@ __device__ __forceinline__ uint32_t bar_v_full(uint32_t base, int s) { return ba
 template <typename T>
 __device__ __forceinline__ uint32_t bar_v_empty(uint32_t base, int s) { return base + T::kBars + 8 * (7 + s); }
 template <typename T>
-__device__ __forceinline__ uint32_t bar_x_full(uint32_t base, int w) { return base + T::kBars + 8 * (9 + w); }
+__device__ __forceinline__ uint32_t bar_x_full(uint32_t base, int w, int part = 0) {
+  return base + T::kBars + 8 * (9 + T::kXParts * w + part);
+}
 template <typename T>
-__device__ __forceinline__ uint32_t bar_x_empty(uint32_t base, int w) { return base + T::kBars + 8 * (11 + w); }
+__device__ __forceinline__ uint32_t bar_x_empty(uint32_t base, int w) {
+  return base + T::kBars + 8 * (9 + 2 * T::kXParts + w);
+}
 
 // A cluster's tile: query block, head, batch, and the key blocks it visits, from the last visible
 // one down. Both CTAs compute it from the same cluster index, so they agree on every step.
@@ -219,10 +275,48 @@ __device__ __forceinline__ void consume(const AttnFwdParams& p, uint32_t base, i
     // After S_r of step i has landed in s_acc: hand it over, take the peer's, mask, and fold the
     // block into the softmax (correction per row; whether O needs it).
     auto exchange_and_softmax = [&](int i, float (&correction)[2]) {
-      xchg.add<T::kBlockN / 8>(s_acc, i, kBarSlotRead + cw, tid);
-      const int n = t.n_block(i);
-      if (t.masked(n)) t.mask.apply(s, row0, n * T::kBlockN + 2 * (lane % 4), -INFINITY);
-      return softmax.template online_step<kNTiles>(s, p.scale_log2, correction);
+      constexpr int kVecs = T::kBlockN / 8;  // a float4 per n-tile of 8 keys
+      bool rescale;
+      if constexpr (T::kXParts == 1) {
+        xchg.add<kVecs>(s_acc, i, kBarSlotRead + cw, tid);
+        tl_stamp(kTlXDone, i, rank, cw, tid);
+        const int n = t.n_block(i);
+        if (t.masked(n)) t.mask.apply(s, row0, n * T::kBlockN + 2 * (lane % 4), -INFINITY);
+        rescale = softmax.template online_step<kNTiles>(s, p.scale_log2, correction);
+      } else {
+        // kXParts online-softmax blocks of kPartTiles * 8 keys, each folded in as soon as its part
+        // has landed, under the next parts' flight. When a part moves the max, the P of the parts
+        // before it take its correction too, as O does (the running sum already has it:
+        // online_step rescales the sum that includes them); O's correction is the product.
+        constexpr int kPartTiles = kNTiles / T::kXParts;
+        const int n = t.n_block(i);
+        const int col0 = n * T::kBlockN + 2 * (lane % 4);
+        const bool masked = t.masked(n);
+        xchg.send<kVecs, T::kXParts>(s_acc, i, tid);
+        rescale = false;
+        static_for<0, T::kXParts>([&](auto part) {
+          constexpr int kP = decltype(part)::value;
+          auto& s_p = *reinterpret_cast<float(*)[1][kPartTiles][4]>(&s[0][kP * kPartTiles][0]);
+          xchg.take<kVecs, T::kXParts, kP>(s_acc, i);
+          if constexpr (kP == T::kXParts - 1) {
+            xchg.release(kBarSlotRead + cw, tid);
+            tl_stamp(kTlXDone, i, rank, cw, tid);
+          }
+          if (masked) t.mask.apply(s_p, row0, col0 + 8 * kP * kPartTiles, -INFINITY);
+          float c[2];
+          if (softmax.template online_step<kPartTiles>(s_p, p.scale_log2, c)) {  // warp-uniform
+            if constexpr (kP > 0) {
+              auto& p_before = *reinterpret_cast<float(*)[1][kP * kPartTiles][4]>(&s[0][0][0]);
+              softmax.template rescale<kP * kPartTiles>(p_before, c);
+            }
+#pragma unroll
+            for (int r = 0; r < 2; ++r) correction[r] = rescale ? correction[r] * c[r] : c[r];
+            rescale = true;
+          }
+        });
+      }
+      tl_stamp(kTlSoftmax, i, rank, cw, tid);
+      return rescale;
     };
 
     sm90::mbar_wait(bar_q_full<T>(base), 0);
@@ -240,20 +334,26 @@ __device__ __forceinline__ void consume(const AttnFwdParams& p, uint32_t base, i
     }
     for (int i = 1; i < t.steps; ++i) {
       const int slot = i % T::kStages, prev = (i - 1) % T::kStages;
+      tl_stamp(kTlTop, i, rank, cw, tid);
       sm90::mbar_wait(bar_k_full<T>(base, slot), (i / T::kStages) & 1);
       issue_s(slot);
       sm90::mbar_wait(bar_v_full<T>(base, prev), ((i - 1) / T::kStages) & 1);
+      tl_stamp(kTlLanded, i, rank, cw, tid);
       issue_pv(prev);
+      tl_stamp(kTlIssued, i, rank, cw, tid);
       sm90::wgmma_wait<1>();  // S_r(i) is ready; P V(i - 1) may still run (under the exchange)
       sm90::fence_regs(s_acc);
+      tl_stamp(kTlSDone, i, rank, cw, tid);
       if (arriver) sm90::mbar_arrive(bar_k_empty<T>(base, slot));
       float correction[2];
       const bool rescale = exchange_and_softmax(i, correction);
       sm90::wgmma_wait<0>();
       sm90::fence_regs(o_acc);
+      tl_stamp(kTlPvDone, i, rank, cw, tid);
       if (arriver) sm90::mbar_arrive(bar_v_empty<T>(base, prev));
       if (rescale) softmax.template rescale<kDTiles>(o, correction);
       sm90::accumulator_to_a<Elem, kNTiles>(p16, s);
+      tl_stamp(kTlEnd, i, rank, cw, tid);
     }
     {
       const int last = (t.steps - 1) % T::kStages;
@@ -305,6 +405,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(Traits::kThreads, 1)
       sm90::mbar_init(bar_v_empty<Traits>(base, s), 8);
     }
     for (int w = 0; w < 2; ++w) {
+      for (int part = 1; part < Traits::kXParts; ++part) sm90::mbar_init(bar_x_full<Traits>(base, w, part), 1);
       sm90::mbar_init(bar_x_full<Traits>(base, w), 1);   // this CTA's thread 0 of warpgroup w, + 16 KB of st.async
       sm90::mbar_init(bar_x_empty<Traits>(base, w), 1);  // the peer's thread 0 of warpgroup w
     }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session36_first.sh (prepared in session 35, not yet run): the sm90 forward's chained tiles again
+# session36_first.sh (prepared in session 35, run in session 36): the sm90 forward's chained tiles again
 # (kernel_notes_fwd_sm90.md, "Chained tiles"), from scripts/dev/ab/fwd_chain.patch (session 35's
 # variant, 0fb3214, plus an adaptive form): FLASHSDPA_SM90_FWD_CHAIN=1 chains every tile (lost
 # 0.92-0.99x on the H100), =2 (the patch's default) only where the next tile's Q and first K have
@@ -12,6 +12,8 @@
 #    S 512 / 1k / 2k / 8k, causal and not.
 # Prediction (adaptive): no cell below 0.99x the tree; +2-4% at S 512 if the next tile's data is
 # there at most boundaries; if it is rarely there, ~1.00x everywhere (the test costs ~10 cycles).
+# Outcome (session 36, H100): both forms lost (chain1 0.93-1.00x, chain2 0.93-1.01x; ncu: the chain
+# point waits for the next tile's Q); kernel_notes_fwd_sm90.md, "Chained tiles".
 #   run(command="bash scripts/dev/session36_first.sh", carry=[".whl"], timeout_s=600)
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session36_second.sh (prepared in session 35, not yet run): where the head-dim-512 forward's time
+# session36_second.sh (prepared in session 35, run in session 36): where the head-dim-512 forward's time
 # goes (issue 14's bar: 600 TFLOP/s at 8k on the H200; the H100 gave 487 in session 34), as session
 # 35 did for the d512 backward (kernel_notes_bwd_sm90.md: its two exchange waits were 18.6% of the
 # step's stall samples). ncu of fwd512 at 8k (bf16, H 4, B 2) beside the d256 forward's tile at the
