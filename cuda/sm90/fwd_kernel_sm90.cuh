@@ -179,6 +179,40 @@ namespace fwd_sm90 {
 constexpr int kBarEpilogue = 1;
 constexpr int kBarTurn = 4;
 
+// ---- one CTA's tile timeline (dev only: -DFLASHSDPA_SM90_FWD_TIMELINE=1) ----------------------------
+// clock64 stamps of each consumer warpgroup's thread 0 in CTA fwd_timeline_cta, per tile with keys
+// (the CTA's t-th), read back by scripts/dev/fwd_timeline.cu: where a tile's boundary goes at short
+// sequences (issue 12's S 512 cells; session 35's ncu put ~2.4 key blocks' worth of stall samples
+// on each tile's own code, against cuDNN's ~0.7). Off by default: tl_stamp() is then empty and the
+// kernels' SASS is the same as without it.
+#ifndef FLASHSDPA_SM90_FWD_TIMELINE
+#define FLASHSDPA_SM90_FWD_TIMELINE 0
+#endif
+enum TimelineEvent {
+  kTlTileStart,  // consume() entered with the tile
+  kTlQLanded,    // its Q has landed
+  kTlFirstTurn,  // the first block's turn taken (K landed)
+  kTlFirstS,     // the first block's S complete
+  kTlFirstSoft,  // the first block's softmax done, P in registers
+  kTlLoopEnd,    // the middle blocks done
+  kTlLastTurn,   // the last P V's turn taken
+  kTlLastPv,     // the last P V complete
+  kTlDone,       // epilogue done (O stored or staged, LSE written)
+  kTlEvents
+};
+constexpr int kTlTiles = 32, kTlWGs = 3;
+#if FLASHSDPA_SM90_FWD_TIMELINE
+__device__ long long fwd_timeline[kTlWGs * kTlEvents * kTlTiles];  // [warpgroup][event][tile]
+__device__ int fwd_timeline_cta;
+#endif
+__device__ __forceinline__ void tl_stamp([[maybe_unused]] TimelineEvent event, [[maybe_unused]] int tile,
+                                         [[maybe_unused]] int cwg, [[maybe_unused]] int tid) {
+#if FLASHSDPA_SM90_FWD_TIMELINE
+  if (tid == 0 && int(blockIdx.x) == fwd_timeline_cta && tile < kTlTiles && cwg < kTlWGs)
+    fwd_timeline[(cwg * kTlEvents + event) * kTlTiles + tile] = clock64();
+#endif
+}
+
 
 // S = Q K^T for this warpgroup's 64 rows (issued, committed; the caller waits). q_desc / k_desc
 // describe column block 0 of this warpgroup's Q rows and of the K slot.
@@ -532,21 +566,26 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     }
   };
 
+  const int tl_tile = ring.q;  // (the timeline's tile index: the CTA's t-th tile with keys)
   if (w.has_keys()) {
+    tl_stamp(kTlTileStart, tl_tile, cwg, tid);
     int n = w.n_block_max - 1;
     TileNeed need = block_need(n);
     stage_bias(n, need);  // the tile's first block: its copy runs under the Q / K waits and S_0 only
     sm90::mbar_wait(sm.q_full(q_slot), (ring.q / Traits::kQStages) & 1);
+    tl_stamp(kTlQLanded, tl_tile, cwg, tid);
     ++ring.q;
     // First block: S only (nothing to multiply with V yet).
     {
       const int slot = ring.kv % kStages;
       sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
       turn_begin();
+      tl_stamp(kTlFirstTurn, tl_tile, cwg, tid);
       gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
       turn_end();
       sm90::wgmma_wait<0>();
       sm90::fence_regs(s_acc);
+      tl_stamp(kTlFirstS, tl_tile, cwg, tid);
       if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
       modify(n, need);
@@ -556,6 +595,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       softmax.template online_step<kNTiles>(s, scale_log2, correction);  // o is zero: no rescale needed
       if constexpr (Traits::kDropout) apply_dropout(rng, s, warp_row, n * kBlockN);  // after the row sums
       sm90::accumulator_to_a<Elem, kNTiles>(p16, s);
+      tl_stamp(kTlFirstSoft, tl_tile, cwg, tid);
       ++ring.kv;
     }
     for (--n; n >= w.n_block_min; --n, ++ring.kv) {
@@ -583,13 +623,16 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       if (rescale) softmax.template rescale<kDTiles>(o, correction);
       sm90::accumulator_to_a<Elem, kNTiles>(p16, s);
     }
+    tl_stamp(kTlLoopEnd, tl_tile, cwg, tid);
     const int prev = (ring.kv - 1) % kStages;
     sm90::mbar_wait(sm.v_full(prev), ((ring.kv - 1) / kStages) & 1);
     turn_begin();
+    tl_stamp(kTlLastTurn, tl_tile, cwg, tid);
     gemm_pv<Traits>(o_acc, p16, v_desc0 + prev * kSlotDesc);
     turn_end();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(o_acc);
+    tl_stamp(kTlLastPv, tl_tile, cwg, tid);
     if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
   }
 
@@ -699,6 +742,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       if (row < w.mask.seqlen_q) lse_out[row * p.lse_row_stride] = lse[h];
     }
   }
+  if (w.has_keys()) tl_stamp(kTlDone, tl_tile, cwg, tid);
 }
 
 

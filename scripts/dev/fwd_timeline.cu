@@ -1,0 +1,154 @@
+// fwd_timeline.cu: one CTA's tiles in the sm90 forward (cuda/sm90/fwd_kernel_sm90.cuh built with
+// -DFLASHSDPA_SM90_FWD_TIMELINE=1), issue 12's short-sequence cells: per consumer warpgroup, the
+// median over the CTA's tiles of each phase of a tile (Q wait, K wait and turn, the first block's
+// S and softmax, the middle blocks, the last P V, the epilogue, the hand-over to the next tile),
+// the tile's period and its cost in middle-block units, and the kernel's time, bf16, the standard
+// sweep's shapes (B * S = 16k, H * D = 2048), the package's launcher with a workspace (so the split
+// tail and the dynamic schedule are what the package runs).
+//   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -DNDEBUG --expt-relaxed-constexpr -std=c++17 -lineinfo \
+//     -Ibackend/include -Icuda -DFLASHSDPA_SM90_FWD_TIMELINE=1 -o /tmp/fwd_tl scripts/dev/fwd_timeline.cu \
+//     cuda/sm90/tiles_sm90.cu
+//   /tmp/fwd_tl D S CAUSAL [CTA ...]   (D 64 or 128; default CTAs 0 and 77)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "sm90/fwd_launch_sm90.cuh"
+
+#include "check_cuda.cuh"
+#include "fill_cuda.cuh"
+
+using namespace flashsdpa;
+using Elem = __nv_bfloat16;
+
+#if !FLASHSDPA_SM90_FWD_TIMELINE
+#error "build with -DFLASHSDPA_SM90_FWD_TIMELINE=1"
+#endif
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: fwd_tl D S CAUSAL [CTA ...]\n");
+    return 2;
+  }
+  const int D = std::atoi(argv[1]), S = std::atoi(argv[2]), causal = std::atoi(argv[3]);
+  const int B = std::max(1, 16384 / S), H = 2048 / D;
+  std::vector<int> ctas;
+  for (int a = 4; a < argc; ++a) ctas.push_back(std::atoi(argv[a]));
+  if (ctas.empty()) ctas = {0, 77};
+  const int64_t n = int64_t(B) * S * H * D;
+  Elem *q, *k, *v, *o;
+  float* lse;
+  void* workspace;
+  const int64_t workspace_bytes = 64 << 20;
+  for (Elem** t : {&q, &k, &v, &o}) CHECK_CUDA(cudaMalloc(t, n * sizeof(Elem)));
+  CHECK_CUDA(cudaMalloc(&lse, int64_t(B) * H * S * sizeof(float)));
+  CHECK_CUDA(cudaMalloc(&workspace, workspace_bytes));
+  fill_random<Elem><<<1024, 256>>>(q, n, 1);
+  fill_random<Elem><<<1024, 256>>>(k, n, 2);
+  fill_random<Elem><<<1024, 256>>>(v, n, 3);
+  AttnFwdParams p{};
+  p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse;
+  // (B, S, H, D) memory behind (B, H, S, D) views, as the benchmark's inputs
+  p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = int64_t(S) * H * D;
+  p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = D;
+  p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = int64_t(H) * D;
+  p.lse_batch_stride = int64_t(H) * S, p.lse_head_stride = S, p.lse_row_stride = 1;
+  p.batch = B, p.heads_q = p.heads_kv = H, p.seqlen_q = p.seqlen_k = S;
+  p.head_dim_qk = p.head_dim_v = p.head_dim_bucket = D;
+  p.total_q = p.total_k = -1;
+  p.scale = 1.f / std::sqrt(float(D)), p.scale_log2 = p.scale * 1.4426950408889634f;
+  p.mask = MaskSpec{-1, causal ? 0 : -1, MaskAlign::kTopLeft};
+  p.dtype = DType::kBFloat16;
+  p.workspace = workspace, p.workspace_bytes = workspace_bytes;
+  int sms = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  p.num_sms = sms, p.cc_major = 9, p.smem_optin_bytes = 227 * 1024;
+  auto launch = [&] { return D == 64 ? run_fwd_sm90_tiles_<Elem, 64>(p, 0) : run_fwd_sm90_tiles_<Elem, 128>(p, 0); };
+
+  using namespace fwd_sm90;
+  static const char* phases[] = {"Q wait",         "K wait + turn", "first S",     "first softmax", "middle blocks",
+                                 "V wait + turn",  "last P V",      "epilogue",    "to next tile"};
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  for (int cta : ctas) {
+    CHECK_CUDA(cudaMemcpyToSymbol(fwd_timeline_cta, &cta, sizeof cta));
+    std::vector<long long> h(kTlWGs * kTlEvents * kTlTiles, 0);
+    CHECK_CUDA(cudaMemcpyToSymbol(fwd_timeline, h.data(), h.size() * sizeof(long long)));
+    CHECK_CUDA(launch());  // warm-up
+    CHECK_CUDA(cudaMemcpyToSymbol(fwd_timeline, h.data(), h.size() * sizeof(long long)));
+    CHECK_CUDA(cudaEventRecord(e0));
+    CHECK_CUDA(launch());
+    CHECK_CUDA(cudaEventRecord(e1));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    float ms = 0.f;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    CHECK_CUDA(cudaMemcpyFromSymbol(h.data(), fwd_timeline, h.size() * sizeof(long long)));
+    auto at = [&](int w, int ev, int t) { return h[(w * kTlEvents + ev) * kTlTiles + t]; };
+    int tiles = 0;
+    while (tiles < kTlTiles && at(0, kTlTileStart, tiles) != 0) ++tiles;
+    const double tflops = 4.0 * B * H * double(S) * S * D / (causal ? 2 : 1) / (ms * 1e-3) / 1e12;
+    std::printf("d%d S %d%s B %d H %d, CTA %d: kernel %.1f us (%.1f TFLOP/s, with the stamps); %d tiles with keys "
+                "stamped; median cycles over tiles 1..%d\n",
+                D, S, causal ? " causal" : "", B, H, cta, ms * 1e3, tflops, tiles, tiles - 2);
+    int wgs = 0;
+    while (wgs < kTlWGs && at(wgs, kTlTileStart, 0) != 0) ++wgs;
+    std::printf("%-18s", "phase");
+    for (int w = 0; w < wgs; ++w) std::printf("   wg %d", w);
+    std::printf("\n");
+    auto median = [](std::vector<long long> d) {
+      if (d.empty()) return 0.0;
+      std::sort(d.begin(), d.end());
+      return double(d[d.size() / 2]);
+    };
+    for (int ph = 0; ph < kTlEvents; ++ph) {
+      std::printf("%-18s", phases[ph]);
+      for (int w = 0; w < wgs; ++w) {
+        std::vector<long long> d;
+        for (int t = 1; t + 1 < tiles; ++t) {
+          const long long a = at(w, ph, t), b = ph + 1 < kTlEvents ? at(w, ph + 1, t) : at(w, kTlTileStart, t + 1);
+          if (a != 0 && b != 0) d.push_back(b - a);
+        }
+        std::printf(" %6.0f", median(d));
+      }
+      std::printf("\n");
+    }
+    std::printf("%-18s", "tile period");
+    for (int w = 0; w < wgs; ++w) {
+      std::vector<long long> d;
+      for (int t = 1; t + 1 < tiles; ++t) d.push_back(at(w, kTlTileStart, t + 1) - at(w, kTlTileStart, t));
+      std::printf(" %6.0f", median(d));
+    }
+    // The middle blocks' own rate (non-causal: every tile has S / kBlockN blocks, the first and
+    // the last P V apart): what a tile would cost at that rate, and its excess in blocks.
+    const int block_n = D == 64 ? (fwd_sm90_short_tile(p) ? kFwdShortTileSm90.block_n : fwd_tile_shape_sm90(64).block_n)
+                                : fwd_tile_shape_sm90(128).block_n;
+    const int blocks = (S + block_n - 1) / block_n;
+    if (!causal && blocks > 2) {
+      std::printf("\n%-18s", "per middle block");
+      for (int w = 0; w < wgs; ++w) {
+        std::vector<long long> d;
+        for (int t = 1; t + 1 < tiles; ++t) d.push_back((at(w, kTlLoopEnd, t) - at(w, kTlFirstSoft, t)) / (blocks - 2));
+        std::printf(" %6.0f", median(d));
+      }
+      std::printf("\n%-18s", "excess, blocks");
+      for (int w = 0; w < wgs; ++w) {
+        std::vector<long long> per, period;
+        for (int t = 1; t + 1 < tiles; ++t) {
+          per.push_back((at(w, kTlLoopEnd, t) - at(w, kTlFirstSoft, t)) / (blocks - 2));
+          period.push_back(at(w, kTlTileStart, t + 1) - at(w, kTlTileStart, t));
+        }
+        const double b = median(per);
+        std::printf(" %6.2f", b > 0 ? median(period) / b - blocks : 0.0);
+      }
+      std::printf("   (%d blocks of %d keys a tile)", blocks, block_n);
+    }
+    std::printf("\n\n");
+  }
+  return 0;
+}
