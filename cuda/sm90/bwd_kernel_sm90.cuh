@@ -242,6 +242,12 @@ enum TimelineEvent : int {
   kTlWriterRead,  //   the TMA unit has read the buffer (or, first store, the copy has landed)
   kTlWriterFree,  //   buffer freed (dq_empty)
   kTlLoadEmpty,   // producer: step i's Q stage free and its loads issued
+  // The consumer's step in phases (warpgroup 0, thread 0; the non-overlapped step, d128: session 36).
+  kTlStDone,      //   S^T complete (the previous step's dQ staged before)
+  kTlPtDone,      //   P^T in registers (the exponentials done), dV next
+  kTlDpDone,      //   dP^T complete
+  kTlDsStored,    //   dS^T stored and both warpgroups past the dS^T barrier
+  kTlGemmsDone,   //   dV and dQ complete (dK may run on)
   kTimelineEvents
 };
 constexpr int kTimelineSteps = 256;
@@ -922,6 +928,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     if constexpr (!Traits::kTall) load_columns(lse2, sm.lse_slot(s));
     sm90::wgmma_wait<1>();
     sm90::fence_regs(st_acc);
+    stamp(kTlStDone, i, cwg == 0 && tid == 0);
     if constexpr (Traits::kDkLate) {  // step i - 1's dK (older than this S^T) has retired too
       if (i > 0) sm90::mbar_arrive(sm.q_empty((i - 1) % Traits::kStages));
     }
@@ -980,6 +987,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     }
 
     // dV += P^T dO (K steps over the step's queries), issued before dS^T exists.
+    stamp(kTlPtDone, i, cwg == 0 && tid == 0);
     sm90::wgmma_fence();
     if constexpr (Traits::kTall) {
       const uint64_t pt_desc = sm90::make_desc(sm.pt + cwg * 64 * 128, 16, 1024);
@@ -1000,6 +1008,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     if constexpr (!Traits::kMods && !Traits::kTall) load_columns(delta, sm.delta_slot(s));
     sm90::wgmma_wait<1>();  // dP^T done (dV may still run)
     sm90::fence_regs(dpt_acc);
+    stamp(kTlDpDone, i, cwg == 0 && tid == 0);
     if constexpr (Traits::kMods) {
       // The sinks' and slopes' exact delta: column (query) sums of P dP and P |distance|.
       Mod::template row_sums<ScoreLayout::kKeyRows>(p, seq, batch, mod_head, st, dpt, mod_key0, mod_q0);
@@ -1065,6 +1074,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       if (!dbias_rows) Mod::bias_grad_t(p, seq, batch, mod_head, dst16, key0, q0);
     }
     sm90::named_sync(kBarDs, 256);  // both halves of dS^T written
+    stamp(kTlDsStored, i, cwg == 0 && tid == 0);
     if constexpr (Traits::kModsKind == kModsBias) {
       if (i + 1 < range.count()) stage_bias(i + 1);  // into buffer (i + 1) % 2: free since this barrier
     }
@@ -1089,6 +1099,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
         sm90::fence_regs(dv_acc);
         sm90::fence_regs(dk_acc);
       }
+      stamp(kTlGemmsDone, i, cwg == 0 && tid == 0);
       // dQ is scaled here (the postprocess then runs with scale 1): the multiply redefines the
       // registers, which the staging reads after the next step's S^T GEMM is issued; read straight
       // from the wgmma, ptxas injects a wait for that GEMM there (C7517) and the overlap is lost.

@@ -206,6 +206,19 @@ void bench_small() {
   }
 }
 
+// The main kernel alone, as run_bwd_sm90_with launches it (a plain launch here: the parts are timed
+// apart, so nothing overlaps the preprocess).
+template <typename Traits>
+cudaError_t launch_bwd_sm90_main(const BwdSm90Args& args, cudaStream_t stream) {
+  const AttnBwdParams& p = args.p;
+  const int64_t grid = (Traits::kSplit ? 2 : 1) * int64_t((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN) *
+                       p.heads_kv * p.batch;
+  cudaError_t err = opt_in_dynamic_smem<&flashsdpa_bwd_sm90_kernel<Traits>>(Traits::kSmemBytes);
+  if (err != cudaSuccess || grid == 0) return err;
+  flashsdpa_bwd_sm90_kernel<Traits><<<static_cast<unsigned>(grid), Traits::kThreads, Traits::kSmemBytes, stream>>>(args);
+  return cudaGetLastError();
+}
+
 // "parts": the preprocess, the main kernel and the dQ postprocess timed apart (d128 or d64, bf16),
 // to see what the fixed passes cost against the main loop at short and long S.
 template <int kD>
@@ -379,8 +392,9 @@ int run_timeline(int cta) {
   for (int e = 0; e < kTimelineEvents; ++e)
     for (int step = 0; step < steps; ++step)
       if (at(e, step) != 0 && (base == 0 || at(e, step) < base)) base = at(e, step);
-  static const char* names[kTimelineEvents] = {"start", "q_full", "stg_wait", "stg_got", "staged",
-                                               "w_full", "w_flag", "w_read", "w_free", "load"};
+  static const char* names[kTimelineEvents] = {"start",  "q_full", "stg_wait", "stg_got", "staged",
+                                               "w_full", "w_flag", "w_read",   "w_free",  "load",
+                                               "st_done", "pt_done", "dp_done", "ds_stored", "gemms"};
   std::printf("timeline of CTA %d (d%d), %d steps, cycles from its first stamp\nstep", cta, g_dim, steps);
   for (const char* n : names) std::printf(" %9s", n);
   std::printf(" | step len  stg wait  flag wait  tma read  staged->freed\n");
@@ -405,6 +419,32 @@ int run_timeline(int cta) {
   const long long waited = std::count_if(wait.begin(), wait.end(), [](long long w) { return w > 200; });
   std::printf("medians (cycles): step %lld, staging wait %lld (steps waiting > 200: %lld of %d), flag wait %lld, "
               "TMA read %lld, staged -> freed %lld\n", med(len), med(wait), waited, steps, med(flag), med(read), med(lag));
+  // The consumer's step in phases (session 36: the d512 forward's timeline found its softmax running
+  // with the tensor pipe idle; the same question for this step's 4,500 cycles at d128, 2,560 of them
+  // tensor work): medians over steps 8 .. steps - 8, warpgroup 0.
+  struct Phase {
+    const char* name;
+    int from, to;  // events; to = -1: the next step's start
+  };
+  static const Phase phases[] = {{"Q wait", kTlStepStart, kTlQFull},
+                                 {"dQ staged + S^T GEMM", kTlQFull, kTlStDone},
+                                 {"P^T (exponentials)", kTlStDone, kTlPtDone},
+                                 {"dV issue + dP^T wait", kTlPtDone, kTlDpDone},
+                                 {"dS^T + stores + barrier", kTlDpDone, kTlDsStored},
+                                 {"dQ, dK issue + dV, dQ wait", kTlDsStored, kTlGemmsDone},
+                                 {"to the next step", kTlGemmsDone, -1}};
+  std::printf("consumer phases, medians over steps 8 .. %d (warpgroup 0):\n", steps - 8);
+  long long sum = 0;
+  for (const Phase& ph : phases) {
+    std::vector<long long> d;
+    for (int step = 8; step + 8 < steps; ++step) {
+      const long long a = at(ph.from, step), b = ph.to >= 0 ? at(ph.to, step) : at(kTlStepStart, step + 1);
+      if (a != 0 && b != 0) d.push_back(b - a);
+    }
+    sum += med(d);
+    std::printf("  %-28s %6lld\n", ph.name, med(d));
+  }
+  std::printf("  %-28s %6lld\n", "sum of medians", sum);
   release(r);
   return 0;
 #else

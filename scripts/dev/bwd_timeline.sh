@@ -3,7 +3,9 @@
 # sm90 backward at the bar shape (B 2, H 16, S 8k, non-causal, d128 and d64): the harness
 # scripts/dev/bwd_check_sm90.cu built with -DFLASHSDPA_SM90_BWD_TIMELINE=1, for three CTAs (early,
 # middle and late in launch order, so a slow wave shows). kernel_notes_bwd_sm90.md, "The dQ
-# hand-over's timeline", has the prediction.
+# hand-over's timeline", has the prediction. Session 36 added the consumer's step in phases
+# (warpgroup 0: S^T, the exponentials, dP^T, dS^T and its barrier, dV / dQ), printed after the
+# medians: kernel_notes_bwd_sm90.md, "The d128 step in phases" (prepared, not yet run).
 # TIMELINE_FLAGS: more nvcc flags for the harness (an A/B macro's variant); TIMELINE_CTAS: the CTAs
 # (default "200 1000 1900"); TIMELINE_TAG: a suffix for the logs' names.
 #   run(command="bash scripts/dev/bwd_timeline.sh", carry=[".whl"], timeout_s=300)
