@@ -54,6 +54,10 @@
 
 namespace flashsdpa {
 
+#ifndef FLASHSDPA_SM90_FWD512_XCHG_PARTS
+#define FLASHSDPA_SM90_FWD512_XCHG_PARTS 1
+#endif
+
 template <typename Elem_>
 struct Fwd512TraitsSm90 {
   using Elem = Elem_;
@@ -74,9 +78,6 @@ struct Fwd512TraitsSm90 {
   // The exchange of a step's partial S in kXParts parts (PairExchange's send / take / release): with
   // 2 or 4, each part's keys are added and folded into the softmax while the later parts are in
   // flight (session 36: compiled only; kernel_notes_features.md, "The exchange in halves").
-#ifndef FLASHSDPA_SM90_FWD512_XCHG_PARTS
-#define FLASHSDPA_SM90_FWD512_XCHG_PARTS 1
-#endif
   static constexpr int kXParts = FLASHSDPA_SM90_FWD512_XCHG_PARTS;
   static_assert(kXParts == 1 || kXParts == 2 || kXParts == 4, "the exchange in 1, 2 or 4 parts");
   // q_full, k_full[2], k_empty[2], v_full[2], v_empty[2], x_full[2][kXParts], x_empty[2]
