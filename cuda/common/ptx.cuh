@@ -216,6 +216,30 @@ __device__ __forceinline__ void grid_dependency_wait() {
 #endif
 }
 
+// ---- a grid's timeline (dev only: -DFLASHSDPA_GRID_TIMELINE=1) ------------------------------------
+// %globaltimer (nanoseconds, one clock for every SM) at points of each CTA's life, thread 0, for
+// the decode path's two kernels (kernel 0: the split decode kernel, start / end; kernel 1: the
+// split combine, start / past its grid-dependency wait / end), read back by
+// scripts/dev/decode_timeline.cu: how a B 1 x 8k decode call's ~16 us split into the grid's ramp,
+// its CTAs, its tail and the combine (issue 11's 15 us bar). Off by default: grid_stamp() is then
+// empty and the kernels' SASS is the same as without it.
+#ifndef FLASHSDPA_GRID_TIMELINE
+#define FLASHSDPA_GRID_TIMELINE 0
+#endif
+constexpr int kGridTimelineCtas = 4096, kGridTimelinePoints = 3;
+#if FLASHSDPA_GRID_TIMELINE
+__device__ unsigned long long grid_timeline[2 * kGridTimelinePoints * kGridTimelineCtas];  // [kernel][point][cta]
+#endif
+__device__ __forceinline__ void grid_stamp([[maybe_unused]] int kernel, [[maybe_unused]] int point) {
+#if FLASHSDPA_GRID_TIMELINE
+  if (threadIdx.x == 0 && blockIdx.x < kGridTimelineCtas) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+    grid_timeline[(kernel * kGridTimelinePoints + point) * kGridTimelineCtas + blockIdx.x] = t;
+  }
+#endif
+}
+
 // An int32 load with acquire semantics at GPU scope (a flag another CTA releases).
 __device__ __forceinline__ int ld_acquire_gpu_s32(const int32_t* p) {
   int v;

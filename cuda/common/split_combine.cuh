@@ -40,7 +40,9 @@ __global__ void __launch_bounds__(32 * kCombineWarps)
   const int i = static_cast<int>(row % p.seqlen_q);
   const int h = static_cast<int>((row / p.seqlen_q) % p.heads_q);
   const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
+  grid_stamp(1, 0);
   grid_dependency_wait();  // (programmatic launch) the decode kernel's partials are complete
+  grid_stamp(1, 1);
 
   const int splits = min(p.num_splits, kMaxSplits);
   const int per_warp = (splits + kCombineWarps - 1) / kCombineWarps;
@@ -113,6 +115,7 @@ __global__ void __launch_bounds__(32 * kCombineWarps)
     p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + static_cast<int64_t>(i) * p.lse_row_stride] =
         merged_lse(max_lse, weight_sum, INFINITY);
   }
+  grid_stamp(1, 2);
 }
 
 // After the decode kernel, on the same stream. On sm_90+ (a combine compiled with its wait) the

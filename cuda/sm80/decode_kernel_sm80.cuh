@@ -441,11 +441,13 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   // The split combine (launched programmatically after this kernel on sm_90+) may start now: it
   // waits on the GPU for this grid's completion before reading the partials, and its few CTAs
   // (B * Hq * Sq / 4) take SM slots only once every CTA of this grid has started. No-op below sm_90.
+  grid_stamp(0, 0);
   grid_dependents_launch();
   const SplitKvScheduler sched = decode_scheduler_sm80<Traits>(params);
   for (WorkTile tile = sched.initial_tile(); tile.valid(); tile = sched.next_tile(tile)) {
     decode_sm80::compute_tile<Traits, kMods>(params, tile, decode_smem);
   }
+  grid_stamp(0, 1);
 }
 
 }  // namespace flashsdpa

@@ -10,10 +10,24 @@
 # backward speed rule, as the forward's fwd_sm90_yields, is the fix). Non-causal too.
 # Prediction: the sm90 backward's three kernels ~35 us against FA2's ~30; the portable one faster
 # at this shape; the forward level (the portable family already serves it by the speed rule).
+# First (issue 11, ~15 s, no package build): the decode call's grid from one clock
+# (scripts/dev/decode_timeline.cu, -DFLASHSDPA_GRID_TIMELINE=1: each CTA's start and end by
+# %globaltimer, the combine's start / wait / end), B 1 x 8k, B 1 x 128k, B 32 x 4k, plain and in a
+# replayed graph: where the B 1 x 8k call's ~16 us go beyond the ~8 us of its K / V bytes.
+# Prediction: the decode grid's CTAs ~9-10 us (264 CTAs, 2 an SM, started within ~1 us), its tail
+# (median end to last end) ~1-2 us, the combine ~2-3 us past the last decode CTA.
 #   run(command="bash scripts/dev/session37_third.sh", carry=[".whl"], timeout_s=400)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
+if nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -DNDEBUG --expt-relaxed-constexpr -std=c++17 -Ibackend/include \
+    -Icuda -Iscripts/dev -DFLASHSDPA_GRID_TIMELINE=1 -o /tmp/decode_tl scripts/dev/decode_timeline.cu \
+    > "$OUT/build_decode_tl.log" 2>&1; then
+  timed "decode timeline" 60 decode_timeline.log /tmp/decode_tl
+  cat "$OUT/decode_timeline.log"
+else
+  tail -20 "$OUT/build_decode_tl.log"; failed+=("build decode timeline")
+fi
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 narrow_build 240 "64;128"
 timed "small step kernels" 120 small.log $PY scripts/dev/small_step_kernels.py --steps 50
