@@ -277,45 +277,36 @@ __device__ __forceinline__ void consume(const AttnFwdParams& p, uint32_t base, i
     // block into the softmax (correction per row; whether O needs it).
     auto exchange_and_softmax = [&](int i, float (&correction)[2]) {
       constexpr int kVecs = T::kBlockN / 8;  // a float4 per n-tile of 8 keys
-      bool rescale;
-      if constexpr (T::kXParts == 1) {
-        xchg.add<kVecs>(s_acc, i, kBarSlotRead + cw, tid);
-        tl_stamp(kTlXDone, i, rank, cw, tid);
+      bool rescale = false;
+      // kXParts online-softmax blocks of kPartTiles * 8 keys, each folded in as soon as its part
+      // has landed, under the next parts' flight. When a part moves the max, the P of the parts
+      // before it take its correction too, as O does (the running sum already has it:
+      // online_step rescales the sum that includes them); O's correction is the product.
+      constexpr int kPartTiles = kNTiles / T::kXParts;
+      xchg.send<kVecs, T::kXParts>(s_acc, i, tid);
+      static_for<0, T::kXParts>([&](auto part) {
+        constexpr int kP = decltype(part)::value;
+        auto& s_p = *reinterpret_cast<float(*)[1][kPartTiles][4]>(&s[0][kP * kPartTiles][0]);
+        xchg.take<kVecs, T::kXParts, kP>(s_acc, i);
+        if constexpr (kP == T::kXParts - 1) {
+          xchg.release(kBarSlotRead + cw, tid);
+          tl_stamp(kTlXDone, i, rank, cw, tid);
+        }
         const int n = t.n_block(i);
-        if (t.masked(n)) t.mask.apply(s, row0, n * T::kBlockN + 2 * (lane % 4), -INFINITY);
-        rescale = softmax.template online_step<kNTiles>(s, p.scale_log2, correction);
-      } else {
-        // kXParts online-softmax blocks of kPartTiles * 8 keys, each folded in as soon as its part
-        // has landed, under the next parts' flight. When a part moves the max, the P of the parts
-        // before it take its correction too, as O does (the running sum already has it:
-        // online_step rescales the sum that includes them); O's correction is the product.
-        constexpr int kPartTiles = kNTiles / T::kXParts;
-        const int n = t.n_block(i);
-        const int col0 = n * T::kBlockN + 2 * (lane % 4);
-        const bool masked = t.masked(n);
-        xchg.send<kVecs, T::kXParts>(s_acc, i, tid);
-        rescale = false;
-        static_for<0, T::kXParts>([&](auto part) {
-          constexpr int kP = decltype(part)::value;
-          auto& s_p = *reinterpret_cast<float(*)[1][kPartTiles][4]>(&s[0][kP * kPartTiles][0]);
-          xchg.take<kVecs, T::kXParts, kP>(s_acc, i);
-          if constexpr (kP == T::kXParts - 1) {
-            xchg.release(kBarSlotRead + cw, tid);
-            tl_stamp(kTlXDone, i, rank, cw, tid);
-          }
-          if (masked) t.mask.apply(s_p, row0, col0 + 8 * kP * kPartTiles, -INFINITY);
+        if (t.masked(n)) t.mask.apply(s_p, row0, n * T::kBlockN + 8 * kP * kPartTiles + 2 * (lane % 4), -INFINITY);
+        if constexpr (kP == 0) {
+          rescale = softmax.template online_step<kPartTiles>(s_p, p.scale_log2, correction);
+        } else {
           float c[2];
           if (softmax.template online_step<kPartTiles>(s_p, p.scale_log2, c)) {  // warp-uniform
-            if constexpr (kP > 0) {
-              auto& p_before = *reinterpret_cast<float(*)[1][kP * kPartTiles][4]>(&s[0][0][0]);
-              softmax.template rescale<kP * kPartTiles>(p_before, c);
-            }
+            auto& p_before = *reinterpret_cast<float(*)[1][kP * kPartTiles][4]>(&s[0][0][0]);
+            softmax.template rescale<kP * kPartTiles>(p_before, c);
 #pragma unroll
             for (int r = 0; r < 2; ++r) correction[r] = rescale ? correction[r] * c[r] : c[r];
             rescale = true;
           }
-        });
-      }
+        }
+      });
       tl_stamp(kTlSoftmax, i, rank, cw, tid);
       return rescale;
     };
@@ -407,7 +398,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(Traits::kThreads, 1)
     }
     for (int w = 0; w < 2; ++w) {
       for (int part = 1; part < Traits::kXParts; ++part) sm90::mbar_init(bar_x_full<Traits>(base, w, part), 1);
-      sm90::mbar_init(bar_x_full<Traits>(base, w), 1);   // this CTA's thread 0 of warpgroup w, + 16 KB of st.async
+      sm90::mbar_init(bar_x_full<Traits>(base, w), 1);   // this CTA's thread 0 of warpgroup w, + its st.async bytes
       sm90::mbar_init(bar_x_empty<Traits>(base, w), 1);  // the peer's thread 0 of warpgroup w
     }
     sm90::fence_mbar_init();

@@ -21,8 +21,7 @@
 
 #include "sm80/decode_launch_sm80.cuh"
 
-#include "check_cuda.cuh"
-#include "fill_cuda.cuh"
+#include "dense_fwd_cuda.cuh"
 
 using namespace flashsdpa;
 using Elem = __nv_bfloat16;
@@ -36,39 +35,14 @@ namespace {
 constexpr int kHq = 32, kHkv = 8, kD = 128;
 
 void run_case(int B, int Sk, int splits) {
-  const int64_t nq = int64_t(B) * kHq * kD, nkv = int64_t(B) * Sk * kHkv * kD;
-  Elem *q, *k, *v, *o;
-  float *lse, *o_accum, *lse_accum;
-  CHECK_CUDA(cudaMalloc(&q, nq * sizeof(Elem)));
-  CHECK_CUDA(cudaMalloc(&o, nq * sizeof(Elem)));
-  CHECK_CUDA(cudaMalloc(&k, nkv * sizeof(Elem)));
-  CHECK_CUDA(cudaMalloc(&v, nkv * sizeof(Elem)));
-  CHECK_CUDA(cudaMalloc(&lse, int64_t(B) * kHq * sizeof(float)));
+  const int64_t nq = int64_t(B) * kHq * kD;
+  // q / o (B, 1, Hq, D); the cache (B, Sk, Hkv, D): flash_attn's kvcache layout
+  DenseFwd prob = make_dense_fwd(B, kHq, kHkv, 1, Sk, kD, /*bshd=*/true);
+  AttnFwdParams& p = prob.p;
+  p.mask = MaskSpec{-1, -1, MaskAlign::kBottomRight};
+  float *o_accum, *lse_accum;
   CHECK_CUDA(cudaMalloc(&o_accum, std::max(1, splits) * nq * sizeof(float)));
   CHECK_CUDA(cudaMalloc(&lse_accum, std::max(1, splits) * int64_t(B) * kHq * sizeof(float)));
-  fill_random<Elem><<<1024, 256>>>(q, nq, 1);
-  fill_random<Elem><<<1024, 256>>>(k, nkv, 2);
-  fill_random<Elem><<<1024, 256>>>(v, nkv, 3);
-  AttnFwdParams p{};
-  p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse;
-  // q / o (B, 1, Hq, D); the cache (B, Sk, Hkv, D): flash_attn's kvcache layout
-  p.q_batch_stride = p.o_batch_stride = int64_t(kHq) * kD;
-  p.q_head_stride = p.o_head_stride = kD;
-  p.q_row_stride = p.o_row_stride = int64_t(kHq) * kD;
-  p.k_batch_stride = p.v_batch_stride = int64_t(Sk) * kHkv * kD;
-  p.k_head_stride = p.v_head_stride = kD;
-  p.k_row_stride = p.v_row_stride = int64_t(kHkv) * kD;
-  p.lse_batch_stride = kHq, p.lse_head_stride = 1, p.lse_row_stride = 1;
-  p.batch = B, p.heads_q = kHq, p.heads_kv = kHkv, p.seqlen_q = 1, p.seqlen_k = Sk;
-  p.head_dim_qk = p.head_dim_v = p.head_dim_bucket = kD;
-  p.total_q = p.total_k = -1;
-  p.scale = 1.f / std::sqrt(float(kD)), p.scale_log2 = p.scale * 1.4426950408889634f;
-  p.mask = MaskSpec{-1, -1, MaskAlign::kBottomRight};
-  p.dtype = DType::kBFloat16;
-  int sms = 0;
-  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  p.num_sms = sms, p.cc_major = 9, p.smem_optin_bytes = 227 * 1024;
-  p.page_shift = -1;
   p.num_splits = std::max(1, splits);
   p.o_accum = o_accum, p.lse_accum = lse_accum;
   cudaStream_t stream;
@@ -149,8 +123,8 @@ void run_case(int B, int Sk, int splits) {
   std::printf("\n");
   CHECK_CUDA(cudaGraphExecDestroy(exec));
   CHECK_CUDA(cudaGraphDestroy(graph));
-  for (void* t : {(void*)q, (void*)k, (void*)v, (void*)o, (void*)lse, (void*)o_accum, (void*)lse_accum})
-    CHECK_CUDA(cudaFree(t));
+  prob.release();
+  for (void* t : {(void*)o_accum, (void*)lse_accum}) CHECK_CUDA(cudaFree(t));
   CHECK_CUDA(cudaStreamDestroy(stream));
 }
 

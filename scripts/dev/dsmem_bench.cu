@@ -48,6 +48,16 @@ __device__ __forceinline__ uint4 ld_cluster_v4(uint32_t addr) {
                : "memory");
   return v;
 }
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, const float* acc, int j) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(acc[4 * j]), "f"(acc[4 * j + 1]),
+               "f"(acc[4 * j + 2]), "f"(acc[4 * j + 3])
+               : "memory");
+}
+// acc's float4 j += v (PairExchange::take's add, for the transports that read the slot otherwise).
+__device__ __forceinline__ void add_v4(float* acc, int j, uint4 v) {
+  acc[4 * j] += __uint_as_float(v.x), acc[4 * j + 1] += __uint_as_float(v.y);
+  acc[4 * j + 2] += __uint_as_float(v.z), acc[4 * j + 3] += __uint_as_float(v.w);
+}
 // One thread's release at cluster scope (after a warpgroup barrier: cumulative over the others'
 // writes) and the peer's barrier's arrival.
 __device__ __forceinline__ void arrive_remote_release(uint32_t cluster_bar) {
@@ -103,6 +113,10 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256)
   long long t0 = 0;
   if (wg < wgs) {
     const sm90::PairExchange x(slot, full, empty, peer_rank, tid);
+    auto for_vecs = [&](auto&& f) {
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j) f(j);
+    };
     const uint32_t stage_mine = stage + 16 * tid;
     const uint32_t peer_slot = sm90::map_to_rank(slot, peer_rank);
     for (int s = -32; s < steps; ++s) {
@@ -112,47 +126,25 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256)
         x.add<kVecs>(acc, phase, 1 + wg, tid);
       } else if (mode == kPush) {  // plain remote stores, one release per warpgroup
         sm90::mbar_wait(empty, (phase & 1) ^ 1);
-#pragma unroll
-        for (int j = 0; j < kVecs; ++j)
+        for_vecs([&](int j) {
           st_cluster_v4(x.peer + 2048 * j, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+        });
         sm90::named_sync(3 + wg, 128);
         if (tid == 0) arrive_remote_release(x.full_peer);
         wait_acquire_cluster(full, phase & 1);
-#pragma unroll
-        for (int j = 0; j < kVecs; ++j) {
-          const uint4 v = ld_shared_v4(x.mine + 2048 * j);
-          acc[4 * j] += __uint_as_float(v.x), acc[4 * j + 1] += __uint_as_float(v.y);
-          acc[4 * j + 2] += __uint_as_float(v.z), acc[4 * j + 3] += __uint_as_float(v.w);
-        }
-        sm90::named_sync(1 + wg, 128);
-        if (tid == 0) sm90::mbar_arrive_remote_relaxed(x.empty_peer);
+        for_vecs([&](int j) { add_v4(acc, j, ld_shared_v4(x.mine + 2048 * j)); });
+        x.release(1 + wg, tid);
       } else if (mode == kPull) {  // local stores, one release, remote loads
         sm90::mbar_wait(empty, (phase & 1) ^ 1);  // the peer has read my previous tile
-#pragma unroll
-        for (int j = 0; j < kVecs; ++j) {
-          asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(x.mine + 2048 * j), "f"(acc[4 * j]),
-                       "f"(acc[4 * j + 1]), "f"(acc[4 * j + 2]), "f"(acc[4 * j + 3])
-                       : "memory");
-        }
+        for_vecs([&](int j) { st_shared_v4(x.mine + 2048 * j, acc, j); });
         sm90::named_sync(3 + wg, 128);
         if (tid == 0) arrive_remote_release(x.full_peer);
         wait_acquire_cluster(full, phase & 1);  // the peer's tile is in its slot
-#pragma unroll
-        for (int j = 0; j < kVecs; ++j) {
-          const uint4 v = ld_cluster_v4(x.peer + 2048 * j);
-          acc[4 * j] += __uint_as_float(v.x), acc[4 * j + 1] += __uint_as_float(v.y);
-          acc[4 * j + 2] += __uint_as_float(v.z), acc[4 * j + 3] += __uint_as_float(v.w);
-        }
-        sm90::named_sync(1 + wg, 128);
-        if (tid == 0) sm90::mbar_arrive_remote_relaxed(x.empty_peer);
+        for_vecs([&](int j) { add_v4(acc, j, ld_cluster_v4(x.peer + 2048 * j)); });
+        x.release(1 + wg, tid);
       } else {
         if (tid == 0) sm90::mbar_arrive_expect_tx(full, kTile);
-#pragma unroll
-        for (int j = 0; j < kVecs; ++j) {
-          asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(stage_mine + 2048 * j), "f"(acc[4 * j]),
-                       "f"(acc[4 * j + 1]), "f"(acc[4 * j + 2]), "f"(acc[4 * j + 3])
-                       : "memory");
-        }
+        for_vecs([&](int j) { st_shared_v4(stage_mine + 2048 * j, acc, j); });
         sm90::fence_async_shared();
         sm90::named_sync(3 + wg, 128);
         if (tid == 0) {
@@ -160,16 +152,9 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256)
           bulk_to_cluster(peer_slot, stage, kTile, x.full_peer);
           sm90::tma_store_commit();
         }
-        sm90::mbar_wait(full, phase & 1);
-#pragma unroll
-        for (int j = 0; j < kVecs; ++j) {
-          const uint4 v = ld_shared_v4(x.mine + 2048 * j);
-          acc[4 * j] += __uint_as_float(v.x), acc[4 * j + 1] += __uint_as_float(v.y);
-          acc[4 * j + 2] += __uint_as_float(v.z), acc[4 * j + 3] += __uint_as_float(v.w);
-        }
+        x.take<kVecs>(acc, phase);
         if (tid == 0) sm90::tma_store_wait_read();  // the stage may be rewritten
-        sm90::named_sync(1 + wg, 128);
-        if (tid == 0) sm90::mbar_arrive_remote_relaxed(x.empty_peer);
+        x.release(1 + wg, tid);
       }
     }
     if (tid == 0) cycles[blockIdx.x * 2 + wg] = clock64() - t0;

@@ -22,8 +22,7 @@
 
 #include "sm90/fwd512_kernel_sm90.cuh"
 
-#include "check_cuda.cuh"
-#include "fill_cuda.cuh"
+#include "dense_fwd_cuda.cuh"
 
 using namespace flashsdpa;
 using Elem = __nv_bfloat16;
@@ -35,27 +34,10 @@ using Elem = __nv_bfloat16;
 int main(int argc, char** argv) {
   const int B = 2, H = 4, S = 8192, D = 512;
   const int64_t n = int64_t(B) * H * S * D;
-  Elem *q, *k, *v, *o;
-  float* lse;
-  for (Elem** t : {&q, &k, &v, &o}) CHECK_CUDA(cudaMalloc(t, n * sizeof(Elem)));
-  CHECK_CUDA(cudaMalloc(&lse, int64_t(B) * H * S * sizeof(float)));
-  fill_random<Elem><<<1024, 256>>>(q, n, 1);
-  fill_random<Elem><<<1024, 256>>>(k, n, 2);
-  fill_random<Elem><<<1024, 256>>>(v, n, 3);
-  AttnFwdParams p{};
-  p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse;
-  // (B, H, S, D) contiguous
-  p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = int64_t(H) * S * D;
-  p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = int64_t(S) * D;
-  p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = D;
-  p.lse_batch_stride = int64_t(H) * S, p.lse_head_stride = S, p.lse_row_stride = 1;
-  p.batch = B, p.heads_q = p.heads_kv = H, p.seqlen_q = p.seqlen_k = S;
-  p.head_dim_qk = p.head_dim_v = p.head_dim_bucket = D;
-  p.total_q = p.total_k = -1;
-  p.scale = 1.f / std::sqrt(float(D)), p.scale_log2 = p.scale * 1.4426950408889634f;
-  p.mask = MaskSpec{-1, -1, MaskAlign::kTopLeft};
-  p.dtype = DType::kBFloat16;
-  p.num_sms = 132, p.cc_major = 9, p.smem_optin_bytes = 227 * 1024;
+  DenseFwd prob = make_dense_fwd(B, H, H, S, S, D, /*bshd=*/false);
+  AttnFwdParams& p = prob.p;
+  const Elem *q = prob.q, *k = prob.k, *v = prob.v, *o = prob.o;
+  const float* lse = prob.lse;
 
   std::vector<int> clusters;
   for (int a = 1; a < argc; ++a) clusters.push_back(std::atoi(argv[a]));
