@@ -192,21 +192,22 @@ struct OnlineSoftmax {
   template <int kDTiles>
   __device__ __forceinline__ void finalize(float (&o)[kMTiles][kDTiles][4], float scale,
                                            float (&lse)[kRows]) {
+    float mult[kRows];
+    finalize_rows(scale, mult, lse);
+    rescale<kDTiles>(o, mult);
+  }
+
+  // finalize()'s per-row scalars without o: the factor o is multiplied by (rescale()) and the LSE.
+  // The row sums are final after the last key block's step, so the sm90 forward computes these
+  // (quad sums, logf, a reciprocal: a ~300-cycle dependent chain) under its last P V, which o
+  // must wait for (session 37's tile timeline: the epilogue's finalize took 764 cycles at d128).
+  __device__ __forceinline__ void finalize_rows(float scale, float (&mult)[kRows], float (&lse)[kRows]) const {
 #pragma unroll
-    for (int i = 0; i < kMTiles; ++i) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = 2 * i + h;
-        const float sum = quad_sum(row_sum[r]);
-        const bool empty = !(sum > 0.f);  // also catches NaN from non-finite inputs
-        const float inv_sum = empty ? 1.f : 1.f / sum;
-        lse[r] = empty ? INFINITY : fmaf(row_max[r], scale, logf(sum));
-#pragma unroll
-        for (int d = 0; d < kDTiles; ++d) {
-          o[i][d][2 * h] *= inv_sum;
-          o[i][d][2 * h + 1] *= inv_sum;
-        }
-      }
+    for (int r = 0; r < kRows; ++r) {
+      const float sum = quad_sum(row_sum[r]);
+      const bool empty = !(sum > 0.f);  // also catches NaN from non-finite inputs
+      mult[r] = empty ? 1.f : 1.f / sum;
+      lse[r] = empty ? INFINITY : fmaf(row_max[r], scale, logf(sum));
     }
   }
 
@@ -219,24 +220,23 @@ struct OnlineSoftmax {
   template <int kDTiles>
   __device__ __forceinline__ void finalize_with_sink(float (&o)[kMTiles][kDTiles][4], float scale,
                                                      float (&lse)[kRows], float sink) {
+    float mult[kRows];
+    finalize_rows_with_sink(scale, sink, mult, lse);
+    rescale<kDTiles>(o, mult);
+  }
+
+  // finalize_with_sink()'s per-row scalars without o (see finalize_rows()).
+  __device__ __forceinline__ void finalize_rows_with_sink(float scale, float sink, float (&mult)[kRows],
+                                                          float (&lse)[kRows]) const {
 #pragma unroll
-    for (int i = 0; i < kMTiles; ++i) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = 2 * i + h;
-        const float sum = quad_sum(row_sum[r]);
-        const bool empty = !(sum > 0.f);
-        const float lse_keys = fmaf(row_max[r], scale, logf(sum));
-        const float hi = fmaxf(lse_keys, sink), lo = fminf(lse_keys, sink);
-        const float total = hi + log1pf(expf(lo - hi));
-        lse[r] = empty ? INFINITY : total;
-        const float mult = empty ? 1.f : expf(lse_keys - total) / sum;
-#pragma unroll
-        for (int d = 0; d < kDTiles; ++d) {
-          o[i][d][2 * h] *= mult;
-          o[i][d][2 * h + 1] *= mult;
-        }
-      }
+    for (int r = 0; r < kRows; ++r) {
+      const float sum = quad_sum(row_sum[r]);
+      const bool empty = !(sum > 0.f);
+      const float lse_keys = fmaf(row_max[r], scale, logf(sum));
+      const float hi = fmaxf(lse_keys, sink), lo = fminf(lse_keys, sink);
+      const float total = hi + log1pf(expf(lo - hi));
+      lse[r] = empty ? INFINITY : total;
+      mult[r] = empty ? 1.f : expf(lse_keys - total) / sum;
     }
   }
 };

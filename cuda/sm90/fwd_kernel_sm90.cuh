@@ -196,8 +196,13 @@ enum TimelineEvent {
   kTlFirstSoft,  // the first block's softmax done, P in registers
   kTlLoopEnd,    // the middle blocks done
   kTlLastTurn,   // the last P V's turn taken
+  kTlFinalized,  // (under the last P V) the rows' factors and LSE computed
+  kTlOSlotFree,  // (under the last P V) the LSE stored, the staging rows free (the warpgroup synced)
   kTlLastPv,     // the last P V complete
+  kTlStaged,     // O normalized, in shared memory, fenced, synced
+  kTlStoreIssued,  // the TMA store issued (thread 0)
   kTlDone,       // epilogue done (O stored or staged, LSE written)
+  kTlPopped,     // the next item popped from the tile queue (stamped on this tile's index)
   kTlEvents
 };
 constexpr int kTlTiles = 32, kTlWGs = 3;
@@ -208,7 +213,7 @@ __device__ int fwd_timeline_cta;
 __device__ __forceinline__ void tl_stamp([[maybe_unused]] TimelineEvent event, [[maybe_unused]] int tile,
                                          [[maybe_unused]] int cwg, [[maybe_unused]] int tid) {
 #if FLASHSDPA_SM90_FWD_TIMELINE
-  if (tid == 0 && int(blockIdx.x) == fwd_timeline_cta && tile < kTlTiles && cwg < kTlWGs)
+  if (tid == 0 && int(blockIdx.x) == fwd_timeline_cta && tile >= 0 && tile < kTlTiles && cwg < kTlWGs)
     fwd_timeline[(cwg * kTlEvents + event) * kTlTiles + tile] = clock64();
 #endif
 }
@@ -566,6 +571,48 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     }
   };
 
+  // The epilogue's parts that do not need O (finish_rows, store_lse, wait_o_rows) run under the
+  // last P V in a tile with keys. mult: the rows' factor on O (1 / sum, with dropout's 1 / (1 - p)).
+  float mult[2], lse[2];
+  auto finish_rows = [&] {
+    if constexpr (Traits::kMods) {
+      if (p.mods.sinks != nullptr) {
+        softmax.finalize_rows_with_sink(Mod::scale(p), Mod::sink(p, tile.head), mult, lse);
+      } else {
+        softmax.finalize_rows(Mod::scale(p), mult, lse);
+      }
+    } else {
+      softmax.finalize_rows(p.scale, mult, lse);
+      if constexpr (Traits::kDropout) {  // the kept P's 1 / (1 - p), folded into the row's factor
+        mult[0] *= p.dropout.rp_keep;
+        mult[1] *= p.dropout.rp_keep;
+      }
+    }
+  };
+  // Not in the d64 192-row tile with the modifiers (128 registers): its four live scalars made
+  // ptxas spill 4 bytes there (13.0); every other instantiation keeps 0 spills.
+  constexpr bool kRowsUnderPv = !(Traits::kMods && Traits::kConsumerWGs == 3);
+  // A split-tail piece's LSE is merged with the other pieces' first (merge_pieces): stored last.
+  const bool whole = !Traits::kTailSplit || w.tail < 0;
+  auto store_lse = [&] {
+    if (lane % 4 == 0 && p.lse != nullptr) {
+      float* lse_out = p.lse + tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride +
+                       int64_t(w.q_row0) * p.lse_row_stride;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = first_row + 8 * h;
+        if (row < w.mask.seqlen_q) lse_out[row * p.lse_row_stride] = lse[h];
+      }
+    }
+  };
+  // The staging rows of this warpgroup are free once its previous store has read them (thread 0
+  // waits for that before the barrier) and, when O takes Q's slot, once Q K^T is done (it is:
+  // the last block's S was waited for before its softmax).
+  auto wait_o_rows = [&] {
+    if (tid == 0) sm90::tma_store_wait_read();
+    sm90::named_sync(kBarEpilogue + cwg, 128);
+  };
+
   const int tl_tile = ring.q;  // (the timeline's tile index: the CTA's t-th tile with keys)
   if (w.has_keys()) {
     tl_stamp(kTlTileStart, tl_tile, cwg, tid);
@@ -630,27 +677,25 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     tl_stamp(kTlLastTurn, tl_tile, cwg, tid);
     gemm_pv<Traits>(o_acc, p16, v_desc0 + prev * kSlotDesc);
     turn_end();
+    // Under the last P V (~620 cycles at d128), what does not need O: the rows' scalars, a whole
+    // tile's LSE store, and the wait for O's staging rows (session 37's timeline: these took ~1,400
+    // of the epilogue's ~2,150 cycles at d128, the tensor cores mostly idle under them).
+    if constexpr (kRowsUnderPv) {
+      finish_rows();
+      tl_stamp(kTlFinalized, tl_tile, cwg, tid);
+      if (whole) store_lse();
+    }
+    wait_o_rows();
+    tl_stamp(kTlOSlotFree, tl_tile, cwg, tid);
     sm90::wgmma_wait<0>();
     sm90::fence_regs(o_acc);
     tl_stamp(kTlLastPv, tl_tile, cwg, tid);
     if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
   }
+  if (!kRowsUnderPv || !w.has_keys()) finish_rows();
 
-  // ---- epilogue: normalize, stage O, TMA store; LSE straight from registers ----------------------
-  float lse[2];
-  if constexpr (Traits::kMods) {
-    if (p.mods.sinks != nullptr) {
-      softmax.finalize_with_sink(o, Mod::scale(p), lse, Mod::sink(p, tile.head));
-    } else {
-      softmax.finalize(o, Mod::scale(p), lse);
-    }
-  } else {
-    if constexpr (Traits::kDropout) {  // the kept P's 1 / (1 - p), once on O
-#pragma unroll
-      for (int i = 0; i < Traits::kHeadDim / 2; ++i) o_acc[i] *= p.dropout.rp_keep;
-    }
-    softmax.finalize(o, p.scale, lse);
-  }
+  // ---- epilogue: normalize, stage O, TMA store ------------------------------------------------
+  softmax.template rescale<kDTiles>(o, mult);
   if constexpr (Traits::kTailSplit) {
     if (w.tail >= 0 && !merge_pieces<Traits>(args, sm, w, cwg, o_acc, lse)) {
       // Another piece of the tile stores it. O staged in Q's slot (d256) releases the slot after
@@ -663,10 +708,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   }
   // O through shared memory: a TMA store (dense), or the valid rows copied out (varlen).
   auto stage_and_store_o = [&] {
-    // The staging rows of this warpgroup are free once its previous store has read them (thread 0
-    // waited for that before this barrier) and, when O takes Q's slot, once Q K^T is done (it is).
-    if (tid == 0) sm90::tma_store_wait_read();
-    sm90::named_sync(kBarEpilogue + cwg, 128);
+    if (!w.has_keys()) wait_o_rows();  // (a tile with keys waited under its last P V)
 #pragma unroll
     for (int j = 0; j < kDTiles; ++j) {
 #pragma unroll
@@ -679,6 +721,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     }
     sm90::fence_async_shared();
     sm90::named_sync(kBarEpilogue + cwg, 128);
+    tl_stamp(kTlStaged, tl_tile, cwg, tid);
     if (p.cu_seqlens_q != nullptr) {
       // Varlen: a TMA store would write the tile's rows past the sequence into the next one's, so
       // the warpgroup copies its valid rows out of the staging tile with 16-byte stores.
@@ -705,6 +748,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
                            tile.block * Traits::kBlockM + cwg * 64, tile.head, tile.batch);
       }
       sm90::tma_store_commit();
+      tl_stamp(kTlStoreIssued, tl_tile, cwg, tid);
       if constexpr (!Traits::kSeparateO) {
         // O sits in Q's slot: the next Q may land only after the store has read it.
         sm90::tma_store_wait_read();
@@ -733,15 +777,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   } else {
     stage_and_store_o();
   }
-  if (lane % 4 == 0 && p.lse != nullptr) {
-    float* lse_out = p.lse + tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride +
-                     int64_t(w.q_row0) * p.lse_row_stride;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = first_row + 8 * h;
-      if (row < w.mask.seqlen_q) lse_out[row * p.lse_row_stride] = lse[h];
-    }
-  }
+  if (!(kRowsUnderPv && whole && w.has_keys())) store_lse();
   if (w.has_keys()) tl_stamp(kTlDone, tl_tile, cwg, tid);
 }
 
@@ -1025,6 +1061,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
     }
     for (int i = 0;; ++i) {
       const fwd_sm90::FwdItem item = queue.pop(i);
+      fwd_sm90::tl_stamp(fwd_sm90::kTlPopped, ring.q - 1, cwg, threadIdx.x % 128);
       if (!item.tile.valid()) break;
       const fwd_sm90::TileWork w = fwd_sm90::item_work<Traits>(p, item);
       fwd_sm90::consume<Traits>(args, sm, w, ring, cwg);

@@ -49,8 +49,11 @@ int main(int argc, char** argv) {
   auto launch = [&] { return D == 64 ? run_fwd_sm90_tiles_<Elem, 64>(p, 0) : run_fwd_sm90_tiles_<Elem, 128>(p, 0); };
 
   using namespace fwd_sm90;
-  static const char* phases[] = {"Q wait",         "K wait + turn", "first S",     "first softmax", "middle blocks",
-                                 "V wait + turn",  "last P V",      "epilogue",    "to next tile"};
+  static const char* phases[] = {"Q wait",          "K wait + turn", "first S",         "first softmax",
+                                 "middle blocks",   "V wait + turn", "rows' scalars",   "LSE, O rows sync",
+                                 "last P V wait",   "scale+stage O", "TMA store issue", "tail of epilogue",
+                                 "queue pop",       "tile work"};
+  static_assert(sizeof(phases) / sizeof(phases[0]) == kTlEvents, "a name per phase");
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
