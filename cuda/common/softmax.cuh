@@ -201,13 +201,18 @@ struct OnlineSoftmax {
   // The row sums are final after the last key block's step, so the sm90 forward computes these
   // (quad sums, logf, a reciprocal: a ~300-cycle dependent chain) under its last P V, which o
   // must wait for (session 37's tile timeline: the epilogue's finalize took 764 cycles at d128).
+  // kFast: MUFU's log2 and reciprocal (__logf, __fdividef: FA2's forms, it builds with fast math)
+  // instead of logf's polynomial and the IEEE division with its slow path: ~60 fewer SASS
+  // instructions on that chain. sum is in [1, 2^8 Sk] (the stale max's bound), where __logf's
+  // absolute error is ~3 ulp of the log (< 1e-5 at 16k keys) and __fdividef's ~2 ulp.
+  template <bool kFast = false>
   __device__ __forceinline__ void finalize_rows(float scale, float (&mult)[kRows], float (&lse)[kRows]) const {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const float sum = quad_sum(row_sum[r]);
       const bool empty = !(sum > 0.f);  // also catches NaN from non-finite inputs
-      mult[r] = empty ? 1.f : 1.f / sum;
-      lse[r] = empty ? INFINITY : fmaf(row_max[r], scale, logf(sum));
+      mult[r] = empty ? 1.f : kFast ? __fdividef(1.f, sum) : 1.f / sum;
+      lse[r] = empty ? INFINITY : fmaf(row_max[r], scale, kFast ? __logf(sum) : logf(sum));
     }
   }
 

@@ -174,6 +174,12 @@ using FwdBiasTraitsSm90 =
 
 namespace fwd_sm90 {
 
+// The epilogue's row scalars with MUFU's log2 and reciprocal (softmax.cuh's finalize_rows<true>);
+// 0: logf and the IEEE division (the A/B's other side, session 37).
+#ifndef FLASHSDPA_SM90_FWD_FAST_ROWS
+#define FLASHSDPA_SM90_FWD_FAST_ROWS 1
+#endif
+
 // Named barrier ids (0 is __syncthreads): per consumer warpgroup, its epilogue (1..3) and its
 // ping-pong turn (4..6).
 constexpr int kBarEpilogue = 1;
@@ -574,6 +580,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   // The epilogue's parts that do not need O (finish_rows, store_lse, wait_o_rows) run under the
   // last P V in a tile with keys. mult: the rows' factor on O (1 / sum, with dropout's 1 / (1 - p)).
   float mult[2], lse[2];
+  constexpr bool kFastRows = FLASHSDPA_SM90_FWD_FAST_ROWS;
   auto finish_rows = [&] {
     if constexpr (Traits::kMods) {
       if (p.mods.sinks != nullptr) {
@@ -582,7 +589,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
         softmax.finalize_rows(Mod::scale(p), mult, lse);
       }
     } else {
-      softmax.finalize_rows(p.scale, mult, lse);
+      softmax.template finalize_rows<kFastRows>(p.scale, mult, lse);
       if constexpr (Traits::kDropout) {  // the kept P's 1 / (1 - p), folded into the row's factor
         mult[0] *= p.dropout.rp_keep;
         mult[1] *= p.dropout.rp_keep;
@@ -692,7 +699,12 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     tl_stamp(kTlLastPv, tl_tile, cwg, tid);
     if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
   }
-  if (!kRowsUnderPv || !w.has_keys()) finish_rows();
+  if (!w.has_keys()) {  // every row empty (finish_rows' empty case, with or without a sink)
+    mult[0] = mult[1] = 1.f;
+    lse[0] = lse[1] = INFINITY;
+  } else if (!kRowsUnderPv) {
+    finish_rows();
+  }
 
   // ---- epilogue: normalize, stage O, TMA store ------------------------------------------------
   softmax.template rescale<kDTiles>(o, mult);
