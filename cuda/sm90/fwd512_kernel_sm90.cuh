@@ -41,7 +41,6 @@
 
 #include <climits>
 #include <cstdint>
-#include <type_traits>
 
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
@@ -53,10 +52,6 @@
 #include "sm90/tma_sm90.h"
 
 namespace flashsdpa {
-
-#ifndef FLASHSDPA_SM90_FWD512_XCHG_PARTS
-#define FLASHSDPA_SM90_FWD512_XCHG_PARTS 1
-#endif
 
 template <typename Elem_>
 struct Fwd512TraitsSm90 {
@@ -75,13 +70,10 @@ struct Fwd512TraitsSm90 {
   static constexpr int kV = kK + kStages * kKVBytes;
   static constexpr int kX = kV + kStages * kKVBytes;
   static constexpr int kBars = kX + 2 * kXBytes;
-  // The exchange of a step's partial S in kXParts parts (PairExchange's send / take / release): with
-  // 2 or 4, each part's keys are added and folded into the softmax while the later parts are in
-  // flight (session 36: compiled only; kernel_notes_features.md, "The exchange in halves").
-  static constexpr int kXParts = FLASHSDPA_SM90_FWD512_XCHG_PARTS;
-  static_assert(kXParts == 1 || kXParts == 2 || kXParts == 4, "the exchange in 1, 2 or 4 parts");
-  // q_full, k_full[2], k_empty[2], v_full[2], v_empty[2], x_full[2][kXParts], x_empty[2]
-  static constexpr int kNumBars = 11 + 2 * kXParts;
+  // q_full, k_full[2], k_empty[2], v_full[2], v_empty[2], x_full[2], x_empty[2]. (The exchange in
+  // 2 or 4 parts, each folded into the softmax under the later ones' flight, lost: 0.92-0.99x and
+  // 0.80-0.85x, session 37; kernel_notes_features.md, "The exchange in halves".)
+  static constexpr int kNumBars = 13;
   static constexpr int kSmemBytes = kBars + 8 * kNumBars + 1024;  // + the 1024-byte alignment of the base
   static constexpr int kThreads = 384;
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
@@ -133,15 +125,6 @@ __device__ __forceinline__ void tl_stamp([[maybe_unused]] TimelineEvent512 event
 #endif
 }
 
-// f(std::integral_constant<int, k>) for k in [kBegin, kEnd), in order (the exchange's parts).
-template <int kBegin, int kEnd, typename F>
-__device__ __forceinline__ void static_for(F&& f) {
-  if constexpr (kBegin < kEnd) {
-    f(std::integral_constant<int, kBegin>{});
-    static_for<kBegin + 1, kEnd>(f);
-  }
-}
-
 template <typename T>
 __device__ __forceinline__ uint32_t bar_q_full(uint32_t base) { return base + T::kBars; }
 template <typename T>
@@ -153,13 +136,9 @@ __device__ __forceinline__ uint32_t bar_v_full(uint32_t base, int s) { return ba
 template <typename T>
 __device__ __forceinline__ uint32_t bar_v_empty(uint32_t base, int s) { return base + T::kBars + 8 * (7 + s); }
 template <typename T>
-__device__ __forceinline__ uint32_t bar_x_full(uint32_t base, int w, int part = 0) {
-  return base + T::kBars + 8 * (9 + T::kXParts * w + part);
-}
+__device__ __forceinline__ uint32_t bar_x_full(uint32_t base, int w) { return base + T::kBars + 8 * (9 + w); }
 template <typename T>
-__device__ __forceinline__ uint32_t bar_x_empty(uint32_t base, int w) {
-  return base + T::kBars + 8 * (9 + 2 * T::kXParts + w);
-}
+__device__ __forceinline__ uint32_t bar_x_empty(uint32_t base, int w) { return base + T::kBars + 8 * (11 + w); }
 
 // A cluster's tile: query block, head, batch, and the key blocks it visits, from the last visible
 // one down. Both CTAs compute it from the same cluster index, so they agree on every step.
@@ -277,36 +256,13 @@ __device__ __forceinline__ void consume(const AttnFwdParams& p, uint32_t base, i
     // block into the softmax (correction per row; whether O needs it).
     auto exchange_and_softmax = [&](int i, float (&correction)[2]) {
       constexpr int kVecs = T::kBlockN / 8;  // a float4 per n-tile of 8 keys
-      bool rescale = false;
-      // kXParts online-softmax blocks of kPartTiles * 8 keys, each folded in as soon as its part
-      // has landed, under the next parts' flight. When a part moves the max, the P of the parts
-      // before it take its correction too, as O does (the running sum already has it:
-      // online_step rescales the sum that includes them); O's correction is the product.
-      constexpr int kPartTiles = kNTiles / T::kXParts;
-      xchg.send<kVecs, T::kXParts>(s_acc, i, tid);
-      static_for<0, T::kXParts>([&](auto part) {
-        constexpr int kP = decltype(part)::value;
-        auto& s_p = *reinterpret_cast<float(*)[1][kPartTiles][4]>(&s[0][kP * kPartTiles][0]);
-        xchg.take<kVecs, T::kXParts, kP>(s_acc, i);
-        if constexpr (kP == T::kXParts - 1) {
-          xchg.release(kBarSlotRead + cw, tid);
-          tl_stamp(kTlXDone, i, rank, cw, tid);
-        }
-        const int n = t.n_block(i);
-        if (t.masked(n)) t.mask.apply(s_p, row0, n * T::kBlockN + 8 * kP * kPartTiles + 2 * (lane % 4), -INFINITY);
-        if constexpr (kP == 0) {
-          rescale = softmax.template online_step<kPartTiles>(s_p, p.scale_log2, correction);
-        } else {
-          float c[2];
-          if (softmax.template online_step<kPartTiles>(s_p, p.scale_log2, c)) {  // warp-uniform
-            auto& p_before = *reinterpret_cast<float(*)[1][kP * kPartTiles][4]>(&s[0][0][0]);
-            softmax.template rescale<kP * kPartTiles>(p_before, c);
-#pragma unroll
-            for (int r = 0; r < 2; ++r) correction[r] = rescale ? correction[r] * c[r] : c[r];
-            rescale = true;
-          }
-        }
-      });
+      xchg.send<kVecs>(s_acc, i, tid);
+      xchg.take<kVecs>(s_acc, i);
+      xchg.release(kBarSlotRead + cw, tid);
+      tl_stamp(kTlXDone, i, rank, cw, tid);
+      const int n = t.n_block(i);
+      if (t.masked(n)) t.mask.apply(s, row0, n * T::kBlockN + 2 * (lane % 4), -INFINITY);
+      const bool rescale = softmax.template online_step<kNTiles>(s, p.scale_log2, correction);
       tl_stamp(kTlSoftmax, i, rank, cw, tid);
       return rescale;
     };
@@ -397,7 +353,6 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(Traits::kThreads, 1)
       sm90::mbar_init(bar_v_empty<Traits>(base, s), 8);
     }
     for (int w = 0; w < 2; ++w) {
-      for (int part = 1; part < Traits::kXParts; ++part) sm90::mbar_init(bar_x_full<Traits>(base, w, part), 1);
       sm90::mbar_init(bar_x_full<Traits>(base, w), 1);   // this CTA's thread 0 of warpgroup w, + its st.async bytes
       sm90::mbar_init(bar_x_empty<Traits>(base, w), 1);  // the peer's thread 0 of warpgroup w
     }

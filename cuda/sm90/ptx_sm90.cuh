@@ -204,8 +204,6 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
 // floats with st.async (completing bytes on the other's x_full: no release fence), waits for x_full
 // and adds its slot's; once the warpgroup has read the slot (named barrier `read_bar`, 128
 // threads), thread 0 arrives on the other's x_empty.
-// In kParts parts (send / take / release), part p being float4s [p, p + 1) * kVecs / kParts with
-// its own x_full at full_bar + 8 p: a part can be added and used while the next is in flight.
 struct PairExchange {
   uint32_t mine = 0, peer = 0, full = 0, empty = 0, full_peer = 0, empty_peer = 0;
   PairExchange() = default;
@@ -216,26 +214,20 @@ struct PairExchange {
         empty(empty_bar),
         full_peer(map_to_rank(full_bar, peer_rank)),
         empty_peer(map_to_rank(empty_bar, peer_rank)) {}
-  template <int kVecs, int kParts = 1>
+  // The protocol's parts, apart so that a caller can place them (add() below in order).
+  template <int kVecs>
   __device__ __forceinline__ void send(const float (&acc)[4 * kVecs], int phase, int tid) const {
-    static_assert(kVecs % kParts == 0, "whole float4s a part");
-    constexpr int kPart = kVecs / kParts;
-    if (tid == 0) {
-#pragma unroll
-      for (int p = 0; p < kParts; ++p) mbar_arrive_expect_tx(full + 8 * p, kPart * 2048);
-    }
+    if (tid == 0) mbar_arrive_expect_tx(full, kVecs * 2048);
     mbar_wait(empty, (phase & 1) ^ 1);
 #pragma unroll
     for (int j = 0; j < kVecs; ++j)
-      st_async_v4(peer + 2048 * j, full_peer + 8 * (j / kPart), acc[4 * j], acc[4 * j + 1], acc[4 * j + 2],
-                  acc[4 * j + 3]);
+      st_async_v4(peer + 2048 * j, full_peer, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
   }
-  template <int kVecs, int kParts = 1, int kP = 0>
+  template <int kVecs>
   __device__ __forceinline__ void take(float (&acc)[4 * kVecs], int phase) const {
-    constexpr int kPart = kVecs / kParts;
-    mbar_wait(full + 8 * kP, phase & 1);
+    mbar_wait(full, phase & 1);
 #pragma unroll
-    for (int j = kP * kPart; j < (kP + 1) * kPart; ++j) {
+    for (int j = 0; j < kVecs; ++j) {
       const uint4 v = ld_shared_v4(mine + 2048 * j);
       acc[4 * j] += __uint_as_float(v.x), acc[4 * j + 1] += __uint_as_float(v.y);
       acc[4 * j + 2] += __uint_as_float(v.z), acc[4 * j + 3] += __uint_as_float(v.w);

@@ -10,7 +10,7 @@
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -DNDEBUG --expt-relaxed-constexpr -std=c++17 -lineinfo \
 //     -Ibackend/include -Icuda -DFLASHSDPA_SM90_FWD512_TIMELINE=1 -o /tmp/fwd512_tl scripts/dev/fwd512_timeline.cu
 //   /tmp/fwd512_tl [cluster ...]   (default: clusters 3, 200, 500 of the 512)
-// (the stamps cost the kernel ~7%; FLASHSDPA_SM90_FWD512_XCHG_PARTS=2 builds the exchange in halves)
+// (the stamps cost the kernel ~7%)
 #include <cuda_runtime.h>
 
 #include <algorithm>
