@@ -219,14 +219,15 @@ __device__ __forceinline__ void grid_dependency_wait() {
 // ---- a grid's timeline (dev only: -DFLASHSDPA_GRID_TIMELINE=1) ------------------------------------
 // %globaltimer (nanoseconds, one clock for every SM) at points of each CTA's life, thread 0, for
 // the decode path's two kernels (kernel 0: the split decode kernel, start / end; kernel 1: the
-// split combine, start / past its grid-dependency wait / end), read back by
+// split combine, start / past its grid-dependency wait / end / its LSEs in and reduced / its first
+// column chunk's partials summed), read back by
 // scripts/dev/decode_timeline.cu: how a B 1 x 8k decode call's ~16 us split into the grid's ramp,
 // its CTAs, its tail and the combine (issue 11's 15 us bar). Off by default: grid_stamp() is then
 // empty and the kernels' SASS is the same as without it.
 #ifndef FLASHSDPA_GRID_TIMELINE
 #define FLASHSDPA_GRID_TIMELINE 0
 #endif
-constexpr int kGridTimelineCtas = 4096, kGridTimelinePoints = 3;
+constexpr int kGridTimelineCtas = 4096, kGridTimelinePoints = 5;
 #if FLASHSDPA_GRID_TIMELINE
 __device__ unsigned long long grid_timeline[2 * kGridTimelinePoints * kGridTimelineCtas];  // [kernel][point][cta]
 #endif

@@ -79,6 +79,7 @@ __global__ void __launch_bounds__(32 * kCombineWarps)
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) weight_sum += __shfl_xor_sync(0xffffffffu, weight_sum, offset);
   const float inv_sum = weight_sum > 0.f ? 1.f / weight_sum : 0.f;
+  grid_stamp(1, 3);
 
   Elem* out = static_cast<Elem*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + static_cast<int64_t>(i) * p.o_row_stride;
   // Column chunks of 128 (Dv <= 128: one); every warp runs every chunk (the barriers below).
@@ -97,6 +98,7 @@ __global__ void __launch_bounds__(32 * kCombineWarps)
     }
     part_smem[warp][lane] = acc;
     __syncthreads();
+    if (c_base == 0) grid_stamp(1, 4);
     if (warp == 0 && c < p.head_dim_v) {
       float4 sum = part_smem[0][lane];
 #pragma unroll

@@ -2,11 +2,13 @@
 // replayed graph on the H200 against cuDNN's 15.5, and the K / V bytes alone ~8 us at the card's
 // copy rate). The decode kernel and its split combine built with -DFLASHSDPA_GRID_TIMELINE=1
 // (common/ptx.cuh's grid_stamp: %globaltimer at each CTA's start and end, and the combine's start,
-// past its grid-dependency wait and end) run as the package runs them (run_decode_sm80_: the
+// past its grid-dependency wait, its LSEs reduced, its first chunk's partials summed, and end; the
+// timer ticks every ~0.256 us on the H100) run as the package runs them (run_decode_sm80_: the
 // programmatic combine on sm_90), plain and captured in a CUDA graph replayed, one query token,
 // GQA 32 / 8, D 128, bf16, a contiguous cache. Prints, in microseconds from the decode grid's first
 // CTA start: the last CTA start (the ramp), the CTAs' durations (min / median / max), the first and
-// last ends (the tail), the combine's first start, its waits' end, its last end; and the call's time
+// last ends (the tail), the combine's first start, its waits' end, its two inner points, its last
+// end; and the call's time
 // by events.
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -DNDEBUG --expt-relaxed-constexpr -std=c++17 \
 //     -Ibackend/include -Icuda -DFLASHSDPA_GRID_TIMELINE=1 -o /tmp/decode_tl scripts/dev/decode_timeline.cu
@@ -63,7 +65,7 @@ void run_case(int B, int Sk, int splits) {
     unsigned long long t0 = ~0ull;
     for (int c = 0; c < ctas; ++c) t0 = std::min(t0, at(0, 0, c));
     auto us = [&](unsigned long long t) { return (double(t) - double(t0)) * 1e-3; };
-    std::vector<double> starts, ends, durs, cstarts, cwaits, cends;
+    std::vector<double> starts, ends, durs, cstarts, cwaits, cends, clse, cparts;
     for (int c = 0; c < ctas; ++c) {
       starts.push_back(us(at(0, 0, c)));
       ends.push_back(us(at(0, 1, c)));
@@ -73,8 +75,10 @@ void run_case(int B, int Sk, int splits) {
       cstarts.push_back(us(at(1, 0, c)));
       cwaits.push_back(us(at(1, 1, c)));
       cends.push_back(us(at(1, 2, c)));
+      clse.push_back(us(at(1, 3, c)));
+      cparts.push_back(us(at(1, 4, c)));
     }
-    for (auto* x : {&starts, &ends, &durs, &cstarts, &cwaits, &cends}) std::sort(x->begin(), x->end());
+    for (auto* x : {&starts, &ends, &durs, &cstarts, &cwaits, &cends, &clse, &cparts}) std::sort(x->begin(), x->end());
     auto med = [](const std::vector<double>& x) { return x.empty() ? 0.0 : x[x.size() / 2]; };
     auto last = [](const std::vector<double>& x) { return x.empty() ? 0.0 : x.back(); };
     auto first = [](const std::vector<double>& x) { return x.empty() ? 0.0 : x.front(); };
@@ -85,8 +89,10 @@ void run_case(int B, int Sk, int splits) {
                 "ends %.2f .. %.2f (median %.2f)\n",
                 ctas, first(starts), last(starts), first(durs), med(durs), last(durs), first(ends), last(ends), med(ends));
     if (combine > 0)
-      std::printf("  combine %d CTAs: starts %.2f .. %.2f; past the wait %.2f .. %.2f; ends %.2f .. %.2f\n", combine,
-                  first(cstarts), last(cstarts), first(cwaits), last(cwaits), first(cends), last(cends));
+      std::printf("  combine %d CTAs: starts %.2f .. %.2f; past the wait %.2f .. %.2f; LSEs reduced %.2f .. %.2f; "
+                  "partials summed %.2f .. %.2f; ends %.2f .. %.2f\n",
+                  combine, first(cstarts), last(cstarts), first(cwaits), last(cwaits), first(clse), last(clse),
+                  first(cparts), last(cparts), first(cends), last(cends));
     std::printf("  from the first start to the last end: %.2f us\n", combine > 0 ? last(cends) : last(ends));
   };
 

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# session38_first.sh (prepared in session 37, compiled only), one call, ~7-8 minutes:
+#   1. issue 12: ncu of the tree's d128 S 512 forward (full set, clocks left alone), its kernel-wide
+#      warp-stall breakdown from the raw page (smsp__pcsamp_warps_issue_stalled_*) and the source
+#      page's columns: is the once-a-tile code's 3-5 cycles an instruction (session 37's tile
+#      timeline) "no instruction" stalls (instruction-cache misses)? Prediction: no_instructions
+#      >= 10% of the samples, most of them on the once-a-tile code.
+#   2. issue 11: the decode timeline with the combine's two inner points (LSEs reduced, the first
+#      chunk's partials summed): where its ~2.0 us after the release go. Prediction: the partials'
+#      loads (one L2 round trip, ~0.8 us) and the LSE reduce (~0.5 us), the store ~0.5.
+#   3. issue 13: FLASHSDPA_SM90_BWD_FMA_EXP = 2 / 4 (of every 8 exponentials on the FMA pipe) against
+#      the tree: backward tests and memcheck on both, then 3 alternating process rounds of
+#      bwd_ab.py (d128 / d64, 1k / 2k / 8k, causal both). Prediction: d64 +2-4% (its exponentials
+#      are a third of the step, 2,100 of 6,070 cycles), d128 +0-2%; 4 of 8 no better than 2.
+#   run(command="bash scripts/dev/session38_first.sh", carry=[".whl"], timeout_s=600)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/device_env.sh
+if nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -DNDEBUG --expt-relaxed-constexpr -std=c++17 -Ibackend/include \
+    -Icuda -Iscripts/dev -DFLASHSDPA_GRID_TIMELINE=1 -o /tmp/decode_tl scripts/dev/decode_timeline.cu \
+    > "$OUT/build_decode_tl.log" 2>&1; then
+  timed "decode timeline" 60 decode_timeline.log /tmp/decode_tl
+  cat "$OUT/decode_timeline.log"
+else
+  tail -20 "$OUT/build_decode_tl.log"; failed+=("build decode timeline")
+fi
+build_copy tree "64;128"
+BUILD_DTYPES="bf16;fp16" build_copy fma2 "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_FMA_EXP=2
+BUILD_DTYPES="bf16;fp16" build_copy fma4 "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_FMA_EXP=4
+for name in tree fma2 fma4; do
+  ls /tmp/pkg_$name/python/flashsdpa/_C*.so >/dev/null 2>&1 || { tail -20 "$OUT/build_$name.log"; failed+=("build $name"); }
+done
+((${#failed[@]})) && finish
+PYTHONPATH="/tmp/pkg_tree/python${SITE:+:$SITE}" ncu_kernel tree_d128_s512 "flashsdpa_fwd" 150 \
+  $PY scripts/dev/fwd_profile.py 128 512 0 > /dev/null
+ncu -i /tmp/ncu_tree_d128_s512.ncu-rep --page raw 2>/dev/null | grep -E "pcsamp_warps_issue_stalled|pcsamp_sample_count" \
+  > "$OUT/ncu_stalls.txt"
+sort -k3 -g -r "$OUT/ncu_stalls.txt" | head -25
+zcat "$OUT/ncu_tree_d128_s512_source.csv.gz" | grep -m1 '"Address"\|"#"' | tr ',' '\n' | head -60 > "$OUT/ncu_source_columns.txt"
+echo "source page columns:"; tr '\n' ' ' < "$OUT/ncu_source_columns.txt"; echo
+for name in fma2 fma4; do
+  PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" tests "$name backward tests" 150 tests_$name.log $PY -m pytest \
+    tests/gpu/test_kernels.py tests/gpu/test_extreme.py tests/gpu/test_masks_gpu.py tests/gpu/test_one_hot_grads.py \
+    -q -p no:cacheprovider -n 8
+done
+PYTHONPATH="/tmp/pkg_fma4/python${SITE:+:$SITE}" sanitize_subset memcheck 60 tests/gpu/test_kernels.py
+ab_rounds "tree fma2 fma4" 60 --dims 128 64 --causal both --seqlens 1024 2048 8192 > "$OUT/ab_table.txt"
+cat "$OUT/ab_table.txt"
+finish
