@@ -12,6 +12,8 @@
 #      the tree: backward tests and memcheck on both, then 3 alternating process rounds of
 #      bwd_ab.py (d128 / d64, 1k / 2k / 8k, causal both). Prediction: d64 +2-4% (its exponentials
 #      are a third of the step, 2,100 of 6,070 cycles), d128 +0-2%; 4 of 8 no better than 2.
+#   4. issue 9: the small step's GPU time with Hugging Face's layout (--bshd: FA2 needs no copies
+#      there; session 37's BHSD numbers gave FA2 two copy kernels). Prediction: FA2 ~52 us, ours ~49.
 #   run(command="bash scripts/dev/session38_first.sh", carry=[".whl"], timeout_s=600)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,4 +48,9 @@ done
 PYTHONPATH="/tmp/pkg_fma4/python${SITE:+:$SITE}" sanitize_subset memcheck 60 tests/gpu/test_kernels.py
 ab_rounds "tree fma2 fma4" 60 --dims 128 64 --causal both --seqlens 1024 2048 8192 > "$OUT/ab_table.txt"
 cat "$OUT/ab_table.txt"
+for causal in "" --no-causal; do
+  PYTHONPATH="/tmp/pkg_tree/python${SITE:+:$SITE}" timed "small step graph bshd $causal" 90 "graph_bshd$causal.log" \
+    $PY scripts/dev/small_step_kernels.py --graph --bshd $causal
+done
+cat "$OUT"/graph_bshd*.log
 finish

@@ -20,8 +20,8 @@ medians, microseconds or milliseconds of wall time):
   if transformers imports, else a plain torch decoder): PyTorch default, PyTorch flash only,
   inside flashsdpa.enable();
 - attention alone, B8 H16 S256 D64 causal, fwd + bwd: FA2, cuDNN, default, ours; wall time per
-  step, host time to issue one (no synchronization) and kernel time (torch.profiler), so that the
-  gap to cuDNN splits into host and kernel time.
+  step, host time to issue one (no synchronization) and the GPU time of the step replayed in a CUDA
+  graph, so that the gap to cuDNN splits into host and kernel time.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from torch.overrides import TorchFunctionMode
 
 import flashsdpa
 from flashsdpa import _backend, entry, masks, routers, selection
+from flashsdpa.bench.timing import graph_us
 from flashsdpa.info import collect_info
 
 Row = tuple[str, Callable[[], Any], Callable[[], contextlib.AbstractContextManager[Any]]]
@@ -328,9 +329,11 @@ def _attention_rows() -> list[Row]:
 
 def _host_and_kernel_us(rows: list[Row], steps: int = 20) -> dict[str, tuple[float, float]]:
     """Per row: host microseconds to issue one step (no synchronization inside the timed loop: the
-    GPU runs behind) and kernel microseconds per step (torch.profiler's CUDA time)."""
-    from torch.profiler import ProfilerActivity, profile
-
+    GPU runs behind) and the GPU's microseconds per step: the step captured in a CUDA graph and
+    replayed (flashsdpa.bench.timing.graph_us). Until session 37 this summed torch.profiler's kernel
+    times, which overstates a step whose kernels overlap: our dQ postprocess is launched
+    programmatically and its "duration" includes its wait for the main backward (B 8 x H 16 x S 256
+    causal, H100: profiler 59.8 us, graph 49.0)."""
     result = {}
     for name, fn, context in rows:
         with context():
@@ -342,11 +345,7 @@ def _host_and_kernel_us(rows: list[Row], steps: int = 20) -> dict[str, tuple[flo
                 fn()
             host = (time.perf_counter() - start) / steps * 1e6
             _sync()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(steps):
-                    fn()
-                _sync()
-            kernel = sum(e.self_device_time_total for e in prof.key_averages()) / steps
+            kernel = graph_us([fn], per_graph=steps, replays=5)
         result[name] = (host, kernel)
     return result
 

@@ -12,8 +12,8 @@ the main backward, the dQ postprocess, against FA2's dot_do_o / main / convert_d
 
     python3 scripts/dev/small_step_kernels.py --graph [--rounds 3]   # GPU time a step, no host time
 
---graph (session 37) times the same step captured in a CUDA graph (CUDA events around 100 replays,
-median of 5 repeats, variants interleaved over rounds): the GPU's own time a step. The profiler's
+--graph (session 37) times the same step captured in a CUDA graph (flashsdpa.bench.timing.graph_us:
+50 steps a graph, median of 5 replays, variants interleaved over rounds): the GPU's own time a step. The profiler's
 per-kernel sum above overstates ours, because our dQ postprocess is launched programmatically and
 waits on the GPU for the main backward's blocks (its "duration" includes that overlap).
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -35,6 +36,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 import flashsdpa
+from flashsdpa.bench.timing import graph_us
 
 
 @contextlib.contextmanager
@@ -49,6 +51,19 @@ def variant(name: str) -> Iterator[None]:
             yield
 
 
+def make_inputs(args: argparse.Namespace) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """q, k, v (leaves requiring grad) and dO of shape (B, H, S, D); --bshd: views of (B, S, H, D)
+    memory, the layout a Hugging Face model hands SDPA (FA2 then needs no copies of its own)."""
+    b, h, s, d = args.shape
+
+    def make() -> torch.Tensor:
+        if args.bshd:
+            return torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+        return torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
+
+    return [make().requires_grad_() for _ in range(3)], make()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=50)
@@ -57,13 +72,13 @@ def main() -> None:
     parser.add_argument("--only-ours", action="store_true", help="only the flashsdpa variant")
     parser.add_argument("--graph", action="store_true", help="time graph replays instead of profiling")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--bshd", action="store_true", help="(B, S, H, D) memory, as a Hugging Face model's")
     args = parser.parse_args()
     if args.graph:
         graph_times(args)
         return
     causal = not args.no_causal
-    leaves = [torch.randn(*args.shape, device="cuda", dtype=torch.bfloat16).requires_grad_() for _ in range(3)]
-    dout = torch.randn(*args.shape, device="cuda", dtype=torch.bfloat16)
+    leaves, dout = make_inputs(args)
 
     def step() -> None:
         out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
@@ -93,42 +108,22 @@ def main() -> None:
 def graph_times(args: argparse.Namespace) -> None:
     causal = not args.no_causal
     names = ("flashsdpa",) if args.only_ours else ("fa2", "cudnn", "default", "flashsdpa")
-    leaves = [torch.randn(*args.shape, device="cuda", dtype=torch.bfloat16).requires_grad_() for _ in range(3)]
-    dout = torch.randn(*args.shape, device="cuda", dtype=torch.bfloat16)
-    graphs: dict[str, torch.cuda.CUDAGraph] = {}
-    for name in names:
-        with variant(name):
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):  # warm-up off the capture (allocator, first-call setup)
-                    out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
-                    torch.autograd.grad(out, leaves, dout)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
-                torch.autograd.grad(out, leaves, dout)
-            graphs[name] = graph
+    leaves, dout = make_inputs(args)
+
+    def step() -> None:
+        out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+        torch.autograd.grad(out, leaves, dout)
+
     times: dict[str, list[float]] = defaultdict(list)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(args.rounds):
         for name in names:
-            reps = []
-            for _ in range(5):
-                graphs[name].replay()
-                start.record()
-                for _ in range(100):
-                    graphs[name].replay()
-                end.record()
-                end.synchronize()
-                reps.append(start.elapsed_time(end) * 1e3 / 100)
-            times[name].append(sorted(reps)[2])
-    print(f"shape {tuple(args.shape)} bf16 causal={causal}: GPU us a step, graph replays, per round")
+            with variant(name):
+                times[name].append(graph_us([step], per_graph=50, replays=5))
+    layout = "BSHD memory" if args.bshd else "BHSD memory"
+    print(f"shape {tuple(args.shape)} bf16 causal={causal}, {layout}: GPU us a step, graph replays, per round")
     for name in names:
         row = " ".join(f"{t:7.2f}" for t in times[name])
-        med = sorted(times[name])[len(times[name]) // 2]
-        print(f"  {name:10s} {row}   median {med:7.2f}")
+        print(f"  {name:10s} {row}   median {statistics.median(times[name]):7.2f}")
 
 
 if __name__ == "__main__":
