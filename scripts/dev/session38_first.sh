@@ -1,10 +1,6 @@
 #!/usr/bin/env bash
-# session38_first.sh (prepared in session 37, compiled only), one call, ~7-8 minutes:
-#   1. issue 12: ncu of the tree's d128 S 512 forward (full set, clocks left alone), its kernel-wide
-#      warp-stall breakdown from the raw page (smsp__pcsamp_warps_issue_stalled_*) and the source
-#      page's columns: is the once-a-tile code's 3-5 cycles an instruction (session 37's tile
-#      timeline) "no instruction" stalls (instruction-cache misses)? Prediction: no_instructions
-#      >= 10% of the samples, most of them on the once-a-tile code.
+# session38_first.sh (prepared in session 37, compiled only), one call, ~7 minutes:
+#   1. (the ncu part moved to session38_second.sh, to keep this call under ~7 minutes)
 #   2. issue 11: the decode timeline with the combine's two inner points (LSEs reduced, the first
 #      chunk's partials summed): where its ~2.0 us after the release go. Prediction: the partials'
 #      loads (one L2 round trip, ~0.8 us) and the LSE reduce (~0.5 us), the store ~0.5.
@@ -33,13 +29,6 @@ for name in tree fma2 fma4; do
   ls /tmp/pkg_$name/python/flashsdpa/_C*.so >/dev/null 2>&1 || { tail -20 "$OUT/build_$name.log"; failed+=("build $name"); }
 done
 ((${#failed[@]})) && finish
-PYTHONPATH="/tmp/pkg_tree/python${SITE:+:$SITE}" ncu_kernel tree_d128_s512 "flashsdpa_fwd" 150 \
-  $PY scripts/dev/fwd_profile.py 128 512 0 > /dev/null
-ncu -i /tmp/ncu_tree_d128_s512.ncu-rep --page raw 2>/dev/null | grep -E "pcsamp_warps_issue_stalled|pcsamp_sample_count" \
-  > "$OUT/ncu_stalls.txt"
-sort -k3 -g -r "$OUT/ncu_stalls.txt" | head -25
-zcat "$OUT/ncu_tree_d128_s512_source.csv.gz" | grep -m1 '"Address"\|"#"' | tr ',' '\n' | head -60 > "$OUT/ncu_source_columns.txt"
-echo "source page columns:"; tr '\n' ' ' < "$OUT/ncu_source_columns.txt"; echo
 for name in fma2 fma4; do
   PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" tests "$name backward tests" 150 tests_$name.log $PY -m pytest \
     tests/gpu/test_kernels.py tests/gpu/test_extreme.py tests/gpu/test_masks_gpu.py tests/gpu/test_one_hot_grads.py \

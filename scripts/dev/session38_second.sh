@@ -9,7 +9,12 @@
 #   2. the package with it (d 64-256, bf16 + fp16) and the tree (bf16, d 64 / 128);
 #   3. forward tests (many tiles, schedules, split tail, test_kernels with its varlen table) and
 #      memcheck / racecheck / synccheck of the many-tiles subset;
-#   4. 3 alternating process rounds of bwd_ab.py --forward, tree / early pop.
+#   4. 3 alternating process rounds of bwd_ab.py --forward, tree / early pop;
+#   (before 3) ncu of the tree's d128 S 512 forward (full set, clocks left alone), its kernel-wide
+#      warp-stall breakdown from the raw page (smsp__pcsamp_warps_issue_stalled_*) and the source
+#      page's columns: is the once-a-tile code's 3-5 cycles an instruction (session 37's tile
+#      timeline) "no instruction" stalls (instruction-cache misses)? Prediction: no_instructions
+#      >= 10% of the samples, most of them on the once-a-tile code.
 #   run(command="bash scripts/dev/session38_second.sh", carry=[".whl"], timeout_s=600)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,6 +35,13 @@ for name in tree pop; do
   ls /tmp/pkg_$name/python/flashsdpa/_C*.so >/dev/null 2>&1 || { tail -20 "$OUT/build_$name.log"; failed+=("build $name"); }
 done
 ((${#failed[@]})) && finish
+PYTHONPATH="/tmp/pkg_tree/python${SITE:+:$SITE}" ncu_kernel tree_d128_s512 "flashsdpa_fwd" 150 \
+  $PY scripts/dev/fwd_profile.py 128 512 0 > /dev/null
+ncu -i /tmp/ncu_tree_d128_s512.ncu-rep --page raw 2>/dev/null | grep -E "pcsamp_warps_issue_stalled|pcsamp_sample_count" \
+  > "$OUT/ncu_stalls.txt"
+sort -k3 -g -r "$OUT/ncu_stalls.txt" | head -25
+zcat "$OUT/ncu_tree_d128_s512_source.csv.gz" | grep -m1 '"Address"\|"#"' | tr ',' '\n' | head -60 > "$OUT/ncu_source_columns.txt"
+echo "source page columns:"; tr '\n' ' ' < "$OUT/ncu_source_columns.txt"; echo
 PYTHONPATH="/tmp/pkg_pop/python${SITE:+:$SITE}" tests "early pop forward tests" 240 tests_pop.log $PY -m pytest \
   tests/gpu/test_fwd_many_tiles.py tests/gpu/test_fwd_schedule.py tests/gpu/test_split_tail.py tests/gpu/test_kernels.py \
   tests/gpu/test_dropout_gpu.py -q -p no:cacheprovider -n 8
