@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Record: ran in session 37 (call 1); FLASHSDPA_SM90_FWD512_XCHG_PARTS was removed after (c1fdd59:
+# the parts lost), so it now builds the same kernel three times.
 # session36_sixth.sh: the head-dim-512 forward's exchange in two halves or four quarters
 # (-DFLASHSDPA_SM90_FWD512_XCHG_PARTS=2 / 4: each part's partials added and folded into the softmax
 # while the later parts are in flight) against the tree's one part, through

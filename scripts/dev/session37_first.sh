@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Record: ran in session 37 (call 1); FLASHSDPA_SM90_FWD512_XCHG_PARTS was removed after (c1fdd59:
+# the parts lost), so it now builds the same kernel three times.
 # session37_first.sh (prepared in session 36, compiled only): the head-dim-512 forward's exchange in
 # two halves or four quarters (FLASHSDPA_SM90_FWD512_XCHG_PARTS=2 / 4; kernel_notes_features.md,
 # "The exchange in halves"), all of it in one call:
