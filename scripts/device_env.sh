@@ -97,6 +97,30 @@ build_copy() {
   [[ $rc == 0 ]] && mkdir -p /tmp/pkg_$name && cp -r python /tmp/pkg_$name/
   step "build $name" "rc=$rc in $(( $(date +%s) - t0 )) s; spill lines: $(grep -c 'bytes spill stores' "$OUT/build_$name.log")"
 }
+# require_copies NAME...: unless every build_copy NAME made its module, the failed builds' logs'
+# tails, and finish (as on any earlier failure): the A/B and the tests need every copy.
+require_copies() {
+  local name
+  for name in "$@"; do
+    ls /tmp/pkg_$name/python/flashsdpa/_C*.so >/dev/null 2>&1 || { tail -20 "$OUT/build_$name.log"; failed+=("build $name"); }
+  done
+  ((${#failed[@]})) && finish
+}
+# dev_build NAME BINARY NVCC_ARGS...: a standalone dev harness (sm_90a, -O3, -lineinfo, the project's
+# and scripts/dev's includes; NVCC_ARGS: its flags and sources), its log in $OUT/build_NAME.log, its
+# row in the table; on failure the log's tail and a failed step. Returns nvcc's verdict.
+dev_build() {
+  local name=$1 bin=$2 t0=$(date +%s)
+  shift 2
+  if nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -DNDEBUG --expt-relaxed-constexpr -std=c++17 -lineinfo \
+      -Ibackend/include -Icuda -Iscripts/dev -o "$bin" "$@" > "$OUT/build_$name.log" 2>&1; then
+    step "build $name" "ok in $(( $(date +%s) - t0 )) s"
+    return 0
+  fi
+  tail -20 "$OUT/build_$name.log"
+  failed+=("build $name")
+  return 1
+}
 # swap_build NAME FILE VARIANT DIMS [FILE VARIANT ...]: build_copy NAME with each VARIANT
 # (scripts/dev/ab/make_variants.py writes them) in its FILE's place, the tree's files put back after.
 swap_build() {

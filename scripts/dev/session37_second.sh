@@ -14,14 +14,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
-t0=$(date +%s)
-if nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -DNDEBUG --expt-relaxed-constexpr -std=c++17 -lineinfo \
-    -Ibackend/include -Icuda -DFLASHSDPA_SM90_FWD_TIMELINE=1 -o /tmp/fwd_tl scripts/dev/fwd_timeline.cu \
-    cuda/sm90/tiles_sm90.cu > "$OUT/build.log" 2>&1; then
-  step build "ok in $(( $(date +%s) - t0 )) s"
-else
-  tail -20 "$OUT/build.log"; failed+=(build); finish
-fi
+dev_build fwd_tl /tmp/fwd_tl -DFLASHSDPA_SM90_FWD_TIMELINE=1 scripts/dev/fwd_timeline.cu cuda/sm90/tiles_sm90.cu || finish
 for cell in "128 512 0" "128 512 1" "64 512 1" "64 512 0" "128 2048 0" "128 8192 0"; do
   timed "timeline d${cell// /_}" 60 "tl_${cell// /_}.log" /tmp/fwd_tl $cell 0 77
 done

@@ -22,10 +22,7 @@ source scripts/device_env.sh
 BUILD_DTYPES="bf16;fp16" build_copy fast "64;128;256;512"
 build_copy dedupe "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_FWD_FAST_ROWS=0
 swap_build tree cuda/sm90/fwd_kernel_sm90.cuh scripts/dev/ab/base_fwd_kernel_sm90.cuh "64;128"
-for name in tree dedupe fast; do
-  ls /tmp/pkg_$name/python/flashsdpa/_C*.so >/dev/null 2>&1 || { tail -20 "$OUT/build_$name.log"; failed+=("build $name"); }
-done
-((${#failed[@]})) && finish
+require_copies tree dedupe fast
 for tool in memcheck racecheck synccheck; do
   PYTHONPATH="/tmp/pkg_fast/python${SITE:+:$SITE}" sanitize_subset $tool 60 tests/gpu/test_fwd_many_tiles.py
 done

@@ -18,24 +18,15 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
-t0=$(date +%s)
-if nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -DNDEBUG --expt-relaxed-constexpr -std=c++17 -lineinfo \
-    -Ibackend/include -Icuda -DFLASHSDPA_SM90_FWD_TIMELINE=1 -o /tmp/fwd_tl scripts/dev/fwd_timeline.cu \
-    cuda/sm90/tiles_sm90.cu > "$OUT/build_tl.log" 2>&1; then
-  step "build timeline" "ok in $(( $(date +%s) - t0 )) s"
+if dev_build fwd_tl /tmp/fwd_tl -DFLASHSDPA_SM90_FWD_TIMELINE=1 scripts/dev/fwd_timeline.cu cuda/sm90/tiles_sm90.cu; then
   for cell in "128 512 0" "64 512 0"; do
     timed "timeline d${cell// /_}" 60 "tl_${cell// /_}.log" /tmp/fwd_tl $cell 0
   done
   cat "$OUT"/tl_*.log
-else
-  tail -20 "$OUT/build_tl.log"; failed+=("build timeline")
 fi
 BUILD_DTYPES="bf16;fp16" build_copy rotated "64;128;256;512"
 swap_build tree cuda/sm90/fwd_kernel_sm90.cuh scripts/dev/ab/base_fwd_kernel_sm90.cuh "64;128"
-for name in tree rotated; do
-  ls /tmp/pkg_$name/python/flashsdpa/_C*.so >/dev/null 2>&1 || { tail -20 "$OUT/build_$name.log"; failed+=("build $name"); }
-done
-((${#failed[@]})) && finish
+require_copies tree rotated
 for tool in memcheck racecheck synccheck; do
   PYTHONPATH="/tmp/pkg_rotated/python${SITE:+:$SITE}" sanitize_subset $tool 60 tests/gpu/test_fwd_many_tiles.py
 done

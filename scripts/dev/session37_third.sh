@@ -20,13 +20,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
-if nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -DNDEBUG --expt-relaxed-constexpr -std=c++17 -Ibackend/include \
-    -Icuda -Iscripts/dev -DFLASHSDPA_GRID_TIMELINE=1 -o /tmp/decode_tl scripts/dev/decode_timeline.cu \
-    > "$OUT/build_decode_tl.log" 2>&1; then
+if dev_build decode_tl /tmp/decode_tl -DFLASHSDPA_GRID_TIMELINE=1 scripts/dev/decode_timeline.cu; then
   timed "decode timeline" 60 decode_timeline.log /tmp/decode_tl
   cat "$OUT/decode_timeline.log"
-else
-  tail -20 "$OUT/build_decode_tl.log"; failed+=("build decode timeline")
 fi
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 narrow_build 240 "64;128"

@@ -14,21 +14,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
-if nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -DNDEBUG --expt-relaxed-constexpr -std=c++17 -Ibackend/include \
-    -Icuda -Iscripts/dev -DFLASHSDPA_GRID_TIMELINE=1 -o /tmp/decode_tl scripts/dev/decode_timeline.cu \
-    > "$OUT/build_decode_tl.log" 2>&1; then
+if dev_build decode_tl /tmp/decode_tl -DFLASHSDPA_GRID_TIMELINE=1 scripts/dev/decode_timeline.cu; then
   timed "decode timeline" 60 decode_timeline.log /tmp/decode_tl
   cat "$OUT/decode_timeline.log"
-else
-  tail -20 "$OUT/build_decode_tl.log"; failed+=("build decode timeline")
 fi
 build_copy tree "64;128"
 BUILD_DTYPES="bf16;fp16" build_copy fma2 "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_FMA_EXP=2
 BUILD_DTYPES="bf16;fp16" build_copy fma4 "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_FMA_EXP=4
-for name in tree fma2 fma4; do
-  ls /tmp/pkg_$name/python/flashsdpa/_C*.so >/dev/null 2>&1 || { tail -20 "$OUT/build_$name.log"; failed+=("build $name"); }
-done
-((${#failed[@]})) && finish
+require_copies tree fma2 fma4
 for name in fma2 fma4; do
   PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" tests "$name backward tests" 150 tests_$name.log $PY -m pytest \
     tests/gpu/test_kernels.py tests/gpu/test_extreme.py tests/gpu/test_masks_gpu.py tests/gpu/test_one_hot_grads.py \

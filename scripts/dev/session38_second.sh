@@ -19,22 +19,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
-t0=$(date +%s)
-if nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -DNDEBUG --expt-relaxed-constexpr -std=c++17 -lineinfo \
-    -Ibackend/include -Icuda -DFLASHSDPA_SM90_FWD_TIMELINE=1 -DFLASHSDPA_SM90_FWD_EARLY_POP=1 -o /tmp/fwd_tl \
-    scripts/dev/fwd_timeline.cu cuda/sm90/tiles_sm90.cu > "$OUT/build_tl.log" 2>&1; then
-  step "build timeline" "ok in $(( $(date +%s) - t0 )) s"
+if dev_build fwd_tl /tmp/fwd_tl -DFLASHSDPA_SM90_FWD_TIMELINE=1 -DFLASHSDPA_SM90_FWD_EARLY_POP=1 \
+    scripts/dev/fwd_timeline.cu cuda/sm90/tiles_sm90.cu; then
   timed "timeline d128 S 512" 60 tl_128_512.log /tmp/fwd_tl 128 512 0 0
   cat "$OUT/tl_128_512.log"
-else
-  tail -20 "$OUT/build_tl.log"; failed+=("build timeline")
 fi
 BUILD_DTYPES="bf16;fp16" build_copy pop "64;128;256" CUDAFLAGS=-DFLASHSDPA_SM90_FWD_EARLY_POP=1
 build_copy tree "64;128"
-for name in tree pop; do
-  ls /tmp/pkg_$name/python/flashsdpa/_C*.so >/dev/null 2>&1 || { tail -20 "$OUT/build_$name.log"; failed+=("build $name"); }
-done
-((${#failed[@]})) && finish
+require_copies tree pop
 PYTHONPATH="/tmp/pkg_tree/python${SITE:+:$SITE}" ncu_kernel tree_d128_s512 "flashsdpa_fwd" 150 \
   $PY scripts/dev/fwd_profile.py 128 512 0 > /dev/null
 ncu -i /tmp/ncu_tree_d128_s512.ncu-rep --page raw 2>/dev/null | grep -E "pcsamp_warps_issue_stalled|pcsamp_sample_count" \

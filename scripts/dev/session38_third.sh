@@ -19,10 +19,7 @@ source scripts/device_env.sh
 build_copy tree "64;128"
 BUILD_DTYPES="bf16;fp16" build_copy tanh3 "64;128" CUDAFLAGS=-DFLASHSDPA_SOFTCAP_TANH_FMA=3
 BUILD_DTYPES="bf16;fp16" build_copy tanh4 "64;128" CUDAFLAGS=-DFLASHSDPA_SOFTCAP_TANH_FMA=4
-for name in tree tanh3 tanh4; do
-  ls /tmp/pkg_$name/python/flashsdpa/_C*.so >/dev/null 2>&1 || { tail -20 "$OUT/build_$name.log"; failed+=("build $name"); }
-done
-((${#failed[@]})) && finish
+require_copies tree tanh3 tanh4
 for name in tanh3 tanh4; do
   PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" tests "$name feature tests" 200 tests_$name.log $PY -m pytest \
     tests/gpu/test_features_gpu.py -q -p no:cacheprovider -n 8
