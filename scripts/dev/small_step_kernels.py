@@ -28,7 +28,7 @@ import argparse
 import contextlib
 import statistics
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -51,17 +51,26 @@ def variant(name: str) -> Iterator[None]:
             yield
 
 
-def make_inputs(args: argparse.Namespace) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """q, k, v (leaves requiring grad) and dO of shape (B, H, S, D); --bshd: views of (B, S, H, D)
-    memory, the layout a Hugging Face model hands SDPA (FA2 then needs no copies of its own)."""
+def make_step(args: argparse.Namespace) -> Callable[[], None]:
+    """One step: F.sdpa forward + torch.autograd.grad of q, k, v (leaves requiring grad, shape
+    (B, H, S, D)); --bshd: views of (B, S, H, D) memory, the layout a Hugging Face model hands SDPA
+    (FA2 then needs no copies of its own)."""
     b, h, s, d = args.shape
+    causal = not args.no_causal
 
     def make() -> torch.Tensor:
         if args.bshd:
             return torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
         return torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
 
-    return [make().requires_grad_() for _ in range(3)], make()
+    q, k, v = (make().requires_grad_() for _ in range(3))
+    dout = make()
+
+    def step() -> None:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.autograd.grad(out, (q, k, v), dout)
+
+    return step
 
 
 def main() -> None:
@@ -78,12 +87,7 @@ def main() -> None:
         graph_times(args)
         return
     causal = not args.no_causal
-    leaves, dout = make_inputs(args)
-
-    def step() -> None:
-        out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
-        torch.autograd.grad(out, leaves, dout)
-
+    step = make_step(args)
     print(f"shape {tuple(args.shape)} bf16 causal={causal}, GPU us per step over {args.steps} profiled steps")
     for name in ("flashsdpa",) if args.only_ours else ("fa2", "cudnn", "default", "flashsdpa"):
         with variant(name):
@@ -108,12 +112,7 @@ def main() -> None:
 def graph_times(args: argparse.Namespace) -> None:
     causal = not args.no_causal
     names = ("flashsdpa",) if args.only_ours else ("fa2", "cudnn", "default", "flashsdpa")
-    leaves, dout = make_inputs(args)
-
-    def step() -> None:
-        out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
-        torch.autograd.grad(out, leaves, dout)
-
+    step = make_step(args)
     times: dict[str, list[float]] = defaultdict(list)
     for _ in range(args.rounds):
         for name in names:
