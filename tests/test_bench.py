@@ -321,3 +321,20 @@ def test_small_model_rows_give_every_variant_each_place_equally() -> None:
             )
             assert set(places.values()) == {case.samples // len(case.variants)}, (case.name, places)
             assert len(places) == len(case.variants) ** 2, (case.name, places)
+
+
+def test_model_cases_select_by_name_and_refuse_no_match() -> None:
+    """`bench --models --model-cases TEXT...` runs only the named rows (more rounds of one host-bound
+    row in the same device time); a name matching nothing is an error listing the cases."""
+    assert models.selected_cases(None) == models.CASES
+    chosen = models.selected_cases(["small train bf16"])
+    assert [c.name for c in chosen] == ["small train bf16"]
+    assert [c.name for c in models.selected_cases(["generate", "prefill"])] == [
+        "prefill B1x8k", "generate after 4k", "generate after 12k"]  # fmt: skip
+    with pytest.raises(ValueError, match="matches no model case.*small train fp32"):
+        models.selected_cases(["no such row"])
+    from flashsdpa.bench import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)  # the flag exists on the CLI
+    assert parser.parse_args(["--models", "--model-cases", "small train bf16"]).model_cases == ["small train bf16"]

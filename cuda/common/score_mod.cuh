@@ -26,7 +26,6 @@
 #include <type_traits>
 
 #include "common/bias_cells.cuh"
-#include "common/ptx.cuh"
 #include "common/seqlen.cuh"
 #include "flashsdpa/params.h"
 
@@ -58,51 +57,15 @@ __device__ __forceinline__ float tanh_approx(float x) {
   return y;
 }
 
-// tanh on the FMA pipe: a degree-11 polynomial in t = min(|x|, 5) * 2 / 5 - 1 (Chebyshev
-// interpolation of tanh on [0, 5], power basis in t: scripts/dev/tanh_fma_fit.py), the sign of x
-// put back: |error| <= 8.9e-5 everywhere (tanh(5) = 1 - 9.1e-5), against MUFU.TANH's 2^-10.99
-// relative (4.9e-4 near saturation). 14 issue slots against MUFU's one, but beside it: the
-// softcap's scores take two MUFU ops each (this tanh and the exponential), and its sm90 forward
-// runs at ~70% of the plain one (kernel_notes_features.md). NaN stays NaN (fmin_nan).
-__device__ __forceinline__ float tanh_fma(float x) {
-  constexpr float kLimit = 5.f;
-  const float t = fmaf(fmin_nan(fabsf(x), kLimit), 2.f / kLimit, -1.f);
-  float p = 0.1425398f;
-  p = fmaf(p, t, -0.09738844f);
-  p = fmaf(p, t, -0.43154234f);
-  p = fmaf(p, t, 0.43543938f);
-  p = fmaf(p, t, 0.21209227f);
-  p = fmaf(p, t, -0.39565268f);
-  p = fmaf(p, t, 0.24126929f);
-  p = fmaf(p, t, -0.26038727f);
-  p = fmaf(p, t, 0.2691498f);
-  p = fmaf(p, t, -0.16869016f);
-  p = fmaf(p, t, 0.06643628f);
-  p = fmaf(p, t, 0.98668f);
-  return copysignf(p, x);
-}
-
-// FLASHSDPA_SOFTCAP_TANH_FMA = k (dev A/B, session 37 prepared; 0 default: SASS unchanged): k of
-// every 8 of a thread's softcap tanh on the FMA pipe (tanh_fma), the rest on MUFU. Balance, per warp
-// and d128 key block (64 scores a thread): MUFU (128 - 64 k / 8) x 8 clocks against the issue slots'
-// ~420 + 830 k / 8: even near k = 3-4, the MUFU part of the softmax ~20% shorter.
-#ifndef FLASHSDPA_SOFTCAP_TANH_FMA
-#define FLASHSDPA_SOFTCAP_TANH_FMA 0
-#endif
-
 // The softcap's raw score, tanh(s * factor), over a score tile of kMT x kNT stacked C fragments.
 template <int kMT, int kNT>
 __device__ __forceinline__ void softcap_tanh(float (&s)[kMT][kNT][4], float factor) {
-  constexpr int kFmaOf8 = FLASHSDPA_SOFTCAP_TANH_FMA;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float x = s[mt][nt][e] * factor;
-        s[mt][nt][e] = ((mt * kNT + nt) * 4 + e) % 8 < kFmaOf8 ? tanh_fma(x) : tanh_approx(x);
-      }
+      for (int e = 0; e < 4; ++e) s[mt][nt][e] = tanh_approx(s[mt][nt][e] * factor);
 }
 
 // ALiBi's slope of (batch, head): alibi_slopes is (Hq,) (batch stride 0) or (B, Hq).

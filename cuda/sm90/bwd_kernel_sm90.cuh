@@ -404,26 +404,20 @@ __device__ __forceinline__ void apply_mask_t(float (&s)[1][kMTiles][4], const Bl
 // stage) made ptxas spill 20 bytes at d64 and capping every exponent cost 1-4% at d128. (Masking
 // is the caller's: apply_mask_t on partial tiles.)
 //
-// FLASHSDPA_SM90_BWD_FMA_EXP = k (dev A/B, session 37 prepared; 0 default: SASS unchanged): k of
-// every 8 exponentials on the FMA pipe (ptx.cuh's exp2_fma, of the capped exponent, so a huge
-// stage's x > 0 gives 1, not exp2_fma's garbage). The sm90 step timeline (session 37) put the
-// exponentials at 1,040 cycles of a d128 step (2,100 at d64) against 512 MUFU clocks for both
-// warpgroups; the portable backward kept 2 of 8 (+2% at d64). exp2_fma gives 2^-125, not 0, for a
-// row with LSE +inf: such a row sees no key, so every block it is in is partial and masked to 0.
-#ifndef FLASHSDPA_SM90_BWD_FMA_EXP
-#define FLASHSDPA_SM90_BWD_FMA_EXP 0
-#endif
+// All exponentials stay on MUFU: k of 8 on the FMA pipe (exp2_fma of the capped exponent, the
+// portable backward's 2 of 8) lost on the H100 (session 38, 3 rounds, bwd_ab.py): 2 of 8 0.97-1.02x,
+// median 0.99; 4 of 8 0.95-1.03x, median 0.98; and NaN / inf inputs then failed test_extreme
+// (exp2_fma of NaN is not NaN). The MUFU exponentials are not the step's critical path here.
 template <int kMTiles, typename LsePair>
 __device__ __forceinline__ void probabilities_t(float (&st)[1][kMTiles][4], float scale_log2, const LsePair& lse2,
                                                 uint32_t huge) {
-  constexpr int kFmaOf8 = FLASHSDPA_SM90_BWD_FMA_EXP;
 #pragma unroll
   for (int j = 0; j < kMTiles; ++j) {
     const float2 l = lse2(j);
 #pragma unroll
     for (int x = 0; x < 4; ++x) {
       const float e = fmaf(st[0][j][x], scale_log2, x % 2 ? -l.y : -l.x);
-      st[0][j][x] = (4 * j + x) % 8 < kFmaOf8 ? exp2_fma(capped_exponent(e)) : fast_exp2(e);
+      st[0][j][x] = fast_exp2(e);
     }
   }
   if (huge) {

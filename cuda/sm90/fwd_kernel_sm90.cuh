@@ -466,20 +466,10 @@ __device__ __forceinline__ bool merge_pieces(const FwdSm90Args& args, const Smem
   return true;
 }
 
-// FLASHSDPA_SM90_FWD_EARLY_POP (dev A/B, session 37 prepared; 0 default: SASS unchanged): a tile
-// with keys pops the CTA's next item from the tile queue under its last P V (pop_next), where the
-// timeline put the pop at ~250 cycles after the epilogue, each tile (d128 S 512: a tile is ~15,100).
-#ifndef FLASHSDPA_SM90_FWD_EARLY_POP
-#define FLASHSDPA_SM90_FWD_EARLY_POP 0
-#endif
-
 // One consumer warpgroup, one tile: the mainloop over key blocks and the epilogue of its 64 rows.
-// Returns whether it called pop_next (FLASHSDPA_SM90_FWD_EARLY_POP: a tile with keys, under its
-// last P V); the caller pops otherwise.
-template <typename Traits, typename PopNext>
-__device__ __forceinline__ bool consume(const FwdSm90Args& args, const SmemLayout<Traits>& sm, const TileWork& w,
-                                        RingState& ring, int cwg, PopNext&& pop_next) {
-  constexpr bool kEarlyPop = FLASHSDPA_SM90_FWD_EARLY_POP;
+template <typename Traits>
+__device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayout<Traits>& sm, const TileWork& w,
+                                        RingState& ring, int cwg) {
   using Elem = typename Traits::Elem;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kNTiles = Traits::kNTiles;
@@ -487,7 +477,7 @@ __device__ __forceinline__ bool consume(const FwdSm90Args& args, const SmemLayou
   constexpr int kStages = Traits::kStages;
   const AttnFwdParams& p = args.p;
   const WorkTile& tile = w.tile;
-  if (!w.in_range) return false;  // (varlen) past its sequence: the producer loaded nothing for it either
+  if (!w.in_range) return;  // (varlen) past its sequence: the producer loaded nothing for it either
 
   const int tid = threadIdx.x % 128;
   const int warp = tid / 32;
@@ -698,7 +688,6 @@ __device__ __forceinline__ bool consume(const FwdSm90Args& args, const SmemLayou
       if (whole) store_lse();
     }
     wait_o_rows();
-    if constexpr (kEarlyPop) pop_next();
     tl_stamp(kTlOSlotFree, tl_tile, cwg, tid);
     sm90::wgmma_wait<0>();
     sm90::fence_regs(o_acc);
@@ -721,7 +710,7 @@ __device__ __forceinline__ bool consume(const FwdSm90Args& args, const SmemLayou
       if constexpr (!Traits::kSeparateO) {
         if (tid == 0) sm90::mbar_arrive(sm.q_empty(0));
       }
-      return kEarlyPop && w.has_keys();
+      return;
     }
   }
   // O through shared memory: a TMA store (dense), or the valid rows copied out (varlen).
@@ -797,7 +786,6 @@ __device__ __forceinline__ bool consume(const FwdSm90Args& args, const SmemLayou
   }
   if (!(kRowsUnderPv && whole && w.has_keys())) store_lse();
   if (w.has_keys()) tl_stamp(kTlDone, tl_tile, cwg, tid);
-  return kEarlyPop && w.has_keys();
 }
 
 
@@ -1078,23 +1066,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
     if constexpr (Traits::kPingPong) {
       if (cwg == Traits::kConsumerWGs - 1) sm90::named_arrive(fwd_sm90::kBarTurn, 256);
     }
-    if constexpr (FLASHSDPA_SM90_FWD_EARLY_POP) {
-      fwd_sm90::FwdItem item = queue.pop(0);
-      for (int i = 0;; ++i) {
-        fwd_sm90::tl_stamp(fwd_sm90::kTlPopped, ring.q - 1, cwg, threadIdx.x % 128);
-        if (!item.tile.valid()) break;
-        const fwd_sm90::TileWork w = fwd_sm90::item_work<Traits>(p, item);
-        auto pop_next = [&] { item = queue.pop(i + 1); };
-        if (!fwd_sm90::consume<Traits>(args, sm, w, ring, cwg, pop_next)) pop_next();
-      }
-    } else {
-      for (int i = 0;; ++i) {
-        const fwd_sm90::FwdItem item = queue.pop(i);
-        fwd_sm90::tl_stamp(fwd_sm90::kTlPopped, ring.q - 1, cwg, threadIdx.x % 128);
-        if (!item.tile.valid()) break;
-        const fwd_sm90::TileWork w = fwd_sm90::item_work<Traits>(p, item);
-        fwd_sm90::consume<Traits>(args, sm, w, ring, cwg, [] {});
-      }
+    for (int i = 0;; ++i) {
+      const fwd_sm90::FwdItem item = queue.pop(i);
+      fwd_sm90::tl_stamp(fwd_sm90::kTlPopped, ring.q - 1, cwg, threadIdx.x % 128);
+      if (!item.tile.valid()) break;
+      const fwd_sm90::TileWork w = fwd_sm90::item_work<Traits>(p, item);
+      fwd_sm90::consume<Traits>(args, sm, w, ring, cwg);
     }
     if constexpr (Traits::kPingPong) {
       if (cwg == 0) sm90::named_sync(fwd_sm90::kBarTurn, 256);

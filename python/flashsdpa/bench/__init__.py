@@ -132,6 +132,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="model rows: Hugging Face's Llama (hf), the plain-torch decoder (torch), or hf where it imports",
     )
+    parser.add_argument(
+        "--model-cases",
+        nargs="+",
+        default=None,
+        metavar="TEXT",
+        help="model rows: only the cases whose name contains one of these (e.g. 'small train bf16'), for more rounds of one row",
+    )
     parser.add_argument("--anchors", default=None, metavar="JSON", help="FA4 anchor file (default: anchors.py)")
 
 

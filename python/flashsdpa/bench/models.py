@@ -231,10 +231,22 @@ def _measure_once(runner: _Runner, case: Case, variant: str, statuses: dict[tupl
     return ms
 
 
+def selected_cases(names: list[str] | None) -> tuple[Case, ...]:
+    """The cases whose name contains one of ``names`` (all for None); none matching is an error
+    that lists the names, not an empty table."""
+    if not names:
+        return CASES
+    chosen = tuple(c for c in CASES if any(n in c.name for n in names))
+    if not chosen:
+        raise ValueError(f"--model-cases {names!r} matches no model case; the cases: {', '.join(c.name for c in CASES)}")
+    return chosen
+
+
 def run_models(args: argparse.Namespace) -> dict[str, Any]:
     """Every case, every variant, ``args.rounds`` interleaved rounds; rows, ratios and what ran."""
     rounds = max(1, args.rounds)
     impl = getattr(args, "model_impl", "auto")
+    cases = selected_cases(getattr(args, "model_cases", None))
     missing = transformers_missing()
     note = None
     if impl == "auto" and missing:
@@ -247,7 +259,7 @@ def run_models(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         for round_index in range(rounds):
-            for case in CASES:
+            for case in cases:
                 # A case's samples interleave across its variants (A B A B ..., each pass rotated):
                 # a host-bound step drifts by 10-15% over seconds on the H200's host (session 8:
                 # the fp32 small model, which runs none of our kernels, read 1.10x with each
