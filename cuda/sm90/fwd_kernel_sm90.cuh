@@ -466,6 +466,16 @@ __device__ __forceinline__ bool merge_pieces(const FwdSm90Args& args, const Smem
   return true;
 }
 
+// FLASHSDPA_SM90_FWD_DIRECT_O (dev A/B, session 38 prepared; 0 default: SASS unchanged): where O
+// has its own staging slot (d64, d128), every tile stores O straight from registers (4-byte stores,
+// the path a keyless tile already takes) instead of staging it for a TMA store: no O rows' wait,
+// no fence + sync, no TMA issue. Session 37's epilogue phases at d128 S 512 (cycles, wg 0 / 1): the
+// O rows' wait + sync 292 / 232, staging + fence + sync 362 / 383, the TMA store's issue 375 / 262,
+// against 32 4-byte stores a thread (the staging's own count) at half-sector width.
+#ifndef FLASHSDPA_SM90_FWD_DIRECT_O
+#define FLASHSDPA_SM90_FWD_DIRECT_O 0
+#endif
+
 // One consumer warpgroup, one tile: the mainloop over key blocks and the epilogue of its 64 rows.
 template <typename Traits>
 __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayout<Traits>& sm, const TileWork& w,
@@ -594,6 +604,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   // Not in the d64 192-row tile with the modifiers (128 registers): its four live scalars made
   // ptxas spill 4 bytes there (13.0); every other instantiation keeps 0 spills.
   constexpr bool kRowsUnderPv = !(Traits::kMods && Traits::kConsumerWGs == 3);
+  constexpr bool kDirectO = FLASHSDPA_SM90_FWD_DIRECT_O && Traits::kSeparateO;
   // A split-tail piece's LSE is merged with the other pieces' first (merge_pieces): stored last.
   const bool whole = !Traits::kTailSplit || w.tail < 0;
   auto store_lse = [&] {
@@ -687,7 +698,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       tl_stamp(kTlFinalized, tl_tile, cwg, tid);
       if (whole) store_lse();
     }
-    wait_o_rows();
+    if constexpr (!kDirectO) wait_o_rows();
     tl_stamp(kTlOSlotFree, tl_tile, cwg, tid);
     sm90::wgmma_wait<0>();
     sm90::fence_regs(o_acc);
@@ -763,10 +774,10 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       }
     }
   };
-  if (!Traits::kSeparateO && !w.has_keys()) {
+  if (kDirectO || (!Traits::kSeparateO && !w.has_keys())) {
     // O (0: no key) where it would be staged in Q's slot, which the producer may already be
     // filling with the next tile's Q (this tile loaded none, so nothing of its holds the slot):
-    // straight from registers, the tile's valid rows only.
+    // straight from registers, the tile's valid rows only. (kDirectO: every tile.)
     Elem* out = static_cast<Elem*>(p.o) + batch_offset(p, tile.batch, p.o_batch_stride) + tile.head * p.o_head_stride +
                 int64_t(w.q_row0) * p.o_row_stride;
 #pragma unroll
@@ -780,6 +791,10 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
           *reinterpret_cast<uint32_t*>(out + int64_t(row) * p.o_row_stride + col) =
               ElemTraits<Elem>::pack(o[0][j][2 * h], o[0][j][2 * h + 1]);
       }
+    }
+    if constexpr (kDirectO) {  // (the timeline's staging and store phases: both end here)
+      if (w.has_keys()) tl_stamp(kTlStaged, tl_tile, cwg, tid);
+      if (w.has_keys()) tl_stamp(kTlStoreIssued, tl_tile, cwg, tid);
     }
   } else {
     stage_and_store_o();

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# session39_first.sh (prepared in session 38, compiled only), one call, ~5 minutes:
+#   1. issue 12: the sm90 forward storing O straight from registers (FLASHSDPA_SM90_FWD_DIRECT_O=1,
+#      d64 / d128: the kernels whose O has its own staging slot) instead of staging it for a TMA
+#      store. Session 37's epilogue phases (d128 S 512, cycles, wg 0 / 1): the O rows' wait + sync
+#      292 / 232, staging + fence + sync 362 / 383, the TMA store's issue 375 / 262; the variant
+#      keeps the same 32 store instructions a thread (4-byte STG for 4-byte STS) and drops the rest.
+#      Session 38's ncu: the once-a-tile code is a dependent chain, so removing links is what pays.
+#      ptxas 13.0: 0 spills, no C75xx at d64 / d128 (168 / 128 registers as the tree); the default
+#      build's fwd d64 / d128 SASS byte-identical. The tile timeline with the switch, then the
+#      forward, features and dropout tests, three sanitizers, 3 alternating A/B rounds.
+#      Prediction (H100): d128 S 512 +1.5-3%, 1k +0.5-1.5%, 2k / 8k within +-0.5% (the half-sector
+#      stores cost L2 bandwidth nobody is short of); d64 alike; causal S 512 +2-4% (shorter tiles).
+#   2. reliability: racecheck of test_kvcache's append case with CUDA_LAUNCH_BLOCKING=1, so the
+#      Python stack stops at the launch that raises the sanitizer's "hardware exception" (session
+#      38: inside `_pt`, PyTorch's reference, before any kernel of ours ran in the process).
+#   run(command="bash scripts/dev/session39_first.sh", carry=[".whl"], timeout_s=600)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/device_env.sh
+if dev_build fwd_tl /tmp/fwd_tl -DFLASHSDPA_SM90_FWD_TIMELINE=1 -DFLASHSDPA_SM90_FWD_DIRECT_O=1 \
+    scripts/dev/fwd_timeline.cu cuda/sm90/tiles_sm90.cu; then
+  timed "timeline d128 S 512, direct O" 60 tl_128_512.log /tmp/fwd_tl 128 512 0 0
+  cat "$OUT/tl_128_512.log"
+fi
+BUILD_DTYPES="bf16;fp16" build_copy dio "64;128;256" CUDAFLAGS=-DFLASHSDPA_SM90_FWD_DIRECT_O=1
+build_copy tree "64;128"
+require_copies tree dio
+PYTHONPATH="/tmp/pkg_dio/python${SITE:+:$SITE}" tests "direct O forward tests" 240 tests_dio.log $PY -m pytest \
+  tests/gpu/test_fwd_many_tiles.py tests/gpu/test_fwd_schedule.py tests/gpu/test_split_tail.py tests/gpu/test_kernels.py \
+  tests/gpu/test_dropout_gpu.py tests/gpu/test_varlen_clamp.py tests/gpu/test_features_gpu.py tests/gpu/test_windows.py \
+  tests/gpu/test_extreme.py -q -p no:cacheprovider -n 8
+for tool in memcheck racecheck synccheck; do
+  PYTHONPATH="/tmp/pkg_dio/python${SITE:+:$SITE}" sanitize_subset $tool 60 tests/gpu/test_fwd_many_tiles.py
+done
+ab_rounds "tree dio" 50 --forward --dims 128 64 --causal both --seqlens 512 1024 2048 8192 > "$OUT/ab_table.txt"
+cat "$OUT/ab_table.txt"
+PYTHONPATH="/tmp/pkg_tree/python${SITE:+:$SITE}" CUDA_LAUNCH_BLOCKING=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+  timed "racecheck kvcache append, blocking" 90 san_append.log compute-sanitizer --tool racecheck --kernel-name kns=flashsdpa \
+  --target-processes all $PY -m pytest tests/gpu/test_kvcache.py -q -x -p no:cacheprovider -k sanitizer_subset_append
+grep -E "Internal Sanitizer|RACECHECK SUMMARY|passed|failed|line [0-9]+ in " "$OUT/san_append.log" | head -8
+finish
