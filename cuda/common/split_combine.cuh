@@ -28,6 +28,14 @@
 
 namespace flashsdpa {
 
+// FLASHSDPA_DECODE_PDL (dev A/B, session 38 prepared; 0 default: SASS unchanged): the decode
+// kernel launched programmatically too (decode_launch_sm80.cuh), waiting for its predecessor at its
+// start, and this kernel letting the next launch as it begins: the next decode call's grid is
+// resident and waiting when this one ends, instead of launched after it.
+#ifndef FLASHSDPA_DECODE_PDL
+#define FLASHSDPA_DECODE_PDL 0
+#endif
+
 constexpr int kCombineWarps = 8;
 constexpr int kCombineBatch = 8;  // a warp's splits in flight per lane (16-byte loads)
 
@@ -41,6 +49,9 @@ __global__ void __launch_bounds__(32 * kCombineWarps)
   const int h = static_cast<int>((row / p.seqlen_q) % p.heads_q);
   const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
   grid_stamp(1, 0);
+#if FLASHSDPA_DECODE_PDL
+  grid_dependents_launch();  // the next decode call (launched programmatically) may take SM slots now
+#endif
   grid_dependency_wait();  // (programmatic launch) the decode kernel's partials are complete
   grid_stamp(1, 1);
 

@@ -434,6 +434,9 @@ __host__ __device__ __forceinline__ SplitKvScheduler decode_scheduler_sm80(const
   return SplitKvScheduler{ceil_div(packed_rows, Traits::kBlockM), p.num_splits, p.heads_kv, p.batch};
 }
 
+#ifndef FLASHSDPA_DECODE_PDL  // (dev A/B: split_combine.cuh says what it does)
+#define FLASHSDPA_DECODE_PDL 0
+#endif
 template <typename Traits, ModsKind kMods = kModsNone>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashsdpa_decode_sm80_kernel(const __grid_constant__ AttnFwdParams params) {
@@ -443,6 +446,12 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   // (B * Hq * Sq / 4) take SM slots only once every CTA of this grid has started. No-op below sm_90.
   grid_stamp(0, 0);
   grid_dependents_launch();
+#if FLASHSDPA_DECODE_PDL
+  // (decode_launch_sm80.cuh: launched programmatically on sm_90+) the previous kernel's outputs,
+  // q and the caches among them, are complete and visible only past this wait; nothing of global
+  // memory is read before it. A plain launch returns at once.
+  grid_dependency_wait();
+#endif
   const SplitKvScheduler sched = decode_scheduler_sm80<Traits>(params);
   for (WorkTile tile = sched.initial_tile(); tile.valid(); tile = sched.next_tile(tile)) {
     decode_sm80::compute_tile<Traits, kMods>(params, tile, decode_smem);

@@ -36,7 +36,25 @@ cudaError_t run_decode_sm80_mods(const AttnFwdParams& params, cudaStream_t strea
   if (const cudaError_t err = opt_in_dynamic_smem<&flashsdpa_decode_sm80_kernel<Traits, kMods>>(kSmem);
       err != cudaSuccess)
     return err;
+#if FLASHSDPA_DECODE_PDL
+  // (split_combine.cuh's FLASHSDPA_DECODE_PDL) programmatic where the kernel has its wait.
+  bool programmatic = false;
+  if (params.cc_major >= 9) {
+    if (const cudaError_t err = programmatic_capable<&flashsdpa_decode_sm80_kernel<Traits, kMods>>(programmatic);
+        err != cudaSuccess)
+      return err;
+  }
+  if (programmatic) {
+    if (const cudaError_t err = launch_programmatic(kernel, static_cast<unsigned>(grid), Traits::kNThreads, kSmem,
+                                                    stream, params);
+        err != cudaSuccess)
+      return err;
+  } else {
+    kernel<<<static_cast<unsigned>(grid), Traits::kNThreads, kSmem, stream>>>(params);
+  }
+#else
   kernel<<<static_cast<unsigned>(grid), Traits::kNThreads, kSmem, stream>>>(params);
+#endif
   if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   return params.num_splits > 1 ? launch_split_combine<Elem>(params, stream) : cudaSuccess;
 }
