@@ -33,6 +33,13 @@ for round in 1 2 3; do
   done
 done
 for name in tree pdl; do echo "== $name"; grep -E "^B|heuristic|CUDNN" "$OUT"/splits_${name}_*.log; done
+# What a decode call costs the host (shim_cost.py's decode rows, new in session 38): the generation
+# rows are host-bound, so this says what of them is ours.
+for name in tree pdl; do
+  PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timed "shim cost $name" 120 "shim_$name.log" \
+    $PY scripts/dev/shim_cost.py --rounds 5 --calls 300
+  grep -A5 "^decode call" "$OUT/shim_$name.log"
+done
 for name in tree pdl; do
   (( SECONDS > 420 )) && break
   PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timed "generation rows $name" 120 "gen_$name.log" \

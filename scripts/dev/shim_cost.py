@@ -21,7 +21,9 @@ medians, microseconds or milliseconds of wall time):
   inside flashsdpa.enable();
 - attention alone, B8 H16 S256 D64 causal, fwd + bwd: FA2, cuDNN, default, ours; wall time per
   step, host time to issue one (no synchronization) and the GPU time of the step replayed in a CUDA
-  graph, so that the gap to cuDNN splits into host and kernel time.
+  graph, so that the gap to cuDNN splits into host and kernel time;
+- a decode-shaped call (one token of Hugging Face's generation, issue 11): host time to issue and
+  GPU time, FA2, cuDNN, default and ours.
 """
 
 from __future__ import annotations
@@ -240,12 +242,19 @@ def _side(name: str) -> Iterator[None]:
             yield
 
 
+def _on(side: str, no_grad: bool = False) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+    """A row's context: the side (``_side``), under torch.no_grad() where asked."""
+    if no_grad:
+        return lambda: _nested(_side(side), torch.no_grad())
+    return lambda: _side(side)
+
+
 def _tiny_rows() -> list[Row]:
     q, k, v = (torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
     dout = torch.randn_like(q)
     op = torch.ops.aten._scaled_dot_product_flash_attention.default
-    saved = {"out": None}
+    saved: dict[str, Tensor | None] = {"out": None}
 
     def forward_grad() -> None:
         saved["out"] = F.scaled_dot_product_attention(qg, kg, vg)
@@ -256,14 +265,12 @@ def _tiny_rows() -> list[Row]:
 
     rows: list[Row] = []
     for side in ("torch flash", "flashsdpa"):
-        ctx = (lambda s=side: _side(s))  # noqa: E731
         rows += [
             (f"tiny fwd, no grad, F.sdpa [{side}]", lambda: F.scaled_dot_product_attention(q, k, v),
-             lambda s=side: _nested(_side(s), torch.no_grad())),
-            (f"tiny fwd, no grad, aten flash op, LSE written [{side}]", lambda: op(q, k, v),
-             lambda s=side: _nested(_side(s), torch.no_grad())),
-            (f"tiny fwd, grad [{side}]", forward_grad, ctx),
-            (f"tiny fwd + bwd (training step) [{side}]", step, ctx),
+             _on(side, no_grad=True)),
+            (f"tiny fwd, no grad, aten flash op, LSE written [{side}]", lambda: op(q, k, v), _on(side, no_grad=True)),
+            (f"tiny fwd, grad [{side}]", forward_grad, _on(side)),
+            (f"tiny fwd + bwd (training step) [{side}]", step, _on(side)),
         ]  # fmt: skip
     return rows
 
@@ -291,7 +298,7 @@ def _small_model(dtype: torch.dtype) -> tuple[torch.nn.Module, Callable[[], Tens
         layer = torch.nn.TransformerDecoderLayer(hidden, heads, 4 * hidden, dropout=0.0, batch_first=True)
         model = torch.nn.TransformerDecoder(layer, layers).to("cuda", dtype)
         x = torch.randn(batch, seq, hidden, device="cuda", dtype=dtype)
-        mask = torch.nn.Transformer.generate_square_subsequent_mask(seq, device="cuda")
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(seq, device=torch.device("cuda"))
         return model, lambda: model(x, x, tgt_mask=mask, tgt_is_causal=True).float().square().mean()
 
 
@@ -310,7 +317,7 @@ def _model_rows() -> list[Row]:
         for side in ("torch default", "torch flash", "flashsdpa"):
             if side == "torch flash" and dtype == torch.float32:
                 continue  # flash takes no float32
-            rows.append((f"model step {name} [{side}]", step, lambda s=side: _side(s)))
+            rows.append((f"model step {name} [{side}]", step, _on(side)))
     return rows
 
 
@@ -323,7 +330,23 @@ def _attention_rows() -> list[Row]:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         torch.autograd.grad(out, (q, k, v), dout)
 
-    return [(f"attention B8 H16 S256 D64 causal fwd+bwd [{side}]", step, lambda s=side: _side(s))
+    return [(f"attention B8 H16 S256 D64 causal fwd+bwd [{side}]", step, _on(side))
+            for side in ("torch flash", "torch cudnn", "torch default", "flashsdpa")]  # fmt: skip
+
+
+def _decode_rows() -> list[Row]:
+    """One generated token's attention call as Hugging Face's Llama makes it inside a decode step
+    (B 1, 32 query heads on 8 KV heads, one query row, 4k cached keys, D 128, no grad, SDPA with
+    enable_gqa): issue 11's generation rows are host-bound (~6 ms a token for 8 layers), so what a
+    decode call costs the host is what they feel of it. Our path launches two kernels (the split
+    decode kernel and the combine) and allocates the split workspace."""
+    q = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(1, 8, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+
+    def call() -> None:
+        F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+    return [(f"decode call B1 H32/8 Sk 4k D128 [{side}]", call, _on(side, no_grad=True))
             for side in ("torch flash", "torch cudnn", "torch default", "flashsdpa")]  # fmt: skip
 
 
@@ -380,6 +403,10 @@ def gpu_main(rounds: int, calls: int) -> None:
     split = _host_and_kernel_us(attention)
     print(f"\n{'attention step: host to issue / kernel time':64s} {'host us':>9s} {'kernel us':>9s}")
     for name, (host, kernel) in split.items():
+        print(f"{name:64s} {host:9.1f} {kernel:9.1f}")
+    decode = _host_and_kernel_us(_decode_rows(), steps=200)
+    print(f"\n{'decode call (issue 11): host to issue / GPU time':64s} {'host us':>9s} {'kernel us':>9s}")
+    for name, (host, kernel) in decode.items():
         print(f"{name:64s} {host:9.1f} {kernel:9.1f}")
     _bars(tiny, bwd, models, attention_us, split)
     print("\nflashsdpa.stats() ops with calls:",
