@@ -149,12 +149,13 @@ tests() {
 }
 # sanitize_subset TOOL LIMIT TESTS...: compute-sanitizer TOOL (exit code 9 on any report; racecheck
 # on our kernels only, as gpu_check.sh) on the tests' sanitizer subsets, the caching allocator off,
-# its log in $OUT/san_TOOL.log, its row and verdict.
+# FLASHSDPA_UNDER_SANITIZER=1 (tests/helpers.py: a reference may take its PyTorch yardstick on the
+# CPU), its log in $OUT/san_TOOL.log, its row and verdict.
 sanitize_subset() {
   local tool=$1 limit=$2 filter=()
   shift 2
   [[ $tool == racecheck ]] && filter=(--kernel-name kns=flashsdpa)
-  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timed "sanitizer $tool" "$limit" "san_$tool.log" compute-sanitizer --tool "$tool" \
+  FLASHSDPA_UNDER_SANITIZER=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1 timed "sanitizer $tool" "$limit" "san_$tool.log" compute-sanitizer --tool "$tool" \
     --error-exitcode 9 "${filter[@]}" --target-processes all $PY -m pytest "$@" -q -x -p no:cacheprovider -k sanitizer_subset
 }
 # paged_ab "NAMES" ROUNDS: scripts/dev/paged_probe.py (pages 16, 64, 1024) alternating between build
@@ -245,7 +246,7 @@ initcheck_ours() {
 # the TMA-written words' included (the row counts those apart).
 run_initcheck() {
   local name=$1 limit=$2 t0=$(date +%s) rc blind ours; shift 2
-  PYTORCH_NO_CUDA_MEMORY_CACHING=1 FLASHSDPA_SANITIZER_MARKS=1 timeout "$limit" compute-sanitizer --tool initcheck \
+  FLASHSDPA_UNDER_SANITIZER=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1 FLASHSDPA_SANITIZER_MARKS=1 timeout "$limit" compute-sanitizer --tool initcheck \
     --print-limit "${INITCHECK_PRINT_LIMIT:-20000}" --nvtx yes --target-processes all $PY -m pytest "$@" -q -p no:cacheprovider \
     -k sanitizer_subset > "$OUT/initcheck_$name.log" 2>&1
   rc=$?

@@ -107,7 +107,9 @@ if [[ "${SANITIZE:-0}" == 1 ]]; then
   # writes, and our kernels would then seem to read uninitialized memory) and counts only the
   # reports inside our kernels: PyTorch's own kernels may legitimately read memory torch.empty
   # left uninitialized. The caching allocator is off so that an access inside one of its
-  # segments but outside the tensor is not mistaken for a legal one.
+  # segments but outside the tensor is not mistaken for a legal one. FLASHSDPA_UNDER_SANITIZER=1 lets
+  # a test take its PyTorch yardstick on the CPU (tests/helpers.py: racecheck stops inside PyTorch's
+  # GPU kernels in test_kvcache's append case).
   # racecheck instruments only our kernels (--kernel-name kns=flashsdpa: racecheck's question is our
   # shared memory; on cuBLAS's nvjet kernels, which the tests' references run, it reports hazards of
   # theirs) and by default takes test_kernels.py's subset only (the sm90 / sm80 forward and backward:
@@ -136,7 +138,7 @@ if [[ "${SANITIZE:-0}" == 1 ]]; then
       run_initcheck sanitizer "${INITCHECK_TIMEOUT:-200}" ${INITCHECK_TESTS:-tests/gpu/test_kernels.py}
       continue
     fi
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "$limit" compute-sanitizer --tool "$tool" \
+    FLASHSDPA_UNDER_SANITIZER=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "$limit" compute-sanitizer --tool "$tool" \
       "${exitcode[@]}" "${filter[@]}" --target-processes all \
       $PY -m pytest $tests -q -x -p no:cacheprovider -k "sanitizer_subset" \
       > "$OUT/sanitize_$tool.log" 2>&1

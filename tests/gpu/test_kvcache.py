@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import flashsdpa
-from helpers import check_rule, gpu_skip_reason, skip_unless_compiled, torch_math_attention
+from helpers import UNDER_SANITIZER, check_rule, gpu_skip_reason, skip_unless_compiled, torch_math_attention
 from kvcache_cases import Case, check_append, make_case, naive
 
 GPU_SKIP = gpu_skip_reason()
@@ -31,7 +31,9 @@ BF16, F16 = torch.bfloat16, torch.float16
 
 def _pt(case: Case, k_after: torch.Tensor, v_after: torch.Tensor, window: tuple[int, int] | None) -> tuple[torch.Tensor, torch.Tensor]:
     """PyTorch's math SDPA in the input dtype, per sequence, on the rounded appended caches (the
-    rule's yardstick), and a float32 LSE from scores rounded to the input dtype."""
+    rule's yardstick), and a float32 LSE from scores rounded to the input dtype. Computed on the
+    CPU under compute-sanitizer (helpers.UNDER_SANITIZER: racecheck stops inside PyTorch's GPU
+    kernels here), returned on the GPU."""
     from kvcache_cases import _rotate, _slot
 
     dtype = case.q.dtype
@@ -39,8 +41,9 @@ def _pt(case: Case, k_after: torch.Tensor, v_after: torch.Tensor, window: tuple[
     snew = 0 if case.k is None else case.k.shape[1]
     left, right = (window if window is not None else (-1, -1))[0], 0
     scale = 1.0 / math.sqrt(head_dim)
-    out = torch.zeros(batch, seqlen_q, heads_q, v_after.shape[-1], dtype=dtype, device=DEVICE)
-    lse = torch.full((batch, heads_q, seqlen_q), math.inf, dtype=torch.float32, device=DEVICE)
+    device = "cpu" if UNDER_SANITIZER else DEVICE
+    out = torch.zeros(batch, seqlen_q, heads_q, v_after.shape[-1], dtype=dtype, device=device)
+    lse = torch.full((batch, heads_q, seqlen_q), math.inf, dtype=torch.float32, device=device)
     for b in range(batch):
         length = int(case.cache_seqlens[b]) + snew
         if length == 0:
@@ -48,21 +51,21 @@ def _pt(case: Case, k_after: torch.Tensor, v_after: torch.Tensor, window: tuple[
         q = case.q[b].double().cpu()
         if case.cos is not None and snew:
             q = torch.stack([_rotate(q[i], case.cos.cpu(), case.sin.cpu(), int(case.cache_seqlens[b]) + i, case.interleaved) for i in range(seqlen_q)])  # type: ignore[union-attr]
-        q = q.to(dtype).to(DEVICE).transpose(0, 1).unsqueeze(0)
-        keys = torch.stack([k_after[_slot(case, b, j)] for j in range(length)]).to(dtype).to(DEVICE).transpose(0, 1).unsqueeze(0)
-        values = torch.stack([v_after[_slot(case, b, j)] for j in range(length)]).to(dtype).to(DEVICE).transpose(0, 1).unsqueeze(0)
+        q = q.to(dtype).to(device).transpose(0, 1).unsqueeze(0)
+        keys = torch.stack([k_after[_slot(case, b, j)] for j in range(length)]).to(dtype).to(device).transpose(0, 1).unsqueeze(0)
+        values = torch.stack([v_after[_slot(case, b, j)] for j in range(length)]).to(dtype).to(device).transpose(0, 1).unsqueeze(0)
         mask = (left, right, 1)
         out[b] = torch_math_attention(q, keys, values, scale=scale, causal_mode=mask)[0].transpose(0, 1)
         groups = heads_q // keys.shape[1]
         s = (q @ keys.repeat_interleave(groups, 1).transpose(-1, -2) * scale).float()[0]
-        rows = torch.arange(seqlen_q, device=DEVICE)[:, None] + length - seqlen_q
-        cols = torch.arange(length, device=DEVICE)[None, :]
+        rows = torch.arange(seqlen_q, device=device)[:, None] + length - seqlen_q
+        cols = torch.arange(length, device=device)[None, :]
         seen = cols <= rows
         if left >= 0:
             seen &= cols >= rows - left
         s = s.masked_fill(~seen, -math.inf)
         lse[b] = torch.where(seen.any(-1), torch.logsumexp(s, -1), math.inf)
-    return out, lse
+    return out.to(DEVICE), lse.to(DEVICE)
 
 
 def _check(case: Case, window: tuple[int, int] | None = None, num_splits: int | None = None) -> torch.Tensor:
