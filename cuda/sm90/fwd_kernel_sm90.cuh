@@ -466,12 +466,14 @@ __device__ __forceinline__ bool merge_pieces(const FwdSm90Args& args, const Smem
   return true;
 }
 
-// FLASHSDPA_SM90_FWD_DIRECT_O (dev A/B, session 38 prepared; 0 default: SASS unchanged): where O
-// has its own staging slot (d64, d128), every tile stores O straight from registers (4-byte stores,
-// the path a keyless tile already takes) instead of staging it for a TMA store: no O rows' wait,
-// no fence + sync, no TMA issue. Session 37's epilogue phases at d128 S 512 (cycles, wg 0 / 1): the
-// O rows' wait + sync 292 / 232, staging + fence + sync 362 / 383, the TMA store's issue 375 / 262,
-// against 32 4-byte stores a thread (the staging's own count) at half-sector width.
+// FLASHSDPA_SM90_FWD_DIRECT_O (dev A/B, session 38 prepared; 0 default: SASS unchanged): every tile
+// stores O straight from registers (4-byte stores) instead of staging it for a TMA store: no O
+// rows' wait, no fence + sync, no TMA issue. Session 37's epilogue phases at d128 S 512 (cycles, wg
+// 0 / 1): the O rows' wait + sync 292 / 232, staging + fence + sync 362 / 383, the TMA store's issue
+// 375 / 262, against 32 4-byte stores a thread (the staging's own count) at half-sector width.
+// Where O is staged in Q's slot (d256, one Q stage) the slot is then released at the tile's last
+// Q K^T, as where O has its own (today it waits for the store to read O), so the next tile's Q
+// loads under this tile's last P V and epilogue instead of after them.
 #ifndef FLASHSDPA_SM90_FWD_DIRECT_O
 #define FLASHSDPA_SM90_FWD_DIRECT_O 0
 #endif
@@ -576,7 +578,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   // Q's slot is free for the next tile once this warpgroup's last Q K^T has completed (O staged
   // apart), or once its O store has read the slot (O staged in Q's place: see the epilogue).
   auto release_q = [&] {
-    if constexpr (Traits::kSeparateO) {
+    if constexpr (Traits::kSeparateO || FLASHSDPA_SM90_FWD_DIRECT_O) {
       if (arriver) sm90::mbar_arrive(sm.q_empty(q_slot));
     }
   };
@@ -604,7 +606,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   // Not in the d64 192-row tile with the modifiers (128 registers): its four live scalars made
   // ptxas spill 4 bytes there (13.0); every other instantiation keeps 0 spills.
   constexpr bool kRowsUnderPv = !(Traits::kMods && Traits::kConsumerWGs == 3);
-  constexpr bool kDirectO = FLASHSDPA_SM90_FWD_DIRECT_O && Traits::kSeparateO;
+  constexpr bool kDirectO = FLASHSDPA_SM90_FWD_DIRECT_O;
   // A split-tail piece's LSE is merged with the other pieces' first (merge_pieces): stored last.
   const bool whole = !Traits::kTailSplit || w.tail < 0;
   auto store_lse = [&] {
@@ -1035,7 +1037,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
 #pragma unroll
     for (int s = 0; s < Traits::kQStages; ++s) {
       sm90::mbar_init(sm.q_full(s), 1);
-      sm90::mbar_init(sm.q_empty(s), Traits::kSeparateO ? 4 * Traits::kConsumerWGs : Traits::kConsumerWGs);
+      // (a release at the last Q K^T: one arriver a warp; after the O store: thread 0 a warpgroup)
+      sm90::mbar_init(sm.q_empty(s), Traits::kSeparateO || FLASHSDPA_SM90_FWD_DIRECT_O ? 4 * Traits::kConsumerWGs
+                                                                                    : Traits::kConsumerWGs);
     }
 #pragma unroll
     for (int s = 0; s < Traits::kStages; ++s) {

@@ -8,7 +8,7 @@
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -DNDEBUG --expt-relaxed-constexpr -std=c++17 -lineinfo \
 //     -Ibackend/include -Icuda -DFLASHSDPA_SM90_FWD_TIMELINE=1 -o /tmp/fwd_tl scripts/dev/fwd_timeline.cu \
 //     cuda/sm90/tiles_sm90.cu
-//   /tmp/fwd_tl D S CAUSAL [CTA ...]   (D 64 or 128; default CTAs 0 and 77)
+//   /tmp/fwd_tl D S CAUSAL [CTA ...]   (D 64, 128 or 256; default CTAs 0 and 77)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -46,7 +46,11 @@ int main(int argc, char** argv) {
   const int64_t workspace_bytes = 64 << 20;
   CHECK_CUDA(cudaMalloc(&p.workspace, workspace_bytes));
   p.workspace_bytes = workspace_bytes;
-  auto launch = [&] { return D == 64 ? run_fwd_sm90_tiles_<Elem, 64>(p, 0) : run_fwd_sm90_tiles_<Elem, 128>(p, 0); };
+  auto launch = [&] {
+    return D == 64    ? run_fwd_sm90_tiles_<Elem, 64>(p, 0)
+           : D == 256 ? run_fwd_sm90_tiles_<Elem, 256>(p, 0)
+                      : run_fwd_sm90_tiles_<Elem, 128>(p, 0);
+  };
 
   using namespace fwd_sm90;
   static const char* phases[] = {"Q wait",          "K wait + turn", "first S",         "first softmax",

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # session39_first.sh (prepared in session 38, compiled only), one call, ~5 minutes:
-#   1. issue 12: the sm90 forward storing O straight from registers (FLASHSDPA_SM90_FWD_DIRECT_O=1,
-#      d64 / d128: the kernels whose O has its own staging slot) instead of staging it for a TMA
-#      store. Session 37's epilogue phases (d128 S 512, cycles, wg 0 / 1): the O rows' wait + sync
+#   1. issue 12: the sm90 forward storing O straight from registers (FLASHSDPA_SM90_FWD_DIRECT_O=1)
+#      instead of staging it for a TMA store; at d256, where O is staged in Q's only slot, the slot
+#      is then released at the last Q K^T, so the next tile's Q loads under this tile's last P V
+#      and epilogue instead of after the store has read O (d256's Q wait was never timed: the
+#      timelines below, tree and variant, say what it was). Session 37's epilogue phases (d128 S 512, cycles, wg 0 / 1): the O rows' wait + sync
 #      292 / 232, staging + fence + sync 362 / 383, the TMA store's issue 375 / 262; the variant
 #      keeps the same 32 store instructions a thread (4-byte STG at immediate offsets for 4-byte STS) and drops the rest (d128 plain kernel 4,496 SASS instructions against 4,480).
 #      Session 38's ncu: the once-a-tile code is a dependent chain, so removing links is what pays.
@@ -10,7 +12,10 @@
 #      build's fwd d64 / d128 SASS byte-identical. The tile timeline with the switch, then the
 #      forward, features and dropout tests, three sanitizers, 3 alternating A/B rounds.
 #      Prediction (H100): d128 S 512 +1.5-3%, 1k +0.5-1.5%, 2k / 8k within +-0.5% (the half-sector
-#      stores cost L2 bandwidth nobody is short of); d64 alike; causal S 512 +2-4% (shorter tiles).
+#      stores cost L2 bandwidth nobody is short of); d64 alike; causal S 512 +2-4% (shorter tiles);
+#      d256 (no ping-pong: its epilogue and Q wait are fully exposed) S 512 / 1k +3-8% if the tree's
+#      Q wait there is a TMA round trip (~1,500+ cycles a tile), ~0 at 8k. (d256 variant: 3,016 SASS
+#      instructions against 4,016, its keyless tiles' stores no longer 12 instructions each.)
 #   2. reliability: racecheck of test_kvcache's append case with CUDA_LAUNCH_BLOCKING=1, so the
 #      Python stack stops at the launch that raises the sanitizer's "hardware exception" (session
 #      38: inside `_pt`, PyTorch's reference, before any kernel of ours ran in the process).
@@ -18,13 +23,16 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
-if dev_build fwd_tl /tmp/fwd_tl -DFLASHSDPA_SM90_FWD_TIMELINE=1 -DFLASHSDPA_SM90_FWD_DIRECT_O=1 \
-    scripts/dev/fwd_timeline.cu cuda/sm90/tiles_sm90.cu; then
-  timed "timeline d128 S 512, direct O" 60 tl_128_512.log /tmp/fwd_tl 128 512 0 0
-  cat "$OUT/tl_128_512.log"
-fi
+dev_build fwd_tl /tmp/fwd_tl -DFLASHSDPA_SM90_FWD_TIMELINE=1 -DFLASHSDPA_SM90_FWD_DIRECT_O=1 \
+  scripts/dev/fwd_timeline.cu cuda/sm90/tiles_sm90.cu
+dev_build fwd_tl_tree /tmp/fwd_tl_tree -DFLASHSDPA_SM90_FWD_TIMELINE=1 scripts/dev/fwd_timeline.cu cuda/sm90/tiles_sm90.cu
+for d in 128 256; do
+  for bin in fwd_tl_tree fwd_tl; do
+    [[ -x /tmp/$bin ]] && timed "timeline $bin d$d S 512" 60 "${bin}_${d}_512.log" /tmp/$bin $d 512 0 0 && cat "$OUT/${bin}_${d}_512.log"
+  done
+done
 BUILD_DTYPES="bf16;fp16" build_copy dio "64;128;256" CUDAFLAGS=-DFLASHSDPA_SM90_FWD_DIRECT_O=1
-build_copy tree "64;128"
+build_copy tree "64;128;256"
 require_copies tree dio
 PYTHONPATH="/tmp/pkg_dio/python${SITE:+:$SITE}" tests "direct O forward tests" 240 tests_dio.log $PY -m pytest \
   tests/gpu/test_fwd_many_tiles.py tests/gpu/test_fwd_schedule.py tests/gpu/test_split_tail.py tests/gpu/test_kernels.py \
@@ -33,7 +41,7 @@ PYTHONPATH="/tmp/pkg_dio/python${SITE:+:$SITE}" tests "direct O forward tests" 2
 for tool in memcheck racecheck synccheck; do
   PYTHONPATH="/tmp/pkg_dio/python${SITE:+:$SITE}" sanitize_subset $tool 60 tests/gpu/test_fwd_many_tiles.py
 done
-ab_rounds "tree dio" 50 --forward --dims 128 64 --causal both --seqlens 512 1024 2048 8192 > "$OUT/ab_table.txt"
+ab_rounds "tree dio" 60 --forward --dims 128 64 256 --causal both --seqlens 512 1024 2048 8192 > "$OUT/ab_table.txt"
 cat "$OUT/ab_table.txt"
 PYTHONPATH="/tmp/pkg_tree/python${SITE:+:$SITE}" CUDA_LAUNCH_BLOCKING=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
   timed "racecheck kvcache append, blocking" 90 san_append.log compute-sanitizer --tool racecheck --kernel-name kns=flashsdpa \
