@@ -43,9 +43,11 @@ for tool in memcheck racecheck synccheck; do
 done
 ab_rounds "tree dio" 60 --forward --dims 128 64 256 --causal both --seqlens 512 1024 2048 8192 > "$OUT/ab_table.txt"
 cat "$OUT/ab_table.txt"
+# (a probe, expected to stop as in session 38: not a step of the verdict)
 PYTHONPATH="/tmp/pkg_tree/python${SITE:+:$SITE}" CUDA_LAUNCH_BLOCKING=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
-  timed "racecheck kvcache append, blocking" 90 san_append.log compute-sanitizer --tool racecheck --kernel-name kns=flashsdpa \
-  --target-processes all $PY -m pytest tests/gpu/test_kvcache.py -q -x -p no:cacheprovider -k sanitizer_subset_append
+  timeout 90 compute-sanitizer --tool racecheck --kernel-name kns=flashsdpa --target-processes all \
+  $PY -m pytest tests/gpu/test_kvcache.py -q -x -p no:cacheprovider -k sanitizer_subset_append > "$OUT/san_append.log" 2>&1
+echo "racecheck probe (append, blocking launches): rc=$?"
 grep -E "Internal Sanitizer|RACECHECK SUMMARY|passed|failed|line [0-9]+ in " "$OUT/san_append.log" | head -8
 # The fix (tests/helpers.py's UNDER_SANITIZER: test_kvcache's PyTorch yardstick on the CPU under a
 # sanitizer; sanitize_subset sets it): the whole kvcache subset under racecheck. Prediction: passes.
