@@ -28,14 +28,6 @@
 
 namespace flashsdpa {
 
-// FLASHSDPA_DECODE_PDL (dev A/B, session 38 prepared; 0 default: SASS unchanged): the decode
-// kernel launched programmatically too (decode_launch_sm80.cuh), waiting for its predecessor at its
-// start, and this kernel letting the next launch as it begins: the next decode call's grid is
-// resident and waiting when this one ends, instead of launched after it.
-#ifndef FLASHSDPA_DECODE_PDL
-#define FLASHSDPA_DECODE_PDL 0
-#endif
-
 constexpr int kCombineWarps = 8;
 constexpr int kCombineBatch = 8;  // a warp's splits in flight per lane (16-byte loads)
 

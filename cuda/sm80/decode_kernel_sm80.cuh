@@ -434,9 +434,6 @@ __host__ __device__ __forceinline__ SplitKvScheduler decode_scheduler_sm80(const
   return SplitKvScheduler{ceil_div(packed_rows, Traits::kBlockM), p.num_splits, p.heads_kv, p.batch};
 }
 
-#ifndef FLASHSDPA_DECODE_PDL  // (dev A/B: split_combine.cuh says what it does)
-#define FLASHSDPA_DECODE_PDL 0
-#endif
 template <typename Traits, ModsKind kMods = kModsNone>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashsdpa_decode_sm80_kernel(const __grid_constant__ AttnFwdParams params) {

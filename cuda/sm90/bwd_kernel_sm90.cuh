@@ -415,10 +415,7 @@ __device__ __forceinline__ void probabilities_t(float (&st)[1][kMTiles][4], floa
   for (int j = 0; j < kMTiles; ++j) {
     const float2 l = lse2(j);
 #pragma unroll
-    for (int x = 0; x < 4; ++x) {
-      const float e = fmaf(st[0][j][x], scale_log2, x % 2 ? -l.y : -l.x);
-      st[0][j][x] = fast_exp2(e);
-    }
+    for (int x = 0; x < 4; ++x) st[0][j][x] = fast_exp2(fmaf(st[0][j][x], scale_log2, x % 2 ? -l.y : -l.x));
   }
   if (huge) {
 #pragma unroll

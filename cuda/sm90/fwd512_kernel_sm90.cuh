@@ -255,10 +255,7 @@ __device__ __forceinline__ void consume(const AttnFwdParams& p, uint32_t base, i
     // After S_r of step i has landed in s_acc: hand it over, take the peer's, mask, and fold the
     // block into the softmax (correction per row; whether O needs it).
     auto exchange_and_softmax = [&](int i, float (&correction)[2]) {
-      constexpr int kVecs = T::kBlockN / 8;  // a float4 per n-tile of 8 keys
-      xchg.send<kVecs>(s_acc, i, tid);
-      xchg.take<kVecs>(s_acc, i);
-      xchg.release(kBarSlotRead + cw, tid);
+      xchg.add<T::kBlockN / 8>(s_acc, i, kBarSlotRead + cw, tid);
       tl_stamp(kTlXDone, i, rank, cw, tid);
       const int n = t.n_block(i);
       if (t.masked(n)) t.mask.apply(s, row0, n * T::kBlockN + 2 * (lane % 4), -INFINITY);

@@ -214,7 +214,8 @@ struct PairExchange {
         empty(empty_bar),
         full_peer(map_to_rank(full_bar, peer_rank)),
         empty_peer(map_to_rank(empty_bar, peer_rank)) {}
-  // The protocol's parts, apart so that a caller can place them (add() below in order).
+  // The protocol's parts, apart so that a caller can place them (add() below in order;
+  // scripts/dev/dsmem_bench.cu composes other transports from them).
   template <int kVecs>
   __device__ __forceinline__ void send(const float (&acc)[4 * kVecs], int phase, int tid) const {
     if (tid == 0) mbar_arrive_expect_tx(full, kVecs * 2048);

@@ -180,8 +180,8 @@ def test_reduce_overhead_static_cache_inside_enable_as_pytorch() -> None:
 # alone raise. Session 33 (H100, torch 2.11.0+cu130, transformers 5.17.0,
 # scripts/dev/hf_static_probe.py) ran the same child with flashsdpa not imported at all ("bare"):
 # it dies the same way (SIGSEGV, the same stack through static_triton_launcher.py), and with
-# torch._inductor.config.use_static_cuda_launcher = False it raises instead ("TypeError: Pointer argument must be either uint64 or have data_ptr
-# method" from Triton's launcher): a defect of PyTorch's CUDA-graph trees on this road, not ours.
+# torch._inductor.config.use_static_cuda_launcher = False it raises instead ("TypeError: Pointer
+# argument must be either uint64 or have data_ptr method" from Triton's launcher): a defect of PyTorch's CUDA-graph trees on this road, not ours.
 # So the test holds inside enable() to what PyTorch alone does, launcher by launcher: the same exit
 # (a signal only where bare PyTorch dies of the same one) and the same outcome; and with the
 # static launcher off, where PyTorch raises, inside raises the same and never crashes.
