@@ -85,6 +85,17 @@ constexpr FwdTileShapeSm90 kFwdShortTileSm90{128, 128, 2};
 // workspace size (fwd_workspace_sm90) both ask (tiles_sm90.cu, with the measurements).
 bool fwd_sm90_short_tile(const AttnFwdParams& params);
 
+// FLASHSDPA_SM90_FWD_O_IN_KV (dev A/B, session 39; 0 default: SASS unchanged): at d256, where O is
+// staged in Q's only slot, stage it in the tile's last K slot (warpgroup 0's rows) and last V slot
+// (warpgroup 1's) instead, released to the producer once the O store has read them, so Q is
+// released at the tile's last Q K^T. Session 39's tile timeline (H100, d256 S 512, tree): each
+// tile waits 4,732 / 5,149 cycles (wg 0 / 1) for its Q, of a 30,125-cycle tile, because the
+// producer issues the next Q (and after it the next K / V) only when the O store has read Q's slot;
+// the direct-store variant, which released Q at the last Q K^T, waited 161 / 130 there.
+#ifndef FLASHSDPA_SM90_FWD_O_IN_KV
+#define FLASHSDPA_SM90_FWD_O_IN_KV 0
+#endif
+
 template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
           int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone, bool kDropout_ = false>
 struct FwdTraitsSm90 {
@@ -153,6 +164,13 @@ struct FwdTraitsSm90 {
   // blocks run, instead of after its last Q K^T (persistent short sequences wait on it).
   static constexpr int kQStages = kMaxQStages_ > 1 && kSeparateO && kBaseBytes + 2 * kQBytes <= kSmemLimit ? 2 : 1;
   static constexpr int kSmemBytes = kBaseBytes + (kSeparateO ? kQBytes : 0) + (kQStages - 1) * kQBytes;
+  // Where O has no region of its own (d256), FLASHSDPA_SM90_FWD_O_IN_KV stages it in the tile's
+  // last K and V slots instead of Q's (see consume()), so Q is released at the last Q K^T, as with
+  // a region of its own.
+  static constexpr bool kOInKv = !kSeparateO && FLASHSDPA_SM90_FWD_O_IN_KV;
+  // Q's slot is free at the tile's last Q K^T (one arrival a warp), else after the O store has
+  // read it (one arrival a warpgroup).
+  static constexpr bool kQEarly = kSeparateO || kOInKv;
 
   static_assert(std::is_same<Elem, __half>::value || std::is_same<Elem, __nv_bfloat16>::value, "fp16 or bf16");
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head-dim buckets are whole 128-byte column blocks");
@@ -178,6 +196,7 @@ namespace fwd_sm90 {
 // ping-pong turn (4..6).
 constexpr int kBarEpilogue = 1;
 constexpr int kBarTurn = 4;
+constexpr int kBarTileGemms = 7;  // (kOInKv) every consumer warpgroup's GEMMs of the tile have retired
 
 // ---- one CTA's tile timeline (dev only: -DFLASHSDPA_SM90_FWD_TIMELINE=1) ----------------------------
 // clock64 stamps of each consumer warpgroup's thread 0 in CTA fwd_timeline_cta, per tile with keys
@@ -466,18 +485,6 @@ __device__ __forceinline__ bool merge_pieces(const FwdSm90Args& args, const Smem
   return true;
 }
 
-// FLASHSDPA_SM90_FWD_DIRECT_O (dev A/B, session 38 prepared; 0 default: SASS unchanged): every tile
-// stores O straight from registers (4-byte stores) instead of staging it for a TMA store: no O
-// rows' wait, no fence + sync, no TMA issue. Session 37's epilogue phases at d128 S 512 (cycles, wg
-// 0 / 1): the O rows' wait + sync 292 / 232, staging + fence + sync 362 / 383, the TMA store's issue
-// 375 / 262, against 32 4-byte stores a thread (the staging's own count) at half-sector width.
-// Where O is staged in Q's slot (d256, one Q stage) the slot is then released at the tile's last
-// Q K^T, as where O has its own (today it waits for the store to read O), so the next tile's Q
-// loads under this tile's last P V and epilogue instead of after them.
-#ifndef FLASHSDPA_SM90_FWD_DIRECT_O
-#define FLASHSDPA_SM90_FWD_DIRECT_O 0
-#endif
-
 // One consumer warpgroup, one tile: the mainloop over key blocks and the epilogue of its 64 rows.
 template <typename Traits>
 __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayout<Traits>& sm, const TileWork& w,
@@ -578,7 +585,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   // Q's slot is free for the next tile once this warpgroup's last Q K^T has completed (O staged
   // apart), or once its O store has read the slot (O staged in Q's place: see the epilogue).
   auto release_q = [&] {
-    if constexpr (Traits::kSeparateO || FLASHSDPA_SM90_FWD_DIRECT_O) {
+    if constexpr (Traits::kQEarly) {
       if (arriver) sm90::mbar_arrive(sm.q_empty(q_slot));
     }
   };
@@ -606,7 +613,6 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   // Not in the d64 192-row tile with the modifiers (128 registers): its four live scalars made
   // ptxas spill 4 bytes there (13.0); every other instantiation keeps 0 spills.
   constexpr bool kRowsUnderPv = !(Traits::kMods && Traits::kConsumerWGs == 3);
-  constexpr bool kDirectO = FLASHSDPA_SM90_FWD_DIRECT_O;
   // A split-tail piece's LSE is merged with the other pieces' first (merge_pieces): stored last.
   const bool whole = !Traits::kTailSplit || w.tail < 0;
   auto store_lse = [&] {
@@ -629,6 +635,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   };
 
   const int tl_tile = ring.q;  // (the timeline's tile index: the CTA's t-th tile with keys)
+  int last_slot = 0;           // (kOInKv) the ring slot of the tile's last key block: O's staging
   if (w.has_keys()) {
     tl_stamp(kTlTileStart, tl_tile, cwg, tid);
     int n = w.n_block_max - 1;
@@ -648,7 +655,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       sm90::wgmma_wait<0>();
       sm90::fence_regs(s_acc);
       tl_stamp(kTlFirstS, tl_tile, cwg, tid);
-      if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
+      if (arriver && !(Traits::kOInKv && n == w.n_block_min)) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
       modify(n, need);
       if (n > w.n_block_min) stage_bias(n - 1, need = block_need(n - 1));
@@ -671,7 +678,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       turn_end();
       sm90::wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
       sm90::fence_regs(s_acc);
-      if (arriver) sm90::mbar_arrive(sm.k_empty(slot));
+      if (arriver && !(Traits::kOInKv && n == w.n_block_min)) sm90::mbar_arrive(sm.k_empty(slot));
       if (n == w.n_block_min) release_q();
       modify(n, need);
       if (n > w.n_block_min) stage_bias(n - 1, need = block_need(n - 1));
@@ -700,12 +707,19 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       tl_stamp(kTlFinalized, tl_tile, cwg, tid);
       if (whole) store_lse();
     }
-    if constexpr (!kDirectO) wait_o_rows();
+    if constexpr (!Traits::kOInKv) wait_o_rows();
     tl_stamp(kTlOSlotFree, tl_tile, cwg, tid);
     sm90::wgmma_wait<0>();
     sm90::fence_regs(o_acc);
     tl_stamp(kTlLastPv, tl_tile, cwg, tid);
-    if (arriver) sm90::mbar_arrive(sm.v_empty(prev));
+    if constexpr (Traits::kOInKv) {
+      // O goes into the last K and V slots, which every warpgroup's last Q K^T and P V read: held
+      // (their releases moved to the O store) until every warpgroup's GEMMs have retired.
+      last_slot = prev;
+      sm90::named_sync(kBarTileGemms, 128 * Traits::kConsumerWGs);
+    } else if (arriver) {
+      sm90::mbar_arrive(sm.v_empty(prev));
+    }
   }
   if (!w.has_keys()) {  // every row empty (finish_rows' empty case, with or without a sink)
     mult[0] = mult[1] = 1.f;
@@ -720,13 +734,30 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     if (w.tail >= 0 && !merge_pieces<Traits>(args, sm, w, cwg, o_acc, lse)) {
       // Another piece of the tile stores it. O staged in Q's slot (d256) releases the slot after
       // the store; with no store, now (every thread's Q K^T completed: merge_pieces synced them).
-      if constexpr (!Traits::kSeparateO) {
-        if (tid == 0) sm90::mbar_arrive(sm.q_empty(0));
-      }
+      static_assert(Traits::kSeparateO, "a piece that stores nothing holds no staging slot to release");
       return;
     }
   }
-  // O through shared memory: a TMA store (dense), or the valid rows copied out (varlen).
+  // O through shared memory: a TMA store (dense), or the valid rows copied out (varlen). The
+  // staged row `row` of the tile (its first 128-byte column block c of it) at o_addr(c, row): in O's region
+  // (or Q's slot) of kBlockM rows a column block, or (kOInKv) in the last K slot (warpgroup 0) or
+  // V slot (warpgroup 1), whose 64 keys x 256 values hold the warpgroup's 64 rows x 256 values.
+  // Either way a warpgroup's 64 rows of a column block start 1024-byte aligned (the swizzle's atom).
+  static_assert(!Traits::kOInKv || (Traits::kConsumerWGs == 2 && Traits::kKVBytes == 64 * Traits::kHeadDim * 2),
+                "kOInKv: one warpgroup's O fills one K / V slot");
+  auto o_addr = [&](int c, int row) -> uint32_t {
+    if constexpr (Traits::kOInKv) {
+      return (cwg == 0 ? sm.k_slot(last_slot) : sm.v_slot(last_slot)) + c * 64 * 128 + (row - cwg * 64) * 128;
+    } else {
+      return sm.o + c * Traits::kBlockM * 128 + row * 128;
+    }
+  };
+  // (kOInKv) the last slots back to the producer, once every warpgroup has released them: thread 0
+  // of each adds its warpgroup's share (4 of the 4 x kConsumerWGs arrivals each slot counts).
+  auto release_o_slots = [&] {
+    sm90::mbar_arrive(sm.k_empty(last_slot), 4);
+    sm90::mbar_arrive(sm.v_empty(last_slot), 4);
+  };
   auto stage_and_store_o = [&] {
     if (!w.has_keys()) wait_o_rows();  // (a tile with keys waited under its last P V)
 #pragma unroll
@@ -734,8 +765,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = row_in_tile + 8 * h;  // row % 8 == lane / 4: the swizzle phase of this row
-        const uint32_t addr = sm.o + (j / 8) * Traits::kBlockM * 128 + row * 128 + (((j % 8) ^ (lane / 4)) << 4) +
-                              (lane % 4) * 4;
+        const uint32_t addr = o_addr(j / 8, row) + (((j % 8) ^ (lane / 4)) << 4) + (lane % 4) * 4;
         st_shared_b32(addr, ElemTraits<Elem>::pack(o[0][j][2 * h], o[0][j][2 * h + 1]));
       }
     }
@@ -752,60 +782,44 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       for (int i = tid; i < 64 * kChunks; i += 128) {
         const int r = i / kChunks, c = i % kChunks;
         if (r < rows && c * 8 < p.head_dim_v) {
-          const uint32_t addr = sm.o + (c / 8) * Traits::kBlockM * 128 + (cwg * 64 + r) * 128 + (((c % 8) ^ (r % 8)) << 4);
+          const uint32_t addr = o_addr(c / 8, cwg * 64 + r) + (((c % 8) ^ (r % 8)) << 4);
           *reinterpret_cast<uint4*>(out + int64_t(r) * p.o_row_stride + c * 8) = ld_shared_v4(addr);
         }
       }
       if constexpr (!Traits::kSeparateO) {
-        // O sits in Q's slot: the next Q may land only after every thread has read its rows.
+        // O sits in Q's slot (or the last K / V slots): the next Q (K / V) may land only after
+        // every thread has read its rows.
         sm90::named_sync(kBarEpilogue + cwg, 128);
-        if (tid == 0 && w.has_keys()) sm90::mbar_arrive(sm.q_empty(0));
+        if constexpr (Traits::kOInKv) {
+          if (tid == 0) release_o_slots();  // (a tile with keys: a keyless one stages nothing)
+        } else if (tid == 0 && w.has_keys()) {
+          sm90::mbar_arrive(sm.q_empty(0));
+        }
       }
     } else if (tid == 0) {
 #pragma unroll
       for (int c = 0; c < Traits::kColBlocks; ++c) {
-        sm90::tma_store_4d(&args.tma_o, sm.o + c * Traits::kBlockM * 128 + cwg * 64 * 128, c * 64,
+        sm90::tma_store_4d(&args.tma_o, o_addr(c, cwg * 64), c * 64,
                            tile.block * Traits::kBlockM + cwg * 64, tile.head, tile.batch);
       }
       sm90::tma_store_commit();
       tl_stamp(kTlStoreIssued, tl_tile, cwg, tid);
       if constexpr (!Traits::kSeparateO) {
-        // O sits in Q's slot: the next Q may land only after the store has read it.
+        // O sits in Q's slot (or the last K / V slots): the next Q (K / V) may land only after the
+        // store has read it.
         sm90::tma_store_wait_read();
-        if (w.has_keys()) sm90::mbar_arrive(sm.q_empty(0));
-      }
-    }
-  };
-  if constexpr (kDirectO) {
-    // Every tile's O straight from registers: a row's pointer once, then one 4-byte store per n8
-    // block at an immediate offset (the keyless path's form below recomputed each store's 64-bit
-    // address behind a branch: ~12 instructions a store, +336 in the d128 kernel). If the switch
-    // is kept, this replaces that path too (it is the same store: d256 4,016 -> 3,016 SASS).
-    Elem* out = static_cast<Elem*>(p.o) + batch_offset(p, tile.batch, p.o_batch_stride) + tile.head * p.o_head_stride +
-                int64_t(w.q_row0) * p.o_row_stride + 2 * (lane % 4);
-    const bool all_columns = p.head_dim_v == Traits::kHeadDim;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = first_row + 8 * h;
-      if (row >= w.mask.seqlen_q) continue;
-      uint32_t* dst = reinterpret_cast<uint32_t*>(out + int64_t(row) * p.o_row_stride);
-      if (all_columns) {
-#pragma unroll
-        for (int j = 0; j < kDTiles; ++j) dst[4 * j] = ElemTraits<Elem>::pack(o[0][j][2 * h], o[0][j][2 * h + 1]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < kDTiles; ++j) {
-          if (8 * j + 2 * (lane % 4) < p.head_dim_v) dst[4 * j] = ElemTraits<Elem>::pack(o[0][j][2 * h], o[0][j][2 * h + 1]);
+        if constexpr (Traits::kOInKv) {
+          release_o_slots();
+        } else if (w.has_keys()) {
+          sm90::mbar_arrive(sm.q_empty(0));
         }
       }
     }
-    if (w.has_keys()) {  // (the timeline's staging and store phases both end here)
-      tl_stamp(kTlStaged, tl_tile, cwg, tid);
-      tl_stamp(kTlStoreIssued, tl_tile, cwg, tid);
-    }
-  } else if (!Traits::kSeparateO && !w.has_keys()) {
+  };
+  if (!Traits::kSeparateO && !w.has_keys()) {
     // O (0: no key) where it would be staged in Q's slot, which the producer may already be
-    // filling with the next tile's Q (this tile loaded none, so nothing of its holds the slot):
+    // filling with the next tile's Q (this tile loaded none, so nothing of its holds the slot;
+    // with kOInKv it holds no K / V slot either):
     // straight from registers, the tile's valid rows only.
     Elem* out = static_cast<Elem*>(p.o) + batch_offset(p, tile.batch, p.o_batch_stride) + tile.head * p.o_head_stride +
                 int64_t(w.q_row0) * p.o_row_stride;
@@ -1041,8 +1055,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
     for (int s = 0; s < Traits::kQStages; ++s) {
       sm90::mbar_init(sm.q_full(s), 1);
       // (a release at the last Q K^T: one arriver a warp; after the O store: thread 0 a warpgroup)
-      sm90::mbar_init(sm.q_empty(s), Traits::kSeparateO || FLASHSDPA_SM90_FWD_DIRECT_O ? 4 * Traits::kConsumerWGs
-                                                                                    : Traits::kConsumerWGs);
+      sm90::mbar_init(sm.q_empty(s), Traits::kQEarly ? 4 * Traits::kConsumerWGs : Traits::kConsumerWGs);
     }
 #pragma unroll
     for (int s = 0; s < Traits::kStages; ++s) {

@@ -26,7 +26,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU_SKIP is not None, reason=f
 DEVICE = "cuda"
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
-# tiles = B x Hq x ceil(Sq / block_m): block_m 128 (d128), 192 (d64 at these lengths); 132 SMs.
+# tiles = B x Hq x ceil(Sq / block_m): block_m 128 (d128, d256), 192 (d64 at these lengths); 132 SMs.
+# d256 (64-key blocks, one Q slot): O is staged where the next tile's data lands (Q's slot, or the
+# last K / V slots), so its cases cover the same boundaries.
 CASES = [
     (Shape("one_block_tiles", 12, 40, 40, 100, 100, 128), masks.NO_MASK),  # 480 tiles of one key block
     (Shape("bench_s512", 8, 16, 16, 512, 512, 128), masks.NO_MASK),  # 512 tiles of 4 blocks
@@ -36,6 +38,9 @@ CASES = [
     (Shape("causal_q_longer", 2, 32, 32, 1500, 600, 128), masks.CAUSAL_BOTTOM_RIGHT),  # tiles without keys
     (Shape("split_tail", 3, 16, 16, 640, 2100, 128), masks.NO_MASK),  # 17 key blocks: the tail in pieces
     (Shape("window", 4, 16, 16, 1200, 1200, 128), (300, 0, masks.TOP_LEFT)),
+    (Shape("d256_one_block_tiles", 6, 40, 40, 60, 60, 256), masks.NO_MASK),  # 240 tiles of one key block
+    (Shape("d256", 4, 16, 16, 600, 700, 256), masks.NO_MASK),  # 320 tiles of 11 blocks
+    (Shape("d256_causal_q_longer", 2, 24, 24, 900, 300, 256), masks.CAUSAL_BOTTOM_RIGHT),  # tiles without keys
 ]
 
 
@@ -71,22 +76,23 @@ def test_many_tiles_match_reference(
     assert torch.equal(again, out) and torch.equal(again_lse, lse), "the same launch must give the same bits"
 
 
+@pytest.mark.parametrize("head_dim", [128, 256])
 @pytest.mark.parametrize("causal", ["none", "bottom_right"])
-def test_varlen_tiles_without_keys(request: pytest.FixtureRequest, causal: str) -> None:
+def test_varlen_tiles_without_keys(request: pytest.FixtureRequest, causal: str, head_dim: int) -> None:
     """Packed sequences on 32 heads (1,792 tiles for the longest sequence's 8 query blocks): empty
     sequences (no queries: tiles past their end; no keys: tiles without keys) between the others,
     so a CTA meets every kind of next tile. Each sequence against its own float64 reference."""
-    skip_unless_compiled(torch.bfloat16, 128)
+    skip_unless_compiled(torch.bfloat16, head_dim)
     gen = torch.Generator(device=DEVICE).manual_seed(zlib.crc32(request.node.nodeid.encode()))
     lengths_q, lengths_k = (0, 130, 1, 517, 64, 300, 1000), (300, 0, 1, 517, 700, 77, 129)
     cu_q = torch.tensor([0, *torch.tensor(lengths_q).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
     cu_k = torch.tensor([0, *torch.tensor(lengths_k).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
-    q = torch.randn(sum(lengths_q), 32, 128, generator=gen, device=DEVICE).to(torch.bfloat16)
-    k, v = (torch.randn(sum(lengths_k), 8, 128, generator=gen, device=DEVICE).to(torch.bfloat16) for _ in "kv")
+    q = torch.randn(sum(lengths_q), 32, head_dim, generator=gen, device=DEVICE).to(torch.bfloat16)
+    k, v = (torch.randn(sum(lengths_k), 8, head_dim, generator=gen, device=DEVICE).to(torch.bfloat16) for _ in "kv")
     mask = masks.CAUSAL_BOTTOM_RIGHT if causal == "bottom_right" else masks.NO_MASK
     varlen = (cu_q, cu_k, None, max(lengths_q), max(lengths_k))
     _check_family(q, k, v, mask, varlen)
-    scale = default_scale(128)
+    scale = default_scale(head_dim)
     kwargs: dict[str, object] = {"causal": causal != "none", "return_lse": True, "scale": scale}
     if causal == "bottom_right":
         kwargs["causal_alignment"] = "bottom_right"
@@ -116,6 +122,8 @@ SANITIZER_CASES = [
     # there on "Internal Sanitizer Error" inside the tests' bf16 math reference (test_kernels.py's
     # san_short64; session 35 met it again, H100).
     (Shape("san_d64_causal", 2, 40, 40, 257, 257, 64), masks.CAUSAL_BOTTOM_RIGHT),
+    # d256: 144 tiles, those of the first query block without keys, O staged where the next data lands.
+    (Shape("san_d256_causal", 2, 24, 24, 300, 150, 256), masks.CAUSAL_BOTTOM_RIGHT),
 ]
 
 
