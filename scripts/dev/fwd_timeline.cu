@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
     // The middle blocks' own rate (non-causal: every tile has S / kBlockN blocks, the first and
     // the last P V apart): what a tile would cost at that rate, and its excess in blocks.
     const int block_n = D == 64 ? (fwd_sm90_short_tile(p) ? kFwdShortTileSm90.block_n : fwd_tile_shape_sm90(64).block_n)
-                                : fwd_tile_shape_sm90(128).block_n;
+                                : fwd_tile_shape_sm90(D).block_n;  // (d256: 64 keys; session 39's d256 rows assumed 128)
     const int blocks = (S + block_n - 1) / block_n;
     if (!causal && blocks > 2) {
       std::printf("\n%-18s", "per middle block");
