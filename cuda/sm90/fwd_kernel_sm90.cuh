@@ -85,7 +85,8 @@ constexpr FwdTileShapeSm90 kFwdShortTileSm90{128, 128, 2};
 // workspace size (fwd_workspace_sm90) both ask (tiles_sm90.cu, with the measurements).
 bool fwd_sm90_short_tile(const AttnFwdParams& params);
 
-// FLASHSDPA_SM90_FWD_O_IN_KV (dev A/B, session 39; 0 default: SASS unchanged): at d256, where O is
+// FLASHSDPA_SM90_FWD_O_IN_KV (dev A/B, session 39; 0 default: SASS unchanged; 2: the slots
+// released at the next tile's first Q K^T, see kOInKvDeferred): at d256, where O is
 // staged in Q's only slot, stage it in the tile's last K slot (warpgroup 0's rows) and last V slot
 // (warpgroup 1's) instead, released to the producer once the O store has read them, so Q is
 // released at the tile's last Q K^T. Session 39's tile timeline (H100, d256 S 512, tree): each
@@ -168,6 +169,9 @@ struct FwdTraitsSm90 {
   // last K and V slots instead of Q's (see consume()), so Q is released at the last Q K^T, as with
   // a region of its own.
   static constexpr bool kOInKv = !kSeparateO && FLASHSDPA_SM90_FWD_O_IN_KV;
+  // (FLASHSDPA_SM90_FWD_O_IN_KV=2) the slots' release left to the next tile's first Q K^T, under
+  // which thread 0 waits for the store's read instead of at this tile's end.
+  static constexpr bool kOInKvDeferred = kOInKv && FLASHSDPA_SM90_FWD_O_IN_KV == 2;
   // Q's slot is free at the tile's last Q K^T (one arrival a warp), else after the O store has
   // read it (one arrival a warpgroup).
   static constexpr bool kQEarly = kSeparateO || kOInKv;
@@ -354,6 +358,7 @@ __device__ __forceinline__ TileWork item_work(const AttnFwdParams& p, const FwdI
 struct RingState {
   int kv = 0;
   int q = 0;
+  int o_pending = -1;  // (kOInKvDeferred, a consumer's thread 0) the slot its last O store still reads
 };
 
 // The producer: per tile, Q once its slot is free, then K_j and V_j for j from the last visible
@@ -589,6 +594,13 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       if (arriver) sm90::mbar_arrive(sm.q_empty(q_slot));
     }
   };
+  // (kOInKv) a tile's last K / V slots, O's staging, back to the producer once every warpgroup has
+  // released them: thread 0 of each adds its warpgroup's share (4 of the 4 x kConsumerWGs arrivals
+  // each slot counts).
+  auto release_o_slots = [&](int slot) {
+    sm90::mbar_arrive(sm.k_empty(slot), 4);
+    sm90::mbar_arrive(sm.v_empty(slot), 4);
+  };
 
   // The epilogue's parts that do not need O (finish_rows, store_lse, wait_o_rows) run under the
   // last P V in a tile with keys. mult: the rows' factor on O (1 / sum, with dropout's 1 / (1 - p)).
@@ -652,6 +664,15 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       tl_stamp(kTlFirstTurn, tl_tile, cwg, tid);
       gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
       turn_end();
+      if constexpr (Traits::kOInKvDeferred) {
+        // The previous tile's O store has long read its slots (a round trip ago, ~1,000 cycles at
+        // d256 S 512): the wait, if any, runs under this first S. The slot is this tile's second.
+        if (tid == 0 && ring.o_pending >= 0) {
+          sm90::tma_store_wait_read();
+          release_o_slots(ring.o_pending);
+          ring.o_pending = -1;
+        }
+      }
       sm90::wgmma_wait<0>();
       sm90::fence_regs(s_acc);
       tl_stamp(kTlFirstS, tl_tile, cwg, tid);
@@ -752,12 +773,6 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       return sm.o + c * Traits::kBlockM * 128 + row * 128;
     }
   };
-  // (kOInKv) the last slots back to the producer, once every warpgroup has released them: thread 0
-  // of each adds its warpgroup's share (4 of the 4 x kConsumerWGs arrivals each slot counts).
-  auto release_o_slots = [&] {
-    sm90::mbar_arrive(sm.k_empty(last_slot), 4);
-    sm90::mbar_arrive(sm.v_empty(last_slot), 4);
-  };
   auto stage_and_store_o = [&] {
     if (!w.has_keys()) wait_o_rows();  // (a tile with keys waited under its last P V)
 #pragma unroll
@@ -791,7 +806,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
         // every thread has read its rows.
         sm90::named_sync(kBarEpilogue + cwg, 128);
         if constexpr (Traits::kOInKv) {
-          if (tid == 0) release_o_slots();  // (a tile with keys: a keyless one stages nothing)
+          if (tid == 0) release_o_slots(last_slot);  // (a tile with keys: a keyless one stages nothing)
         } else if (tid == 0 && w.has_keys()) {
           sm90::mbar_arrive(sm.q_empty(0));
         }
@@ -807,11 +822,14 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       if constexpr (!Traits::kSeparateO) {
         // O sits in Q's slot (or the last K / V slots): the next Q (K / V) may land only after the
         // store has read it.
-        sm90::tma_store_wait_read();
-        if constexpr (Traits::kOInKv) {
-          release_o_slots();
-        } else if (w.has_keys()) {
-          sm90::mbar_arrive(sm.q_empty(0));
+        if constexpr (Traits::kOInKvDeferred) {
+          ring.o_pending = last_slot;  // the next tile's second block needs it: released at its first Q K^T
+        } else if constexpr (Traits::kOInKv) {
+          sm90::tma_store_wait_read();
+          release_o_slots(last_slot);
+        } else {
+          sm90::tma_store_wait_read();
+          if (w.has_keys()) sm90::mbar_arrive(sm.q_empty(0));
         }
       }
     }
