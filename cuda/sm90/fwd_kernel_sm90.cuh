@@ -759,10 +759,10 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       return;
     }
   }
-  // O through shared memory: a TMA store (dense), or the valid rows copied out (varlen). The
-  // staged row `row` of the tile (its first 128-byte column block c of it) at o_addr(c, row): in O's region
-  // (or Q's slot) of kBlockM rows a column block, or (kOInKv) in the last K slot (warpgroup 0) or
-  // V slot (warpgroup 1), whose 64 keys x 256 values hold the warpgroup's 64 rows x 256 values.
+  // O through shared memory: a TMA store (dense), or the valid rows copied out (varlen). Column
+  // block c (64 values, 128 bytes) of the tile's staged row `row` starts at o_addr(c, row): in O's
+  // region (or Q's slot), kBlockM rows a column block, or (kOInKv) in the last K slot (warpgroup 0)
+  // or V slot (warpgroup 1), whose 64 keys x 256 values hold the warpgroup's 64 rows x 256 values.
   // Either way a warpgroup's 64 rows of a column block start 1024-byte aligned (the swizzle's atom).
   static_assert(!Traits::kOInKv || (Traits::kConsumerWGs == 2 && Traits::kKVBytes == 64 * Traits::kHeadDim * 2),
                 "kOInKv: one warpgroup's O fills one K / V slot");
