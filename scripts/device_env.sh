@@ -194,6 +194,19 @@ ncu_compare() {
       "$OUT/ncu_${name}_details.txt" | head -20
   done
 }
+# splits_rounds "NAMES": 3 rounds alternating one process per build copy of
+# `scripts/dev/decode_splits.py` (the heuristic's split count; B 1 x 8k, 1 x 128k, 32 x 4k, graph us
+# a call beside cuDNN), each into $OUT/splits_NAME_ROUND.log, then each copy's rows.
+splits_rounds() {
+  local names=$1 round name
+  for round in 1 2 3; do
+    for name in $names; do
+      PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timed "splits $name $round" 60 "splits_${name}_$round.log" \
+        $PY scripts/dev/decode_splits.py --splits 0 --cases 1x8192 1x131072 32x4096
+    done
+  done
+  for name in $names; do echo "== $name"; grep -E "^B|heuristic|CUDNN" "$OUT"/splits_${name}_*.log; done
+}
 # ab_rounds "NAMES" LIMIT ARGS...: 3 rounds alternating one process per build copy (build_copy's
 # /tmp/pkg_NAME) of `scripts/dev/bwd_ab.py --rounds 1 --json ARGS`, each under LIMIT seconds, its
 # JSON lines into $OUT/ab_NAME.jsonl; no new process once the call is 550 s old (the device tool

@@ -447,14 +447,12 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   // next decode call among them, whose waiting CTAs would take this grid's SM slots (session 39's
   // first form triggered always: B 32 x 4k, one split, 172.4 -> 194.5 us).
   if (params.num_splits > 1) grid_dependents_launch();
-#else
-  grid_dependents_launch();
-#endif
-#if FLASHSDPA_DECODE_PDL
   // (decode_launch_sm80.cuh: launched programmatically on sm_90+) the previous kernel's outputs,
   // q and the caches among them, are complete and visible only past this wait; nothing of global
   // memory is read before it. A plain launch returns at once.
   grid_dependency_wait();
+#else
+  grid_dependents_launch();
 #endif
   const SplitKvScheduler sched = decode_scheduler_sm80<Traits>(params);
   for (WorkTile tile = sched.initial_tile(); tile.valid(); tile = sched.next_tile(tile)) {

@@ -27,13 +27,7 @@ PYTHONPATH="/tmp/pkg_var/python${SITE:+:$SITE}" tests "variant fwd + decode test
 for tool in memcheck racecheck synccheck; do
   PYTHONPATH="/tmp/pkg_var/python${SITE:+:$SITE}" sanitize_subset $tool 90 tests/gpu/test_fwd_many_tiles.py tests/gpu/test_kvcache.py
 done
-for round in 1 2 3; do
-  for name in tree var; do
-    PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timed "splits $name $round" 60 "splits_${name}_$round.log" \
-      $PY scripts/dev/decode_splits.py --splits 0 --cases 1x8192 1x131072 32x4096
-  done
-done
-for name in tree var; do echo "== $name"; grep -E "^B|heuristic|CUDNN" "$OUT"/splits_${name}_*.log; done
+splits_rounds "tree var"
 ab_rounds "tree var" 60 --forward --dims 128 64 256 --causal both --seqlens 512 1024 2048 8192 > "$OUT/ab_table.txt"
 cat "$OUT/ab_table.txt"
 for name in tree var; do

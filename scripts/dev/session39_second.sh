@@ -28,13 +28,7 @@ for tool in memcheck synccheck racecheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 "${filter[@]}" --target-processes all $PY -m pytest tests/gpu/test_kvcache.py \
     -q -x -p no:cacheprovider -k sanitizer_subset
 done
-for round in 1 2 3; do
-  for name in tree pdl; do
-    PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timed "splits $name $round" 60 "splits_${name}_$round.log" \
-      $PY scripts/dev/decode_splits.py --splits 0 --cases 1x8192 1x131072 32x4096
-  done
-done
-for name in tree pdl; do echo "== $name"; grep -E "^B|heuristic|CUDNN" "$OUT"/splits_${name}_*.log; done
+splits_rounds "tree pdl"
 # What a decode call costs the host (shim_cost.py's decode rows, new in session 38): the generation
 # rows are host-bound, so this says what of them is ours.
 for name in tree pdl; do

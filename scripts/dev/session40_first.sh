@@ -46,13 +46,7 @@ for tool in memcheck racecheck synccheck; do
   mv "$OUT/san_$tool.log" "$OUT/san_${tool}_var.log" 2>/dev/null
   PYTHONPATH="/tmp/pkg_var2/python${SITE:+:$SITE}" sanitize_subset $tool 60 tests/gpu/test_fwd_many_tiles.py
 done
-for round in 1 2 3; do
-  for name in tree var; do
-    PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timed "splits $name $round" 60 "splits_${name}_$round.log" \
-      $PY scripts/dev/decode_splits.py --splits 0 --cases 1x8192 1x131072 32x4096
-  done
-done
-for name in tree var; do echo "== $name"; grep -E "^B|heuristic|CUDNN" "$OUT"/splits_${name}_*.log; done
+splits_rounds "tree var"
 ab_rounds "tree var var2" 60 --forward --dims 256 --causal both --seqlens 512 1024 2048 8192 > "$OUT/ab_table.txt"
 cat "$OUT/ab_table.txt"
 wait
