@@ -91,7 +91,7 @@ build_copy() {
   rm -f python/flashsdpa/_C*.so
   env "$@" FLASHSDPA_BUILD_DIR=/tmp/build_$name FLASHSDPA_DTYPES="${BUILD_DTYPES:-bf16}" FLASHSDPA_HEAD_DIMS="$dims" \
     FLASHSDPA_ARCHS=90 FLASHSDPA_BUILD_JOBS="$(nproc)" FLASHSDPA_PTXAS_VERBOSE=1 \
-    timeout 200 $PY setup.py build_ext --inplace > "$OUT/build_$name.log" 2>&1
+    timeout "${BUILD_TIMEOUT:-200}" $PY setup.py build_ext --inplace > "$OUT/build_$name.log" 2>&1
   local rc=$?
   check "build $name" $rc
   [[ $rc == 0 ]] && mkdir -p /tmp/pkg_$name && cp -r python /tmp/pkg_$name/

@@ -451,6 +451,24 @@ def skip_unless_compiled(dtype: torch.dtype, head_dim: int, head_dim_v: int | No
     pytest.skip(f"narrowed build lacks {bucket}: {reason}")
 
 
+def skip_unless_family_bucket(family: str, head_dim: int, direction: str = "forward") -> None:
+    """Skip where this build's ``family`` lacks the head-dim bucket of ``head_dim`` in ``direction``
+    (a narrowed build: a wider bucket or the other family then serves the call), for tests that
+    assert which family, kernel or schedule runs; fail instead where the run asked for the bucket
+    (kernel_required). A family missing from the table altogether is the test's own case."""
+    import pytest
+
+    import flashsdpa
+
+    bucket = next(b for b in ALL_BUCKETS if b >= head_dim)
+    table = {f["family"]: f for f in flashsdpa.capabilities()}
+    if family not in table or bucket in table[family]["head_dims_by_direction"].get(direction, ()):
+        return
+    if kernel_required(torch.bfloat16, head_dim):
+        pytest.fail(f"the {family} family's {direction} head-dim bucket {bucket} missing from this build")
+    pytest.skip(f"narrowed build: the {family} family lacks its {direction} head-dim bucket {bucket}")
+
+
 @contextlib.contextmanager
 def fresh_compile() -> Iterator[None]:
     """torch.compile with no graph from earlier tests and no on-disk caches: the cache keys do not

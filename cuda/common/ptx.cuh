@@ -216,16 +216,6 @@ __device__ __forceinline__ void grid_dependency_wait() {
 #endif
 }
 
-// FLASHSDPA_DECODE_PDL (dev A/B, session 38 prepared, second form session 39; 0 default: SASS
-// unchanged): the decode kernel launched programmatically too (decode_launch_sm80.cuh), waiting
-// for its predecessor at its start, and the split combine (split_combine.cuh) letting the next
-// launch past its own wait: the next decode call's grid is resident and waiting when this one's
-// combine ends, instead of launched after it. (The first form, triggers at both kernels' starts,
-// lost 4-21% on the H100: kernel_notes_decode.md.)
-#ifndef FLASHSDPA_DECODE_PDL
-#define FLASHSDPA_DECODE_PDL 0
-#endif
-
 // ---- a grid's timeline (dev only: -DFLASHSDPA_GRID_TIMELINE=1) ------------------------------------
 // %globaltimer (nanoseconds, one clock for every SM) at points of each CTA's life, thread 0, for
 // the decode path's two kernels (kernel 0: the split decode kernel, start / end; kernel 1: the

@@ -42,13 +42,12 @@ __global__ void __launch_bounds__(32 * kCombineWarps)
   const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
   grid_stamp(1, 0);
   grid_dependency_wait();  // (programmatic launch) the decode kernel's partials are complete
-#if FLASHSDPA_DECODE_PDL
-  // The next decode call (launched programmatically) may take SM slots now, past the wait: the
-  // decode grid has ended, so its CTAs share the SMs with this small grid only. (Session 39's
-  // first form triggered before the wait, which let the next call's 264 CTAs sit resident beside
-  // this call's running decode grid: B 1 x 8k 18.8 -> 19.6 us.)
+  // The next decode call (launched programmatically: decode_launch_sm80.cuh) may take SM slots
+  // now, past the wait: the decode grid has ended, so its CTAs share the SMs with this small grid
+  // only, and are resident when it ends (H100, graph, session 40: B 1 x 8k 18.8 -> 18.4 us, the
+  // long calls unchanged). Triggered before the wait (session 39's first form), the next call's
+  // 264 CTAs sat resident beside this call's running decode grid: 18.8 -> 19.6 us.
   grid_dependents_launch();
-#endif
   grid_stamp(1, 1);
 
   const int splits = min(p.num_splits, kMaxSplits);

@@ -438,22 +438,18 @@ template <typename Traits, ModsKind kMods = kModsNone>
 __global__ void __launch_bounds__(Traits::kNThreads)
     flashsdpa_decode_sm80_kernel(const __grid_constant__ AttnFwdParams params) {
   extern __shared__ __align__(128) char decode_smem[];
+  grid_stamp(0, 0);
   // The split combine (launched programmatically after this kernel on sm_90+) may start now: it
   // waits on the GPU for this grid's completion before reading the partials, and its few CTAs
-  // (B * Hq * Sq / 4) take SM slots only once every CTA of this grid has started. No-op below sm_90.
-  grid_stamp(0, 0);
-#if FLASHSDPA_DECODE_PDL
-  // Only where a combine follows: a call of one split is followed by whatever comes next, the
-  // next decode call among them, whose waiting CTAs would take this grid's SM slots (session 39's
-  // first form triggered always: B 32 x 4k, one split, 172.4 -> 194.5 us).
+  // (B * Hq * Sq / 4) take SM slots only once every CTA of this grid has started. Only where a
+  // combine follows: a call of one split is followed by whatever comes next, the next decode call
+  // among them, whose waiting CTAs would take this grid's SM slots (session 39's trigger in every
+  // call: B 32 x 4k, one split, 172.4 -> 194.5 us on the H100). No-op below sm_90.
   if (params.num_splits > 1) grid_dependents_launch();
   // (decode_launch_sm80.cuh: launched programmatically on sm_90+) the previous kernel's outputs,
   // q and the caches among them, are complete and visible only past this wait; nothing of global
   // memory is read before it. A plain launch returns at once.
   grid_dependency_wait();
-#else
-  grid_dependents_launch();
-#endif
   const SplitKvScheduler sched = decode_scheduler_sm80<Traits>(params);
   for (WorkTile tile = sched.initial_tile(); tile.valid(); tile = sched.next_tile(tile)) {
     decode_sm80::compute_tile<Traits, kMods>(params, tile, decode_smem);

@@ -36,8 +36,8 @@ cudaError_t run_decode_sm80_mods(const AttnFwdParams& params, cudaStream_t strea
   if (const cudaError_t err = opt_in_dynamic_smem<&flashsdpa_decode_sm80_kernel<Traits, kMods>>(kSmem);
       err != cudaSuccess)
     return err;
-#if FLASHSDPA_DECODE_PDL
-  // (split_combine.cuh's FLASHSDPA_DECODE_PDL) programmatic where the kernel has its wait.
+  // Programmatic where the kernel has its wait (sm_90+): the combine before it (split_combine.cuh)
+  // lets it launch past its own wait, so its CTAs are resident when the previous call ends.
   bool programmatic = false;
   if (params.cc_major >= 9) {
     if (const cudaError_t err = programmatic_capable<&flashsdpa_decode_sm80_kernel<Traits, kMods>>(programmatic);
@@ -52,9 +52,6 @@ cudaError_t run_decode_sm80_mods(const AttnFwdParams& params, cudaStream_t strea
   } else {
     kernel<<<static_cast<unsigned>(grid), Traits::kNThreads, kSmem, stream>>>(params);
   }
-#else
-  kernel<<<static_cast<unsigned>(grid), Traits::kNThreads, kSmem, stream>>>(params);
-#endif
   if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   return params.num_splits > 1 ? launch_split_combine<Elem>(params, stream) : cudaSuccess;
 }

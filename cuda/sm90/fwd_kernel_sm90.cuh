@@ -85,18 +85,6 @@ constexpr FwdTileShapeSm90 kFwdShortTileSm90{128, 128, 2};
 // workspace size (fwd_workspace_sm90) both ask (tiles_sm90.cu, with the measurements).
 bool fwd_sm90_short_tile(const AttnFwdParams& params);
 
-// FLASHSDPA_SM90_FWD_O_IN_KV (dev A/B, session 39; 0 default: SASS unchanged; 2: the slots
-// released at the next tile's first Q K^T, see kOInKvDeferred): at d256, where O is
-// staged in Q's only slot, stage it in the tile's last K slot (warpgroup 0's rows) and last V slot
-// (warpgroup 1's) instead, released to the producer once the O store has read them, so Q is
-// released at the tile's last Q K^T. Session 39's tile timeline (H100, d256 S 512, tree): each
-// tile waits 4,732 / 5,149 cycles (wg 0 / 1) for its Q, of a 30,125-cycle tile, because the
-// producer issues the next Q (and after it the next K / V) only when the O store has read Q's slot;
-// the direct-store variant, which released Q at the last Q K^T, waited 161 / 130 there.
-#ifndef FLASHSDPA_SM90_FWD_O_IN_KV
-#define FLASHSDPA_SM90_FWD_O_IN_KV 0
-#endif
-
 template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
           int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone, bool kDropout_ = false>
 struct FwdTraitsSm90 {
@@ -158,23 +146,25 @@ struct FwdTraitsSm90 {
   static constexpr int kBaseBytes = kQBytes + 2 * kStages * kKVBytes + kBiasBytes + kBarrierBytes + 1024;
   static constexpr int kSmemLimit = 227 * 1024;
   // O is staged for its TMA store in a region of its own where shared memory allows (d <= 128):
-  // the next tile's Q then loads while this tile's O is stored. At d = 256 it reuses the Q tile,
-  // whose next load waits for the store to have read it.
+  // the next tile's Q then loads while this tile's O is stored. At d = 256 it has none (kOInKv).
   static constexpr bool kSeparateO = kBaseBytes + kQBytes <= kSmemLimit;
   // Two Q slots where they fit too (d <= 128): the next tile's Q lands while this tile's last
   // blocks run, instead of after its last Q K^T (persistent short sequences wait on it).
   static constexpr int kQStages = kMaxQStages_ > 1 && kSeparateO && kBaseBytes + 2 * kQBytes <= kSmemLimit ? 2 : 1;
   static constexpr int kSmemBytes = kBaseBytes + (kSeparateO ? kQBytes : 0) + (kQStages - 1) * kQBytes;
-  // Where O has no region of its own (d256), FLASHSDPA_SM90_FWD_O_IN_KV stages it in the tile's
-  // last K and V slots instead of Q's (see consume()), so Q is released at the last Q K^T, as with
-  // a region of its own.
-  static constexpr bool kOInKv = !kSeparateO && FLASHSDPA_SM90_FWD_O_IN_KV;
-  // (FLASHSDPA_SM90_FWD_O_IN_KV=2) the slots' release left to the next tile's first Q K^T, under
-  // which thread 0 waits for the store's read instead of at this tile's end.
-  static constexpr bool kOInKvDeferred = kOInKv && FLASHSDPA_SM90_FWD_O_IN_KV == 2;
-  // Q's slot is free at the tile's last Q K^T (one arrival a warp), else after the O store has
-  // read it (one arrival a warpgroup).
-  static constexpr bool kQEarly = kSeparateO || kOInKv;
+  // Where O has no region of its own (d256), it is staged in the tile's last K slot (warpgroup
+  // 0's rows) and last V slot (warpgroup 1's), so Q's only slot is free at the tile's last Q K^T
+  // (one arrival a warp) as with a region of its own; the two slots go back to the producer at
+  // the next tile's first Q K^T, under which thread 0 waits for the O store's read (consume()).
+  // Staged in Q's slot before (session 39's tile timeline, H100, d256 S 512): each tile waited
+  // 4,732 / 5,149 cycles (wg 0 / 1) of its ~30,100 for its Q, which the producer could issue only
+  // once the O store had read the slot; 120 / 120 staged here. Against O in Q's slot (session 40,
+  // H100, 3 alternating rounds of bwd_ab.py --forward, TFLOP/s ratio, dense / causal): S 512
+  // 1.047 / 1.071, 1k 1.027 / 1.030, 2k 1.021 / 1.007, 8k 1.015 / 1.007. The slots released at
+  // this tile's end instead (thread 0 waiting there for the read): 1.049 / 1.060 ... 1.004 / 1.000.
+  static constexpr bool kOInKv = !kSeparateO;
+  // (kOInKv) the next tile's first K / V must land in another slot than the one its O store holds.
+  static_assert(!kOInKv || kStages >= 2, "O in the last K / V slots needs a ring of two slots or more");
 
   static_assert(std::is_same<Elem, __half>::value || std::is_same<Elem, __nv_bfloat16>::value, "fp16 or bf16");
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head-dim buckets are whole 128-byte column blocks");
@@ -279,7 +269,7 @@ struct SmemLayout {
     k = q + Traits::kQStages * Traits::kQBytes;
     v = k + Traits::kStages * Traits::kKVBytes;
     bias = v + Traits::kStages * Traits::kKVBytes;
-    o = Traits::kSeparateO ? bias + Traits::kBiasBytes : q;
+    o = Traits::kSeparateO ? bias + Traits::kBiasBytes : 0;  // (kOInKv: O is staged in K / V slots)
     bars = bias + Traits::kBiasBytes + (Traits::kSeparateO ? Traits::kQBytes : 0);
   }
   __device__ __forceinline__ uint32_t q_slot(int s) const { return q + s * Traits::kQBytes; }
@@ -358,7 +348,7 @@ __device__ __forceinline__ TileWork item_work(const AttnFwdParams& p, const FwdI
 struct RingState {
   int kv = 0;
   int q = 0;
-  int o_pending = -1;  // (kOInKvDeferred, a consumer's thread 0) the slot its last O store still reads
+  int o_pending = -1;  // (kOInKv, a consumer's thread 0) the K / V slot its last O store still reads
 };
 
 // The producer: per tile, Q once its slot is free, then K_j and V_j for j from the last visible
@@ -587,12 +577,10 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   auto turn_end = [&] {
     if constexpr (Traits::kPingPong) sm90::named_arrive(kBarTurn + (cwg + 1) % kWGs, 256);
   };
-  // Q's slot is free for the next tile once this warpgroup's last Q K^T has completed (O staged
-  // apart), or once its O store has read the slot (O staged in Q's place: see the epilogue).
+  // Q's slot is free for the next tile once this warpgroup's last Q K^T has completed (O is
+  // staged elsewhere: in a region of its own or, kOInKv, in the last K / V slots).
   auto release_q = [&] {
-    if constexpr (Traits::kQEarly) {
-      if (arriver) sm90::mbar_arrive(sm.q_empty(q_slot));
-    }
+    if (arriver) sm90::mbar_arrive(sm.q_empty(q_slot));
   };
   // (kOInKv) a tile's last K / V slots, O's staging, back to the producer once every warpgroup has
   // released them: thread 0 of each adds its warpgroup's share (4 of the 4 x kConsumerWGs arrivals
@@ -638,9 +626,9 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       }
     }
   };
-  // The staging rows of this warpgroup are free once its previous store has read them (thread 0
-  // waits for that before the barrier) and, when O takes Q's slot, once Q K^T is done (it is:
-  // the last block's S was waited for before its softmax).
+  // (O's region of its own) the staging rows of this warpgroup are free once its previous store
+  // has read them: thread 0 waits for that before the barrier. (kOInKv stages O in this tile's
+  // last K / V slots, which the producer refilled only after any earlier store had read them.)
   auto wait_o_rows = [&] {
     if (tid == 0) sm90::tma_store_wait_read();
     sm90::named_sync(kBarEpilogue + cwg, 128);
@@ -664,7 +652,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       tl_stamp(kTlFirstTurn, tl_tile, cwg, tid);
       gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
       turn_end();
-      if constexpr (Traits::kOInKvDeferred) {
+      if constexpr (Traits::kOInKv) {
         // The previous tile's O store has long read its slots (a round trip ago, ~1,000 cycles at
         // d256 S 512): the wait, if any, runs under this first S. The slot is this tile's second.
         if (tid == 0 && ring.o_pending >= 0) {
@@ -753,15 +741,15 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   softmax.template rescale<kDTiles>(o, mult);
   if constexpr (Traits::kTailSplit) {
     if (w.tail >= 0 && !merge_pieces<Traits>(args, sm, w, cwg, o_acc, lse)) {
-      // Another piece of the tile stores it. O staged in Q's slot (d256) releases the slot after
-      // the store; with no store, now (every thread's Q K^T completed: merge_pieces synced them).
-      static_assert(Traits::kSeparateO, "a piece that stores nothing holds no staging slot to release");
+      // Another piece of the tile stores it. (O staged in the last K / V slots, d256, would have
+      // to release them here: the split tail runs where O has a region of its own.)
+      static_assert(Traits::kSeparateO, "a piece that stores nothing must release no staging slot");
       return;
     }
   }
   // O through shared memory: a TMA store (dense), or the valid rows copied out (varlen). Column
   // block c (64 values, 128 bytes) of the tile's staged row `row` starts at o_addr(c, row): in O's
-  // region (or Q's slot), kBlockM rows a column block, or (kOInKv) in the last K slot (warpgroup 0)
+  // region, kBlockM rows a column block, or (kOInKv) in the last K slot (warpgroup 0)
   // or V slot (warpgroup 1), whose 64 keys x 256 values hold the warpgroup's 64 rows x 256 values.
   // Either way a warpgroup's 64 rows of a column block start 1024-byte aligned (the swizzle's atom).
   static_assert(!Traits::kOInKv || (Traits::kConsumerWGs == 2 && Traits::kKVBytes == 64 * Traits::kHeadDim * 2),
@@ -801,15 +789,11 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
           *reinterpret_cast<uint4*>(out + int64_t(r) * p.o_row_stride + c * 8) = ld_shared_v4(addr);
         }
       }
-      if constexpr (!Traits::kSeparateO) {
-        // O sits in Q's slot (or the last K / V slots): the next Q (K / V) may land only after
-        // every thread has read its rows.
+      if constexpr (Traits::kOInKv) {
+        // O sits in the last K / V slots: the next K / V may land there only after every thread
+        // has read its rows.
         sm90::named_sync(kBarEpilogue + cwg, 128);
-        if constexpr (Traits::kOInKv) {
-          if (tid == 0) release_o_slots(last_slot);  // (a tile with keys: a keyless one stages nothing)
-        } else if (tid == 0 && w.has_keys()) {
-          sm90::mbar_arrive(sm.q_empty(0));
-        }
+        if (tid == 0) release_o_slots(last_slot);  // (a tile with keys: a keyless one stages nothing)
       }
     } else if (tid == 0) {
 #pragma unroll
@@ -819,26 +803,16 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       }
       sm90::tma_store_commit();
       tl_stamp(kTlStoreIssued, tl_tile, cwg, tid);
-      if constexpr (!Traits::kSeparateO) {
-        // O sits in Q's slot (or the last K / V slots): the next Q (K / V) may land only after the
-        // store has read it.
-        if constexpr (Traits::kOInKvDeferred) {
-          ring.o_pending = last_slot;  // the next tile's second block needs it: released at its first Q K^T
-        } else if constexpr (Traits::kOInKv) {
-          sm90::tma_store_wait_read();
-          release_o_slots(last_slot);
-        } else {
-          sm90::tma_store_wait_read();
-          if (w.has_keys()) sm90::mbar_arrive(sm.q_empty(0));
-        }
+      if constexpr (Traits::kOInKv) {
+        // O sits in the last K / V slots: the next K / V may land there only after the store has
+        // read it. The next tile's second block needs the slot: released at its first Q K^T.
+        ring.o_pending = last_slot;
       }
     }
   };
   if (!Traits::kSeparateO && !w.has_keys()) {
-    // O (0: no key) where it would be staged in Q's slot, which the producer may already be
-    // filling with the next tile's Q (this tile loaded none, so nothing of its holds the slot;
-    // with kOInKv it holds no K / V slot either):
-    // straight from registers, the tile's valid rows only.
+    // O (0: no key) where it has no region of its own: this tile loaded no K / V, so it holds no
+    // slot to stage O in; straight from registers, the tile's valid rows only.
     Elem* out = static_cast<Elem*>(p.o) + batch_offset(p, tile.batch, p.o_batch_stride) + tile.head * p.o_head_stride +
                 int64_t(w.q_row0) * p.o_row_stride;
 #pragma unroll
@@ -1072,8 +1046,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
 #pragma unroll
     for (int s = 0; s < Traits::kQStages; ++s) {
       sm90::mbar_init(sm.q_full(s), 1);
-      // (a release at the last Q K^T: one arriver a warp; after the O store: thread 0 a warpgroup)
-      sm90::mbar_init(sm.q_empty(s), Traits::kQEarly ? 4 * Traits::kConsumerWGs : Traits::kConsumerWGs);
+      sm90::mbar_init(sm.q_empty(s), 4 * Traits::kConsumerWGs);  // released at the last Q K^T: one arriver a warp
     }
 #pragma unroll
     for (int s = 0; s < Traits::kStages; ++s) {

@@ -29,6 +29,7 @@ from helpers import (
     grads_or_zeros,
     max_error,
     skip_unless_compiled,
+    skip_unless_family_bucket,
 )
 
 GPU_SKIP = gpu_skip_reason()
@@ -336,6 +337,8 @@ def test_features_route(request: pytest.FixtureRequest) -> None:
     deterministic mode the slopes' and sinks' gradients (float atomic sums) are served by no
     family, softcap's and dropout's backward by sm90."""
     skip_unless_compiled(torch.bfloat16, 128)
+    skip_unless_family_bucket("sm90", 128, "forward")
+    skip_unless_family_bucket("sm90", 128, "backward")
     table = {f["family"]: f for f in flashsdpa.capabilities()}
     both = {"softcap", "alibi", "sinks", "bias", "dropout"}
     assert set(table["sm80"]["features"]) == both

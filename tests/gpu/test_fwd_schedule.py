@@ -17,7 +17,15 @@ import torch
 
 import flashsdpa
 from flashsdpa import _backend, masks
-from helpers import Shape, check_attention, default_scale, gpu_skip_reason, make_qkv, skip_unless_compiled
+from helpers import (
+    Shape,
+    check_attention,
+    default_scale,
+    gpu_skip_reason,
+    make_qkv,
+    skip_unless_compiled,
+    skip_unless_family_bucket,
+)
 
 GPU_SKIP = gpu_skip_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU_SKIP is not None, reason=f"GPU suite: {GPU_SKIP}")]
@@ -76,6 +84,7 @@ def test_dynamic_schedule_matches_reference(
     q, k, v = make_qkv(shape, torch.bfloat16, DEVICE, layout="bshd", generator=gen)
     scale = default_scale(shape.head_dim)
     if torch.cuda.get_device_capability() == (9, 0) and "FLASHSDPA_FAMILY" not in os.environ:
+        skip_unless_family_bucket("sm90", shape.head_dim, "forward")
         assert _dynamic(q, k, v, mask) == DYNAMIC[shape.name], "the sm90 forward's schedule choice"
     out, lse = flashsdpa.attention(q, k, v, **_kwargs(mask, scale))
     check_attention(q, k, v, None, out, None, lse, scale=scale, causal_mode=mask)
