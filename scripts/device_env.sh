@@ -216,7 +216,7 @@ ab_rounds() {
   shift 2
   for round in 0 1 2; do
     for name in $names; do
-      (( SECONDS > 550 )) && break 2
+      (( SECONDS > ${AB_STOP:-550} )) && break 2
       PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timeout "$limit" $PY scripts/dev/bwd_ab.py --rounds 1 --json "$@" \
         >> "$OUT/ab_$name.jsonl" 2>> "$OUT/ab_$name.err"
       check "A/B $name round $round" $?
