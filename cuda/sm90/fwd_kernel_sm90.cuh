@@ -85,18 +85,6 @@ constexpr FwdTileShapeSm90 kFwdShortTileSm90{128, 128, 2};
 // workspace size (fwd_workspace_sm90) both ask (tiles_sm90.cu, with the measurements).
 bool fwd_sm90_short_tile(const AttnFwdParams& params);
 
-// FLASHSDPA_SM90_FWD_WARP_STORE (dev A/B, session 40 prepared; 0 default: SASS unchanged): a dense
-// O stored by each warp's lane 0 as soon as the warp has staged its own 16 rows (TMA boxes of 16
-// rows instead of the warpgroup's 64), so the epilogue has no warpgroup barrier before the store
-// and four threads issue the stores instead of one; each warp's lane 0 then waits for its own
-// store's read (the O rows' wait; kOInKv: the slots' release, one arrival a warp). Session 37's
-// tile timeline (H100, d128 S 512, wg 0 / 1): staging + fence + barrier 362 / 383 cycles, the
-// TMA store's issue 375 / 262; session 40's at d256 (O in the K / V slots): the issue 1,036 /
-// 1,054, thread 0 alone while its warp, and so the warpgroup's next wgmma, waits.
-#ifndef FLASHSDPA_SM90_FWD_WARP_STORE
-#define FLASHSDPA_SM90_FWD_WARP_STORE 0
-#endif
-
 template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
           int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone, bool kDropout_ = false>
 struct FwdTraitsSm90 {
@@ -177,9 +165,6 @@ struct FwdTraitsSm90 {
   static constexpr bool kOInKv = !kSeparateO;
   // (kOInKv) the next tile's first K / V must land in another slot than the one its O store holds.
   static_assert(!kOInKv || kStages >= 2, "O in the last K / V slots needs a ring of two slots or more");
-  // (FLASHSDPA_SM90_FWD_WARP_STORE) a dense O stored a warp's 16 rows at a time by its lane 0.
-  static constexpr bool kWarpStore = FLASHSDPA_SM90_FWD_WARP_STORE;
-  static constexpr int kOStoreRows = kWarpStore ? 16 : 64;  // the O store's TMA box rows
 
   static_assert(std::is_same<Elem, __half>::value || std::is_same<Elem, __nv_bfloat16>::value, "fp16 or bf16");
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head-dim buckets are whole 128-byte column blocks");
@@ -599,15 +584,11 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   };
   // (kOInKv) a tile's last K / V slots, O's staging, back to the producer once every warpgroup has
   // released them: thread 0 of each adds its warpgroup's share (4 of the 4 x kConsumerWGs arrivals
-  // each slot counts), or (kWarpStore, dense) each warp's lane 0 its warp's one.
-  auto release_o_slots = [&](int slot, uint32_t arrivals) {
-    sm90::mbar_arrive(sm.k_empty(slot), arrivals);
-    sm90::mbar_arrive(sm.v_empty(slot), arrivals);
+  // each slot counts).
+  auto release_o_slots = [&](int slot) {
+    sm90::mbar_arrive(sm.k_empty(slot), 4);
+    sm90::mbar_arrive(sm.v_empty(slot), 4);
   };
-  // (kWarpStore) whether this call's O goes by each warp's own TMA store (dense; varlen copies out).
-  const bool warp_store = Traits::kWarpStore && p.cu_seqlens_q == nullptr;
-  // The thread that issued (and waits for) this warp's O store: thread 0, or each warp's lane 0.
-  [[maybe_unused]] const bool o_storer = warp_store ? lane == 0 : tid == 0;
 
   // The epilogue's parts that do not need O (finish_rows, store_lse, wait_o_rows) run under the
   // last P V in a tile with keys. mult: the rows' factor on O (1 / sum, with dropout's 1 / (1 - p)).
@@ -649,11 +630,6 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
   // has read them: thread 0 waits for that before the barrier. (kOInKv stages O in this tile's
   // last K / V slots, which the producer refilled only after any earlier store had read them.)
   auto wait_o_rows = [&] {
-    if (warp_store) {  // a warp's rows were read by its own store only
-      if (lane == 0) sm90::tma_store_wait_read();
-      __syncwarp();
-      return;
-    }
     if (tid == 0) sm90::tma_store_wait_read();
     sm90::named_sync(kBarEpilogue + cwg, 128);
   };
@@ -679,9 +655,9 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       if constexpr (Traits::kOInKv) {
         // The previous tile's O store has long read its slots (a round trip ago, ~1,000 cycles at
         // d256 S 512): the wait, if any, runs under this first S. The slot is this tile's second.
-        if (o_storer && ring.o_pending >= 0) {
+        if (tid == 0 && ring.o_pending >= 0) {
           sm90::tma_store_wait_read();
-          release_o_slots(ring.o_pending, warp_store ? 1 : 4);
+          release_o_slots(ring.o_pending);
           ring.o_pending = -1;
         }
       }
@@ -797,21 +773,6 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       }
     }
     sm90::fence_async_shared();
-    if (warp_store) {
-      __syncwarp();
-      tl_stamp(kTlStaged, tl_tile, cwg, tid);
-      if (lane == 0) {
-        const int row = cwg * 64 + warp * 16;
-#pragma unroll
-        for (int c = 0; c < Traits::kColBlocks; ++c)
-          sm90::tma_store_4d(&args.tma_o, o_addr(c, row), c * 64, tile.block * Traits::kBlockM + row, tile.head,
-                             tile.batch);
-        sm90::tma_store_commit();
-        tl_stamp(kTlStoreIssued, tl_tile, cwg, tid);
-        if constexpr (Traits::kOInKv) ring.o_pending = last_slot;  // released at the next tile's first Q K^T
-      }
-      return;
-    }
     sm90::named_sync(kBarEpilogue + cwg, 128);
     tl_stamp(kTlStaged, tl_tile, cwg, tid);
     if (p.cu_seqlens_q != nullptr) {
@@ -832,7 +793,7 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
         // O sits in the last K / V slots: the next K / V may land there only after every thread
         // has read its rows.
         sm90::named_sync(kBarEpilogue + cwg, 128);
-        if (tid == 0) release_o_slots(last_slot, 4);  // (a tile with keys: a keyless one stages nothing)
+        if (tid == 0) release_o_slots(last_slot);  // (a tile with keys: a keyless one stages nothing)
       }
     } else if (tid == 0) {
 #pragma unroll
@@ -1161,8 +1122,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
     if constexpr (Traits::kPingPong) {
       if (cwg == 0) sm90::named_sync(fwd_sm90::kBarTurn, 256);
     }
-    // Shared memory must outlive the last store's reads (each warp's lane 0 issued its own: kWarpStore).
-    if (threadIdx.x % (Traits::kWarpStore ? 32 : 128) == 0) sm90::tma_store_wait_read();
+    if (threadIdx.x % 128 == 0) sm90::tma_store_wait_read();  // shared memory must outlive the last store's reads
   }
 #endif
 }

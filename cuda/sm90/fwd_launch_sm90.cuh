@@ -57,7 +57,7 @@ cudaError_t launch_fwd_sm90(const AttnFwdParams& params, cudaStream_t stream, bo
   cudaError_t err = encode_tma_all({{&args.tma_q, tma_q(params), Traits::kBlockM},
                                     {&args.tma_k, tma_k(params), Traits::kBlockN},
                                     {&args.tma_v, tma_v(params), Traits::kBlockN},
-                                    {&args.tma_o, tma_o(params), Traits::kOStoreRows}},
+                                    {&args.tma_o, tma_o(params), 64}},
                                    bf16);
   if (err != cudaSuccess) return err;
   if ((err = opt_in_dynamic_smem<&flashsdpa_fwd_sm90_kernel<Traits>>(kSmemBytes)) != cudaSuccess) return err;
