@@ -85,6 +85,19 @@ constexpr FwdTileShapeSm90 kFwdShortTileSm90{128, 128, 2};
 // workspace size (fwd_workspace_sm90) both ask (tiles_sm90.cu, with the measurements).
 bool fwd_sm90_short_tile(const AttnFwdParams& params);
 
+// FLASHSDPA_SM90_FWD_HALF_FIRST (dev A/B, session 40 prepared; 0 default: SASS unchanged): a
+// warpgroup whose rows see none of the upper half of the tile's first key block (causal: the
+// diagonal block of the tile's upper 64 rows; any block of Sk % 128 <= 64 keys) runs that block's
+// softmax on the lower half's columns only (32 exponentials a thread instead of 64) and packs P
+// with the upper half zero. The plain kernels with 128-key blocks (d64, d128). Session 37's
+// timeline (H100, d128 S 512): the first softmax 1,607 / 1,420 cycles (wg 0 / 1) of a ~15,100-cycle
+// tile, with only the other warpgroup's first S (~650) under warpgroup 0's. The S GEMM stays
+// whole: an N = 64 wgmma in a branch beside the N = 128 one made ptxas serialize every wgmma of
+// the kernel (C7511; d64 also spilled 272 bytes).
+#ifndef FLASHSDPA_SM90_FWD_HALF_FIRST
+#define FLASHSDPA_SM90_FWD_HALF_FIRST 0
+#endif
+
 template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
           int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone, bool kDropout_ = false>
 struct FwdTraitsSm90 {
@@ -163,6 +176,9 @@ struct FwdTraitsSm90 {
   // 1.047 / 1.071, 1k 1.027 / 1.030, 2k 1.021 / 1.007, 8k 1.015 / 1.007. The slots released at
   // this tile's end instead (thread 0 waiting there for the read): 1.049 / 1.060 ... 1.004 / 1.000.
   static constexpr bool kOInKv = !kSeparateO;
+  // (FLASHSDPA_SM90_FWD_HALF_FIRST) the first key block on its lower half where a warpgroup sees
+  // nothing above it: plain kernels with 128-key blocks.
+  static constexpr bool kHalfFirst = FLASHSDPA_SM90_FWD_HALF_FIRST && kBlockN == 128 && !kMods && !kDropout;
   // (kOInKv) the next tile's first K / V must land in another slot than the one its O store holds.
   static_assert(!kOInKv || kStages >= 2, "O in the last K / V slots needs a ring of two slots or more");
 
@@ -234,9 +250,9 @@ __device__ __forceinline__ void tl_stamp([[maybe_unused]] TimelineEvent event, [
 
 // S = Q K^T for this warpgroup's 64 rows (issued, committed; the caller waits). q_desc / k_desc
 // describe column block 0 of this warpgroup's Q rows and of the K slot.
-template <typename Traits>
-__device__ __forceinline__ void gemm_qk(float (&s)[Traits::kBlockN / 2], uint64_t q_desc, uint64_t k_desc) {
-  using Op = sm90::WgmmaOp<typename Traits::Elem, Traits::kBlockN>;
+template <typename Traits, int kN = Traits::kBlockN>  // kN < kBlockN: the slot's first kN keys only
+__device__ __forceinline__ void gemm_qk(float (&s)[kN / 2], uint64_t q_desc, uint64_t k_desc) {
+  using Op = sm90::WgmmaOp<typename Traits::Elem, kN>;
   sm90::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Traits::kKStepsQK; ++kk) {
@@ -647,6 +663,12 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     // First block: S only (nothing to multiply with V yet).
     {
       const int slot = ring.kv % kStages;
+      // (kHalfFirst) whether no row of this warpgroup sees the block's upper half (uniform).
+      [[maybe_unused]] bool half = false;
+      if constexpr (Traits::kHalfFirst) {
+        const int wg_last_row = min(tile.block * Traits::kBlockM + cwg * 64 + 63, w.mask.seqlen_q - 1);
+        half = w.mask.col_end(wg_last_row) <= n * kBlockN + kBlockN / 2;
+      }
       sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
       turn_begin();
       tl_stamp(kTlFirstTurn, tl_tile, cwg, tid);
@@ -668,10 +690,19 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       if (n == w.n_block_min) release_q();
       modify(n, need);
       if (n > w.n_block_min) stage_bias(n - 1, need = block_need(n - 1));
-      if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
       float correction[2];
-      softmax.template online_step<kNTiles>(s, scale_log2, correction);  // o is zero: no rescale needed
-      if constexpr (Traits::kDropout) apply_dropout(rng, s, warp_row, n * kBlockN);  // after the row sums
+      if (Traits::kHalfFirst && half) {
+        // The lower half's columns only; P's upper half (the next P V's last k-steps) is zero.
+        auto& sh = *reinterpret_cast<float(*)[1][kNTiles / 2][4]>(s_acc);
+        if (w.masked(n)) w.mask.apply(sh, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
+        softmax.template online_step<kNTiles / 2>(sh, scale_log2, correction);
+#pragma unroll
+        for (int j = kNTiles / 2; j < kNTiles; ++j) s[0][j][0] = s[0][j][1] = s[0][j][2] = s[0][j][3] = 0.f;
+      } else {
+        if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
+        softmax.template online_step<kNTiles>(s, scale_log2, correction);  // o is zero: no rescale needed
+        if constexpr (Traits::kDropout) apply_dropout(rng, s, warp_row, n * kBlockN);  // after the row sums
+      }
       sm90::accumulator_to_a<Elem, kNTiles>(p16, s);
       tl_stamp(kTlFirstSoft, tl_tile, cwg, tid);
       ++ring.kv;
