@@ -176,8 +176,8 @@ struct FwdTraitsSm90 {
   // 1.047 / 1.071, 1k 1.027 / 1.030, 2k 1.021 / 1.007, 8k 1.015 / 1.007. The slots released at
   // this tile's end instead (thread 0 waiting there for the read): 1.049 / 1.060 ... 1.004 / 1.000.
   static constexpr bool kOInKv = !kSeparateO;
-  // (FLASHSDPA_SM90_FWD_HALF_FIRST) the first key block on its lower half where a warpgroup sees
-  // nothing above it: plain kernels with 128-key blocks.
+  // (FLASHSDPA_SM90_FWD_HALF_FIRST) the first key block's softmax on its lower half where a
+  // warpgroup sees nothing above it: plain kernels with 128-key blocks.
   static constexpr bool kHalfFirst = FLASHSDPA_SM90_FWD_HALF_FIRST && kBlockN == 128 && !kMods && !kDropout;
   // (kOInKv) the next tile's first K / V must land in another slot than the one its O store holds.
   static_assert(!kOInKv || kStages >= 2, "O in the last K / V slots needs a ring of two slots or more");
@@ -250,9 +250,9 @@ __device__ __forceinline__ void tl_stamp([[maybe_unused]] TimelineEvent event, [
 
 // S = Q K^T for this warpgroup's 64 rows (issued, committed; the caller waits). q_desc / k_desc
 // describe column block 0 of this warpgroup's Q rows and of the K slot.
-template <typename Traits, int kN = Traits::kBlockN>  // kN < kBlockN: the slot's first kN keys only
-__device__ __forceinline__ void gemm_qk(float (&s)[kN / 2], uint64_t q_desc, uint64_t k_desc) {
-  using Op = sm90::WgmmaOp<typename Traits::Elem, kN>;
+template <typename Traits>
+__device__ __forceinline__ void gemm_qk(float (&s)[Traits::kBlockN / 2], uint64_t q_desc, uint64_t k_desc) {
+  using Op = sm90::WgmmaOp<typename Traits::Elem, Traits::kBlockN>;
   sm90::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Traits::kKStepsQK; ++kk) {
