@@ -87,9 +87,10 @@ bool fwd_sm90_short_tile(const AttnFwdParams& params);
 
 // FLASHSDPA_SM90_FWD_HALF_FIRST (dev A/B, session 40 prepared; 0 default: SASS unchanged): a
 // warpgroup whose rows see none of the upper half of the tile's first key block (causal: the
-// diagonal block of the tile's upper 64 rows; any block of Sk % 128 <= 64 keys) runs that block's
-// softmax on the lower half's columns only (32 exponentials a thread instead of 64) and packs P
-// with the upper half zero. The plain kernels with 128-key blocks (d64, d128). Session 37's
+// diagonal block of the tile's upper 64 rows; a last block of at most half the keys) runs that
+// block's softmax on the lower half's columns only (32 exponentials a thread instead of 64 at
+// d128) and packs P with the upper half zero; one that sees none of the block (d256's causal
+// diagonal tiles, warpgroup 0) skips that softmax. The plain kernels. Session 37's
 // timeline (H100, d128 S 512): the first softmax 1,607 / 1,420 cycles (wg 0 / 1) of a ~15,100-cycle
 // tile, with only the other warpgroup's first S (~650) under warpgroup 0's. The S GEMM stays
 // whole: an N = 64 wgmma in a branch beside the N = 128 one made ptxas serialize every wgmma of
@@ -177,8 +178,8 @@ struct FwdTraitsSm90 {
   // this tile's end instead (thread 0 waiting there for the read): 1.049 / 1.060 ... 1.004 / 1.000.
   static constexpr bool kOInKv = !kSeparateO;
   // (FLASHSDPA_SM90_FWD_HALF_FIRST) the first key block's softmax on its lower half where a
-  // warpgroup sees nothing above it: plain kernels with 128-key blocks.
-  static constexpr bool kHalfFirst = FLASHSDPA_SM90_FWD_HALF_FIRST && kBlockN == 128 && !kMods && !kDropout;
+  // warpgroup sees nothing above it, none where it sees nothing of the block: plain kernels.
+  static constexpr bool kHalfFirst = FLASHSDPA_SM90_FWD_HALF_FIRST && !kMods && !kDropout;
   // (kOInKv) the next tile's first K / V must land in another slot than the one its O store holds.
   static_assert(!kOInKv || kStages >= 2, "O in the last K / V slots needs a ring of two slots or more");
 
@@ -663,11 +664,14 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     // First block: S only (nothing to multiply with V yet).
     {
       const int slot = ring.kv % kStages;
-      // (kHalfFirst) whether no row of this warpgroup sees the block's upper half (uniform).
-      [[maybe_unused]] bool half = false;
+      // (kHalfFirst) whether no row of this warpgroup sees the block's upper half, or any of it
+      // (uniform across the warpgroup).
+      [[maybe_unused]] bool half = false, none = false;
       if constexpr (Traits::kHalfFirst) {
         const int wg_last_row = min(tile.block * Traits::kBlockM + cwg * 64 + 63, w.mask.seqlen_q - 1);
-        half = w.mask.col_end(wg_last_row) <= n * kBlockN + kBlockN / 2;
+        const int seen_end = w.mask.col_end(wg_last_row) - n * kBlockN;  // past the last key it sees
+        half = seen_end <= kBlockN / 2;
+        none = seen_end <= 0;
       }
       sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
       turn_begin();
@@ -691,7 +695,13 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       modify(n, need);
       if (n > w.n_block_min) stage_bias(n - 1, need = block_need(n - 1));
       float correction[2];
-      if (Traits::kHalfFirst && half) {
+      if (Traits::kHalfFirst && none) {
+        // A block the warpgroup's rows see nothing of (d256's 64-key diagonal blocks: the upper
+        // 64 rows of a causal tile): P is zero and the rows' state stays empty, as the softmax
+        // of an all -inf block would leave it.
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) s[0][j][0] = s[0][j][1] = s[0][j][2] = s[0][j][3] = 0.f;
+      } else if (Traits::kHalfFirst && half) {
         // The lower half's columns only; P's upper half (the next P V's last k-steps) is zero.
         auto& sh = *reinterpret_cast<float(*)[1][kNTiles / 2][4]>(s_acc);
         if (w.masked(n)) w.mask.apply(sh, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
