@@ -90,7 +90,7 @@ bool fwd_sm90_short_tile(const AttnFwdParams& params);
 // diagonal block of the tile's upper 64 rows; a last block of at most half the keys) runs that
 // block's softmax on the lower half's columns only (32 exponentials a thread instead of 64 at
 // d128) and packs P with the upper half zero; one that sees none of the block (d256's causal
-// diagonal tiles, warpgroup 0) skips that softmax. The plain kernels. Session 37's
+// diagonal tiles, warpgroup 0) skips that softmax and, at d256, its S GEMM. The plain kernels. Session 37's
 // timeline (H100, d128 S 512): the first softmax 1,607 / 1,420 cycles (wg 0 / 1) of a ~15,100-cycle
 // tile, with only the other warpgroup's first S (~650) under warpgroup 0's. The S GEMM stays
 // whole: an N = 64 wgmma in a branch beside the N = 128 one made ptxas serialize every wgmma of
@@ -676,7 +676,10 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
       turn_begin();
       tl_stamp(kTlFirstTurn, tl_tile, cwg, tid);
-      gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
+      // (kHalfFirst) a block this warpgroup sees nothing of needs no S. Only without ping-pong
+      // (d256): in the d64 / d128 kernels this branch made ptxas serialize the wgmmas (C7512) and
+      // spill 280 / 1,256 bytes, and their causal tiles give warpgroup 0 a half block, not none.
+      if (!(Traits::kHalfFirst && !Traits::kPingPong && none)) gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
       turn_end();
       if constexpr (Traits::kOInKv) {
         // The previous tile's O store has long read its slots (a round trip ago, ~1,000 cycles at

@@ -4,9 +4,10 @@
 # FLASHSDPA_SM90_FWD_HALF_FIRST=1: a warpgroup whose rows see none of the upper half of the tile's
 # first key block (causal: warpgroup 0 of every diagonal tile at d64 / d128) runs that block's
 # softmax on half the columns, and one that sees none of it (d256: warpgroup 0 of every causal
-# diagonal tile, 64-key blocks) skips that softmax (kernel_notes_fwd_sm90.md, "The first block's
-# softmax on half the columns"). ptxas 13.0: 0 spills, no C75xx; d128 plain 4,480 -> 5,224 SASS
-# instructions, d256 4,032 -> 4,744; the default build's fwd d64 / d128 / d256 SASS byte-identical.
+# diagonal tile, 64-key blocks) skips that softmax and its S GEMM (kernel_notes_fwd_sm90.md, "The
+# first block's softmax on half the columns"). ptxas 13.0: 0 spills, no C75xx; d128 plain 4,480 ->
+# 5,224 SASS instructions, d256 4,032 -> 4,760; the default build's fwd d64 / d128 / d256 SASS
+# byte-identical.
 # Prediction (H100): causal S 512 d128 / d64 +2-4%, d256 +1-3%; causal 1k +1-2%; causal 8k and
 # every non-causal cell within +-0.5%.
 #   run(command="bash scripts/dev/session41_first.sh", carry=[".whl"], timeout_s=540)
