@@ -679,7 +679,8 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       // (kHalfFirst) a block this warpgroup sees nothing of needs no S. Only without ping-pong
       // (d256): in the d64 / d128 kernels this branch made ptxas serialize the wgmmas (C7512) and
       // spill 280 / 1,256 bytes, and their causal tiles give warpgroup 0 a half block, not none.
-      if (!(Traits::kHalfFirst && !Traits::kPingPong && none)) gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
+      if (!(Traits::kHalfFirst && !Traits::kPingPong && none))
+        gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
       turn_end();
       if constexpr (Traits::kOInKv) {
         // The previous tile's O store has long read its slots (a round trip ago, ~1,000 cycles at
