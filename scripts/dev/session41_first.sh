@@ -8,7 +8,7 @@
 # first block's softmax on half the columns"). ptxas 13.0: 0 spills, no C75xx; d128 plain 4,480 ->
 # 5,224 SASS instructions, d256 4,032 -> 4,760; the default build's fwd d64 / d128 / d256 SASS
 # byte-identical.
-# Prediction (H100): causal S 512 d128 / d64 +2-4%, d256 +1-3%; causal 1k +1-2%; causal 8k and
+# Prediction (H100): causal S 512 d128 / d64 +2-4%, d256 +2-5% (its S GEMM skipped too); causal 1k +1-2%; causal 8k and
 # every non-causal cell within +-0.5%.
 #   run(command="bash scripts/dev/session41_first.sh", carry=[".whl"], timeout_s=540)
 set -uo pipefail
