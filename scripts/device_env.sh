@@ -207,6 +207,12 @@ splits_rounds() {
   done
   for name in $names; do echo "== $name"; grep -E "^B|heuristic|CUDNN" "$OUT"/splits_${name}_*.log; done
 }
+# The GPU test files that exercise the forward kernels (the sm90 tiles, their schedules, split tail,
+# masks, features, dropout, extremes): what a forward-kernel variant runs before its A/B, as
+# "${FWD_TESTS[@]}" (scripts used to spell the list out, each a little differently).
+FWD_TESTS=(tests/gpu/test_fwd_many_tiles.py tests/gpu/test_fwd_schedule.py tests/gpu/test_split_tail.py
+  tests/gpu/test_kernels.py tests/gpu/test_varlen_clamp.py tests/gpu/test_windows.py tests/gpu/test_extreme.py
+  tests/gpu/test_masks_gpu.py tests/gpu/test_features_gpu.py tests/gpu/test_dropout_gpu.py)
 # ab_rounds "NAMES" LIMIT ARGS...: 3 rounds alternating one process per build copy (build_copy's
 # /tmp/pkg_NAME) of `scripts/dev/bwd_ab.py --rounds 1 --json ARGS`, each under LIMIT seconds, its
 # JSON lines into $OUT/ab_NAME.jsonl; no new process once the call is 550 s old (the device tool

@@ -90,11 +90,11 @@ bool fwd_sm90_short_tile(const AttnFwdParams& params);
 // diagonal block of the tile's upper 64 rows; a last block of at most half the keys) runs that
 // block's softmax on the lower half's columns only (32 exponentials a thread instead of 64 at
 // d128) and packs P with the upper half zero; one that sees none of the block (d256's causal
-// diagonal tiles, warpgroup 0) skips that softmax and, at d256, its S GEMM. The plain kernels. Session 37's
-// timeline (H100, d128 S 512): the first softmax 1,607 / 1,420 cycles (wg 0 / 1) of a ~15,100-cycle
-// tile, with only the other warpgroup's first S (~650) under warpgroup 0's. The S GEMM stays
-// whole: an N = 64 wgmma in a branch beside the N = 128 one made ptxas serialize every wgmma of
-// the kernel (C7511; d64 also spilled 272 bytes).
+// diagonal tiles, warpgroup 0) skips that softmax and, at d256, its S GEMM. The plain kernels.
+// Session 37's timeline (H100, d128 S 512): the first softmax 1,607 / 1,420 cycles (wg 0 / 1) of
+// a ~15,100-cycle tile, with only the other warpgroup's first S (~650) under warpgroup 0's. At
+// d64 / d128 the S GEMM stays whole: an N = 64 wgmma in a branch beside the N = 128 one made ptxas
+// serialize every wgmma of the kernel (C7511; d64 also spilled 272 bytes).
 #ifndef FLASHSDPA_SM90_FWD_HALF_FIRST
 #define FLASHSDPA_SM90_FWD_HALF_FIRST 0
 #endif

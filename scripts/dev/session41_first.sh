@@ -17,10 +17,8 @@ source scripts/device_env.sh
 build_copy tree "64;128;256"
 BUILD_DTYPES="bf16;fp16" build_copy hf "64;128;256" CUDAFLAGS="-DFLASHSDPA_SM90_FWD_HALF_FIRST=1"
 require_copies tree hf
-PYTHONPATH="/tmp/pkg_hf/python${SITE:+:$SITE}" tests "half-first fwd tests" 150 tests_hf.log $PY -m pytest \
-  tests/gpu/test_fwd_many_tiles.py tests/gpu/test_fwd_schedule.py tests/gpu/test_kernels.py tests/gpu/test_varlen_clamp.py \
-  tests/gpu/test_windows.py tests/gpu/test_extreme.py tests/gpu/test_sdpa.py tests/gpu/test_masks_gpu.py \
-  -q -p no:cacheprovider -n 8
+PYTHONPATH="/tmp/pkg_hf/python${SITE:+:$SITE}" tests "half-first fwd tests" 180 tests_hf.log $PY -m pytest \
+  "${FWD_TESTS[@]}" tests/gpu/test_sdpa.py -q -p no:cacheprovider -n 8
 for tool in memcheck racecheck synccheck; do
   PYTHONPATH="/tmp/pkg_hf/python${SITE:+:$SITE}" sanitize_subset $tool 60 tests/gpu/test_fwd_many_tiles.py
 done

@@ -335,16 +335,16 @@ def test_cuda_graph_fresh_masks_per_replay() -> None:
     idx = torch.arange(sk, device=DEVICE)
     v[:, idx, :, idx] = 1  # out[i, j] = P_drop[i, j] / keep: the mask, read back
 
-    def run() -> Tensor:
-        return torch.ops.aten._flash_attention_forward(q, k, v, None, None, sq, sk, p, False, False)[0]
-
-    # Each graph's rng state output too (uint64[2]: the (seed, offset) its replay drew), so that a
-    # mismatch says whether the offsets or the masks differ: session 40's whole-suite run failed
-    # here once (H100, -n 8), and 20 repetitions in one process, 6 alone and 2 runs of this file
-    # did not (scripts/dev/dropout_graph_probe.py).
+    # The output and the rng state (uint64[2]: the (seed, offset) a replay drew), so that a mismatch
+    # says whether the offsets or the masks differ: session 40's whole-suite run failed here once
+    # (H100, -n 8), and 20 repetitions in one process, 6 alone and 2 runs of this file did not
+    # (scripts/dev/dropout_graph_probe.py).
     def run_with_state() -> tuple[Tensor, Tensor]:
         result = torch.ops.aten._flash_attention_forward(q, k, v, None, None, sq, sk, p, False, False)
         return result[0], result[2]
+
+    def run() -> Tensor:
+        return run_with_state()[0]
 
     before = _served(FLASH_FWD)
     with flashsdpa.enable():

@@ -27,8 +27,8 @@ DEVICE = "cuda"
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 # tiles = B x Hq x ceil(Sq / block_m): block_m 128 (d128, d256), 192 (d64 at these lengths); 132 SMs.
-# d256 (64-key blocks, one Q slot): O is staged where the next tile's data lands (Q's slot, or the
-# last K / V slots), so its cases cover the same boundaries.
+# d256 (64-key blocks, one Q slot): O is staged in the tile's last K / V slots, which the next
+# tile's second block reuses, so its cases cover the same boundaries.
 CASES = [
     (Shape("one_block_tiles", 12, 40, 40, 100, 100, 128), masks.NO_MASK),  # 480 tiles of one key block
     (Shape("bench_s512", 8, 16, 16, 512, 512, 128), masks.NO_MASK),  # 512 tiles of 4 blocks
