@@ -672,6 +672,13 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
         const int seen_end = w.mask.col_end(wg_last_row) - n * kBlockN;  // past the last key it sees
         half = seen_end <= kBlockN / 2;
         none = seen_end <= 0;
+        // Votes, so that ptxas knows the branches below are warp-uniform (from cwg and the mask
+        // alone they are). Without them (session 41, d64 plain kernel) it wrapped the softmax's
+        // shuffles in collective sequences (ENDCOLLECTIVE 0 -> 12) and moved the mainloop's wgmma
+        // descriptors out of uniform registers (R2UR 49 -> 100): every cell ran 0.88-0.99x the
+        // tree, dense 8k too. With them: R2UR 52, no ENDCOLLECTIVE.
+        half = __all_sync(0xffffffffu, half);
+        none = __all_sync(0xffffffffu, none);
       }
       sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
       turn_begin();
