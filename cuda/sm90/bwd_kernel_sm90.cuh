@@ -46,6 +46,10 @@
 #include "flashsdpa/params.h"
 #include "sm90/ptx_sm90.cuh"
 
+#ifndef FLASHSDPA_SM90_UNIFORM_WG  // (dev A/B, session 41: BwdTraitsSm90::kUniformWg)
+#define FLASHSDPA_SM90_UNIFORM_WG 0
+#endif
+
 namespace flashsdpa {
 
 struct BwdSm90Args {
@@ -213,6 +217,13 @@ struct BwdTraitsSm90 {
   // scripts/dev/bwd_dklate_ab.sh at 77b4e43): S 2k 1.020, causal 1.006; 8k 0.997, causal 1.022;
   // GQA 16/4 8k 1.071, causal 1.052; 2k 1.045, causal 1.052. Same registers (no spill, 232 live).
   static constexpr bool kDkLate = !kOverlap && !kMods && !kDropout;
+  // (FLASHSDPA_SM90_UNIFORM_WG, dev A/B, session 41; 0 default: SASS unchanged) the consumer
+  // warpgroup's index through a shuffle from lane 0, which ptxas then knows to be warp-uniform, so
+  // that K's and V's descriptors (cwg's rows) live in uniform registers: the plain d128 kernel's R2UR 101 -> 42, its S^T GEMM's eight
+  // HGMMAs over 23 instructions instead of 48 (dP^T 38 instead of 64); d64 R2UR 109 -> 46, d256 131
+  // -> 44. ptxas 13.0: the d128 plain and bias kernels' dQ writer then spills 8 bytes (two LDL a
+  // step: seqlen_q - 1 hoisted again, as write_dq's empty asm once stopped).
+  static constexpr bool kUniformWg = FLASHSDPA_SM90_UNIFORM_WG;
   static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared memory limit");
 };
 
@@ -1484,10 +1495,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   } else {
     sm90::setmaxnreg_inc<Traits::kConsumerRegs>();
     grid_dependency_wait();  // (the kMods kernel adds into row_pdp, which the preprocess zeroes)
+    const int cwg = Traits::kUniformWg ? __shfl_sync(0xffffffffu, warpgroup - 1, 0) : warpgroup - 1;
     if constexpr (Traits::kWide) {
-      bwd_sm90::consume_wide<Traits>(args, sm, n_block, kv_head, batch, seq, mask, range, warpgroup - 1, rank);
+      bwd_sm90::consume_wide<Traits>(args, sm, n_block, kv_head, batch, seq, mask, range, cwg, rank);
     } else {
-      bwd_sm90::consume<Traits>(args, sm, n_block, kv_head, batch, seq, mask, range, warpgroup - 1);
+      bwd_sm90::consume<Traits>(args, sm, n_block, kv_head, batch, seq, mask, range, cwg);
     }
   }
   if constexpr (Traits::kSplit) {

@@ -98,6 +98,12 @@ bool fwd_sm90_short_tile(const AttnFwdParams& params);
 #ifndef FLASHSDPA_SM90_FWD_HALF_FIRST
 #define FLASHSDPA_SM90_FWD_HALF_FIRST 0
 #endif
+// FLASHSDPA_SM90_UNIFORM_WG (dev A/B, session 41; 0 default: SASS unchanged): both sm90 kernels
+// (this one and bwd_kernel_sm90.cuh) take the consumer warpgroup's index as a shuffle from lane 0
+// (the traits' kUniformWg says why).
+#ifndef FLASHSDPA_SM90_UNIFORM_WG
+#define FLASHSDPA_SM90_UNIFORM_WG 0
+#endif
 
 template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
           int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone, bool kDropout_ = false>
@@ -177,6 +183,12 @@ struct FwdTraitsSm90 {
   // 1.047 / 1.071, 1k 1.027 / 1.030, 2k 1.021 / 1.007, 8k 1.015 / 1.007. The slots released at
   // this tile's end instead (thread 0 waiting there for the read): 1.049 / 1.060 ... 1.004 / 1.000.
   static constexpr bool kOInKv = !kSeparateO;
+  // (FLASHSDPA_SM90_UNIFORM_WG, dev A/B, session 41; 0 default: SASS unchanged) the consumer
+  // warpgroup's index through a shuffle from lane 0, which ptxas then knows to be warp-uniform
+  // (threadIdx.x / 128 it cannot prove so), so that the descriptors derived from it live in
+  // uniform registers: the plain d128 kernel's R2UR 98 -> 50, 4,480 -> 4,392 SASS instructions. Not
+  // the d256 bias kernel, which then spilled 44 bytes.
+  static constexpr bool kUniformWg = FLASHSDPA_SM90_UNIFORM_WG && !(kHeadDim == 256 && kModsKind == kModsBias);
   // (FLASHSDPA_SM90_FWD_HALF_FIRST) the first key block's softmax on its lower half where a
   // warpgroup sees nothing above it, none where it sees nothing of the block: plain kernels.
   static constexpr bool kHalfFirst = FLASHSDPA_SM90_FWD_HALF_FIRST && !kMods && !kDropout;
@@ -1156,7 +1168,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
     }
   } else {
     sm90::setmaxnreg_inc<Traits::kConsumerRegs>();
-    const int cwg = warpgroup - 1;
+    const int cwg = Traits::kUniformWg ? __shfl_sync(0xffffffffu, warpgroup - 1, 0) : warpgroup - 1;
     // The ping-pong chain: the last warpgroup opens warpgroup 0's first turn; every turn passes
     // the next one on, so warpgroup 0 takes one turn more than it is given by the others: it
     // closes the chain by taking the last warpgroup's final hand-over (balanced even when no
