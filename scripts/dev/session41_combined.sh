@@ -20,9 +20,9 @@ PYTHONPATH="/tmp/pkg_uw/python${SITE:+:$SITE}" tests "uw gpu tests" 140 tests_uw
   -p no:cacheprovider -n 8 -m "not slow"
 PYTHONPATH="/tmp/pkg_uw/python${SITE:+:$SITE}" sanitize_subset memcheck 40 tests/gpu/test_kernels.py
 mkdir -p "$OUT/bwd" "$OUT/fwd"
-AB_STOP=$(( L - 205 )) ab_rounds "tree uw" 100 --dims 128 64 256 --causal both --seqlens 1024 2048 8192 > "$OUT/ab_bwd_table.txt"
+AB_STOP=$(( L - 170 )) ab_rounds "tree uw" 100 --dims 128 64 256 --causal both --seqlens 1024 2048 8192 > "$OUT/ab_bwd_table.txt"
 mv "$OUT"/ab_tree.* "$OUT"/ab_uw.* "$OUT/bwd/"
-AB_STOP=$(( L - 75 )) ab_rounds "tree hf uw" 60 --forward --dims 128 64 256 --causal both --seqlens 512 1024 2048 8192 \
+AB_STOP=$(( L - 45 )) ab_rounds "tree hf uw" 60 --forward --dims 128 64 256 --causal both --seqlens 512 1024 2048 8192 \
   > "$OUT/ab_fwd_table.txt"
 mv "$OUT"/ab_tree.* "$OUT"/ab_uw.* "$OUT"/ab_hf.* "$OUT/fwd/"
 (( SECONDS < L - 65 )) && PYTHONPATH="/tmp/pkg_hf/python${SITE:+:$SITE}" tests "hf fwd tests" $(( L - 10 - SECONDS )) tests_hf.log \
