@@ -321,6 +321,15 @@ def _graph_of(fn: Any) -> tuple[torch.cuda.CUDAGraph, Any]:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = fn()
+    # capture_begin fills the default generator's graph seed / offset tensors (capture_prologue:
+    # the current seed, offset 0) on the capture stream, asynchronously, and nothing orders those
+    # fills with a later replay on another stream, whose own fills (replay_prologue, the replay's
+    # seed and offset) they may then overwrite before the replay's kernels read them. Session 41's
+    # whole-suite run (H100, -n 8: eight processes share the GPU, so kernels wait) caught it: our
+    # graph's first replay after manual_seed(5), right after PyTorch's graph was captured, drew
+    # (seed 0, offset 0) where PyTorch's drew (5, 0), and the next replay (5, 256) as PyTorch's.
+    # PyTorch's, not ours: any captured RNG kernel replayed so reads them.
+    torch.cuda.synchronize()
     return graph, out
 
 
@@ -336,9 +345,8 @@ def test_cuda_graph_fresh_masks_per_replay() -> None:
     v[:, idx, :, idx] = 1  # out[i, j] = P_drop[i, j] / keep: the mask, read back
 
     # The output and the rng state (uint64[2]: the (seed, offset) a replay drew), so that a mismatch
-    # says whether the offsets or the masks differ: session 40's whole-suite run failed here once
-    # (H100, -n 8), and 20 repetitions in one process, 6 alone and 2 runs of this file did not
-    # (scripts/dev/dropout_graph_probe.py).
+    # says whether the offsets or the masks differ (sessions 40 and 41's whole-suite runs failed
+    # here once each: a race of PyTorch's capture prologue, which _graph_of now waits for).
     def run_with_state() -> tuple[Tensor, Tensor]:
         result = torch.ops.aten._flash_attention_forward(q, k, v, None, None, sq, sk, p, False, False)
         return result[0], result[2]
