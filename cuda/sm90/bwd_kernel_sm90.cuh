@@ -46,10 +46,6 @@
 #include "flashsdpa/params.h"
 #include "sm90/ptx_sm90.cuh"
 
-#ifndef FLASHSDPA_SM90_UNIFORM_WG  // (dev A/B, session 41: BwdTraitsSm90::kUniformWg)
-#define FLASHSDPA_SM90_UNIFORM_WG 0
-#endif
-
 namespace flashsdpa {
 
 struct BwdSm90Args {
@@ -217,13 +213,15 @@ struct BwdTraitsSm90 {
   // scripts/dev/bwd_dklate_ab.sh at 77b4e43): S 2k 1.020, causal 1.006; 8k 0.997, causal 1.022;
   // GQA 16/4 8k 1.071, causal 1.052; 2k 1.045, causal 1.052. Same registers (no spill, 232 live).
   static constexpr bool kDkLate = !kOverlap && !kMods && !kDropout;
-  // (FLASHSDPA_SM90_UNIFORM_WG, dev A/B, session 41; 0 default: SASS unchanged) the consumer
-  // warpgroup's index through a shuffle from lane 0, which ptxas then knows to be warp-uniform, so
-  // that K's and V's descriptors (cwg's rows) live in uniform registers: the plain d128 kernel's R2UR 101 -> 42, its S^T GEMM's eight
-  // HGMMAs over 23 instructions instead of 48 (dP^T 38 instead of 64); d64 R2UR 109 -> 46, d256 131
-  // -> 44. ptxas 13.0: the d128 plain and bias kernels' dQ writer then spills 8 bytes (two LDL a
-  // step: seqlen_q - 1 hoisted again, as write_dq's empty asm once stopped).
-  static constexpr bool kUniformWg = FLASHSDPA_SM90_UNIFORM_WG;
+  // The consumer warpgroup's index as a shuffle from lane 0 (d256 only), which ptxas knows to be
+  // warp-uniform, so that K's and V's descriptors (the warpgroup's rows) stay in uniform registers:
+  // the d256 kernel's R2UR 131 -> 44. Session 41 (H100, 3 alternating rounds of bwd_ab.py, against
+  // the plain index): d256 1.003-1.040 (8k 1.025-1.040, causal 0.992-1.016); d128 0.977-1.005 at
+  // 1k / 2k and on GQA 16/4 2k, 0.93-1.10 at 8k (the tree's own rounds there 460-565 TFLOP/s): its
+  // R2UR 101 -> 42 and S^T's eight HGMMAs over 23 instructions instead of 48, but ptxas then spilled
+  // 8 bytes of the 24-register dQ writer (two LDL in its loop, the chain that paces the d128 step);
+  // d64 0.955-1.029, median 1.00. So d256 only (d512's pair was not measured).
+  static constexpr bool kUniformWg = kWide && !kSplit;
   static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared memory limit");
 };
 

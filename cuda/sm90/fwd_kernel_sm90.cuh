@@ -85,26 +85,6 @@ constexpr FwdTileShapeSm90 kFwdShortTileSm90{128, 128, 2};
 // workspace size (fwd_workspace_sm90) both ask (tiles_sm90.cu, with the measurements).
 bool fwd_sm90_short_tile(const AttnFwdParams& params);
 
-// FLASHSDPA_SM90_FWD_HALF_FIRST (dev A/B, session 40 prepared; 0 default: SASS unchanged): a
-// warpgroup whose rows see none of the upper half of the tile's first key block (causal: the
-// diagonal block of the tile's upper 64 rows; a last block of at most half the keys) runs that
-// block's softmax on the lower half's columns only (32 exponentials a thread instead of 64 at
-// d128) and packs P with the upper half zero; one that sees none of the block (d256's causal
-// diagonal tiles, warpgroup 0) skips that softmax and, at d256, its S GEMM. The plain kernels.
-// Session 37's timeline (H100, d128 S 512): the first softmax 1,607 / 1,420 cycles (wg 0 / 1) of
-// a ~15,100-cycle tile, with only the other warpgroup's first S (~650) under warpgroup 0's. At
-// d64 / d128 the S GEMM stays whole: an N = 64 wgmma in a branch beside the N = 128 one made ptxas
-// serialize every wgmma of the kernel (C7511; d64 also spilled 272 bytes).
-#ifndef FLASHSDPA_SM90_FWD_HALF_FIRST
-#define FLASHSDPA_SM90_FWD_HALF_FIRST 0
-#endif
-// FLASHSDPA_SM90_UNIFORM_WG (dev A/B, session 41; 0 default: SASS unchanged): both sm90 kernels
-// (this one and bwd_kernel_sm90.cuh) take the consumer warpgroup's index as a shuffle from lane 0
-// (the traits' kUniformWg says why).
-#ifndef FLASHSDPA_SM90_UNIFORM_WG
-#define FLASHSDPA_SM90_UNIFORM_WG 0
-#endif
-
 template <typename Elem_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = (kHeadDim_ <= 128),
           int kMaxQStages_ = 2, ModsKind kModsKind_ = kModsNone, bool kDropout_ = false>
 struct FwdTraitsSm90 {
@@ -183,15 +163,15 @@ struct FwdTraitsSm90 {
   // 1.047 / 1.071, 1k 1.027 / 1.030, 2k 1.021 / 1.007, 8k 1.015 / 1.007. The slots released at
   // this tile's end instead (thread 0 waiting there for the read): 1.049 / 1.060 ... 1.004 / 1.000.
   static constexpr bool kOInKv = !kSeparateO;
-  // (FLASHSDPA_SM90_UNIFORM_WG, dev A/B, session 41; 0 default: SASS unchanged) the consumer
-  // warpgroup's index through a shuffle from lane 0, which ptxas then knows to be warp-uniform
-  // (threadIdx.x / 128 it cannot prove so), so that the descriptors derived from it live in
-  // uniform registers: the plain d128 kernel's R2UR 98 -> 50, 4,480 -> 4,392 SASS instructions. Not
-  // the d256 bias kernel, which then spilled 44 bytes.
-  static constexpr bool kUniformWg = FLASHSDPA_SM90_UNIFORM_WG && !(kHeadDim == 256 && kModsKind == kModsBias);
-  // (FLASHSDPA_SM90_FWD_HALF_FIRST) the first key block's softmax on its lower half where a
-  // warpgroup sees nothing above it, none where it sees nothing of the block: plain kernels.
-  static constexpr bool kHalfFirst = FLASHSDPA_SM90_FWD_HALF_FIRST && !kMods && !kDropout;
+  // The consumer warpgroup's index as a shuffle from lane 0 (d128, d256), which ptxas knows to be
+  // warp-uniform (threadIdx.x / 128 it cannot prove so), so that the wgmma descriptors derived from
+  // it stay in uniform registers instead of moving there (R2UR) before every HGMMA: the plain d128
+  // kernel's R2UR 98 -> 50, 4,480 -> 4,392 SASS instructions. Session 41 (H100, 3 alternating
+  // rounds of bwd_ab.py --forward, against the plain index): d128 +1.2-3.7% in every cell but causal
+  // S 512 (0.995-0.999), GQA 16/4 +1.8-2.9%; d256 +0.7-1.2% dense, 0.99-1.02 causal; d64 0.98-1.05
+  // (causal 1k 0.979-0.987, causal S 512 0.986-0.995 in all three rounds), so not there. Not the
+  // d256 bias kernel either: it spilled 44 bytes with it.
+  static constexpr bool kUniformWg = (kHeadDim == 128 || kHeadDim == 256) && !(kHeadDim == 256 && kModsKind == kModsBias);
   // (kOInKv) the next tile's first K / V must land in another slot than the one its O store holds.
   static_assert(!kOInKv || kStages >= 2, "O in the last K / V slots needs a ring of two slots or more");
 
@@ -676,30 +656,10 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
     // First block: S only (nothing to multiply with V yet).
     {
       const int slot = ring.kv % kStages;
-      // (kHalfFirst) whether no row of this warpgroup sees the block's upper half, or any of it
-      // (uniform across the warpgroup).
-      [[maybe_unused]] bool half = false, none = false;
-      if constexpr (Traits::kHalfFirst) {
-        const int wg_last_row = min(tile.block * Traits::kBlockM + cwg * 64 + 63, w.mask.seqlen_q - 1);
-        const int seen_end = w.mask.col_end(wg_last_row) - n * kBlockN;  // past the last key it sees
-        half = seen_end <= kBlockN / 2;
-        none = seen_end <= 0;
-        // Votes, so that ptxas knows the branches below are warp-uniform (from cwg and the mask
-        // alone they are). Without them (session 41, d64 plain kernel) it wrapped the softmax's
-        // shuffles in collective sequences (ENDCOLLECTIVE 0 -> 12) and moved the mainloop's wgmma
-        // descriptors out of uniform registers (R2UR 49 -> 100): every cell ran 0.88-0.99x the
-        // tree, dense 8k too. With them: R2UR 52, no ENDCOLLECTIVE.
-        half = __all_sync(0xffffffffu, half);
-        none = __all_sync(0xffffffffu, none);
-      }
       sm90::mbar_wait(sm.k_full(slot), (ring.kv / kStages) & 1);
       turn_begin();
       tl_stamp(kTlFirstTurn, tl_tile, cwg, tid);
-      // (kHalfFirst) a block this warpgroup sees nothing of needs no S. Only without ping-pong
-      // (d256): in the d64 / d128 kernels this branch made ptxas serialize the wgmmas (C7512) and
-      // spill 280 / 1,256 bytes, and their causal tiles give warpgroup 0 a half block, not none.
-      if (!(Traits::kHalfFirst && !Traits::kPingPong && none))
-        gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
+      gemm_qk<Traits>(s_acc, q_desc, k_desc0 + slot * kSlotDesc);
       turn_end();
       if constexpr (Traits::kOInKv) {
         // The previous tile's O store has long read its slots (a round trip ago, ~1,000 cycles at
@@ -718,24 +678,9 @@ __device__ __forceinline__ void consume(const FwdSm90Args& args, const SmemLayou
       modify(n, need);
       if (n > w.n_block_min) stage_bias(n - 1, need = block_need(n - 1));
       float correction[2];
-      if (Traits::kHalfFirst && none) {
-        // A block the warpgroup's rows see nothing of (d256's 64-key diagonal blocks: the upper
-        // 64 rows of a causal tile): P is zero and the rows' state stays empty, as the softmax
-        // of an all -inf block would leave it.
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j) s[0][j][0] = s[0][j][1] = s[0][j][2] = s[0][j][3] = 0.f;
-      } else if (Traits::kHalfFirst && half) {
-        // The lower half's columns only; P's upper half (the next P V's last k-steps) is zero.
-        auto& sh = *reinterpret_cast<float(*)[1][kNTiles / 2][4]>(s_acc);
-        if (w.masked(n)) w.mask.apply(sh, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
-        softmax.template online_step<kNTiles / 2>(sh, scale_log2, correction);
-#pragma unroll
-        for (int j = kNTiles / 2; j < kNTiles; ++j) s[0][j][0] = s[0][j][1] = s[0][j][2] = s[0][j][3] = 0.f;
-      } else {
-        if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
-        softmax.template online_step<kNTiles>(s, scale_log2, correction);  // o is zero: no rescale needed
-        if constexpr (Traits::kDropout) apply_dropout(rng, s, warp_row, n * kBlockN);  // after the row sums
-      }
+      if (w.masked(n)) w.mask.apply(s, first_row, n * kBlockN + 2 * (lane % 4), -INFINITY);
+      softmax.template online_step<kNTiles>(s, scale_log2, correction);  // o is zero: no rescale needed
+      if constexpr (Traits::kDropout) apply_dropout(rng, s, warp_row, n * kBlockN);  // after the row sums
       sm90::accumulator_to_a<Elem, kNTiles>(p16, s);
       tl_stamp(kTlFirstSoft, tl_tile, cwg, tid);
       ++ring.kv;
