@@ -163,15 +163,17 @@ struct FwdTraitsSm90 {
   // 1.047 / 1.071, 1k 1.027 / 1.030, 2k 1.021 / 1.007, 8k 1.015 / 1.007. The slots released at
   // this tile's end instead (thread 0 waiting there for the read): 1.049 / 1.060 ... 1.004 / 1.000.
   static constexpr bool kOInKv = !kSeparateO;
-  // The consumer warpgroup's index as a shuffle from lane 0 (d128, d256), which ptxas knows to be
-  // warp-uniform (threadIdx.x / 128 it cannot prove so), so that the wgmma descriptors derived from
-  // it stay in uniform registers instead of moving there (R2UR) before every HGMMA: the plain d128
-  // kernel's R2UR 98 -> 50, 4,480 -> 4,392 SASS instructions. Session 41 (H100, 3 alternating
-  // rounds of bwd_ab.py --forward, against the plain index): d128 +1.2-3.7% in every cell but causal
-  // S 512 (0.995-0.999), GQA 16/4 +1.8-2.9%; d256 +0.7-1.2% dense, 0.99-1.02 causal; d64 0.98-1.05
-  // (causal 1k 0.979-0.987, causal S 512 0.986-0.995 in all three rounds), so not there. Not the
-  // d256 bias kernel either: it spilled 44 bytes with it.
-  static constexpr bool kUniformWg = (kHeadDim == 128 || kHeadDim == 256) && !(kHeadDim == 256 && kModsKind == kModsBias);
+  // The consumer warpgroup's index as a shuffle from lane 0 (d128, d256, d64's 192-row tile),
+  // which ptxas knows to be warp-uniform (threadIdx.x / 128 it cannot prove so), so that the wgmma
+  // descriptors derived from it stay in uniform registers instead of moving there (R2UR) before
+  // every HGMMA: the plain d128 kernel's R2UR 98 -> 50, 4,480 -> 4,392 SASS instructions. Session 41
+  // (H100, 3 alternating rounds of bwd_ab.py --forward, against the plain index): d128 +1.2-3.7% in
+  // every cell but causal S 512 (0.995-0.999), GQA 16/4 +1.8-2.9%; d256 +0.7-1.2% dense, 0.99-1.02
+  // causal; d64 at 2k / 8k (the 192-row tile) 0.999-1.025, causal 1.000-1.022, but at S <= 1k causal
+  // (the short 128-row tile) 0.979-0.995 in every round, so not that tile. Not the d256 bias kernel
+  // either: it spilled 44 bytes with it.
+  static constexpr bool kUniformWg = (kHeadDim == 128 || kHeadDim == 256 || (kHeadDim == 64 && kBlockM == 192)) &&
+                                     !(kHeadDim == 256 && kModsKind == kModsBias);
   // (kOInKv) the next tile's first K / V must land in another slot than the one its O store holds.
   static_assert(!kOInKv || kStages >= 2, "O in the last K / V slots needs a ring of two slots or more");
 
