@@ -3,8 +3,8 @@
 # grouped items at d64 (kernel_notes_bwd_sm90.md, "Grouped items"), from
 # scripts/dev/ab/bwd_grouped_wip.patch applied to a copy of the tree: -DFLASHSDPA_SM90_BWD_GROUP=k
 # makes the d64 tall backward run k consecutive items (key blocks) per CTA, the ring counting the
-# CTA's steps, K / V of the next item loaded once the consumers' last GEMM of this one has read
-# them (kv_empty), its producer warpgroup at 56 registers and consumers at 224 (ptxas 13.0: 0
+# CTA's steps, the next item's first Q / dO loaded during this one's last step and its K / V once
+# the consumers' last GEMM of this one has read theirs (kv_empty), its producer warpgroup at 56 registers and consumers at 224 (ptxas 13.0: 0
 # spills at k = 2-4, bf16 / fp16; at 24 / 240 the producer's roles spilled 180 bytes). Default (k =
 # 1) SASS byte-identical to the tree's. New protocol: the GPU suite on a d64 build first, then
 # memcheck / racecheck / synccheck of test_kernels' subset, then 3 alternating rounds of bwd_ab.py,
