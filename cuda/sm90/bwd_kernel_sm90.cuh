@@ -221,9 +221,8 @@ struct BwdTraitsSm90 {
   // scripts/dev/bwd_dklate_ab.sh at 77b4e43): S 2k 1.020, causal 1.006; 8k 0.997, causal 1.022;
   // GQA 16/4 8k 1.071, causal 1.052; 2k 1.045, causal 1.052. Same registers (no spill, 232 live).
   static constexpr bool kDkLate = !kOverlap && !kMods && !kDropout;
-  // The consumer warpgroup's index as a shuffle from lane 0 (d256 only), which ptxas knows to be
-  // warp-uniform, so that K's and V's descriptors (the warpgroup's rows) stay in uniform registers:
-  // the d256 kernel's R2UR 131 -> 44. Session 41 (H100, 3 alternating rounds of bwd_ab.py, against
+  // The consumer warpgroup's index ptxas can prove uniform (sm90::consumer_warpgroup: K's and V's
+  // descriptors, the warpgroup's rows, in uniform registers), d256 only: its R2UR 131 -> 44. Session 41 (H100, 3 alternating rounds of bwd_ab.py, against
   // the plain index): d256 1.003-1.040 (8k 1.025-1.040, causal 0.992-1.016); d128 0.977-1.005 at
   // 1k / 2k and on GQA 16/4 2k, 0.93-1.10 at 8k (the tree's own rounds there 460-565 TFLOP/s): its
   // R2UR 101 -> 42 and S^T's eight HGMMAs over 23 instructions instead of 48, but ptxas then spilled
@@ -1511,7 +1510,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   } else {
     sm90::setmaxnreg_inc<Traits::kConsumerRegs>();
     grid_dependency_wait();  // (the kMods kernel adds into row_pdp, which the preprocess zeroes)
-    const int cwg = Traits::kUniformWg ? __shfl_sync(0xffffffffu, warpgroup - 1, 0) : warpgroup - 1;
+    const int cwg = sm90::consumer_warpgroup<Traits::kUniformWg>(warpgroup);
     if constexpr (Traits::kWide) {
       bwd_sm90::consume_wide<Traits>(args, sm, n_block, kv_head, batch, seq, mask, range, cwg, rank);
     } else {

@@ -163,10 +163,9 @@ struct FwdTraitsSm90 {
   // 1.047 / 1.071, 1k 1.027 / 1.030, 2k 1.021 / 1.007, 8k 1.015 / 1.007. The slots released at
   // this tile's end instead (thread 0 waiting there for the read): 1.049 / 1.060 ... 1.004 / 1.000.
   static constexpr bool kOInKv = !kSeparateO;
-  // The consumer warpgroup's index as a shuffle from lane 0 (d128, d256, d64's 192-row tile),
-  // which ptxas knows to be warp-uniform (threadIdx.x / 128 it cannot prove so), so that the wgmma
-  // descriptors derived from it stay in uniform registers instead of moving there (R2UR) before
-  // every HGMMA: the plain d128 kernel's R2UR 98 -> 50, 4,480 -> 4,392 SASS instructions. Session 41
+  // The consumer warpgroup's index ptxas can prove uniform (sm90::consumer_warpgroup) at d128,
+  // d256 and d64's 192-row tile: the plain d128 kernel's R2UR 98 -> 50, 4,480 -> 4,392 SASS
+  // instructions. Session 41
   // (H100, 3 alternating rounds of bwd_ab.py --forward, against the plain index): d128 +1.2-3.7% in
   // every cell but causal S 512 (0.995-0.999), GQA 16/4 +1.8-2.9%; d256 +0.7-1.2% dense, 0.99-1.02
   // causal; d64 at 2k / 8k (the 192-row tile) 0.999-1.025, causal 1.000-1.022, but at S <= 1k causal
@@ -1115,7 +1114,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_fwd_sm90_kernel
     }
   } else {
     sm90::setmaxnreg_inc<Traits::kConsumerRegs>();
-    const int cwg = Traits::kUniformWg ? __shfl_sync(0xffffffffu, warpgroup - 1, 0) : warpgroup - 1;
+    const int cwg = sm90::consumer_warpgroup<Traits::kUniformWg>(warpgroup);
     // The ping-pong chain: the last warpgroup opens warpgroup 0's first turn; every turn passes
     // the next one on, so warpgroup 0 takes one turn more than it is given by the others: it
     // closes the chain by taking the last warpgroup's final hand-over (balanced even when no

@@ -190,6 +190,14 @@ template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
+// The consumer warpgroup index (warpgroup - 1). kUniform: as a shuffle from lane 0, which ptxas
+// knows to be warp-uniform (threadIdx.x / 128 it cannot prove so), so that the wgmma descriptors
+// derived from it stay in uniform registers instead of moving there (R2UR) before every HGMMA
+// (session 41: both kernels' traits say where it pays, with the numbers). A whole warp calls it.
+template <bool kUniform>
+__device__ __forceinline__ int consumer_warpgroup(int warpgroup) {
+  return kUniform ? __shfl_sync(0xffffffffu, warpgroup - 1, 0) : warpgroup - 1;
+}
 // Named barriers 1..15 (0 is __syncthreads). `threads` counts every participant, a multiple of 32.
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
