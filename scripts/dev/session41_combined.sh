@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# session41_combined.sh (session 41), one call, ~9.5 minutes: session41_third.sh and fourth.sh in one
-# call, by priority, after refused starts left too little device time for two (the predictions are
-# in their headers and the kernel notes). Builds tree / uw (FLASHSDPA_SM90_UNIFORM_WG=1) / hf
+# session41_combined.sh (session 41), one call, ~9.5 minutes, by priority (refused starts left time
+# for one call; the predictions are in the kernel notes, "The warpgroup index ptxas can prove
+# uniform" and HALF_FIRST's vote form; the macros are gone: UNIFORM_WG is now the d128 / d256 /
+# d64-192 forwards' and the d256 backward's form, HALF_FIRST is scripts/dev/ab/fwd_half_first.patch).
+# Builds tree / uw (FLASHSDPA_SM90_UNIFORM_WG=1) / hf
 # (FLASHSDPA_SM90_FWD_HALF_FIRST=1, the vote form), bf16 + fp16 d64 / d128 / d256; the whole GPU
 # suite on uw and memcheck of its test_kernels subset; the backward A/B tree / uw (3 alternating
 # rounds); the forward A/B tree / hf / uw; then, with the time left, hf's forward tests.
