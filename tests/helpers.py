@@ -259,15 +259,25 @@ def torch_flash_grads(
     q: Tensor, k: Tensor, v: Tensor, dout: Tensor, *, scale: float, causal_mode: int | MaskSpec
 ) -> list[Tensor]:
     """dq, dk, dv of PyTorch's flash SDPA on the same inputs, or [] where it does not serve them
-    (CPU, float32, masks other than none and top-left causal, a shape its filter refuses)."""
-    if not q.is_cuda or q.dtype not in (torch.float16, torch.bfloat16) or causal_mode not in (0, 1):
+    (CPU, float32, masks other than none and causal, a shape its filter refuses).
+
+    Bottom-right causal (mode 2) is flash's own convention: with Sq == Sk it is the top-left mask,
+    otherwise the aten flash op's ``is_causal`` (what ``causal_lower_right`` dispatches to), MHA
+    only there (the aten op takes no ``enable_gqa``)."""
+    if not q.is_cuda or q.dtype not in (torch.float16, torch.bfloat16) or causal_mode not in (0, 1, 2):
         return []
-    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    sq, sk, gqa = q.shape[2], k.shape[2], q.shape[1] != k.shape[1]
+    if causal_mode == 2 and sq == sk:
+        causal_mode = 1
+    ql, kl, vl = leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     try:
-        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-            out = F.scaled_dot_product_attention(
-                *leaves, scale=scale, is_causal=causal_mode == 1, enable_gqa=q.shape[1] != k.shape[1]
-            )
+        if causal_mode == 2:
+            if gqa:
+                return []
+            out = torch.ops.aten._scaled_dot_product_flash_attention(ql, kl, vl, 0.0, True, False, scale=scale)[0]
+        else:
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                out = F.scaled_dot_product_attention(ql, kl, vl, scale=scale, is_causal=causal_mode == 1, enable_gqa=gqa)
         return grads_or_zeros(out, leaves, dout)
     except RuntimeError:  # "No available kernel": the flash filter refused the shape
         return []
