@@ -62,13 +62,14 @@ struct BwdSm90Args {
   CUtensorMap tma_do;  // box 64 columns x kBlockM rows
   CUtensorMap tma_k;   // box 64 columns x kBlockN rows
   CUtensorMap tma_v;   // box 64 columns x kBlockN rows
+  int group;           // (kGrouped) items a CTA runs; 1 otherwise
 };
 
 // Two Q / dO stages and two dQ staging buffers: one buffer measured 0.984x and one buffer with a
 // third stage 0.96x (H200, session 16; the parameters and the 80-query step that needed one
 // buffer stay in main's history at 927f940: kernel_notes_bwd_sm90.md, session 16).
 template <typename Elem_, int kHeadDim_, int kStages_ = 2, ModsKind kModsKind_ = kModsNone,
-          bool kDropout_ = false>
+          bool kDropout_ = false, bool kGrouped_ = false>
 struct BwdTraitsSm90 {
   using Elem = Elem_;
   // The score modifiers (softcap, ALiBi, sinks' and slopes' row sums; the bias and its gradient:
@@ -120,11 +121,15 @@ struct BwdTraitsSm90 {
   static constexpr int kStages = kStages_;
   static constexpr int kConsumerWGs = 2;
   static constexpr int kThreads = 128 * (kConsumerWGs + 1);
-  static constexpr int kProducerRegs = 24;
+  // Grouped items (kGrouped, below): the d64 tall kernel's producer roles, each with an item loop,
+  // spill at 24 registers (ptxas 13.0: 180 bytes); its consumers need 224 (216: 260 bytes and
+  // C7512), so there the split is 56 / 224 (the launch's 168 a thread either way: 56 x 128 + 224 x 256).
+  static constexpr bool kGrouped = kTall && kGrouped_;
+  static constexpr int kProducerRegs = kGrouped ? 56 : 24;
 #ifndef FLASHSDPA_SM90_BWD_CONSUMER_REGS  // (compile-only register studies: scripts/dev/live_regs.py)
 #define FLASHSDPA_SM90_BWD_CONSUMER_REGS 240
 #endif
-  static constexpr int kConsumerRegs = FLASHSDPA_SM90_BWD_CONSUMER_REGS;  // d128: S^T 32 + dP^T 32 + dV 64 + dK 64 + dQ 2 x 32 fp32
+  static constexpr int kConsumerRegs = kGrouped ? 224 : FLASHSDPA_SM90_BWD_CONSUMER_REGS;  // d128: S^T 32 + dP^T 32 + dV 64 + dK 64 + dQ 2 x 32 fp32
   static constexpr int kCtaDim = kSplit ? kHeadDim / 2 : kHeadDim;  // the columns a CTA holds
   static constexpr int kColBlocks = kCtaDim / 64;
   static constexpr int kMTiles = kBlockM / 8;  // n8 column groups of S^T (queries)
@@ -146,7 +151,12 @@ struct BwdTraitsSm90 {
   // in its dQ GEMM (the one barrier per step orders i against i-2). Two dQ staging buffers: the
   // writer warp's bulk reduce-add of step i-1 reads one while the consumers fill the other.
   // d512: x_full and x_empty of each consumer warpgroup's exchange slot.
-  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages + 2 * kDqBufs + (kSplit ? 4 : 0));
+  // kGrouped: grouped items, CTA c runs items [c k, c k + k) one after the other, k the launch's
+  // (BwdSm90Args::group; kernel_notes_bwd_sm90.md, "Grouped items"), the ring counting the CTA's
+  // steps over all of them. The d64 tall kernel only: the d128 kernel's consumers need their 240
+  // registers (232: spills and C7512), and its producer roles with item loops spill at 24 (88-108
+  // bytes). d512: x_full and x_empty of each consumer warpgroup's exchange slot; kGrouped: kv_empty.
+  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages + 2 * kDqBufs + (kSplit ? 4 : 0) + (kGrouped ? 1 : 0));
   // The tall step's P^T (keys x queries, dS^T's layout; each warpgroup its own 64 rows), the A of
   // its dV GEMM from shared memory (SS): held as the RS form's 16-bit registers beside P^T, dP^T,
   // dV and dK it peaked at 245 live and serialized the wgmmas (C7512, 64-byte spill); dS^T from
@@ -325,6 +335,10 @@ struct SmemLayout {
   __device__ __forceinline__ uint32_t x_empty(int w) const {
     return bars + 8 * (3 + 4 * Traits::kStages + 2 * Traits::kDqBufs + w);
   }
+  // (kGrouped) completes when every consumer thread is past an item's last GEMM (K / V read).
+  __device__ __forceinline__ uint32_t kv_empty() const {
+    return bars + 8 * (1 + 4 * Traits::kStages + 2 * Traits::kDqBufs + (Traits::kSplit ? 4 : 0));
+  }
   __device__ __forceinline__ uint32_t x_slot(int w) const { return x + w * (Traits::kXBytes / 2); }
   __device__ __forceinline__ uint32_t q_slot(int s) const { return q + s * Traits::kQBytes; }
   __device__ __forceinline__ uint32_t do_slot(int s) const { return dout + s * Traits::kQBytes; }
@@ -450,17 +464,10 @@ __device__ __forceinline__ void probabilities_t(float (&st)[1][kMTiles][4], floa
 
 template <typename Traits>
 __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int n_block,
-                                        int kv_head, int batch, const StepRange& range, int col0) {
+                                        int kv_head, int batch, const StepRange& range, int col0, int step0 = 0,
+                                        int item = 0) {
   sm90::tma_prefetch_desc(&args.tma_q);
   sm90::tma_prefetch_desc(&args.tma_do);
-  sm90::mbar_arrive_expect_tx(sm.kv_full(), 2 * Traits::kKBytes);
-#pragma unroll
-  for (int c = 0; c < Traits::kColBlocks; ++c) {
-    sm90::tma_load_4d(sm.k + c * Traits::kBlockN * 128, &args.tma_k, sm.kv_full(), col0 + c * 64,
-                      n_block * Traits::kBlockN, kv_head, batch);
-    sm90::tma_load_4d(sm.v + c * Traits::kBlockN * 128, &args.tma_v, sm.kv_full(), col0 + c * 64,
-                      n_block * Traits::kBlockN, kv_head, batch);
-  }
   auto load = [&](uint32_t empty, uint32_t full, uint32_t slot, const CUtensorMap* map, uint32_t parity, int head,
                   int m_block) {
     sm90::mbar_wait(empty, parity ^ 1);
@@ -471,13 +478,30 @@ __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayou
                         batch);
     }
   };
-  for (int i = 0; i < range.count(); ++i) {
-    const int s = i % Traits::kStages;
-    const uint32_t parity = (i / Traits::kStages) & 1;
+  auto load_step = [&](int i) {
+    const int s = (step0 + i) % Traits::kStages;
+    const uint32_t parity = ((step0 + i) / Traits::kStages) & 1;
     load(sm.q_empty(s), sm.q_full(s), sm.q_slot(s), &args.tma_q, parity, range.head(i), range.m_block(i));
     stamp(kTlLoadEmpty, i);
     load(sm.do_empty(s), sm.do_full(s), sm.do_slot(s), &args.tma_do, parity, range.head(i), range.m_block(i));
+  };
+  // (kGrouped) A later item's first Q / dO go first: their stage is the one the last item's
+  // second-to-last step read, free during its last step; K / V wait until the consumers' last GEMM
+  // of the last item has read theirs (kv_empty), while they store its dK / dV.
+  int first = 0;
+  if (Traits::kGrouped && item > 0) {
+    if (range.count() > 0) load_step(first++);
+    sm90::mbar_wait(sm.kv_empty(), (item - 1) & 1);
   }
+  sm90::mbar_arrive_expect_tx(sm.kv_full(), 2 * Traits::kKBytes);
+#pragma unroll
+  for (int c = 0; c < Traits::kColBlocks; ++c) {
+    sm90::tma_load_4d(sm.k + c * Traits::kBlockN * 128, &args.tma_k, sm.kv_full(), col0 + c * 64,
+                      n_block * Traits::kBlockN, kv_head, batch);
+    sm90::tma_load_4d(sm.v + c * Traits::kBlockN * 128, &args.tma_v, sm.kv_full(), col0 + c * 64,
+                      n_block * Traits::kBlockN, kv_head, batch);
+  }
+  for (int i = first; i < range.count(); ++i) load_step(i);
 }
 
 // LSE * log2(e) and delta of each step's query rows into the Q stage's shared memory (+inf and 0
@@ -486,15 +510,16 @@ __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayou
 // q_full barrier counts the warp's 32 arrivals besides the TMA thread's.
 template <typename Traits>
 __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const SmemLayout<Traits>& sm, int batch,
-                                               const SeqlenInfo& seq, const StepRange& range, int lane) {
+                                               const SeqlenInfo& seq, const StepRange& range, int lane,
+                                               int step0 = 0) {
   grid_dependency_wait();  // delta is the preprocess's
   // Only now (the preprocess has completed) may the dQ postprocess's CTAs be placed on SMs this
   // grid leaves idle: with first store they start converting blocks before this grid ends and
   // read the semaphores, which must be the zeroed ones.
   grid_dependents_launch();
   for (int i = 0; i < range.count(); ++i) {
-    const int s = i % Traits::kStages;
-    const uint32_t parity = (i / Traits::kStages) & 1;
+    const int s = (step0 + i) % Traits::kStages;
+    const uint32_t parity = ((step0 + i) / Traits::kStages) & 1;
     const int head = range.head(i), m_block = range.m_block(i);
     const float* lse = p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride;
     const float* delta = p.delta + batch * p.delta_batch_stride + head * p.delta_head_stride;
@@ -539,18 +564,19 @@ __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const Sme
 template <typename Traits>
 __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayout<Traits>& sm, int batch,
                                          const SeqlenInfo& seq, const BlockMask& mask, const StepRange& range,
-                                         const BwdGridOrder& order, int n_block) {
+                                         const BwdGridOrder& order, int n_block, int step0 = 0) {
 #if defined(__CUDA_ARCH__)  // ptx.cuh declares the bulk copies for device passes of sm_90 only
   // dq_semaphore counts query blocks of this kernel's kBlockM rows (the host's p.dq_sem_rows, which
   // the pre- and postprocess read: bwd_launch_sm90.cuh sets it from these traits).
   static_assert(Traits::kBlockM == kPrePostRows || Traits::kBlockM == 2 * kPrePostRows, "the semaphore blocks");
   static_assert(Traits::kBlockN == kDqFirstStoreBlockN, "the preprocess finds the unvisited blocks with this tile");
-  const int m_blocks = ceil_div(p.seqlen_q, Traits::kBlockM);
+  int m_blocks = ceil_div(p.seqlen_q, Traits::kBlockM);
   // Deterministic: the key blocks add in launch order (BwdGridOrder::turn); first store: the first
   // of them stores instead (the preprocess zeroed only the blocks nobody visits). Both need the
   // semaphores, which the host gives the sm90 family for dense problems.
-  const bool ordered = p.deterministic && p.dq_semaphore != nullptr;
-  const bool first_store = p.dq_first_store && p.dq_semaphore != nullptr;
+  bool ordered = p.deterministic && p.dq_semaphore != nullptr;
+  bool first_store = p.dq_first_store && p.dq_semaphore != nullptr;
+
   grid_dependency_wait();  // dq_accum and the semaphores are zeroed by the preprocess
   // Semaphores by index into p.dq_semaphore (32 bits: B * H * m_blocks words, far below 2^31 for
   // any dq_accum that fits a GPU), so the writer's state fits the producer warpgroup's 24 registers.
@@ -574,7 +600,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
     if (flag_probed) sm90::fence_proxy_async_global();  // the add after what the flag announced
   };
   for (int i = 0; i < range.count(); ++i) {
-    const int b = i % Traits::kDqBufs;
+    const int b = (step0 + i) % Traits::kDqBufs;
     StepRange r = range;  // (kWriterOpaque: per-step copies ptxas cannot hoist from)
     int bt = batch;
     if constexpr (Traits::kWriterOpaque)
@@ -589,7 +615,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
         p.dq_semaphore == nullptr ? 0 : (bt * p.heads_q + head) * m_blocks + m_block;
     int32_t* sem = p.dq_semaphore == nullptr ? nullptr : p.dq_semaphore + sem_index;
     const uint32_t bytes = rows * Traits::kHeadDim * 4;
-    sm90::mbar_wait(sm.dq_full(b), (i / Traits::kDqBufs) & 1);
+    sm90::mbar_wait(sm.dq_full(b), ((step0 + i) / Traits::kDqBufs) & 1);
     stamp(kTlWriterFull, i);
     // The turn from per-step copies the empty asm makes opaque: ptxas otherwise hoists
     // seqlen_q - 1 and ~n_block out of the loop into two vector registers and, with the probe's
@@ -664,7 +690,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
 template <typename Traits>
 __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int n_block,
                                         int kv_head, int batch, const SeqlenInfo& seq, const BlockMask& mask,
-                                        const StepRange& range, int cwg) {
+                                        const StepRange& range, int cwg, int step0 = 0, int item = 0) {
   using Elem = typename Traits::Elem;
   using Mod = ScoreModBwd<Traits::kModsKind>;
   constexpr int kMTiles = Traits::kMTiles;
@@ -730,9 +756,9 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   // 64-row half). Called after step i + 1's S^T GEMM is issued, so the tensor cores have work while
   // the warpgroups stage it.
   auto stage_dq = [&](int step) {
-    const int buf = step % Traits::kDqBufs;
+    const int buf = (step0 + step) % Traits::kDqBufs;
     stamp(kTlStageWait, step, cwg == 0 && tid == 0);
-    sm90::mbar_wait(sm.dq_empty(buf), ((step / Traits::kDqBufs) & 1) ^ 1);
+    sm90::mbar_wait(sm.dq_empty(buf), (((step0 + step) / Traits::kDqBufs) & 1) ^ 1);
     stamp(kTlStageGot, step, cwg == 0 && tid == 0);
     const int q_row = (Traits::kTall ? 64 * cwg : 0) + warp * 16 + lane / 4;
     const int64_t row0 = seq.q_row_offset + int64_t(range.m_block(step)) * kBlockM;
@@ -841,7 +867,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   };
 
   if (range.count() > 0) stage_bias(0);  // (a key block no query sees, through the mask or the bias, has no step)
-  sm90::mbar_wait(sm.kv_full(), 0);
+  sm90::mbar_wait(sm.kv_full(), item & 1);
   // kKVInRegs: this warp's 16 key rows of K and V as RS A fragments, one per k step of 16 columns
   // (ldmatrix.x4: matrices rows 0-7 / 8-15 x columns 0-7 / 8-15 of the step, the A fragment's
   // a0..a3; the TMA tile's 128-byte rows hold 16-byte chunk c at c ^ (row % 8)).
@@ -858,9 +884,9 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     }
   }
   for (int i = 0; i < range.count(); ++i) {
-    const int s = i % Traits::kStages;
-    const uint32_t parity = (i / Traits::kStages) & 1;
-    const int b = i % 2;  // dS^T buffer (dQ staging: stage_dq's own)
+    const int s = (step0 + i) % Traits::kStages;  // (the ring and the buffers count the CTA's steps)
+    const uint32_t parity = ((step0 + i) / Traits::kStages) & 1;
+    const int b = (step0 + i) % 2;  // dS^T buffer (dQ staging: stage_dq's own)
     const int m_block = range.m_block(i);
     const int c0 = 2 * (lane % 4);  // this thread's element-0 query within the block
     const int q0 = m_block * kBlockM + c0;
@@ -872,7 +898,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     // loop). The runtime `if` costs nothing here: ptxas 13.0 keeps all 32 HGMMAs asynchronous.
     stamp(kTlStepStart, i, cwg == 0 && tid == 0);
     if constexpr (Traits::kOverlap) {
-      if (i > 0) issue_dq((i - 1) % 2);
+      if (i > 0) issue_dq((step0 + i - 1) % 2);
     }
     // S^T = K Q^T and dP^T = V dO^T, two commit groups; the previous step's dQ is staged between.
     sm90::mbar_wait(sm.q_full(s), parity);
@@ -903,7 +929,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
         // Scaled into registers no wgmma defines, as the end of the step does without overlap.
 #pragma unroll
         for (int x = 0; x < Traits::kDqAcc; ++x) dq_prev[x] = dq_acc[x] * p.scale;
-        const int s_prev = (i - 1) % Traits::kStages;
+        const int s_prev = (step0 + i - 1) % Traits::kStages;
         sm90::mbar_arrive(sm.q_empty(s_prev));
         if (arriver) sm90::mbar_arrive(sm.do_empty(s_prev));
         stage_dq(i - 1);
@@ -961,7 +987,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     sm90::fence_regs(st_acc);
     stamp(kTlStDone, i, cwg == 0 && tid == 0);
     if constexpr (Traits::kDkLate) {  // step i - 1's dK (older than this S^T) has retired too
-      if (i > 0) sm90::mbar_arrive(sm.q_empty((i - 1) % Traits::kStages));
+      if (i > 0) sm90::mbar_arrive(sm.q_empty((step0 + i - 1) % Traits::kStages));
     }
     // The score modifiers (kMods only) on S^T, in score_mod.cuh's key-rows layout: this thread's
     // keys key0, key0 + 8 are its rows and its queries q0 + 8 j, + 1 its columns. Each hook reads
@@ -1146,7 +1172,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   if constexpr (Traits::kOverlap) {
     // The last step's dQ GEMM; its dV, dK and dQ retired, its stage released (nobody waits for it
     // any more: released as every other step's) and its dQ staged.
-    if (range.count() > 0) issue_dq((range.count() - 1) % 2);
+    if (range.count() > 0) issue_dq((step0 + range.count() - 1) % 2);
     sm90::wgmma_wait<0>();
     sm90::fence_regs(dv_acc);
     sm90::fence_regs(dk_acc);
@@ -1155,8 +1181,8 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       const int last = range.count() - 1;
 #pragma unroll
       for (int x = 0; x < Traits::kDqAcc; ++x) dq_prev[x] = dq_acc[x] * p.scale;
-      sm90::mbar_arrive(sm.q_empty(last % Traits::kStages));
-      if (arriver) sm90::mbar_arrive(sm.do_empty(last % Traits::kStages));
+      sm90::mbar_arrive(sm.q_empty((step0 + last) % Traits::kStages));
+      if (arriver) sm90::mbar_arrive(sm.do_empty((step0 + last) % Traits::kStages));
       stage_dq(last);
     }
   } else {
@@ -1165,8 +1191,13 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
 
   sm90::wgmma_wait<0>();  // (every group is done here, kDkLate's last dK included; this tells the compiler so)
   if constexpr (Traits::kDkLate) {
-    if (range.count() > 0) sm90::mbar_arrive(sm.q_empty((range.count() - 1) % Traits::kStages));
+    if (range.count() > 0) sm90::mbar_arrive(sm.q_empty((step0 + range.count() - 1) % Traits::kStages));
   }
+  // (kGrouped) K and V are read: the load thread may fetch the next item's while the epilogue
+  // stores this one's dK and dV from registers. Every thread arrives (after its own kv_full wait:
+  // an item without steps has no wgmma to hold a lagging thread, which must not meet kv_full's
+  // next phase before it has seen this one).
+  if constexpr (Traits::kGrouped) sm90::mbar_arrive(sm.kv_empty());
   sm90::fence_regs(dv_acc);
   sm90::fence_regs(dk_acc);
 
@@ -1441,6 +1472,33 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
   }
 }
 
+// (kGrouped) The CTA's items [blockIdx.x k, + k) in order (k = args.group), each decoded by the role that calls
+// this (no hand-over between roles), with the CTA's steps before it (step0: the ring's count).
+// Plain kernels only (no bias narrowing of the range).
+template <typename Traits, typename Body>
+__device__ __forceinline__ void for_each_item(const AttnBwdParams& p, int group, Body&& body) {
+  int step0 = 0;
+  for (int k = 0; k < group; ++k) {
+    // Only k and step0 live across items: everything else is decoded from the params again (the
+    // producer's roles have 24 registers; holding the grid order across items spilled 132 bytes
+    // at d128), and the empty asm keeps ptxas from hoisting what it decodes out of the loop.
+    int kk = k;
+    asm volatile("" : "+r"(kk));
+    const BwdGridOrder order(p, Traits::kBlockN);
+    const int64_t t = int64_t(blockIdx.x) * group + kk;
+    if (t >= int64_t(order.n_blocks) * order.heads_batches) break;
+    int n_block, kv_head, batch;
+    order.decode(t, n_block, kv_head, batch);
+    const SeqlenInfo seq(p, batch);
+    const BlockMask mask(seq, p.mask);
+    const int group = p.heads_q / p.heads_kv;
+    const StepRange range{kv_head * group, group, mask.template m_block_min<Traits::kBlockM, Traits::kBlockN>(n_block),
+                          mask.template m_block_max<Traits::kBlockM, Traits::kBlockN>(n_block)};
+    body(kk, step0, n_block, kv_head, batch, seq, mask, range);
+    step0 += range.count();
+  }
+}
+
 }  // namespace bwd_sm90
 
 template <typename Traits>
@@ -1485,6 +1543,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
       sm90::mbar_init(sm.dq_full(b), 128 * Traits::kConsumerWGs);
       sm90::mbar_init(sm.dq_empty(b), 1);
     }
+    if constexpr (Traits::kGrouped) sm90::mbar_init(sm.kv_empty(), 128 * Traits::kConsumerWGs);
     if constexpr (Traits::kSplit) {
       for (int w = 0; w < Traits::kConsumerWGs; ++w) {
         sm90::mbar_init(sm.x_full(w), 1);   // this CTA's thread 0 of warpgroup w, + 8 KB of st.async
@@ -1497,6 +1556,40 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   if constexpr (Traits::kSplit) sm90::cluster_sync();  // both CTAs' barriers exist before any remote arrival
 
   const int warpgroup = threadIdx.x / 128;
+  if constexpr (Traits::kGrouped) {  // grouped items (the plain d64 tall kernel)
+    using bwd_sm90::StepRange;
+    if (warpgroup == 0) {
+      sm90::setmaxnreg_dec<Traits::kProducerRegs>();
+      const int warp = threadIdx.x / 32;
+      const int role = warp == bwd_sm90::kWarpLoad || warp == bwd_sm90::kWarpDq ? (threadIdx.x % 32 == 0 ? warp : -1)
+                                                                                : warp;
+      if (role == bwd_sm90::kWarpLoad || role == bwd_sm90::kWarpDq || role == bwd_sm90::kWarpRowStats) {
+        // One item loop for the three roles, the role chosen inside it: at d64's 56 registers 0
+        // spills (ptxas 13.0; at 24, d128: 88 bytes, a loop in each role's branch 108, any one role
+        // alone with its loop 0: the roles' common state across the branch does not fit there).
+        bwd_sm90::for_each_item<Traits>(p, args.group, [&](int k, int step0, int nb, int kh, int b, const SeqlenInfo& sq,
+                                               const BlockMask& m, const StepRange& r) {
+          if (role == bwd_sm90::kWarpLoad) {
+            bwd_sm90::produce<Traits>(args, sm, nb, kh, b, r, 0, step0, k);
+          } else if (role == bwd_sm90::kWarpDq) {
+            const bwd_sm90::BwdGridOrder o(p, Traits::kBlockN);
+            bwd_sm90::write_dq<Traits>(p, sm, b, sq, m, r, o, nb, step0);
+          } else {
+            bwd_sm90::load_row_stats<Traits>(p, sm, b, sq, r, threadIdx.x % 32, step0);
+          }
+        });
+      }
+    } else {
+      sm90::setmaxnreg_inc<Traits::kConsumerRegs>();
+      grid_dependency_wait();
+      const int cwg = sm90::consumer_warpgroup<Traits::kUniformWg>(warpgroup);
+      bwd_sm90::for_each_item<Traits>(p, args.group, [&](int k, int step0, int nb, int kh, int b, const SeqlenInfo& sq,
+                                                    const BlockMask& m, const StepRange& r) {
+        bwd_sm90::consume<Traits>(args, sm, nb, kh, b, sq, m, r, cwg, step0, k);
+      });
+    }
+    return;
+  }
   if (warpgroup == 0) {
     sm90::setmaxnreg_dec<Traits::kProducerRegs>();
     const int warp = threadIdx.x / 32;

@@ -8,8 +8,10 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 
 #include "common/launch.cuh"
 #include "common/sanitizer_marks.cuh"
@@ -33,8 +35,45 @@ cudaError_t encode_bwd_sm90(const AttnBwdParams& params, BwdSm90Args& args) {
 // (the Q / dO box is its kBlockM: the d64 plain kernel's tall step takes 128 rows, its
 // score-modifier and dropout kernels 64), encoded and the shared memory opted in before anything
 // is launched; the dQ semaphores count its kBlockM rows (params.h's dq_sem_rows).
+// Items (key blocks) a CTA of the grouped d64 tall kernel runs one after the other (1: the plain
+// kernel, one CTA an item). What grouping buys is a CTA's fixed cost (start, barrier set-up, the
+// first K / V and Q / dO loads' latency, the dK / dV stores with nothing behind them) spread over k
+// items, so it pays where items are short, and more where their lengths differ (causal: the
+// next item's work covers a short one's tail). Session 42, H100, d64 B x H 32 x S = 16k tokens, 3
+// alternating rounds, k = 2 / k = 4 against the plain kernel: S 512 1.085 / 1.041, causal 1.033 /
+// 1.135; 1k 1.055 / 1.056, causal 1.162 / 1.239; 2k 1.019 / 1.005, causal 1.074 / 1.081; 8k
+// 0.94-0.99 / 0.92-0.99, causal 1.006-1.041 / 0.947-0.958. So by the query blocks a key block
+// visits, about: dense, 2 up to 16 blocks (2k), else 1; one side unbounded (causal), 4 up to 8
+// blocks, 2 up to 33 (8k), else 1; a window bounded on both sides counts as dense. Never fewer than
+// two waves of CTAs (k items a CTA leave the last wave k times coarser). FLASHSDPA_SM90_BWD_GROUP=k
+// (1-8) forces k: the tests run every k on small problems, which the rule leaves at 1.
 template <typename Traits>
-cudaError_t run_bwd_sm90_with(const AttnBwdParams& params_in, cudaStream_t stream) {
+int bwd_group_sm90(const AttnBwdParams& p, int64_t items) {
+  if constexpr (!Traits::kTall) {
+    return 1;
+  } else {
+    if (const char* forced = std::getenv("FLASHSDPA_SM90_BWD_GROUP")) {
+      const int k = std::atoi(forced);
+      if (k >= 1 && k <= 8) return k;
+    }
+    const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+    const MaskSpec& m = p.mask;
+    int visits = m_blocks, k = 1;
+    if (m.is_none() || (m.has_left() && m.has_right())) {
+      if (!m.is_none()) visits = std::min<int64_t>(m_blocks, (int64_t(m.window_left) + m.window_right) / Traits::kBlockM + 2);
+      k = visits <= 16 ? 2 : 1;
+    } else {
+      visits = (m_blocks + 1) / 2;
+      k = visits <= 8 ? 4 : visits <= 33 ? 2 : 1;
+    }
+    const int64_t waves2 = 2 * int64_t(std::max(p.num_sms, 1));
+    while (k > 1 && items < waves2 * k) --k;
+    return k;
+  }
+}
+
+template <typename Traits>
+cudaError_t run_bwd_sm90_with(const AttnBwdParams& params_in, cudaStream_t stream, int group = 1) {
   using Elem = typename Traits::Elem;
   AttnBwdParams params = params_in;
   params.dq_sem_rows = Traits::kBlockM;
@@ -46,11 +85,13 @@ cudaError_t run_bwd_sm90_with(const AttnBwdParams& params_in, cudaStream_t strea
     params.dq_semaphore = nullptr;
   }
   BwdSm90Args args;
+  args.group = group;
   cudaError_t err = encode_bwd_sm90<Traits>(params, args);
   if (err != cudaSuccess) return err;
   const int64_t n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   constexpr int kCluster = Traits::kSplit ? 2 : 1;  // d512: a CTA pair per key block
-  const int64_t grid = kCluster * n_blocks * params.heads_kv * params.batch;
+  // (kGrouped) a CTA per `group` consecutive items (bwd_sm90::for_each_item).
+  const int64_t grid = kCluster * ((n_blocks * params.heads_kv * params.batch + group - 1) / group);
   if (grid > INT_MAX) return cudaErrorInvalidConfiguration;
   if ((err = opt_in_dynamic_smem<&flashsdpa_bwd_sm90_kernel<Traits>>(Traits::kSmemBytes)) != cudaSuccess) return err;
   if ((err = launch_bwd_prepost<Elem, Traits::kHeadDim, false>(params, stream)) != cudaSuccess) return err;
@@ -92,7 +133,14 @@ cudaError_t run_bwd_sm90_(const AttnBwdParams& params, cudaStream_t stream) {
     switch (mods_kind(params.mods)) {
       case kModsScore: return run_bwd_sm90_with<ScoreTraits>(params, stream);
       case kModsBias: return run_bwd_sm90_with<BiasTraits>(params, stream);
-      default: return run_bwd_sm90_with<Traits>(params, stream);
+      default:
+        if constexpr (Traits::kTall) {  // the plain d64 kernel: grouped items where they pay
+          using GroupedTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsNone, false, true>;
+          const int64_t items = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN * params.heads_kv * params.batch;
+          const int group = bwd_group_sm90<Traits>(params, items);
+          if (group > 1) return run_bwd_sm90_with<GroupedTraits>(params, stream, group);
+        }
+        return run_bwd_sm90_with<Traits>(params, stream);
     }
   }
 }

@@ -457,6 +457,130 @@ def test_sanitizer_subset(request: pytest.FixtureRequest, shape: Shape, causal: 
     run_and_check(request, shape, dtype, CAUSAL_MODES[causal])
 
 
+# ---- the sm90 d64 backward's grouped items (bwd_kernel_sm90.cuh's kGrouped; issue 13): a CTA runs
+# k consecutive key blocks, the ring counting its steps over all of them, the next item's K / V
+# loaded once the consumers have read this one's (kv_empty). The launcher picks k from the shape
+# (bwd_launch_sm90.cuh's bwd_group_sm90: 1 on problems this small); FLASHSDPA_SM90_BWD_GROUP=k
+# forces it. Item counts that k does not divide (the last CTA runs fewer), items without steps
+# (key blocks no query sees: top-left causal with Sq < Sk; rows without keys: bottom-right with Sq
+# > Sk; windows), GQA, one query row, both dtypes, deterministic mode bitwise and a poisoned
+# workspace (the first-store protocol across a CTA's items).
+_GROUPED_SHAPES = [
+    Shape("grp_ragged", 3, 4, 2, 389, 850, 64),  # 7 key blocks x 2 KV heads x 3 = 42 items
+    Shape("grp_no_steps", 2, 4, 2, 131, 700, 64),  # top-left: key blocks 2-5 see no query
+    Shape("grp_no_keys", 2, 4, 2, 300, 70, 64),  # bottom-right: rows 0-229 see no key
+    Shape("grp_two_items", 1, 2, 1, 200, 130, 64),  # 2 items: k = 3, 4 leave a CTA short
+    Shape("grp_one_row", 3, 2, 2, 1, 600, 64),
+]
+_GROUPED_CASES = [(shape, causal, group) for shape in _GROUPED_SHAPES for causal in CAUSAL_MODES for group in (2, 3, 4)]
+
+
+def _grouped_kernels_ran(fn: Callable[[], object]) -> set[bool]:
+    """Whether the sm90 d64 plain backwards that ``fn`` launches are the grouped form (its traits'
+    last argument), by the profiler's kernel names."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kinds = set()
+    for event in prof.events():
+        name = event.name.replace(" ", "")
+        if "flashsdpa_bwd_sm90_kernel" in name and "BwdTraitsSm90<" in name:
+            args = name.split("BwdTraitsSm90<", 1)[1].split(">", 1)[0].split(",")
+            if args[1] == "64":  # <Elem, 64, stages, mods, dropout, grouped>
+                kinds.add(args[-1] == "true" and len(args) == 6)
+    return kinds
+
+
+def _skip_unless_sm90_d64_backward() -> None:
+    skip_unless_compiled(torch.bfloat16, 64)
+    if "FLASHSDPA_FAMILY" in os.environ or _backward_family(
+        torch.empty(1, 1, 1, 64, device=DEVICE, dtype=torch.bfloat16),
+        torch.empty(1, 1, 1, 64, device=DEVICE, dtype=torch.bfloat16),
+        masks.NO_MASK,
+    ) != "sm90":
+        pytest.skip("the sm90 d64 backward does not serve here (GPU, build or FLASHSDPA_FAMILY)")
+
+
+@pytest.mark.parametrize(
+    "shape,causal,group", _GROUPED_CASES, ids=[f"{s.name}-{c}-k{g}" for s, c, g in _GROUPED_CASES]
+)
+def test_bwd_grouped_items(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, shape: Shape, causal: str, group: int
+) -> None:
+    _skip_unless_sm90_d64_backward()
+    monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", str(group))
+    dtype = torch.float16 if shape.name == "grp_ragged" and group == 3 else torch.bfloat16
+    assert _grouped_kernels_ran(lambda: run_and_check(request, shape, dtype, CAUSAL_MODES[causal])) == {True}
+
+
+@pytest.mark.parametrize("group", [2, 4])
+@pytest.mark.parametrize("left", [0, 127, 129], ids=lambda w: f"left{w}")
+def test_bwd_grouped_windows(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, left: int, group: int) -> None:
+    _skip_unless_sm90_d64_backward()
+    monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", str(group))
+    run_and_check(request, Shape("grp_window", 2, 4, 2, 517, 700, 64), torch.bfloat16, (left, 0, masks.BOTTOM_RIGHT))
+
+
+@pytest.mark.parametrize("group", [2, 4])
+@pytest.mark.parametrize("causal", ["none", "top_left"])
+def test_bwd_grouped_deterministic_bitwise(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, causal: str, group: int,
+    deterministic: Callable[[bool], None],
+) -> None:  # fmt: skip
+    _skip_unless_sm90_d64_backward()
+    monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", str(group))
+    torch.manual_seed(zlib.crc32(request.node.name.encode()))
+    q = torch.randn(2, 8, 1023, 64, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(2, 2, 1500, 64, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(2, 2, 1500, 64, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    dout = torch.randn(2, 8, 1023, 64, device=DEVICE, dtype=torch.bfloat16)
+    deterministic(False)
+    grads = []
+    for _ in range(10):
+        out = flashsdpa.attention(q, k, v, causal=causal != "none")
+        grads.append(torch.autograd.grad(out, (q, k, v), dout))
+    for run in grads[1:]:
+        for name, first, now in zip(("dq", "dk", "dv"), grads[0], run):
+            assert torch.equal(first, now), f"{name} differs between deterministic runs (k = {group})"
+    monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", "1")  # the plain kernel, deterministic too: the same adds in the same order
+    out = flashsdpa.attention(q, k, v, causal=causal != "none")
+    plain = torch.autograd.grad(out, (q, k, v), dout)
+    for name, ours, other in zip(("dq", "dk", "dv"), grads[0], plain):
+        assert torch.equal(ours, other), f"{name}: grouped (k = {group}) and plain deterministic backwards differ"
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("group", [2, 3])
+def test_bwd_grouped_poisoned_workspace(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, group: int, deterministic: bool
+) -> None:
+    _skip_unless_sm90_d64_backward()
+    monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", str(group))
+    monkeypatch.setattr(
+        _backend, "_workspace", lambda n, like: torch.full((n,), 0xFF, dtype=torch.uint8, device=like.device)
+    )
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    try:
+        run_and_check(request, Shape("grp_ws", 2, 4, 2, 300, 70, 64), torch.bfloat16, masks.CAUSAL_BOTTOM_RIGHT)
+        run_and_check(request, Shape("grp_ws_long", 1, 2, 1, 700, 1100, 64), torch.bfloat16, masks.NO_MASK)
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+# The launcher's own pick: a training-sized short causal backward (16 x 32 heads x 1k: 2,048 items,
+# the rule's k = 4) runs grouped, a small one (1 x 2 heads x 256: 4 items, under two waves) plain.
+@pytest.mark.parametrize("batch,heads,seqlen,grouped", [(16, 32, 1024, True), (1, 2, 256, False)])
+def test_bwd_group_rule(
+    monkeypatch: pytest.MonkeyPatch, batch: int, heads: int, seqlen: int, grouped: bool
+) -> None:
+    _skip_unless_sm90_d64_backward()
+    monkeypatch.delenv("FLASHSDPA_SM90_BWD_GROUP", raising=False)
+    q, k, v = (torch.randn(batch, heads, seqlen, 64, device=DEVICE, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    out = flashsdpa.attention(q, k, v, causal=True)
+    assert _grouped_kernels_ran(lambda: out.backward(torch.randn_like(out))) == {grouped}
+
+
 # ---- the sm90 family's head-dim-256 backward (bwd_kernel_sm90.cuh's 64-key tile, kWide; issue 13):
 # which calls it takes (plain, dense, not deterministic: capabilities.cpp's bucket limits, each
 # refusal naming the bucket), and its gradients on shapes with many key blocks and query steps, GQA,
