@@ -216,14 +216,16 @@ FWD_TESTS=(tests/gpu/test_fwd_many_tiles.py tests/gpu/test_fwd_schedule.py tests
 # ab_rounds "NAMES" LIMIT ARGS...: 3 rounds alternating one process per build copy (build_copy's
 # /tmp/pkg_NAME) of `scripts/dev/bwd_ab.py --rounds 1 --json ARGS`, each under LIMIT seconds, its
 # JSON lines into $OUT/ab_NAME.jsonl; no new process once the call is 550 s old (the device tool
-# ends it at 600); then ab_table.py's table of the medians.
+# ends it at 600); then ab_table.py's table of the medians. AB_ENV_NAME="VAR=value ..." sets a copy's
+# own environment (two names for one build copy, a runtime switch apart: cp -r /tmp/pkg_A /tmp/pkg_B).
 ab_rounds() {
-  local names=$1 limit=$2 round name
+  local names=$1 limit=$2 round name var
   shift 2
   for round in 0 1 2; do
     for name in $names; do
       (( SECONDS > ${AB_STOP:-550} )) && break 2
-      PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timeout "$limit" $PY scripts/dev/bwd_ab.py --rounds 1 --json "$@" \
+      var="AB_ENV_$name"
+      env ${!var:-} PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timeout "$limit" $PY scripts/dev/bwd_ab.py --rounds 1 --json "$@" \
         >> "$OUT/ab_$name.jsonl" 2>> "$OUT/ab_$name.err"
       check "A/B $name round $round" $?
     done

@@ -568,14 +568,16 @@ def test_bwd_grouped_poisoned_workspace(
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
-# The launcher's own pick: a training-sized short causal backward (16 x 32 heads x 1k: 2,048 items,
+# The launcher's own pick: a training-sized short causal backward (16 x 32 heads x 1k: 4,096 items,
 # the rule's k = 4) runs grouped, a small one (1 x 2 heads x 256: 4 items, under two waves) plain.
+# (FLASHSDPA_SM90_BWD_GROUP=auto: the rule, which is not yet the default: bwd_launch_sm90.cuh's
+# kGroupRuleByDefault.)
 @pytest.mark.parametrize("batch,heads,seqlen,grouped", [(16, 32, 1024, True), (1, 2, 256, False)])
 def test_bwd_group_rule(
     monkeypatch: pytest.MonkeyPatch, batch: int, heads: int, seqlen: int, grouped: bool
 ) -> None:
     _skip_unless_sm90_d64_backward()
-    monkeypatch.delenv("FLASHSDPA_SM90_BWD_GROUP", raising=False)
+    monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", "auto")
     q, k, v = (torch.randn(batch, heads, seqlen, 64, device=DEVICE, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     out = flashsdpa.attention(q, k, v, causal=True)
     assert _grouped_kernels_ran(lambda: out.backward(torch.randn_like(out))) == {grouped}
