@@ -46,14 +46,6 @@
 #include "flashsdpa/params.h"
 #include "sm90/ptx_sm90.cuh"
 
-// FLASHSDPA_SM90_BWD_UNIFORM_ALL (dev A/B, session 41 prepared; 0 default: SASS unchanged): the
-// uniform consumer warpgroup index (BwdTraitsSm90::kUniformWg, d256's form) at d64 and d128 too,
-// with the dQ writer's loop state made opaque so that its 24 registers do not spill
-// (kernel_notes_bwd_sm90.md, session 41).
-#ifndef FLASHSDPA_SM90_BWD_UNIFORM_ALL
-#define FLASHSDPA_SM90_BWD_UNIFORM_ALL 0
-#endif
-
 namespace flashsdpa {
 
 struct BwdSm90Args {
@@ -237,14 +229,10 @@ struct BwdTraitsSm90 {
   // 1k / 2k and on GQA 16/4 2k, 0.93-1.10 at 8k (the tree's own rounds there 460-565 TFLOP/s): its
   // R2UR 101 -> 42 and S^T's eight HGMMAs over 23 instructions instead of 48, but ptxas then spilled
   // 8 bytes of the 24-register dQ writer (two LDL in its loop, the chain that paces the d128 step);
-  // d64 0.955-1.029, median 1.00. So d256 only (d512's pair was not measured).
-  static constexpr bool kUniformWg = (kWide && !kSplit) || (FLASHSDPA_SM90_BWD_UNIFORM_ALL && !kWide);
-  // (FLASHSDPA_SM90_BWD_UNIFORM_ALL) the dQ writer's per-step copies of its step range and batch
-  // made opaque (an empty asm, as its turn's inputs below), so that ptxas cannot hoist values
-  // derived from them out of the loop: with the uniform index the d128 plain kernel's writer
-  // spilled 8 bytes, 4 with the batch and m_max / heads opaque, 0 with all four range fields
-  // (ptxas 13.0).
-  static constexpr bool kWriterOpaque = FLASHSDPA_SM90_BWD_UNIFORM_ALL && !kWide;
+  // d64 0.955-1.029, median 1.00. So d256 only (d512's pair was not measured). Session 42, with the
+  // writer's spill removed (its per-step range and batch opaque: 0 spills): d128 8k 0.917-0.989,
+  // causal 8k +1-3.5%, 1k / 2k 1.00, d64 0.98-1.00; lost again (scripts/dev/ab/bwd_uniform_all.patch).
+  static constexpr bool kUniformWg = kWide && !kSplit;
   static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 per-block shared memory limit");
 };
 
@@ -601,18 +589,14 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
   };
   for (int i = 0; i < range.count(); ++i) {
     const int b = (step0 + i) % Traits::kDqBufs;
-    StepRange r = range;  // (kWriterOpaque: per-step copies ptxas cannot hoist from)
-    int bt = batch;
-    if constexpr (Traits::kWriterOpaque)
-      asm volatile("" : "+r"(r.head_begin), "+r"(r.heads), "+r"(r.m_min), "+r"(r.m_max), "+r"(bt));
-    const int head = r.head(i), m_block = r.m_block(i);
+    const int head = range.head(i), m_block = range.m_block(i);
     const int rows = min(Traits::kBlockM, seq.seqlen_q - m_block * Traits::kBlockM);
-    float* dst = p.dq_accum + bt * p.dq_accum_batch_stride + head * p.dq_accum_head_stride +
+    float* dst = p.dq_accum + batch * p.dq_accum_batch_stride + head * p.dq_accum_head_stride +
                  (seq.q_row_offset + m_block * Traits::kBlockM) * p.dq_accum_row_stride;
     // Varlen runs carry no semaphore, and there the unused product (sequences x heads x the longest
     // sequence's query blocks) can pass 2^31: 0 keeps it from overflowing.
     const int sem_index =
-        p.dq_semaphore == nullptr ? 0 : (bt * p.heads_q + head) * m_blocks + m_block;
+        p.dq_semaphore == nullptr ? 0 : (batch * p.heads_q + head) * m_blocks + m_block;
     int32_t* sem = p.dq_semaphore == nullptr ? nullptr : p.dq_semaphore + sem_index;
     const uint32_t bytes = rows * Traits::kHeadDim * 4;
     sm90::mbar_wait(sm.dq_full(b), ((step0 + i) / Traits::kDqBufs) & 1);
@@ -632,7 +616,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
       stamp(kTlWriterFlag, i);
       bulk_store(dst, sm.dq_buf(b), bytes);
       bulk_commit_group();
-      probe_next(i, head, sem_index, r);
+      probe_next(i, head, sem_index, range);
       bulk_wait_all();
       stamp(kTlWriterRead, i);
       sm90::fence_proxy_async_global();
@@ -654,7 +638,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
       stamp(kTlWriterFlag, i);
       bulk_reduce_add_f32(dst, sm.dq_buf(b), bytes);
       bulk_commit_group();
-      probe_next(i, head, sem_index, r);
+      probe_next(i, head, sem_index, range);
       if (ordered) {
         bulk_wait_all();  // the adds have landed in global memory
         sm90::fence_proxy_async_global();

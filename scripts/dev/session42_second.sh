@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran in session 42 at 4ef0b63 / c22a97a; its patch is in the tree since, as BwdTraitsSm90's kGrouped.)
 # session42_second.sh (prepared in session 41, compiled only), one call, ~6 minutes: issue 13's
 # grouped items at d64 (kernel_notes_bwd_sm90.md, "Grouped items"), from
 # scripts/dev/ab/bwd_grouped_wip.patch applied to a copy of the tree: -DFLASHSDPA_SM90_BWD_GROUP=k

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran in session 42 at 4ef0b63 / c22a97a; its patch is in the tree since, as BwdTraitsSm90's kGrouped.)
 # session42_third.sh, one call, ~7-8 minutes, on whichever card comes (kind nvidia-h200 may give an
 # H100). Both paths first run test_fuzz_gpu.py, whose new explicit example is what a d64-only build's
 # derandomized run shrank to in session42_second.sh (tests/helpers.torch_flash_grads now serves
