@@ -477,9 +477,11 @@ __device__ __forceinline__ void produce(const BwdSm90Args& args, const SmemLayou
   // second-to-last step read, free during its last step; K / V wait until the consumers' last GEMM
   // of the last item has read theirs (kv_empty), while they store its dK / dV.
   int first = 0;
-  if (Traits::kGrouped && item > 0) {
-    if (range.count() > 0) load_step(first++);
-    sm90::mbar_wait(sm.kv_empty(), (item - 1) & 1);
+  if constexpr (Traits::kGrouped) {
+    if (item > 0) {
+      if (range.count() > 0) load_step(first++);
+      sm90::mbar_wait(sm.kv_empty(), (item - 1) & 1);
+    }
   }
   sm90::mbar_arrive_expect_tx(sm.kv_full(), 2 * Traits::kKBytes);
 #pragma unroll
