@@ -46,6 +46,13 @@
 #include "flashsdpa/params.h"
 #include "sm90/ptx_sm90.cuh"
 
+// FLASHSDPA_SM90_BWD_GROUP_WIDE (dev A/B, session 42 prepared; 0 default: no extra kernel, SASS
+// unchanged): the d256 tile's grouped form too (kGrouped), launched only where
+// FLASHSDPA_SM90_BWD_GROUP=k forces it (kernel_notes_bwd_sm90.md, "Grouped items at d256").
+#ifndef FLASHSDPA_SM90_BWD_GROUP_WIDE
+#define FLASHSDPA_SM90_BWD_GROUP_WIDE 0
+#endif
+
 namespace flashsdpa {
 
 struct BwdSm90Args {
@@ -116,7 +123,9 @@ struct BwdTraitsSm90 {
   // Grouped items (kGrouped, below): the d64 tall kernel's producer roles, each with an item loop,
   // spill at 24 registers (ptxas 13.0: 180 bytes); its consumers need 224 (216: 260 bytes and
   // C7512), so there the split is 56 / 224 (the launch's 168 a thread either way: 56 x 128 + 224 x 256).
-  static constexpr bool kGrouped = kTall && kGrouped_;
+  // d256 (FLASHSDPA_SM90_BWD_GROUP_WIDE): its consumers also compile at 224 with 0 spills (216:
+  // 516 bytes and C7512), and its producer has no dQ writer.
+  static constexpr bool kGrouped = (kTall || (FLASHSDPA_SM90_BWD_GROUP_WIDE && kWide && !kSplit)) && kGrouped_;
   static constexpr int kProducerRegs = kGrouped ? 56 : 24;
 #ifndef FLASHSDPA_SM90_BWD_CONSUMER_REGS  // (compile-only register studies: scripts/dev/live_regs.py)
 #define FLASHSDPA_SM90_BWD_CONSUMER_REGS 240
@@ -1263,7 +1272,7 @@ __device__ __forceinline__ void red_dq_tiles(float* head_dq, int64_t row0, int r
 template <typename Traits>
 __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const SmemLayout<Traits>& sm, int n_block,
                                              int kv_head, int batch, const SeqlenInfo& seq, const BlockMask& mask,
-                                             const StepRange& range, int cwg, int rank) {
+                                             const StepRange& range, int cwg, int rank, int step0 = 0, int item = 0) {
   using Elem = typename Traits::Elem;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   static_assert(kBlockM == 64 && kBlockN == 64, "one 128-byte column block of P^T / dS^T: 64 queries");
@@ -1352,11 +1361,11 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     if constexpr (Traits::kSplit) xchg.add<kQueries / 8>(acc, e, kBarSlotRead + cwg, tid);
   };
 
-  sm90::mbar_wait(sm.kv_full(), 0);
+  sm90::mbar_wait(sm.kv_full(), item & 1);
   for (int i = 0; i < range.count(); ++i) {
-    const int s = i % Traits::kStages;
-    const uint32_t parity = (i / Traits::kStages) & 1;
-    const int b = Traits::kDsBufs == 2 ? i % 2 : 0;  // P^T / dS^T buffer
+    const int s = (step0 + i) % Traits::kStages;  // (the ring and the buffers count the CTA's steps)
+    const uint32_t parity = ((step0 + i) / Traits::kStages) & 1;
+    const int b = Traits::kDsBufs == 2 ? (step0 + i) % 2 : 0;  // P^T / dS^T buffer
     const int m_block = range.m_block(i);
     const int q0 = m_block * kBlockM + cwg * kQueries + c0;  // this thread's element-0 query
 
@@ -1373,7 +1382,7 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     load_columns(lse2, sm.lse_slot(s));
     sm90::wgmma_wait<1>();  // S^T done, and step i - 1's dK (older): its Q stage is free
     sm90::fence_regs(st_acc);
-    if (i > 0) sm90::mbar_arrive(sm.q_empty((i - 1) % Traits::kStages));
+    if (i > 0) sm90::mbar_arrive(sm.q_empty((step0 + i - 1) % Traits::kStages));
     // d512: this warpgroup's GEMMs of step i - 1 have all retired (dV and dQ at its end, dK now)
     if constexpr (Traits::kSplit) sm90::named_arrive(kBarFree + cwg, 256);
     exchange(st_acc, 2 * i);  // (d512: under dP^T's GEMM)
@@ -1430,7 +1439,8 @@ __device__ __forceinline__ void consume_wide(const BwdSm90Args& args, const Smem
     add_dq(i);
   }
   sm90::wgmma_wait<0>();  // the last dK
-  if (range.count() > 0) sm90::mbar_arrive(sm.q_empty((range.count() - 1) % Traits::kStages));
+  if (range.count() > 0) sm90::mbar_arrive(sm.q_empty((step0 + range.count() - 1) % Traits::kStages));
+  if constexpr (Traits::kGrouped) sm90::mbar_arrive(sm.kv_empty());  // (as consume's: K / V read)
   sm90::fence_regs(dv_acc);
   sm90::fence_regs(dk_acc);
 
@@ -1542,7 +1552,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   if constexpr (Traits::kSplit) sm90::cluster_sync();  // both CTAs' barriers exist before any remote arrival
 
   const int warpgroup = threadIdx.x / 128;
-  if constexpr (Traits::kGrouped) {  // grouped items (the plain d64 tall kernel)
+  if constexpr (Traits::kGrouped) {  // grouped items (the plain d64 tall kernel; d256 as a dev A/B)
     using bwd_sm90::StepRange;
     if (warpgroup == 0) {
       sm90::setmaxnreg_dec<Traits::kProducerRegs>();
@@ -1558,8 +1568,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
           if (role == bwd_sm90::kWarpLoad) {
             bwd_sm90::produce<Traits>(args, sm, nb, kh, b, r, 0, step0, k);
           } else if (role == bwd_sm90::kWarpDq) {
-            const bwd_sm90::BwdGridOrder o(p, Traits::kBlockN);
-            bwd_sm90::write_dq<Traits>(p, sm, b, sq, m, r, o, nb, step0);
+            if constexpr (!Traits::kWide) {  // (d256 adds dQ from the consumers' registers)
+              const bwd_sm90::BwdGridOrder o(p, Traits::kBlockN);
+              bwd_sm90::write_dq<Traits>(p, sm, b, sq, m, r, o, nb, step0);
+            }
           } else {
             bwd_sm90::load_row_stats<Traits>(p, sm, b, sq, r, threadIdx.x % 32, step0);
           }
@@ -1571,7 +1583,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
       const int cwg = sm90::consumer_warpgroup<Traits::kUniformWg>(warpgroup);
       bwd_sm90::for_each_item<Traits>(p, args.group, [&](int k, int step0, int nb, int kh, int b, const SeqlenInfo& sq,
                                                     const BlockMask& m, const StepRange& r) {
-        bwd_sm90::consume<Traits>(args, sm, nb, kh, b, sq, m, r, cwg, step0, k);
+        if constexpr (Traits::kWide) {
+          bwd_sm90::consume_wide<Traits>(args, sm, nb, kh, b, sq, m, r, cwg, 0, step0, k);
+        } else {
+          bwd_sm90::consume<Traits>(args, sm, nb, kh, b, sq, m, r, cwg, step0, k);
+        }
       });
     }
     return;

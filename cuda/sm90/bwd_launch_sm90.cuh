@@ -54,7 +54,7 @@ cudaError_t encode_bwd_sm90(const AttnBwdParams& params, BwdSm90Args& args) {
 constexpr bool kGroupRuleByDefault = false;
 template <typename Traits>
 int bwd_group_sm90(const AttnBwdParams& p, int64_t items) {
-  if constexpr (!Traits::kTall) {
+  if constexpr (!Traits::kTall && !(FLASHSDPA_SM90_BWD_GROUP_WIDE && Traits::kWide && !Traits::kSplit)) {
     return 1;
   } else {
     const char* asked = std::getenv("FLASHSDPA_SM90_BWD_GROUP");
@@ -62,6 +62,7 @@ int bwd_group_sm90(const AttnBwdParams& p, int64_t items) {
       const int k = std::atoi(asked);
       if (k >= 1 && k <= 8) return k;
     }
+    if constexpr (Traits::kWide) return 1;  // (d256: forced k only, until measured)
     if (!kGroupRuleByDefault && (asked == nullptr || std::strcmp(asked, "auto") != 0)) return 1;
     const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
     const MaskSpec& m = p.mask;
@@ -127,6 +128,12 @@ cudaError_t run_bwd_sm90_(const AttnBwdParams& params, cudaStream_t stream) {
   using Traits = BwdTraitsSm90<Elem, kHeadDim>;
   if constexpr (Traits::kWide) {  // d256, d512: the plain tile only (capabilities.cpp's bucket limits)
     if (params.dropout.enabled() || mods_kind(params.mods) != kModsNone) return cudaErrorNotSupported;
+    if constexpr (FLASHSDPA_SM90_BWD_GROUP_WIDE && !Traits::kSplit) {  // (dev A/B: forced k only)
+      using GroupedTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsNone, false, true>;
+      const int64_t items = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN * params.heads_kv * params.batch;
+      const int group = bwd_group_sm90<Traits>(params, items);
+      if (group > 1) return run_bwd_sm90_with<GroupedTraits>(params, stream, group);
+    }
     return run_bwd_sm90_with<Traits>(params, stream);
   } else {
     // The score modifiers' instantiations (softcap, ALiBi; sinks too: it sums the rows their
