@@ -120,9 +120,12 @@ struct BwdTraitsSm90 {
   static constexpr int kStages = kStages_;
   static constexpr int kConsumerWGs = 2;
   static constexpr int kThreads = 128 * (kConsumerWGs + 1);
-  // Grouped items (kGrouped, below): the d64 tall kernel's producer roles, each with an item loop,
-  // spill at 24 registers (ptxas 13.0: 180 bytes); its consumers need 224 (216: 260 bytes and
-  // C7512), so there the split is 56 / 224 (the launch's 168 a thread either way: 56 x 128 + 224 x 256).
+  // Grouped items (kGrouped): CTA c runs items [c k, c k + k) one after the other, k the launch's
+  // (BwdSm90Args::group; kernel_notes_bwd_sm90.md, "Grouped items"), the ring counting the CTA's
+  // steps over all of them. The d64 tall kernel's producer roles, each with an item loop, spill at
+  // 24 registers (ptxas 13.0: 180 bytes); its consumers need 224 (216: 260 bytes and C7512), so
+  // there the split is 56 / 224 (the launch's 168 a thread either way: 56 x 128 + 224 x 256). Not
+  // d128: its consumers need their 240 (224: C7512) and its producer roles spill at 24 (92 bytes).
   // d256 (FLASHSDPA_SM90_BWD_GROUP_WIDE): its consumers also compile at 224 with 0 spills (216:
   // 516 bytes and C7512), and its producer has no dQ writer.
   static constexpr bool kGrouped = (kTall || (FLASHSDPA_SM90_BWD_GROUP_WIDE && kWide && !kSplit)) && kGrouped_;
@@ -151,12 +154,7 @@ struct BwdTraitsSm90 {
   // Two dS^T buffers: a warpgroup writes step i's half while the other may still read step i-1's
   // in its dQ GEMM (the one barrier per step orders i against i-2). Two dQ staging buffers: the
   // writer warp's bulk reduce-add of step i-1 reads one while the consumers fill the other.
-  // d512: x_full and x_empty of each consumer warpgroup's exchange slot.
-  // kGrouped: grouped items, CTA c runs items [c k, c k + k) one after the other, k the launch's
-  // (BwdSm90Args::group; kernel_notes_bwd_sm90.md, "Grouped items"), the ring counting the CTA's
-  // steps over all of them. The d64 tall kernel only: the d128 kernel's consumers need their 240
-  // registers (232: spills and C7512), and its producer roles with item loops spill at 24 (88-108
-  // bytes). d512: x_full and x_empty of each consumer warpgroup's exchange slot; kGrouped: kv_empty.
+  // d512: x_full and x_empty of each consumer warpgroup's exchange slot; kGrouped: kv_empty.
   static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages + 2 * kDqBufs + (kSplit ? 4 : 0) + (kGrouped ? 1 : 0));
   // The tall step's P^T (keys x queries, dS^T's layout; each warpgroup its own 64 rows), the A of
   // its dV GEMM from shared memory (SS): held as the RS form's 16-bit registers beside P^T, dP^T,
@@ -569,13 +567,12 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
   // the pre- and postprocess read: bwd_launch_sm90.cuh sets it from these traits).
   static_assert(Traits::kBlockM == kPrePostRows || Traits::kBlockM == 2 * kPrePostRows, "the semaphore blocks");
   static_assert(Traits::kBlockN == kDqFirstStoreBlockN, "the preprocess finds the unvisited blocks with this tile");
-  int m_blocks = ceil_div(p.seqlen_q, Traits::kBlockM);
+  const int m_blocks = ceil_div(p.seqlen_q, Traits::kBlockM);
   // Deterministic: the key blocks add in launch order (BwdGridOrder::turn); first store: the first
   // of them stores instead (the preprocess zeroed only the blocks nobody visits). Both need the
   // semaphores, which the host gives the sm90 family for dense problems.
-  bool ordered = p.deterministic && p.dq_semaphore != nullptr;
-  bool first_store = p.dq_first_store && p.dq_semaphore != nullptr;
-
+  const bool ordered = p.deterministic && p.dq_semaphore != nullptr;
+  const bool first_store = p.dq_first_store && p.dq_semaphore != nullptr;
   grid_dependency_wait();  // dq_accum and the semaphores are zeroed by the preprocess
   // Semaphores by index into p.dq_semaphore (32 bits: B * H * m_blocks words, far below 2^31 for
   // any dq_accum that fits a GPU), so the writer's state fits the producer warpgroup's 24 registers.
@@ -590,11 +587,11 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
   // kernel_notes_bwd_sm90.md, "The flag probe").
   bool flag_probed = false;  // this step's flag was read set (and fenced) during the last step
   // Step i + 1 is the next head of the same query block, or the first head of the block before.
-  auto probe_next = [&](int i, int head, int sem_index, const StepRange& r) {
+  auto probe_next = [&](int i, int head, int sem_index) {
     flag_probed = false;
-    if (!first_store || ordered || i + 1 >= r.count()) return;
-    const int next = head + 1 - r.head_begin < r.heads ? sem_index + m_blocks
-                                                        : sem_index - (r.heads - 1) * m_blocks - 1;
+    if (!first_store || ordered || i + 1 >= range.count()) return;
+    const int next = head + 1 - range.head_begin < range.heads ? sem_index + m_blocks
+                                                                : sem_index - (range.heads - 1) * m_blocks - 1;
     flag_probed = sm90::ld_acquire_gpu(p.dq_semaphore + next) != 0;
     if (flag_probed) sm90::fence_proxy_async_global();  // the add after what the flag announced
   };
@@ -627,7 +624,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
       stamp(kTlWriterFlag, i);
       bulk_store(dst, sm.dq_buf(b), bytes);
       bulk_commit_group();
-      probe_next(i, head, sem_index, range);
+      probe_next(i, head, sem_index);
       bulk_wait_all();
       stamp(kTlWriterRead, i);
       sm90::fence_proxy_async_global();
@@ -649,7 +646,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
       stamp(kTlWriterFlag, i);
       bulk_reduce_add_f32(dst, sm.dq_buf(b), bytes);
       bulk_commit_group();
-      probe_next(i, head, sem_index, range);
+      probe_next(i, head, sem_index);
       if (ordered) {
         bulk_wait_all();  // the adds have landed in global memory
         sm90::fence_proxy_async_global();
@@ -1487,8 +1484,8 @@ __device__ __forceinline__ void for_each_item(const AttnBwdParams& p, int group,
     order.decode(t, n_block, kv_head, batch);
     const SeqlenInfo seq(p, batch);
     const BlockMask mask(seq, p.mask);
-    const int group = p.heads_q / p.heads_kv;
-    const StepRange range{kv_head * group, group, mask.template m_block_min<Traits::kBlockM, Traits::kBlockN>(n_block),
+    const int heads_per_kv = p.heads_q / p.heads_kv;
+    const StepRange range{kv_head * heads_per_kv, heads_per_kv, mask.template m_block_min<Traits::kBlockM, Traits::kBlockN>(n_block),
                           mask.template m_block_max<Traits::kBlockM, Traits::kBlockN>(n_block)};
     body(kk, step0, n_block, kv_head, batch, seq, mask, range);
     step0 += range.count();

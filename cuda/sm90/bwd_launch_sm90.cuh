@@ -54,30 +54,26 @@ cudaError_t encode_bwd_sm90(const AttnBwdParams& params, BwdSm90Args& args) {
 constexpr bool kGroupRuleByDefault = false;
 template <typename Traits>
 int bwd_group_sm90(const AttnBwdParams& p, int64_t items) {
-  if constexpr (!Traits::kTall && !(FLASHSDPA_SM90_BWD_GROUP_WIDE && Traits::kWide && !Traits::kSplit)) {
-    return 1;
-  } else {
-    const char* asked = std::getenv("FLASHSDPA_SM90_BWD_GROUP");
-    if (asked != nullptr) {
-      const int k = std::atoi(asked);
-      if (k >= 1 && k <= 8) return k;
-    }
-    if constexpr (Traits::kWide) return 1;  // (d256: forced k only, until measured)
-    if (!kGroupRuleByDefault && (asked == nullptr || std::strcmp(asked, "auto") != 0)) return 1;
-    const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-    const MaskSpec& m = p.mask;
-    int visits = m_blocks, k = 1;
-    if (m.is_none() || (m.has_left() && m.has_right())) {
-      if (!m.is_none()) visits = std::min<int64_t>(m_blocks, (int64_t(m.window_left) + m.window_right) / Traits::kBlockM + 2);
-      k = visits <= 16 ? 2 : 1;
-    } else {
-      visits = (m_blocks + 1) / 2;
-      k = visits <= 8 ? 4 : visits <= 33 ? 2 : 1;
-    }
-    const int64_t waves2 = 2 * int64_t(std::max(p.num_sms, 1));
-    while (k > 1 && items < waves2 * k) --k;
-    return k;
+  const char* asked = std::getenv("FLASHSDPA_SM90_BWD_GROUP");
+  if (asked != nullptr) {
+    const int k = std::atoi(asked);
+    if (k >= 1 && k <= 8) return k;
   }
+  if constexpr (Traits::kWide) return 1;  // (d256: forced k only, until measured)
+  if (!kGroupRuleByDefault && (asked == nullptr || std::strcmp(asked, "auto") != 0)) return 1;
+  const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  const MaskSpec& m = p.mask;
+  int visits = m_blocks, k = 1;
+  if (m.is_none() || (m.has_left() && m.has_right())) {
+    if (!m.is_none()) visits = std::min<int64_t>(m_blocks, (int64_t(m.window_left) + m.window_right) / Traits::kBlockM + 2);
+    k = visits <= 16 ? 2 : 1;
+  } else {
+    visits = (m_blocks + 1) / 2;
+    k = visits <= 8 ? 4 : visits <= 33 ? 2 : 1;
+  }
+  const int64_t waves2 = 2 * int64_t(std::max(p.num_sms, 1));
+  while (k > 1 && items < waves2 * k) --k;
+  return k;
 }
 
 template <typename Traits>
@@ -123,18 +119,25 @@ cudaError_t run_bwd_sm90_with(const AttnBwdParams& params_in, cudaStream_t strea
   return launch_bwd_prepost<Elem, Traits::kHeadDim, true>(post, stream, /*programmatic=*/true);
 }
 
+// The plain kernel of these traits, or its grouped form (kGrouped: the d64 tall kernel; d256 under
+// FLASHSDPA_SM90_BWD_GROUP_WIDE) where bwd_group_sm90 picks k > 1.
+template <typename Traits>
+cudaError_t run_bwd_sm90_plain(const AttnBwdParams& params, cudaStream_t stream) {
+  using Grouped = BwdTraitsSm90<typename Traits::Elem, Traits::kHeadDim, Traits::kStages, kModsNone, false, true>;
+  if constexpr (Grouped::kGrouped) {
+    const int64_t items = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN * params.heads_kv * params.batch;
+    const int group = bwd_group_sm90<Traits>(params, items);
+    if (group > 1) return run_bwd_sm90_with<Grouped>(params, stream, group);
+  }
+  return run_bwd_sm90_with<Traits>(params, stream);
+}
+
 template <typename Elem, int kHeadDim>
 cudaError_t run_bwd_sm90_(const AttnBwdParams& params, cudaStream_t stream) {
   using Traits = BwdTraitsSm90<Elem, kHeadDim>;
   if constexpr (Traits::kWide) {  // d256, d512: the plain tile only (capabilities.cpp's bucket limits)
     if (params.dropout.enabled() || mods_kind(params.mods) != kModsNone) return cudaErrorNotSupported;
-    if constexpr (FLASHSDPA_SM90_BWD_GROUP_WIDE && !Traits::kSplit) {  // (dev A/B: forced k only)
-      using GroupedTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsNone, false, true>;
-      const int64_t items = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN * params.heads_kv * params.batch;
-      const int group = bwd_group_sm90<Traits>(params, items);
-      if (group > 1) return run_bwd_sm90_with<GroupedTraits>(params, stream, group);
-    }
-    return run_bwd_sm90_with<Traits>(params, stream);
+    return run_bwd_sm90_plain<Traits>(params, stream);
   } else {
     // The score modifiers' instantiations (softcap, ALiBi; sinks too: it sums the rows their
     // gradient is finished from; the bias), picked by score_mod.cuh's mods_kind as
@@ -147,14 +150,7 @@ cudaError_t run_bwd_sm90_(const AttnBwdParams& params, cudaStream_t stream) {
     switch (mods_kind(params.mods)) {
       case kModsScore: return run_bwd_sm90_with<ScoreTraits>(params, stream);
       case kModsBias: return run_bwd_sm90_with<BiasTraits>(params, stream);
-      default:
-        if constexpr (Traits::kTall) {  // the plain d64 kernel: grouped items where they pay
-          using GroupedTraits = BwdTraitsSm90<Elem, kHeadDim, Traits::kStages, kModsNone, false, true>;
-          const int64_t items = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN * params.heads_kv * params.batch;
-          const int group = bwd_group_sm90<Traits>(params, items);
-          if (group > 1) return run_bwd_sm90_with<GroupedTraits>(params, stream, group);
-        }
-        return run_bwd_sm90_with<Traits>(params, stream);
+      default: return run_bwd_sm90_plain<Traits>(params, stream);
     }
   }
 }

@@ -244,6 +244,29 @@ def test_bwd_bucket128_windows(
 # (the sm90 backward: key blocks add dQ in a fixed order), 20 backwards of one shape with many key
 # and query blocks and GQA give bitwise-identical dq, dk, dv, equal to the default mode's but for
 # the order of the adds (the usual rule is checked on the same kernel by the rows above).
+def _deterministic_runs(
+    request: pytest.FixtureRequest, head_dim: int, causal: str, runs: int
+) -> tuple[tuple[torch.Tensor, ...], Callable[[], tuple[torch.Tensor, ...]]]:
+    """``runs`` backwards of one shape with many key and query blocks and GQA, asserted bitwise
+    equal; returns the first run's (dq, dk, dv) and a function running one more backward (under
+    whatever mode and kernel choice hold when it is called)."""
+    torch.manual_seed(zlib.crc32(request.node.name.encode()))
+    q = torch.randn(2, 8, 1023, head_dim, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(2, 2, 1500, head_dim, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(2, 2, 1500, head_dim, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    dout = torch.randn(2, 8, 1023, head_dim, device=DEVICE, dtype=torch.bfloat16)
+
+    def backward() -> tuple[torch.Tensor, ...]:
+        out = flashsdpa.attention(q, k, v, causal=causal != "none")
+        return torch.autograd.grad(out, (q, k, v), dout)
+
+    grads = [backward() for _ in range(runs)]
+    for run in grads[1:]:
+        for name, first, now in zip(("dq", "dk", "dv"), grads[0], run):
+            assert torch.equal(first, now), f"{name} differs between deterministic runs"
+    return grads[0], backward
+
+
 @pytest.mark.parametrize("causal", ["none", "top_left"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_bwd_deterministic_bitwise(
@@ -255,25 +278,12 @@ def test_bwd_deterministic_bitwise(
     verdict = _backend.select(0, code, head_dim, head_dim, masks.kind(mask), False, _backend.BACKWARD_DETERMINISTIC)
     if verdict[0] is None:
         pytest.skip("no deterministic backward of ours on this GPU / build (the sm90 family's)")
-    torch.manual_seed(zlib.crc32(request.node.name.encode()))
-    q = torch.randn(2, 8, 1023, head_dim, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
-    k = torch.randn(2, 2, 1500, head_dim, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
-    v = torch.randn(2, 2, 1500, head_dim, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
-    dout = torch.randn(2, 8, 1023, head_dim, device=DEVICE, dtype=torch.bfloat16)
     deterministic(False)  # not warn_only: a nondeterministic path would raise
-    grads = []
-    for _ in range(20):
-        out = flashsdpa.attention(q, k, v, causal=causal != "none")
-        grads.append(torch.autograd.grad(out, (q, k, v), dout))
-    for run in grads[1:]:
-        for name, first, now in zip(("dq", "dk", "dv"), grads[0], run):
-            assert torch.equal(first, now), f"{name} differs between deterministic runs"
+    first, backward = _deterministic_runs(request, head_dim, causal, 20)
     # The same kernel without the ordering: equal up to the order of the fp32 dQ adds (a bf16 ulp
     # of the largest gradient at most); a skipped or doubled dQ tile would be O(1) off.
     torch.use_deterministic_algorithms(False)  # (the fixture restores the caller's setting)
-    out = flashsdpa.attention(q, k, v, causal=causal != "none")
-    default = torch.autograd.grad(out, (q, k, v), dout)
-    for name, ours, other in zip(("dq", "dk", "dv"), grads[0], default):
+    for name, ours, other in zip(("dq", "dk", "dv"), first, backward()):
         diff = (ours.float() - other.float()).abs().max().item()
         assert diff <= 2**-7 * other.float().abs().max().item(), f"{name}: deterministic vs default differ by {diff}"
 
@@ -301,13 +311,23 @@ def test_bwd_poisoned_workspace(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, name: str, shape: Shape, mask: masks.MaskSpec,
     deterministic: bool,
 ) -> None:  # fmt: skip
+    _check_poisoned_workspace(request, monkeypatch, [(shape, mask)], deterministic)
+
+
+def _check_poisoned_workspace(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, cases: list[tuple[Shape, masks.MaskSpec]],
+    deterministic: bool,
+) -> None:  # fmt: skip
+    """run_and_check of each (shape, mask), bf16, with every workspace byte 0xFF, in deterministic
+    mode or not."""
     monkeypatch.setattr(
         _backend, "_workspace", lambda n, like: torch.full((n,), 0xFF, dtype=torch.uint8, device=like.device)
     )
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
     torch.use_deterministic_algorithms(deterministic, warn_only=True)  # where no family orders dQ: a warning
     try:
-        run_and_check(request, shape, torch.bfloat16, mask)
+        for shape, mask in cases:
+            run_and_check(request, shape, torch.bfloat16, mask)
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
@@ -529,23 +549,10 @@ def test_bwd_grouped_deterministic_bitwise(
 ) -> None:  # fmt: skip
     _skip_unless_sm90_d64_backward()
     monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", str(group))
-    torch.manual_seed(zlib.crc32(request.node.name.encode()))
-    q = torch.randn(2, 8, 1023, 64, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
-    k = torch.randn(2, 2, 1500, 64, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
-    v = torch.randn(2, 2, 1500, 64, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
-    dout = torch.randn(2, 8, 1023, 64, device=DEVICE, dtype=torch.bfloat16)
     deterministic(False)
-    grads = []
-    for _ in range(10):
-        out = flashsdpa.attention(q, k, v, causal=causal != "none")
-        grads.append(torch.autograd.grad(out, (q, k, v), dout))
-    for run in grads[1:]:
-        for name, first, now in zip(("dq", "dk", "dv"), grads[0], run):
-            assert torch.equal(first, now), f"{name} differs between deterministic runs (k = {group})"
+    first, backward = _deterministic_runs(request, 64, causal, 10)
     monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", "1")  # the plain kernel, deterministic too: the same adds in the same order
-    out = flashsdpa.attention(q, k, v, causal=causal != "none")
-    plain = torch.autograd.grad(out, (q, k, v), dout)
-    for name, ours, other in zip(("dq", "dk", "dv"), grads[0], plain):
+    for name, ours, other in zip(("dq", "dk", "dv"), first, backward()):
         assert torch.equal(ours, other), f"{name}: grouped (k = {group}) and plain deterministic backwards differ"
 
 
@@ -556,16 +563,11 @@ def test_bwd_grouped_poisoned_workspace(
 ) -> None:
     _skip_unless_sm90_d64_backward()
     monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", str(group))
-    monkeypatch.setattr(
-        _backend, "_workspace", lambda n, like: torch.full((n,), 0xFF, dtype=torch.uint8, device=like.device)
-    )
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
-    torch.use_deterministic_algorithms(deterministic, warn_only=True)
-    try:
-        run_and_check(request, Shape("grp_ws", 2, 4, 2, 300, 70, 64), torch.bfloat16, masks.CAUSAL_BOTTOM_RIGHT)
-        run_and_check(request, Shape("grp_ws_long", 1, 2, 1, 700, 1100, 64), torch.bfloat16, masks.NO_MASK)
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    cases = [
+        (Shape("grp_ws", 2, 4, 2, 300, 70, 64), masks.CAUSAL_BOTTOM_RIGHT),
+        (Shape("grp_ws_long", 1, 2, 1, 700, 1100, 64), masks.NO_MASK),
+    ]
+    _check_poisoned_workspace(request, monkeypatch, cases, deterministic)
 
 
 # The launcher's own pick: a training-sized short causal backward (16 x 32 heads x 1k: 4,096 items,
