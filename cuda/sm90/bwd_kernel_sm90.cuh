@@ -52,6 +52,14 @@
 #ifndef FLASHSDPA_SM90_BWD_GROUP_WIDE
 #define FLASHSDPA_SM90_BWD_GROUP_WIDE 0
 #endif
+// FLASHSDPA_SM90_BWD_GROUP_D128 (dev A/B, session 43 prepared; 0 default: no extra kernel, SASS
+// unchanged): the plain d128 kernel's grouped form, at the plain kernel's 24 / 240 registers, with
+// the producer's 92 bytes of spills (ptxas 13.0; its consumers need their 240). Whether a spill in
+// the producer warpgroup costs anything was never measured: its roles wait on the consumers most of
+// a step. Forced k only (FLASHSDPA_SM90_BWD_GROUP=k), as d256's.
+#ifndef FLASHSDPA_SM90_BWD_GROUP_D128
+#define FLASHSDPA_SM90_BWD_GROUP_D128 0
+#endif
 
 namespace flashsdpa {
 
@@ -128,12 +136,15 @@ struct BwdTraitsSm90 {
   // d128: its consumers need their 240 (224: C7512) and its producer roles spill at 24 (92 bytes).
   // d256 (FLASHSDPA_SM90_BWD_GROUP_WIDE): its consumers also compile at 224 with 0 spills (216:
   // 516 bytes and C7512), and its producer has no dQ writer.
-  static constexpr bool kGrouped = (kTall || (FLASHSDPA_SM90_BWD_GROUP_WIDE && kWide && !kSplit)) && kGrouped_;
-  static constexpr int kProducerRegs = kGrouped ? 56 : 24;
+  static constexpr bool kGrouped = (kTall || (FLASHSDPA_SM90_BWD_GROUP_D128 && kHeadDim_ == 128) ||
+                                     (FLASHSDPA_SM90_BWD_GROUP_WIDE && kWide && !kSplit)) && kGrouped_;
+  // (d128 grouped keeps the plain split: FLASHSDPA_SM90_BWD_GROUP_D128 above)
+  static constexpr bool kGroupedSplit = kGrouped && kHeadDim_ != 128;
+  static constexpr int kProducerRegs = kGroupedSplit ? 56 : 24;
 #ifndef FLASHSDPA_SM90_BWD_CONSUMER_REGS  // (compile-only register studies: scripts/dev/live_regs.py)
 #define FLASHSDPA_SM90_BWD_CONSUMER_REGS 240
 #endif
-  static constexpr int kConsumerRegs = kGrouped ? 224 : FLASHSDPA_SM90_BWD_CONSUMER_REGS;  // d128: S^T 32 + dP^T 32 + dV 64 + dK 64 + dQ 2 x 32 fp32
+  static constexpr int kConsumerRegs = kGroupedSplit ? 224 : FLASHSDPA_SM90_BWD_CONSUMER_REGS;  // d128: S^T 32 + dP^T 32 + dV 64 + dK 64 + dQ 2 x 32 fp32
   static constexpr int kCtaDim = kSplit ? kHeadDim / 2 : kHeadDim;  // the columns a CTA holds
   static constexpr int kColBlocks = kCtaDim / 64;
   static constexpr int kMTiles = kBlockM / 8;  // n8 column groups of S^T (queries)

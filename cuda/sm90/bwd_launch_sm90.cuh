@@ -59,7 +59,7 @@ int bwd_group_sm90(const AttnBwdParams& p, int64_t items) {
     const int k = std::atoi(asked);
     if (k >= 1 && k <= 8) return k;
   }
-  if constexpr (Traits::kWide) return 1;  // (d256: forced k only, until measured)
+  if constexpr (Traits::kWide || Traits::kHeadDim == 128) return 1;  // (d256, d128: forced k only, until measured)
   if (!kGroupRuleByDefault && (asked == nullptr || std::strcmp(asked, "auto") != 0)) return 1;
   const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const MaskSpec& m = p.mask;

@@ -492,12 +492,22 @@ _GROUPED_SHAPES = [
     Shape("grp_two_items", 1, 2, 1, 200, 130, 64),  # 2 items: k = 3, 4 leave a CTA short
     Shape("grp_one_row", 3, 2, 2, 1, 600, 64),
 ]
-_GROUPED_CASES = [(shape, causal, group) for shape in _GROUPED_SHAPES for causal in CAUSAL_MODES for group in (2, 3, 4)]
+# The head dims whose grouped kernels the build has: d64's always; a dev build with
+# -DFLASHSDPA_SM90_BWD_GROUP_D128=1 (or _WIDE=1: 256) names its own in FLASHSDPA_TEST_GROUPED_DIMS
+# ("128,256"), whose kernels are otherwise not compiled (forced k then runs the plain kernel).
+_GROUPED_DIMS = [64, *(int(d) for d in os.environ.get("FLASHSDPA_TEST_GROUPED_DIMS", "").split(",") if d.strip())]
+_GROUPED_CASES = [
+    (shape.replace(head_dim=dim), causal, group)
+    for dim in _GROUPED_DIMS
+    for shape in _GROUPED_SHAPES
+    for causal in CAUSAL_MODES
+    for group in (2, 3, 4)
+]
 
 
-def _grouped_kernels_ran(fn: Callable[[], object]) -> set[bool]:
-    """Whether the sm90 d64 plain backwards that ``fn`` launches are the grouped form (its traits'
-    last argument), by the profiler's kernel names."""
+def _grouped_kernels_ran(fn: Callable[[], object], head_dim: int = 64) -> set[bool]:
+    """Whether the sm90 plain backwards of ``head_dim`` that ``fn`` launches are the grouped form
+    (its traits' last argument), by the profiler's kernel names."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
@@ -506,19 +516,19 @@ def _grouped_kernels_ran(fn: Callable[[], object]) -> set[bool]:
         name = event.name.replace(" ", "")
         if "flashsdpa_bwd_sm90_kernel" in name and "BwdTraitsSm90<" in name:
             args = name.split("BwdTraitsSm90<", 1)[1].split(">", 1)[0].split(",")
-            if args[1] == "64":  # <Elem, 64, stages, mods, dropout, grouped>
+            if args[1] == str(head_dim):  # <Elem, head dim, stages, mods, dropout, grouped>
                 kinds.add(args[-1] == "true" and len(args) == 6)
     return kinds
 
 
-def _skip_unless_sm90_d64_backward() -> None:
-    skip_unless_compiled(torch.bfloat16, 64)
+def _skip_unless_sm90_d64_backward(head_dim: int = 64) -> None:
+    skip_unless_compiled(torch.bfloat16, head_dim)
     if "FLASHSDPA_FAMILY" in os.environ or _backward_family(
-        torch.empty(1, 1, 1, 64, device=DEVICE, dtype=torch.bfloat16),
-        torch.empty(1, 1, 1, 64, device=DEVICE, dtype=torch.bfloat16),
+        torch.empty(1, 1, 1, head_dim, device=DEVICE, dtype=torch.bfloat16),
+        torch.empty(1, 1, 1, head_dim, device=DEVICE, dtype=torch.bfloat16),
         masks.NO_MASK,
     ) != "sm90":
-        pytest.skip("the sm90 d64 backward does not serve here (GPU, build or FLASHSDPA_FAMILY)")
+        pytest.skip(f"the sm90 d{head_dim} backward does not serve here (GPU, build or FLASHSDPA_FAMILY)")
 
 
 @pytest.mark.parametrize(
@@ -527,45 +537,57 @@ def _skip_unless_sm90_d64_backward() -> None:
 def test_bwd_grouped_items(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, shape: Shape, causal: str, group: int
 ) -> None:
-    _skip_unless_sm90_d64_backward()
+    _skip_unless_sm90_d64_backward(shape.head_dim)
     monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", str(group))
     dtype = torch.float16 if shape.name == "grp_ragged" and group == 3 else torch.bfloat16
-    assert _grouped_kernels_ran(lambda: run_and_check(request, shape, dtype, CAUSAL_MODES[causal])) == {True}
+    ran = _grouped_kernels_ran(lambda: run_and_check(request, shape, dtype, CAUSAL_MODES[causal]), shape.head_dim)
+    assert ran == {True}
 
 
+@pytest.mark.parametrize("head_dim", _GROUPED_DIMS, ids=lambda d: f"d{d}")
 @pytest.mark.parametrize("group", [2, 4])
 @pytest.mark.parametrize("left", [0, 127, 129], ids=lambda w: f"left{w}")
-def test_bwd_grouped_windows(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, left: int, group: int) -> None:
-    _skip_unless_sm90_d64_backward()
+def test_bwd_grouped_windows(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, left: int, group: int, head_dim: int
+) -> None:
+    _skip_unless_sm90_d64_backward(head_dim)
     monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", str(group))
-    run_and_check(request, Shape("grp_window", 2, 4, 2, 517, 700, 64), torch.bfloat16, (left, 0, masks.BOTTOM_RIGHT))
+    shape = Shape("grp_window", 2, 4, 2, 517, 700, head_dim)
+    ran = _grouped_kernels_ran(lambda: run_and_check(request, shape, torch.bfloat16, (left, 0, masks.BOTTOM_RIGHT)), head_dim)
+    assert ran == {True}
 
 
+# (d256 has no deterministic mode, no first store: capabilities.cpp's bucket limits)
+_GROUPED_DQ_WRITER_DIMS = [d for d in _GROUPED_DIMS if d <= 128]
+
+
+@pytest.mark.parametrize("head_dim", _GROUPED_DQ_WRITER_DIMS, ids=lambda d: f"d{d}")
 @pytest.mark.parametrize("group", [2, 4])
 @pytest.mark.parametrize("causal", ["none", "top_left"])
 def test_bwd_grouped_deterministic_bitwise(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, causal: str, group: int,
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, causal: str, group: int, head_dim: int,
     deterministic: Callable[[bool], None],
 ) -> None:  # fmt: skip
-    _skip_unless_sm90_d64_backward()
+    _skip_unless_sm90_d64_backward(head_dim)
     monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", str(group))
     deterministic(False)
-    first, backward = _deterministic_runs(request, 64, causal, 10)
+    first, backward = _deterministic_runs(request, head_dim, causal, 10)
     monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", "1")  # the plain kernel, deterministic too: the same adds in the same order
     for name, ours, other in zip(("dq", "dk", "dv"), first, backward()):
         assert torch.equal(ours, other), f"{name}: grouped (k = {group}) and plain deterministic backwards differ"
 
 
+@pytest.mark.parametrize("head_dim", _GROUPED_DQ_WRITER_DIMS, ids=lambda d: f"d{d}")
 @pytest.mark.parametrize("deterministic", [False, True])
 @pytest.mark.parametrize("group", [2, 3])
 def test_bwd_grouped_poisoned_workspace(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, group: int, deterministic: bool
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, group: int, deterministic: bool, head_dim: int
 ) -> None:
-    _skip_unless_sm90_d64_backward()
+    _skip_unless_sm90_d64_backward(head_dim)
     monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", str(group))
     cases = [
-        (Shape("grp_ws", 2, 4, 2, 300, 70, 64), masks.CAUSAL_BOTTOM_RIGHT),
-        (Shape("grp_ws_long", 1, 2, 1, 700, 1100, 64), masks.NO_MASK),
+        (Shape("grp_ws", 2, 4, 2, 300, 70, head_dim), masks.CAUSAL_BOTTOM_RIGHT),
+        (Shape("grp_ws_long", 1, 2, 1, 700, 1100, head_dim), masks.NO_MASK),
     ]
     _check_poisoned_workspace(request, monkeypatch, cases, deterministic)
 
