@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# session43_combined.sh (session 43; five refused starts left device time for one call), ~8
+# minutes: session42_fourth.sh's work (the d64 grouped rule's runtime form: tests with
+# FLASHSDPA_SM90_BWD_GROUP=auto, sanitizers with k = 3, the rule against k = 1 on one build) and
+# session43_grouped_d128.sh's d128 half (FLASHSDPA_SM90_BWD_GROUP_D128=1: the grouped d128 kernel
+# with the producer's 92 bytes of spills; forced k only) on one bf16 + fp16 d64 / d128 build.
+# A/B, 3 alternating rounds, one process per copy and round: k1 (the plain kernels, d64 and d128),
+# auto (d64: the rule), k2 and k4 (d128).
+# Predictions (H100; kernel_notes_bwd_sm90.md): d64 rule / k1: S 512 +8%, causal +13%; 1k +5%,
+# causal +22%; 2k +2%, causal +7%; 8k 1.00, causal +1-3%. d128 k2 or k4 / k1: causal 512 / 1k
+# +10-18%, dense 512 / 1k +3-6%, 2k +1-3%, 8k within 1% (k2) or lower (k4).
+#   run(command="bash scripts/dev/session43_combined.sh", carry=[".whl"], timeout_s=590)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/device_env.sh
+export FLASHSDPA_SM90_BWD_GROUP=auto  # the rule, for the tests (the A/B sets each side's)
+echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
+BUILD_DTYPES="bf16;fp16" build_copy g "64;128" "CUDAFLAGS=-DFLASHSDPA_SM90_BWD_GROUP_D128=1"
+require_copies g
+grep -A2 "Compiling entry.*bwd_sm90_kernel.*Lb1EEEE" "$OUT/build_g.log" | grep -E "spill" | sort | uniq -c
+G="/tmp/pkg_g/python${SITE:+:$SITE}"
+PYTHONPATH="$G" FLASHSDPA_TEST_GROUPED_DIMS=128 tests "gpu tests (rule, d128 k)" 150 tests_g.log \
+  $PY -m pytest tests/gpu/test_kernels.py tests/gpu/test_fuzz_gpu.py tests/gpu/test_windows.py -q -p no:cacheprovider -n 8
+for tool in memcheck racecheck; do
+  FLASHSDPA_SM90_BWD_GROUP=3 PYTHONPATH="$G" sanitize_subset $tool 45 tests/gpu/test_kernels.py
+done
+((${#failed[@]})) && finish
+for name in k1 auto k2 k4; do rm -rf /tmp/pkg_$name && cp -r /tmp/pkg_g /tmp/pkg_$name; done
+S=(--causal both --seqlens 512 1024 2048 8192)
+for round in 0 1 2; do
+  for spec in "k1 1 64 128" "auto auto 64" "k2 2 128" "k4 4 128"; do
+    read -r name k dims <<< "$spec"
+    (( SECONDS > 540 )) && break 2
+    FLASHSDPA_SM90_BWD_GROUP=$k PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timeout 60 $PY scripts/dev/bwd_ab.py \
+      --rounds 1 --json --dims $dims "${S[@]}" >> "$OUT/ab_$name.jsonl" 2>> "$OUT/ab_$name.err"
+    check "A/B $name round $round" $?
+  done
+done
+echo "A/B ended at $SECONDS s"
+$PY scripts/dev/ab_table.py "$OUT" k1 auto k2 k4 > "$OUT/ab_table.txt"
+cat "$OUT/ab_table.txt"
+finish
