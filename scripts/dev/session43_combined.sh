@@ -30,7 +30,7 @@ S=(--causal both --seqlens 512 1024 2048 8192)
 for round in 0 1 2; do
   for spec in "k1 1 64 128" "auto auto 64" "k2 2 128" "k4 4 128"; do
     read -r name k dims <<< "$spec"
-    (( SECONDS > 540 )) && break 2
+    (( SECONDS > ${AB_STOP:-540} )) && break 2
     FLASHSDPA_SM90_BWD_GROUP=$k PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timeout 60 $PY scripts/dev/bwd_ab.py \
       --rounds 1 --json --dims $dims "${S[@]}" >> "$OUT/ab_$name.jsonl" 2>> "$OUT/ab_$name.err"
     check "A/B $name round $round" $?
