@@ -20,23 +20,31 @@ require_copies g
 grep -A2 "Compiling entry.*bwd_sm90_kernel.*Lb1EEEE" "$OUT/build_g.log" | grep -E "spill" | sort | uniq -c
 G="/tmp/pkg_g/python${SITE:+:$SITE}"
 PYTHONPATH="$G" FLASHSDPA_TEST_GROUPED_DIMS=128 tests "gpu tests (rule, d128 k)" 150 tests_g.log \
-  $PY -m pytest tests/gpu/test_kernels.py tests/gpu/test_fuzz_gpu.py tests/gpu/test_windows.py -q -p no:cacheprovider -n 8
+  $PY -m pytest tests/gpu/test_kernels.py ${FUZZ-tests/gpu/test_fuzz_gpu.py} tests/gpu/test_windows.py -q -p no:cacheprovider -n 8
 for tool in memcheck racecheck; do
   FLASHSDPA_SM90_BWD_GROUP=3 PYTHONPATH="$G" sanitize_subset $tool 45 tests/gpu/test_kernels.py
 done
 ((${#failed[@]})) && finish
-for name in k1 auto k2 k4; do rm -rf /tmp/pkg_$name && cp -r /tmp/pkg_g /tmp/pkg_$name; done
-S=(--causal both --seqlens 512 1024 2048 8192)
+# SPECS: "copy k dims seqlens", one process each a round (SHORT=1: d64 k1 / auto and d128 k1 / k2
+# only, d128 without 8k: what a call with little device time left can fit in three rounds).
+SPECS=("k1 1 64,128 512,1024,2048,8192" "auto auto 64 512,1024,2048,8192" "k2 2 128 512,1024,2048,8192"
+  "k4 4 128 512,1024,2048,8192")
+((${SHORT:-0})) && SPECS=("k1 1 64 512,1024,2048,8192" "auto auto 64 512,1024,2048,8192" "d1 1 128 512,1024,2048"
+  "k2 2 128 512,1024,2048")
 for round in 0 1 2; do
-  for spec in "k1 1 64 128" "auto auto 64" "k2 2 128" "k4 4 128"; do
-    read -r name k dims <<< "$spec"
+  for spec in "${SPECS[@]}"; do
+    read -r name k dims seqlens <<< "$spec"
     (( SECONDS > ${AB_STOP:-540} )) && break 2
-    FLASHSDPA_SM90_BWD_GROUP=$k PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timeout 60 $PY scripts/dev/bwd_ab.py \
-      --rounds 1 --json --dims $dims "${S[@]}" >> "$OUT/ab_$name.jsonl" 2>> "$OUT/ab_$name.err"
+    FLASHSDPA_SM90_BWD_GROUP=$k PYTHONPATH="$G" timeout 60 $PY scripts/dev/bwd_ab.py \
+      --rounds 1 --json --dims ${dims//,/ } --causal both --seqlens ${seqlens//,/ } >> "$OUT/ab_$name.jsonl" 2>> "$OUT/ab_$name.err"
     check "A/B $name round $round" $?
   done
 done
 echo "A/B ended at $SECONDS s"
-$PY scripts/dev/ab_table.py "$OUT" k1 auto k2 k4 > "$OUT/ab_table.txt"
+if ((${SHORT:-0})); then
+  { $PY scripts/dev/ab_table.py "$OUT" k1 auto; $PY scripts/dev/ab_table.py "$OUT" d1 k2; } > "$OUT/ab_table.txt"
+else
+  $PY scripts/dev/ab_table.py "$OUT" k1 auto k2 k4 > "$OUT/ab_table.txt"
+fi
 cat "$OUT/ab_table.txt"
 finish
