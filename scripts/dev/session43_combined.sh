@@ -19,9 +19,12 @@ BUILD_DTYPES="bf16;fp16" build_copy g "64;128" "CUDAFLAGS=-DFLASHSDPA_SM90_BWD_G
 require_copies g
 grep -A2 "Compiling entry.*bwd_sm90_kernel.*Lb1EEEE" "$OUT/build_g.log" | grep -E "spill" | sort | uniq -c
 G="/tmp/pkg_g/python${SITE:+:$SITE}"
+SELECT=()  # TESTK="expr": only those tests (a call with little device time left)
+[[ -n "${TESTK:-}" ]] && SELECT=(-k "$TESTK")
 PYTHONPATH="$G" FLASHSDPA_TEST_GROUPED_DIMS=128 tests "gpu tests (rule, d128 k)" 150 tests_g.log \
-  $PY -m pytest tests/gpu/test_kernels.py ${FUZZ-tests/gpu/test_fuzz_gpu.py} tests/gpu/test_windows.py -q -p no:cacheprovider -n 8
-for tool in memcheck racecheck; do
+  $PY -m pytest tests/gpu/test_kernels.py ${FUZZ-tests/gpu/test_fuzz_gpu.py} tests/gpu/test_windows.py -q -p no:cacheprovider -n 8 \
+  "${SELECT[@]}"
+for tool in ${SAN_TOOLS:-memcheck racecheck}; do
   FLASHSDPA_SM90_BWD_GROUP=3 PYTHONPATH="$G" sanitize_subset $tool 45 tests/gpu/test_kernels.py
 done
 ((${#failed[@]})) && finish
@@ -29,7 +32,8 @@ done
 # only, d128 without 8k: what a call with little device time left can fit in three rounds).
 SPECS=("k1 1 64,128 512,1024,2048,8192" "auto auto 64 512,1024,2048,8192" "k2 2 128 512,1024,2048,8192"
   "k4 4 128 512,1024,2048,8192")
-((${SHORT:-0})) && SPECS=("k1 1 64 512,1024,2048,8192" "auto auto 64 512,1024,2048,8192" "d1 1 128 512,1024,2048"
+((${SHORT:-0} == 2)) && SPECS=("k1 1 64 512,1024,2048,8192" "auto auto 64 512,1024,2048,8192")
+((${SHORT:-0} == 1)) && SPECS=("k1 1 64 512,1024,2048,8192" "auto auto 64 512,1024,2048,8192" "d1 1 128 512,1024,2048"
   "k2 2 128 512,1024,2048")
 for round in 0 1 2; do
   for spec in "${SPECS[@]}"; do
@@ -41,7 +45,9 @@ for round in 0 1 2; do
   done
 done
 echo "A/B ended at $SECONDS s"
-if ((${SHORT:-0})); then
+if ((${SHORT:-0} == 2)); then
+  $PY scripts/dev/ab_table.py "$OUT" k1 auto > "$OUT/ab_table.txt"
+elif ((${SHORT:-0})); then
   { $PY scripts/dev/ab_table.py "$OUT" k1 auto; $PY scripts/dev/ab_table.py "$OUT" d1 k2; } > "$OUT/ab_table.txt"
 else
   $PY scripts/dev/ab_table.py "$OUT" k1 auto k2 k4 > "$OUT/ab_table.txt"
