@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# session43_combined.sh (session 43; five refused starts left device time for one call), ~8
-# minutes: session42_fourth.sh's work (the d64 grouped rule's runtime form: tests with
-# FLASHSDPA_SM90_BWD_GROUP=auto, sanitizers with k = 3, the rule against k = 1 on one build) and
-# session43_grouped_d128.sh's d128 half (FLASHSDPA_SM90_BWD_GROUP_D128=1: the grouped d128 kernel
-# with the producer's 92 bytes of spills; forced k only) on one bf16 + fp16 d64 / d128 build.
+# session43_combined.sh (prepared in session 43, not yet run: twelve refused or lost starts), ~8
+# minutes: the d64 grouped rule's runtime form (session 42's fourth script, folded in here: tests
+# with FLASHSDPA_SM90_BWD_GROUP=auto, sanitizers with k = 3, the rule against k = 1 on one build)
+# and the d128 grouped kernel (FLASHSDPA_SM90_BWD_GROUP_D128=1, with the producer's 92 bytes of
+# spills; forced k only) on one bf16 + fp16 d64 / d128 build. d256's grouping has its own script
+# (session43_d256_grouped.sh).
 # A/B, 3 alternating rounds, one process per copy and round: k1 (the plain kernels, d64 and d128),
 # auto (d64: the rule), k2 and k4 (d128).
 # Predictions (H100; kernel_notes_bwd_sm90.md): d64 rule / k1: S 512 +8%, causal +13%; 1k +5%,
