@@ -133,18 +133,19 @@ struct BwdTraitsSm90 {
   // steps over all of them. The d64 tall kernel's producer roles, each with an item loop, spill at
   // 24 registers (ptxas 13.0: 180 bytes); its consumers need 224 (216: 260 bytes and C7512), so
   // there the split is 56 / 224 (the launch's 168 a thread either way: 56 x 128 + 224 x 256). Not
-  // d128: its consumers need their 240 (224: C7512) and its producer roles spill at 24 (92 bytes).
+  // d128 by default: its consumers need their 240 (224: C7512), so its grouped form
+  // (FLASHSDPA_SM90_BWD_GROUP_D128, a dev A/B) keeps 24 / 240 and its producer spills 92 bytes.
   // d256 (FLASHSDPA_SM90_BWD_GROUP_WIDE): its consumers also compile at 224 with 0 spills (216:
   // 516 bytes and C7512), and its producer has no dQ writer.
   static constexpr bool kGrouped = (kTall || (FLASHSDPA_SM90_BWD_GROUP_D128 && kHeadDim_ == 128) ||
                                      (FLASHSDPA_SM90_BWD_GROUP_WIDE && kWide && !kSplit)) && kGrouped_;
-  // (d128 grouped keeps the plain split: FLASHSDPA_SM90_BWD_GROUP_D128 above)
-  static constexpr bool kGroupedSplit = kGrouped && kHeadDim_ != 128;
-  static constexpr int kProducerRegs = kGroupedSplit ? 56 : 24;
+  // The grouped kernels whose producer warpgroup takes 56 registers (d128's keeps 24 / 240).
+  static constexpr bool kGroupedRegs56 = kGrouped && kHeadDim_ != 128;
+  static constexpr int kProducerRegs = kGroupedRegs56 ? 56 : 24;
 #ifndef FLASHSDPA_SM90_BWD_CONSUMER_REGS  // (compile-only register studies: scripts/dev/live_regs.py)
 #define FLASHSDPA_SM90_BWD_CONSUMER_REGS 240
 #endif
-  static constexpr int kConsumerRegs = kGroupedSplit ? 224 : FLASHSDPA_SM90_BWD_CONSUMER_REGS;  // d128: S^T 32 + dP^T 32 + dV 64 + dK 64 + dQ 2 x 32 fp32
+  static constexpr int kConsumerRegs = kGroupedRegs56 ? 224 : FLASHSDPA_SM90_BWD_CONSUMER_REGS;  // d128: S^T 32 + dP^T 32 + dV 64 + dK 64 + dQ 2 x 32 fp32
   static constexpr int kCtaDim = kSplit ? kHeadDim / 2 : kHeadDim;  // the columns a CTA holds
   static constexpr int kColBlocks = kCtaDim / 64;
   static constexpr int kMTiles = kBlockM / 8;  // n8 column groups of S^T (queries)
@@ -1560,7 +1561,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   if constexpr (Traits::kSplit) sm90::cluster_sync();  // both CTAs' barriers exist before any remote arrival
 
   const int warpgroup = threadIdx.x / 128;
-  if constexpr (Traits::kGrouped) {  // grouped items (the plain d64 tall kernel; d256 as a dev A/B)
+  if constexpr (Traits::kGrouped) {  // grouped items (the plain d64 tall kernel; d128 / d256 as dev A/Bs)
     using bwd_sm90::StepRange;
     if (warpgroup == 0) {
       sm90::setmaxnreg_dec<Traits::kProducerRegs>();
@@ -1569,8 +1570,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
                                                                                 : warp;
       if (role == bwd_sm90::kWarpLoad || role == bwd_sm90::kWarpDq || role == bwd_sm90::kWarpRowStats) {
         // One item loop for the three roles, the role chosen inside it: at d64's 56 registers 0
-        // spills (ptxas 13.0; at 24, d128: 88 bytes, a loop in each role's branch 108, any one role
-        // alone with its loop 0: the roles' common state across the branch does not fit there).
+        // spills (ptxas 13.0; at 24, d128: 92 bytes, a loop in each role's branch more, the load
+        // thread alone 4: the roles' common state across the branch does not fit there).
         bwd_sm90::for_each_item<Traits>(p, args.group, [&](int k, int step0, int nb, int kh, int b, const SeqlenInfo& sq,
                                                const BlockMask& m, const StepRange& r) {
           if (role == bwd_sm90::kWarpLoad) {

@@ -120,8 +120,8 @@ cudaError_t run_bwd_sm90_with(const AttnBwdParams& params_in, cudaStream_t strea
   return launch_bwd_prepost<Elem, Traits::kHeadDim, true>(post, stream, /*programmatic=*/true);
 }
 
-// The plain kernel of these traits, or its grouped form (kGrouped: the d64 tall kernel; d256 under
-// FLASHSDPA_SM90_BWD_GROUP_WIDE) where bwd_group_sm90 picks k > 1.
+// The plain kernel of these traits, or its grouped form (kGrouped: the d64 tall kernel; d128 / d256
+// under FLASHSDPA_SM90_BWD_GROUP_D128 / _WIDE) where bwd_group_sm90 picks k > 1.
 template <typename Traits>
 cudaError_t run_bwd_sm90_plain(const AttnBwdParams& params, cudaStream_t stream) {
   using Grouped = BwdTraitsSm90<typename Traits::Elem, Traits::kHeadDim, Traits::kStages, kModsNone, false, true>;

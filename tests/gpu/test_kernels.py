@@ -477,9 +477,9 @@ def test_sanitizer_subset(request: pytest.FixtureRequest, shape: Shape, causal: 
     run_and_check(request, shape, dtype, CAUSAL_MODES[causal])
 
 
-# ---- the sm90 d64 backward's grouped items (bwd_kernel_sm90.cuh's kGrouped; issue 13): a CTA runs
-# k consecutive key blocks, the ring counting its steps over all of them, the next item's K / V
-# loaded once the consumers have read this one's (kv_empty). The launcher picks k from the shape
+# ---- the sm90 backward's grouped items (bwd_kernel_sm90.cuh's kGrouped; d64, and d128 / d256 in
+# dev builds; issue 13): a CTA runs k consecutive key blocks, the ring counting its steps over all
+# of them, the next item's K / V loaded once the consumers have read this one's (kv_empty). The launcher picks k from the shape
 # (bwd_launch_sm90.cuh's bwd_group_sm90: 1 on problems this small); FLASHSDPA_SM90_BWD_GROUP=k
 # forces it. Item counts that k does not divide (the last CTA runs fewer), items without steps
 # (key blocks no query sees: top-left causal with Sq < Sk; rows without keys: bottom-right with Sq
@@ -521,7 +521,7 @@ def _grouped_kernels_ran(fn: Callable[[], object], head_dim: int = 64) -> set[bo
     return kinds
 
 
-def _skip_unless_sm90_d64_backward(head_dim: int = 64) -> None:
+def _skip_unless_sm90_backward(head_dim: int = 64) -> None:
     skip_unless_compiled(torch.bfloat16, head_dim)
     if "FLASHSDPA_FAMILY" in os.environ or _backward_family(
         torch.empty(1, 1, 1, head_dim, device=DEVICE, dtype=torch.bfloat16),
@@ -537,7 +537,7 @@ def _skip_unless_sm90_d64_backward(head_dim: int = 64) -> None:
 def test_bwd_grouped_items(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, shape: Shape, causal: str, group: int
 ) -> None:
-    _skip_unless_sm90_d64_backward(shape.head_dim)
+    _skip_unless_sm90_backward(shape.head_dim)
     monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", str(group))
     dtype = torch.float16 if shape.name == "grp_ragged" and group == 3 else torch.bfloat16
     ran = _grouped_kernels_ran(lambda: run_and_check(request, shape, dtype, CAUSAL_MODES[causal]), shape.head_dim)
@@ -550,7 +550,7 @@ def test_bwd_grouped_items(
 def test_bwd_grouped_windows(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, left: int, group: int, head_dim: int
 ) -> None:
-    _skip_unless_sm90_d64_backward(head_dim)
+    _skip_unless_sm90_backward(head_dim)
     monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", str(group))
     shape = Shape("grp_window", 2, 4, 2, 517, 700, head_dim)
     ran = _grouped_kernels_ran(lambda: run_and_check(request, shape, torch.bfloat16, (left, 0, masks.BOTTOM_RIGHT)), head_dim)
@@ -568,7 +568,7 @@ def test_bwd_grouped_deterministic_bitwise(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, causal: str, group: int, head_dim: int,
     deterministic: Callable[[bool], None],
 ) -> None:  # fmt: skip
-    _skip_unless_sm90_d64_backward(head_dim)
+    _skip_unless_sm90_backward(head_dim)
     monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", str(group))
     deterministic(False)
     first, backward = _deterministic_runs(request, head_dim, causal, 10)
@@ -583,7 +583,7 @@ def test_bwd_grouped_deterministic_bitwise(
 def test_bwd_grouped_poisoned_workspace(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, group: int, deterministic: bool, head_dim: int
 ) -> None:
-    _skip_unless_sm90_d64_backward(head_dim)
+    _skip_unless_sm90_backward(head_dim)
     monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", str(group))
     cases = [
         (Shape("grp_ws", 2, 4, 2, 300, 70, head_dim), masks.CAUSAL_BOTTOM_RIGHT),
@@ -600,7 +600,7 @@ def test_bwd_grouped_poisoned_workspace(
 def test_bwd_group_rule(
     monkeypatch: pytest.MonkeyPatch, batch: int, heads: int, seqlen: int, grouped: bool
 ) -> None:
-    _skip_unless_sm90_d64_backward()
+    _skip_unless_sm90_backward()
     monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", "auto")
     q, k, v = (torch.randn(batch, heads, seqlen, 64, device=DEVICE, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     out = flashsdpa.attention(q, k, v, causal=True)
