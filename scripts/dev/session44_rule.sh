@@ -12,11 +12,11 @@ cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 BUILD_DTYPES="bf16;fp16" BUILD_TIMEOUT=150 build_copy r "64"
-TEST_LIMIT=${TEST_LIMIT:-100}
+TEST_LIMIT=${TEST_LIMIT:-100}  # TESTK="expr": only those tests
 require_copies r
 R="/tmp/pkg_r/python${SITE:+:$SITE}"
 FLASHSDPA_SM90_BWD_GROUP=auto PYTHONPATH="$R" tests "gpu tests (rule)" "$TEST_LIMIT" tests_r.log \
-  $PY -m pytest tests/gpu/test_kernels.py tests/gpu/test_windows.py -q -p no:cacheprovider -n 8
+  $PY -m pytest tests/gpu/test_kernels.py tests/gpu/test_windows.py -q -p no:cacheprovider -n 8 ${TESTK:+-k "$TESTK"}
 # SAN=0: no memcheck (a call with under ~5 minutes: session 42 ran both sanitizers on the compile-time form)
 ((${SAN:-1})) && FLASHSDPA_SM90_BWD_GROUP=3 PYTHONPATH="$R" sanitize_subset memcheck 45 tests/gpu/test_kernels.py
 ((${#failed[@]})) && finish
