@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# session44_rule.sh (session 44), ~5-6 minutes: the d64 grouped rule's runtime form alone, for a
-# call with little device time left (session43_combined.sh's SHORT=2 still builds d128 and its
-# variant): one bf16 + fp16 d64 build of the tree; test_kernels.py and test_windows.py with
-# FLASHSDPA_SM90_BWD_GROUP=auto (the rule), memcheck with k = 3; then 3 alternating process rounds
-# of bwd_ab.py at d64, k = 1 (the plain kernel) against auto (the rule) on the same build.
+# session44_rule.sh (prepared in session 44, not yet run: no machine came), ~5-6 minutes: the d64
+# grouped rule's runtime form alone, for a call with little device time left
+# (session43_combined.sh's SHORT=2 still builds d128 and its variant): one bf16 + fp16 d64 build of
+# the tree; test_kernels.py and test_windows.py with FLASHSDPA_SM90_BWD_GROUP=auto (the rule),
+# memcheck with k = 3; then 3 alternating process rounds of bwd_ab.py at d64, k = 1 (the plain
+# kernel) against auto (the rule) on the same build.
 # Prediction (H100; kernel_notes_bwd_sm90.md, session 42's outcome): rule / k1 S 512 +8%, causal
 # +13%; 1k +5%, causal +22%; 2k +2%, causal +7%; 8k 1.00, causal +1-3%.
 #   run(command="bash scripts/dev/session44_rule.sh", carry=[".whl"], timeout_s=400)
