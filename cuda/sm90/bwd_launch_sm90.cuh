@@ -50,8 +50,8 @@ cudaError_t encode_bwd_sm90(const AttnBwdParams& params, BwdSm90Args& args) {
 // (1-8) forces k: the tests run every k on small problems, which the rule leaves at 1.
 // kGroupRuleByDefault: the rule's runtime form (k a launch argument) has not run on a GPU yet (session
 // 42's device time ran out after the compile-time form's suite, sanitizers and A/B; sessions 43 and
-// 44 got no machine), so until scripts/dev/session44_rule.sh (or session43_combined.sh) has, the
-// rule runs only where FLASHSDPA_SM90_BWD_GROUP=auto asks.
+// 44 got no machine), so until scripts/dev/session43_combined.sh (SHORT=2 for the rule alone) has,
+// the rule runs only where FLASHSDPA_SM90_BWD_GROUP=auto asks.
 constexpr bool kGroupRuleByDefault = false;
 template <typename Traits>
 int bwd_group_sm90(const AttnBwdParams& p, int64_t items) {

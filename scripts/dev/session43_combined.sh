@@ -11,21 +11,30 @@
 # causal +22%; 2k +2%, causal +7%; 8k 1.00, causal +1-3%. d128 k2 or k4 / k1: causal 512 / 1k
 # +10-18%, dense 512 / 1k +3-6%, 2k +1-3%, 8k within 1% (k2) or lower (k4).
 #   run(command="bash scripts/dev/session43_combined.sh", carry=[".whl"], timeout_s=590)
+# A call with little device time left: SHORT=2 (the d64 rule alone, on a d64 build without the d128
+# variant: ~5-6 minutes), FUZZ= (skip the fuzz file), SAN_TOOLS=memcheck (or "" for none),
+# TEST_LIMIT (s), TESTK="expr", AB_STOP (s); e.g. a ~4-minute call:
+#   SHORT=2 FUZZ= SAN_TOOLS= TEST_LIMIT=80 AB_STOP=200 bash scripts/dev/session43_combined.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 export FLASHSDPA_SM90_BWD_GROUP=auto  # the rule, for the tests (the A/B sets each side's)
 echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-BUILD_DTYPES="bf16;fp16" build_copy g "64;128" "CUDAFLAGS=-DFLASHSDPA_SM90_BWD_GROUP_D128=1"
+GROUPED_DIMS=128  # the grouped test rows' head dims beyond d64 (tests/gpu/test_kernels.py)
+if ((${SHORT:-0} == 2)); then
+  BUILD_DTYPES="bf16;fp16" build_copy g "64" && GROUPED_DIMS=""  # (d64 rows always run)
+else
+  BUILD_DTYPES="bf16;fp16" build_copy g "64;128" "CUDAFLAGS=-DFLASHSDPA_SM90_BWD_GROUP_D128=1"
+fi
 require_copies g
 grep -A2 "Compiling entry.*bwd_sm90_kernel.*Lb1EEEE" "$OUT/build_g.log" | grep -E "spill" | sort | uniq -c
 G="/tmp/pkg_g/python${SITE:+:$SITE}"
 SELECT=()  # TESTK="expr": only those tests (a call with little device time left)
 [[ -n "${TESTK:-}" ]] && SELECT=(-k "$TESTK")
-PYTHONPATH="$G" FLASHSDPA_TEST_GROUPED_DIMS=128 tests "gpu tests (rule, d128 k)" 150 tests_g.log \
+PYTHONPATH="$G" FLASHSDPA_TEST_GROUPED_DIMS=$GROUPED_DIMS tests "gpu tests (rule, grouped)" "${TEST_LIMIT:-150}" tests_g.log \
   $PY -m pytest tests/gpu/test_kernels.py ${FUZZ-tests/gpu/test_fuzz_gpu.py} tests/gpu/test_windows.py -q -p no:cacheprovider -n 8 \
   "${SELECT[@]}"
-for tool in ${SAN_TOOLS:-memcheck racecheck}; do
+for tool in ${SAN_TOOLS-memcheck racecheck}; do
   FLASHSDPA_SM90_BWD_GROUP=3 PYTHONPATH="$G" sanitize_subset $tool 45 tests/gpu/test_kernels.py
 done
 ((${#failed[@]})) && finish
