@@ -76,7 +76,7 @@ validate_tree() {
 }
 # build_copy NAME DIMS [VAR=VALUE ...]: a narrow build (bf16, or $BUILD_DTYPES: "bf16;fp16" for
 # builds whose tests include fp16 rows; the given head dims, sm_90 SASS: both
-# families) in its own fresh build directory with the given environment added, then python/ copied
+# families) in its own build directory (fresh where the added environment differs) with the given environment added, then python/ copied
 # to /tmp/pkg_NAME, so that A/B scripts run two builds side by side (PYTHONPATH=/tmp/pkg_NAME/python).
 # A failed build leaves no /tmp/pkg_NAME (session 31: a tree copied from a built checkout carried
 # that checkout's _C*.so, so a failed variant build still "had" a module, the other build's); a
@@ -88,6 +88,13 @@ build_copy() {
   if [[ -f /tmp/build_$name/CMakeCache.txt ]] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$PWD" /tmp/build_$name/CMakeCache.txt; then
     rm -rf /tmp/build_$name
   fi
+  # CMake reads CUDAFLAGS (and the like) only when it creates the cache: a build directory left by an
+  # earlier call on a warm machine with other VAR=VALUEs kept them (session 45: the d128 grouped
+  # variant's define was dropped, so its tests ran the plain kernel). A stamp of them decides.
+  if [[ -d /tmp/build_$name && "$(cat /tmp/build_$name/.flashsdpa_env 2>/dev/null)" != "$*" ]]; then
+    rm -rf /tmp/build_$name
+  fi
+  mkdir -p /tmp/build_$name && printf '%s' "$*" > /tmp/build_$name/.flashsdpa_env
   rm -f python/flashsdpa/_C*.so
   env "$@" FLASHSDPA_BUILD_DIR=/tmp/build_$name FLASHSDPA_DTYPES="${BUILD_DTYPES:-bf16}" FLASHSDPA_HEAD_DIMS="$dims" \
     FLASHSDPA_ARCHS=90 FLASHSDPA_BUILD_JOBS="$(nproc)" FLASHSDPA_PTXAS_VERBOSE=1 \

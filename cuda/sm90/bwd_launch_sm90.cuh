@@ -45,14 +45,14 @@ cudaError_t encode_bwd_sm90(const AttnBwdParams& params, BwdSm90Args& args) {
 // 1.135; 1k 1.055 / 1.056, causal 1.162 / 1.239; 2k 1.019 / 1.005, causal 1.074 / 1.081; 8k
 // 0.94-0.99 / 0.92-0.99, causal 1.006-1.041 / 0.947-0.958. So by the query blocks a key block
 // visits, about: dense, 2 up to 16 blocks (2k), else 1; one side unbounded (causal), 4 up to 8
-// blocks, 2 up to 33 (8k), else 1; a window bounded on both sides counts as dense. Never fewer than
-// two waves of CTAs (k items a CTA leave the last wave k times coarser). FLASHSDPA_SM90_BWD_GROUP=k
-// (1-8) forces k: the tests run every k on small problems, which the rule leaves at 1.
-// kGroupRuleByDefault: the rule's runtime form (k a launch argument) has not run on a GPU yet (session
-// 42's device time ran out after the compile-time form's suite, sanitizers and A/B; sessions 43 and
-// 44 got no machine), so until scripts/dev/session43_combined.sh (SHORT=2 for the rule alone) has,
-// the rule runs only where FLASHSDPA_SM90_BWD_GROUP=auto asks.
-constexpr bool kGroupRuleByDefault = false;
+// blocks (2k), 2 up to 16 (4k, between 2k's +7% and 8k's nothing: not measured), else 1; a window
+// bounded on both sides counts as dense. Never fewer than two waves of CTAs (k items a CTA leave the
+// last wave k times coarser). The rule against the plain kernel, session 45, H100, two calls of 3
+// rounds each: S 512 1.084 / 1.089, causal 1.130 / 1.140; 1k 1.056 / 1.056, causal 1.234 / 1.233;
+// 2k 1.016 / 1.010, causal 1.077 / 1.074; 8k (k = 1 both sides) 1.039 / 1.002; 8k causal with
+// k = 2 (session 42's bound, 33 blocks) 1.011 / 0.934: the bound is 16 since.
+// FLASHSDPA_SM90_BWD_GROUP=k (1-8) forces k: the tests run every k on small problems, which the
+// rule leaves at 1; 1 keeps the plain kernel; unset or "auto", the rule.
 template <typename Traits>
 int bwd_group_sm90(const AttnBwdParams& p, int64_t items) {
   const char* asked = std::getenv("FLASHSDPA_SM90_BWD_GROUP");
@@ -60,8 +60,9 @@ int bwd_group_sm90(const AttnBwdParams& p, int64_t items) {
     const int k = std::atoi(asked);
     if (k >= 1 && k <= 8) return k;
   }
-  if constexpr (Traits::kWide || Traits::kHeadDim == 128) return 1;  // (d256, d128: forced k only, until measured)
-  if (!kGroupRuleByDefault && (asked == nullptr || std::strcmp(asked, "auto") != 0)) return 1;
+  // d256, d128: forced k only (session 45, H100: d128's grouped form, whose producer spills 92
+  // bytes, loses 4-7% dense at every length and wins only causal S 512, +6% / +13% at k 2 / 4).
+  if constexpr (Traits::kWide || Traits::kHeadDim == 128) return 1;
   const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const MaskSpec& m = p.mask;
   int visits = m_blocks, k = 1;
@@ -70,7 +71,7 @@ int bwd_group_sm90(const AttnBwdParams& p, int64_t items) {
     k = visits <= 16 ? 2 : 1;
   } else {
     visits = (m_blocks + 1) / 2;
-    k = visits <= 8 ? 4 : visits <= 33 ? 2 : 1;
+    k = visits <= 8 ? 4 : visits <= 16 ? 2 : 1;
   }
   const int64_t waves2 = 2 * int64_t(std::max(p.num_sms, 1));
   while (k > 1 && items < waves2 * k) --k;

@@ -592,16 +592,20 @@ def test_bwd_grouped_poisoned_workspace(
     _check_poisoned_workspace(request, monkeypatch, cases, deterministic)
 
 
-# The launcher's own pick: a training-sized short causal backward (16 x 32 heads x 1k: 4,096 items,
-# the rule's k = 4) runs grouped, a small one (1 x 2 heads x 256: 4 items, under two waves) plain.
-# (FLASHSDPA_SM90_BWD_GROUP=auto: the rule, which is not yet the default: bwd_launch_sm90.cuh's
-# kGroupRuleByDefault.)
-@pytest.mark.parametrize("batch,heads,seqlen,grouped", [(16, 32, 1024, True), (1, 2, 256, False)])
+# The launcher's own pick (its default since session 45; FLASHSDPA_SM90_BWD_GROUP=auto names it): a
+# training-sized short causal backward (16 x 32 heads x 1k: 4,096 items, the rule's k = 4) runs
+# grouped, a small one (1 x 2 heads x 256: 4 items, under two waves) plain; causal 4k (16 query blocks
+# a key block, the bound) grouped, 8k (32, past the bound that session 45's A/B set) plain.
+@pytest.mark.parametrize("asked", [None, "auto"], ids=["default", "auto"])
+@pytest.mark.parametrize("batch,heads,seqlen,grouped", [(16, 32, 1024, True), (1, 2, 256, False), (4, 32, 4096, True), (2, 32, 8192, False)])
 def test_bwd_group_rule(
-    monkeypatch: pytest.MonkeyPatch, batch: int, heads: int, seqlen: int, grouped: bool
+    monkeypatch: pytest.MonkeyPatch, batch: int, heads: int, seqlen: int, grouped: bool, asked: str | None
 ) -> None:
     _skip_unless_sm90_backward()
-    monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", "auto")
+    if asked is None:
+        monkeypatch.delenv("FLASHSDPA_SM90_BWD_GROUP", raising=False)
+    else:
+        monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", asked)
     q, k, v = (torch.randn(batch, heads, seqlen, 64, device=DEVICE, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     out = flashsdpa.attention(q, k, v, causal=True)
     assert _grouped_kernels_ran(lambda: out.backward(torch.randn_like(out))) == {grouped}
