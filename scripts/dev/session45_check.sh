@@ -38,8 +38,9 @@ for seed in range(64):
     pt = grads_or_zeros(torch_math_attention(*leaves, scale=scale, causal_mode=0, reduced_precision=True), leaves, dout)
     eff = torch_efficient_grads(q, k, v, dout, scale=scale, causal_mode=0)
     rows = []
-    for name, o, p, e, r in zip(("dq", "dk", "dv"), ours, pt, eff, ref):
-        eo, ep, ee = max_error(o, r), max_error(p, r), max_error(e, r)
+    for name, o, p, e, r in zip(("dq", "dk", "dv"), ours, pt, eff or [None] * 3, ref):
+        eo, ep = max_error(o, r), max_error(p, r)
+        ee = max_error(e, r) if e is not None else float("nan")  # (nan: the efficient kernel refused it)
         misses["ours"] += eo > 2 * ep + 1e-5
         misses["efficient"] += ee > 2 * ep + 1e-5
         rows.append(f"{name} ours {eo:.2e} math {ep:.2e} eff {ee:.2e}")

@@ -62,6 +62,10 @@ def problems(draw: st.DrawFn) -> tuple[Shape, torch.dtype, int, str, float | Non
 @example((Shape("fuzz", 1, 1, 1, 2, 2, 8, 8), torch.bfloat16, 2, "bhsd", None), 2)
 @example((Shape("fuzz", 1, 1, 1, 2, 3, 8, 8), torch.bfloat16, 1, "bhsd", None), 2)
 @example((Shape("fuzz", 1, 4, 2, 5, 9, 8, 8), torch.bfloat16, 2, "bhsd", None), 2)
+# Session 45, the same build's draws: one query, two keys, Dv 16 != D 8, dk 1.475e-3 against math's
+# 4.78e-4 (FlashAttention's delta from the bf16 output; PyTorch flash refuses Dv != D, so the second
+# clause's yardstick there is PyTorch's efficient kernel: helpers.torch_efficient_grads).
+@example((Shape("fuzz", 1, 1, 1, 1, 2, 8, 16), torch.bfloat16, 0, "bhsd", None), 0)
 def test_kernels_match_the_reference(problem: tuple[Shape, torch.dtype, int, str, float | None], seed: int) -> None:
     shape, dtype, causal_mode, layout, scale = problem
     if selection.head_dims_reason(shape.head_dim, shape.dv) is not None:
