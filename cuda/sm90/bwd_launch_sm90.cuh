@@ -12,7 +12,6 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 
 #include "common/launch.cuh"
 #include "common/sanitizer_marks.cuh"

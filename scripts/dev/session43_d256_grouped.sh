@@ -13,8 +13,10 @@ source scripts/device_env.sh
 echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 BUILD_DTYPES="bf16" build_copy g256 "256" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_GROUP_WIDE=1
 require_copies g256
-PYTHONPATH="/tmp/pkg_g256/python${SITE:+:$SITE}" FLASHSDPA_SM90_BWD_GROUP=3 tests "d256 tests (k 3)" 90 tests_g256.log \
-  $PY -m pytest tests/gpu/test_kernels.py -q -p no:cacheprovider -n 8 -k "bwd256 or shape_table or head_dims or gqa or scale"
+# (FLASHSDPA_TEST_GROUPED_DIMS: the grouped rows at d256 too, each asserting that the grouped kernel ran)
+PYTHONPATH="/tmp/pkg_g256/python${SITE:+:$SITE}" FLASHSDPA_SM90_BWD_GROUP=3 FLASHSDPA_TEST_GROUPED_DIMS=256 \
+  tests "d256 tests (k 3)" 90 tests_g256.log \
+  $PY -m pytest tests/gpu/test_kernels.py -q -p no:cacheprovider -n 8 -k "bwd256 or shape_table or head_dims or gqa or scale or grouped"
 for tool in memcheck racecheck; do
   FLASHSDPA_SM90_BWD_GROUP=3 PYTHONPATH="/tmp/pkg_g256/python${SITE:+:$SITE}" sanitize_subset $tool 40 tests/gpu/test_kernels.py
 done

@@ -597,7 +597,9 @@ def test_bwd_grouped_poisoned_workspace(
 # grouped, a small one (1 x 2 heads x 256: 4 items, under two waves) plain; causal 4k (16 query blocks
 # a key block, the bound) grouped, 8k (32, past the bound that session 45's A/B set) plain.
 @pytest.mark.parametrize("asked", [None, "auto"], ids=["default", "auto"])
-@pytest.mark.parametrize("batch,heads,seqlen,grouped", [(16, 32, 1024, True), (1, 2, 256, False), (4, 32, 4096, True), (2, 32, 8192, False)])
+@pytest.mark.parametrize(
+    "batch,heads,seqlen,grouped", [(16, 32, 1024, True), (1, 2, 256, False), (4, 32, 4096, True), (2, 32, 8192, False)]
+)
 def test_bwd_group_rule(
     monkeypatch: pytest.MonkeyPatch, batch: int, heads: int, seqlen: int, grouped: bool, asked: str | None
 ) -> None:
