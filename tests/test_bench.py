@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from flashsdpa import cli
-from flashsdpa.bench import bars, decode, gpu, masked, models, problems, rounds, window
+from flashsdpa.bench import bars, decode, deterministic, gpu, masked, models, problems, rounds, window
 from flashsdpa.bench.problems import Problem, Result
 
 
@@ -175,10 +175,42 @@ def test_masked_bars() -> None:
     assert found["additive bias S 2k bwd: ours TFLOP/s"].target == 300.0
 
 
+def test_deterministic_bar_is_the_worst_case() -> None:
+    rows = [{"case": "a", "ratio": 1.05}, {"case": "b", "ratio": 1.2}, {"case": "c", "ratio": None}]
+    (bar,) = bars.deterministic_bars(rows)
+    assert bar.value == 1.2 and bar.target == bars.DETERMINISTIC_MAX_RATIO and bar.verdict == "FAIL"
+    assert bar.note == "worst b; 1/2 cases pass; 1 case(s) not measured"
+    (bar,) = bars.deterministic_bars(rows[:1])
+    assert bar.verdict == "PASS"
+    (bar,) = bars.deterministic_bars(rows[2:])
+    assert bar.verdict == "n/a"
+    assert bars.deterministic_bars([]) == []
+
+
+def test_deterministic_rows_differing_bitwise_are_wrong(fake_cuda: None, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A deterministic mode whose repeat differs is a wrong kernel: the row says so and the run exits 1."""
+    calls = iter(range(1000))
+
+    def backward(case: object, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor) -> object:
+        return lambda: (torch.full_like(q, float(next(calls))), k, v)
+
+    monkeypatch.setattr(deterministic, "_backward", backward)
+    rc = cli.main(["bench", "--deterministic", "--rounds", "2", "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    payload = json.loads((tmp_path / "results.json").read_text())
+    rows = payload["deterministic"]["rows"]
+    assert rc == 1 and all(r["status"].startswith("WRONG") and r["bitwise"] is False for r in rows), rows
+    assert all(r["ratio"] is None for r in rows) and "two deterministic backwards differ" in captured.err
+
+
 def test_parts_selection() -> None:
     ns = types.SimpleNamespace
-    none = {"sweep": False, "models": False, "decode": False, "window": False, "masks": False}
-    assert gpu.selected_parts(ns(quick=False, **none)) == ["sweep", "models", "decode", "window", "masks"]
+    none = {"sweep": False, "models": False, "decode": False, "window": False, "masks": False, "deterministic": False}
+    assert gpu.selected_parts(ns(quick=False, **none)) == ["sweep", "models", "decode", "window", "masks",
+                                                            "deterministic"]
+    assert gpu.selected_parts(ns(quick=False, **{**none, "deterministic": True})) == ["deterministic"]
     assert gpu.selected_parts(ns(quick=True, **none)) == ["sweep"]
     assert gpu.selected_parts(ns(quick=False, **{**none, "window": True})) == ["window"]
     assert gpu.selected_parts(ns(quick=False, **{**none, "masks": True})) == ["masks"]
@@ -224,6 +256,9 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(window, "WINDOW_SHAPE", (1, 2, 64, 16))
     monkeypatch.setattr(window, "WINDOW_KEYS", 16)
     monkeypatch.setattr(window, "MASKS", (("causal", None), ("window", (15, 0))))
+    monkeypatch.setattr(deterministic, "CASES", (deterministic.DetCase(2, 2, 2, 48, 16, False),
+                                                 deterministic.DetCase(1, 4, 2, 64, 16, True)))
+    monkeypatch.setattr(deterministic, "DET_REPS", 2)
     monkeypatch.setattr(masked, "TOKENS", 64)
     monkeypatch.setattr(masked, "HEADS", 2)
     monkeypatch.setattr(masked, "HEAD_DIM", 16)
@@ -248,7 +283,8 @@ def test_whole_gpu_path_on_fake_cuda(fake_cuda: None, tmp_path: Path, capsys: py
     assert rc in (0, 1), captured.err[-3000:]
     assert "FAILED parts" not in captured.out, captured.out[-3000:]
     payload = json.loads((tmp_path / "results.json").read_text())
-    assert payload["failed_parts"] == {} and payload["parts"] == ["sweep", "models", "decode", "window", "masks"]
+    assert payload["failed_parts"] == {} and payload["parts"] == ["sweep", "models", "decode", "window", "masks",
+                                                                  "deterministic"]
     flash = [r for r in payload["results"] if r["backend"] == "torch-flash"]
     assert flash and all(len(r["round_ms"]) == 2 for r in flash)
     assert all(len(r["ours_over_flash_rounds"]) == 2 for r in payload["ratios"])
@@ -274,6 +310,14 @@ def test_whole_gpu_path_on_fake_cuda(fake_cuda: None, tmp_path: Path, capsys: py
     decode_rows = {r["backend"]: r for r in payload["masks"]["decode"]["rows"]}
     assert decode_rows["ours"]["us"] is None and decode_rows["torch-default"]["us"] > 0  # ours n/a on CPU
     assert masked.DECODE_NAME in captured.out
+    # The deterministic rows: both modes timed in each round, the repeat bitwise equal (the CPU
+    # reference path here), the bar judged.
+    det_rows = payload["deterministic"]["rows"]
+    assert [r["case"] for r in det_rows] == ["D16 S 48 B2", "D16 S 64 causal GQA 4/2 B1"]
+    assert all(r["status"] == "ok" and r["bitwise"] is True and r["ratio"] for r in det_rows), det_rows
+    assert all(len(r["round_ratios"]) == 2 for r in det_rows)
+    assert "Deterministic mode:" in captured.out
+    assert any(b["part"] == "deterministic" and b["verdict"] in ("PASS", "FAIL") for b in payload["bars"])
 
 
 def test_quick_runs_the_sweep_alone(fake_cuda: None, tmp_path: Path) -> None:

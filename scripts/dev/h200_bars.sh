@@ -3,7 +3,8 @@
 # on the H200 that no session since 36 could measure there (H100s only): decode B 1 x 8k <= 15 us
 # and 3.9 TB/s (issue 11), d128 8k forward 720 / backward 630 / 540 TFLOP/s and the 8k cells
 # against cuDNN (issues 12, 13), the small model's bf16 train step <= FA2 only and fp32 within 2%
-# (issue 9, 9 rounds). Refuses to run on another card: these bars are the H200's.
+# (issue 9, 9 rounds), the deterministic backward within 15% of the default (issue 13, session 46's
+# bench part). Refuses to run on another card: these bars are the H200's.
 #   run(command="bash scripts/dev/h200_bars.sh", carry=[".whl"], timeout_s=540, kind="nvidia-h200")
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,7 +18,8 @@ export PYTHONPATH="/tmp/pkg_bars/python${SITE:+:$SITE}"
 timed "bench decode" 120 decode.log $PY -m flashsdpa bench --decode --rounds 3 --out /tmp/b_decode
 timed "bench d128 8k" 200 sweep.log $PY -m flashsdpa bench --sweep --no-overhead --no-memory --no-plot \
   --head-dims 128 --seqlens 8k --direction both --rounds 3 --out /tmp/b_sweep
+timed "bench deterministic" 90 det.log $PY -m flashsdpa bench --deterministic --rounds 3 --out /tmp/b_det
 timed "bench small models" 150 models.log $PY -m flashsdpa bench --models --model-cases "small train" --rounds 9 \
   --out /tmp/b_models
-for log in decode sweep models; do echo "==== $log"; tail -30 "$OUT/$log.log"; done
+for log in decode sweep det models; do echo "==== $log"; tail -30 "$OUT/$log.log"; done
 finish

@@ -28,9 +28,11 @@ SDPA in the input dtype + 1e-5), so a fast but wrong kernel is marked WRONG inst
 Parts: the sweep (with the overhead and memory reports), --models (a Hugging Face Llama-style
 decoder: prefill, train step, generation, and the small model, inside enable() and out) and
 --decode (one query token against a KV cache: µs, TB/s, host µs, graph µs), --window (a causal
-4k window on 32k tokens against dense causal, rates on visible pairs) and --masks (key padding and
-an additive bias through SDPA, ours against PyTorch's masked backends). Naming parts runs only
-those; naming none runs all five (the full run, about 7-9 minutes on an H200) or, with --quick,
+4k window on 32k tokens against dense causal, rates on visible pairs), --masks (key padding and
+an additive bias through SDPA, ours against PyTorch's masked backends) and --deterministic (our
+backward under torch.use_deterministic_algorithms(True) against the default mode, bitwise
+repeatability checked). Naming parts runs only those; naming none runs all six (the full run,
+about 7-9 minutes on an H200) or, with --quick,
 the quick sweep alone (about a minute). The bars table comes last: value, target, PASS/FAIL.
 
 Writes results.csv, models.csv, decode.csv, bars.csv, results.json and tflops.png (if matplotlib
@@ -126,6 +128,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decode", action="store_true", help="run the decode rows (µs, TB/s)")
     parser.add_argument("--window", action="store_true", help="run the sliding-window row (4k window on 32k tokens)")
     parser.add_argument("--masks", action="store_true", help="run the attn_mask rows (key padding, additive bias)")
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="run the deterministic-mode rows (our backward under use_deterministic_algorithms / default)",
+    )
     parser.add_argument(
         "--model-impl",
         choices=("auto", "hf", "torch"),

@@ -56,6 +56,7 @@ MODEL_RATIO_BARS: dict[str, list[tuple[str, float, bool]]] = {
 MODEL_MS_STRETCH = {"train B1x8k": 70.0, "train B4x2k": 61.0}
 # The shim-cost issue's per-call bars: bench/overhead.py's OVERHEAD_BARS_US (imported above).
 WINDOW_MIN_RATIO = 0.9  # the window's rate on visible pairs over dense causal's (issue 8)
+DETERMINISTIC_MAX_RATIO = 1.15  # our backward's time under use_deterministic_algorithms over the default's (issue 13)
 # Masks through SDPA (issue 14), TFLOP/s with dense FLOPs: case -> (forward, backward); and ours
 # at least the best of PyTorch's masked backends in every case and direction.
 MASKED_MIN_TFLOPS = {"key padding S 2k": (600.0, 450.0), "key padding S 8k": (680.0, 520.0),
@@ -64,7 +65,7 @@ MASKED_MIN_TFLOPS = {"key padding S 2k": (600.0, 450.0), "key padding S 8k": (68
 
 @dataclass
 class Bar:
-    part: str  # sweep | models | decode | window | masks | overhead
+    part: str  # sweep | models | decode | window | masks | deterministic | overhead
     name: str
     value: float | None
     target: float
@@ -202,6 +203,23 @@ def window_bars(summary: dict[str, Any]) -> list[Bar]:
             WINDOW_MIN_RATIO, "x")
         for direction, d in summary.items()
     ]  # fmt: skip
+
+
+def deterministic_bars(rows: Sequence[dict[str, Any]]) -> list[Bar]:
+    """From deterministic.py's rows: the worst case's deterministic / default backward time."""
+    measured = [r for r in rows if r.get("ratio") is not None]
+    if not rows:
+        return []
+    if not measured:
+        return [Bar("deterministic", "backward time, deterministic / default, worst case", None,
+                    DETERMINISTIC_MAX_RATIO, "x", False, note="no case ran in both modes")]
+    worst = max(measured, key=lambda r: r["ratio"])
+    passing = sum(r["ratio"] <= DETERMINISTIC_MAX_RATIO for r in measured)
+    note = f"worst {worst['case']}; {passing}/{len(measured)} cases pass"
+    if len(measured) < len(rows):
+        note += f"; {len(rows) - len(measured)} case(s) not measured"
+    return [Bar("deterministic", "backward time, deterministic / default, worst case", worst["ratio"],
+                DETERMINISTIC_MAX_RATIO, "x", False, note=note)]
 
 
 def masked_bars(summary: list[dict[str, Any]]) -> list[Bar]:

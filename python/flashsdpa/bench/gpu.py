@@ -22,7 +22,17 @@ import torch
 
 from flashsdpa.bench import problems
 from flashsdpa.bench.anchors import ANCHOR_SOURCE, load_anchors
-from flashsdpa.bench.bars import decode_bars, masked_bars, model_bars, overhead_bars, print_bars, sweep_bars, window_bars
+from flashsdpa.bench.bars import (
+    decode_bars,
+    deterministic_bars,
+    masked_bars,
+    model_bars,
+    overhead_bars,
+    print_bars,
+    sweep_bars,
+    window_bars,
+)
+from flashsdpa.bench.deterministic import print_deterministic, run_deterministic, wrong_rows
 from flashsdpa.bench.decode import print_decode, run_decode
 from flashsdpa.bench.masked import print_masked, run_masked
 from flashsdpa.bench.window import print_window, run_window
@@ -47,13 +57,13 @@ from flashsdpa.bench.report import environment, plot, print_memory, print_overhe
 from flashsdpa.bench.sweep import sweep
 from flashsdpa.bench.timing import fa4_unavailable
 
-PARTS = ("sweep", "models", "decode", "window", "masks")
+PARTS = ("sweep", "models", "decode", "window", "masks", "deterministic")
 T = TypeVar("T")
 
 
 def selected_parts(args: argparse.Namespace) -> list[str]:
-    """The parts named by --sweep / --models / --decode / --window / --masks; none named: all of them (the full run)
-    or the sweep alone (--quick)."""
+    """The parts named by --sweep / --models / --decode / --window / --masks / --deterministic; none named: all of
+    them (the full run) or the sweep alone (--quick)."""
     named = [p for p in PARTS if getattr(args, p, False)]
     if named:
         return named
@@ -180,6 +190,8 @@ def run_gpu(args: argparse.Namespace) -> int:
     decode = guard.run("decode", lambda: run_decode(args, backends)) if "decode" in parts else None
     window = guard.run("window", lambda: run_window(args)) if "window" in parts and kernels_ok else None
     masked = guard.run("masks", lambda: run_masked(args)) if "masks" in parts and kernels_ok else None
+    determinism = (guard.run("deterministic", lambda: run_deterministic(args))
+                   if "deterministic" in parts and kernels_ok else None)  # fmt: skip
     raised = [r for r in (models or {}).get("rows", []) if r["status"].startswith("error")]
     if raised:  # a case that raised inside the models part: the part ran, but not all of it
         guard.failed["models"] = "; ".join(f"{r['case']} {r['variant']}: {r['status']}" for r in raised)[:400]
@@ -191,12 +203,14 @@ def run_gpu(args: argparse.Namespace) -> int:
     print_decode(decode)
     print_window(window)
     print_masked(masked)
+    print_deterministic(determinism)
     bars = [
         *sweep_bars(results, anchors, fa4_note),
         *model_bars((models or {}).get("ratios", [])),
         *decode_bars((decode or {}).get("summary", [])),
         *window_bars((window or {}).get("summary", {})),
         *masked_bars((masked or {}).get("summary", [])),
+        *deterministic_bars((determinism or {}).get("rows", [])),
         *overhead_bars(overhead),
     ]
     payload = {
@@ -214,6 +228,7 @@ def run_gpu(args: argparse.Namespace) -> int:
         "decode": decode,
         "window": window,
         "masks": masked,
+        "deterministic": determinism,
         "bars": [b.as_dict() for b in bars],
     }
     out_dir = Path(args.out)
@@ -228,6 +243,9 @@ def run_gpu(args: argparse.Namespace) -> int:
         print(plot(results, out_dir / "tflops.png"))
 
     wrong_code = _report_wrong(results, decode)
+    for r in wrong_rows(determinism):
+        print(f"deterministic {r['case']}: {r['status']}", file=sys.stderr)
+        wrong_code = EXIT_WRONG
     print("\nTime per part (s): " + ", ".join(f"{k} {v:.0f}" for k, v in guard.seconds.items()))
     if guard.failed:
         print("FAILED parts: " + "; ".join(f"{k}: {v}" for k, v in guard.failed.items()))
