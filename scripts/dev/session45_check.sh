@@ -51,4 +51,8 @@ PYEOF
 check "fuzz diag" $?
 step "fuzz diag" "$(tail -1 "$OUT/fuzz_diag.txt")"
 FLASHSDPA_SM90_BWD_GROUP=3 PYTHONPATH="$R" sanitize_subset memcheck 45 tests/gpu/test_kernels.py
+# (session 46) what cuDNN launches at S 512 (forward and backward, causal and not: its tile in the
+# generated name), where issue 12's causal cells stand at 0.83x.
+PYTHONPATH="$R" timeout 60 $PY scripts/dev/bwd_launch_spy.py --dims 128 64 --seqlen 512 > "$OUT/spy512.txt" 2>&1
+grep -E "cudnn" "$OUT/spy512.txt" | cut -c1-230
 finish
