@@ -46,11 +46,11 @@
 #include "flashsdpa/params.h"
 #include "sm90/ptx_sm90.cuh"
 
-// FLASHSDPA_SM90_BWD_GROUP_WIDE (dev A/B, session 42 prepared; 0 default: no extra kernel, SASS
-// unchanged): the d256 tile's grouped form too (kGrouped), launched only where
-// FLASHSDPA_SM90_BWD_GROUP=k forces it (kernel_notes_bwd_sm90.md, "Grouped items at d256").
+// FLASHSDPA_SM90_BWD_GROUP_WIDE (1 since session 46): the d256 tile's grouped form too (kGrouped),
+// which bwd_launch_sm90.cuh's rule runs on short causal calls (kernel_notes_bwd_sm90.md, "Grouped
+// items at d256"); 0 builds no grouped d256 kernel (the plain one for every call).
 #ifndef FLASHSDPA_SM90_BWD_GROUP_WIDE
-#define FLASHSDPA_SM90_BWD_GROUP_WIDE 0
+#define FLASHSDPA_SM90_BWD_GROUP_WIDE 1
 #endif
 // FLASHSDPA_SM90_BWD_GROUP_D128 (dev A/B, session 43 prepared; 0 default: no extra kernel, SASS
 // unchanged): the plain d128 kernel's grouped form, at the plain kernel's 24 / 240 registers, with
@@ -1561,7 +1561,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   if constexpr (Traits::kSplit) sm90::cluster_sync();  // both CTAs' barriers exist before any remote arrival
 
   const int warpgroup = threadIdx.x / 128;
-  if constexpr (Traits::kGrouped) {  // grouped items (the plain d64 tall kernel; d128 / d256 as dev A/Bs)
+  if constexpr (Traits::kGrouped) {  // grouped items (the plain d64 tall and d256 kernels; d128 as a dev A/B)
     using bwd_sm90::StepRange;
     if (warpgroup == 0) {
       sm90::setmaxnreg_dec<Traits::kProducerRegs>();

@@ -59,17 +59,32 @@ int bwd_group_sm90(const AttnBwdParams& p, int64_t items) {
     const int k = std::atoi(asked);
     if (k >= 1 && k <= 8) return k;
   }
-  // d256, d128: forced k only (session 45, H100: d128's grouped form, whose producer spills 92
-  // bytes, loses 4-7% dense at every length and wins only causal S 512, +6% / +13% at k 2 / 4).
-  if constexpr (Traits::kWide || Traits::kHeadDim == 128) return 1;
+  // d128: forced k only (session 45, H100: its grouped form, whose producer spills 92 bytes, loses
+  // 4-7% dense at every length and wins only causal S 512, +6% / +13% at k 2 / 4). d512: no
+  // grouped form (its CTA pairs).
+  if constexpr (Traits::kSplit || Traits::kHeadDim == 128) return 1;
+  // Deterministic mode: the ordered dQ adds make a key block wait for its predecessor's turn on
+  // every query block, and a CTA's k items walk their blocks in series, so k key blocks' turns
+  // chain (session 46, H100, bench --deterministic: d64 2k at k = 2 2.75x the default mode's
+  // time, 2k causal at k = 4 1.25x; the plain kernel's order keeps it at 1.02-1.10x).
+  if (p.deterministic) return 1;
   const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const MaskSpec& m = p.mask;
-  int visits = m_blocks, k = 1;
-  if (m.is_none() || (m.has_left() && m.has_right())) {
+  int k = 1;
+  if constexpr (Traits::kWide) {
+    // d256 (64 keys and 64 queries a step): causal only, k = 2 up to 8 query blocks a key block
+    // on average (S 1k). Session 46, H100, B x H 8 x 16k tokens, 3 alternating rounds, k = 2 / 4
+    // against the plain kernel: causal S 512 1.235 / 1.256, 1k 1.218 / 1.121, 2k 1.022 / 0.905, 8k
+    // 0.992 / 0.926; dense S 512 0.931 / 0.719, 1k 0.995 / 0.869, 2k 1.012 / 0.977, 8k 0.990 /
+    // 0.990. Its step is twice d64's columns, so less of an item is fixed cost: dense never pays.
+    if (m.is_none() || (m.has_left() && m.has_right())) return 1;
+    k = (m_blocks + 1) / 2 <= 8 ? 2 : 1;
+  } else if (m.is_none() || (m.has_left() && m.has_right())) {
+    int visits = m_blocks;
     if (!m.is_none()) visits = std::min<int64_t>(m_blocks, (int64_t(m.window_left) + m.window_right) / Traits::kBlockM + 2);
     k = visits <= 16 ? 2 : 1;
   } else {
-    visits = (m_blocks + 1) / 2;
+    const int visits = (m_blocks + 1) / 2;
     k = visits <= 8 ? 4 : visits <= 16 ? 2 : 1;
   }
   const int64_t waves2 = 2 * int64_t(std::max(p.num_sms, 1));
@@ -120,8 +135,8 @@ cudaError_t run_bwd_sm90_with(const AttnBwdParams& params_in, cudaStream_t strea
   return launch_bwd_prepost<Elem, Traits::kHeadDim, true>(post, stream, /*programmatic=*/true);
 }
 
-// The plain kernel of these traits, or its grouped form (kGrouped: the d64 tall kernel; d128 / d256
-// under FLASHSDPA_SM90_BWD_GROUP_D128 / _WIDE) where bwd_group_sm90 picks k > 1.
+// The plain kernel of these traits, or its grouped form (kGrouped: the d64 tall and d256 kernels;
+// d128 under FLASHSDPA_SM90_BWD_GROUP_D128) where bwd_group_sm90 picks k > 1.
 template <typename Traits>
 cudaError_t run_bwd_sm90_plain(const AttnBwdParams& params, cudaStream_t stream) {
   using Grouped = BwdTraitsSm90<typename Traits::Elem, Traits::kHeadDim, Traits::kStages, kModsNone, false, true>;

@@ -477,7 +477,7 @@ def test_sanitizer_subset(request: pytest.FixtureRequest, shape: Shape, causal: 
     run_and_check(request, shape, dtype, CAUSAL_MODES[causal])
 
 
-# ---- the sm90 backward's grouped items (bwd_kernel_sm90.cuh's kGrouped; d64, and d128 / d256 in
+# ---- the sm90 backward's grouped items (bwd_kernel_sm90.cuh's kGrouped; d64 and d256, and d128 in
 # dev builds; issue 13): a CTA runs k consecutive key blocks, the ring counting its steps over all
 # of them, the next item's K / V loaded once the consumers have read this one's (kv_empty). The launcher picks k from the shape
 # (bwd_launch_sm90.cuh's bwd_group_sm90: 1 on problems this small); FLASHSDPA_SM90_BWD_GROUP=k
@@ -492,10 +492,11 @@ _GROUPED_SHAPES = [
     Shape("grp_two_items", 1, 2, 1, 200, 130, 64),  # 2 items: k = 3, 4 leave a CTA short
     Shape("grp_one_row", 3, 2, 2, 1, 600, 64),
 ]
-# The head dims whose grouped kernels the build has: d64's always; a dev build with
-# -DFLASHSDPA_SM90_BWD_GROUP_D128=1 (or _WIDE=1: 256) names its own in FLASHSDPA_TEST_GROUPED_DIMS
-# ("128,256"), whose kernels are otherwise not compiled (forced k then runs the plain kernel).
-_GROUPED_DIMS = [64, *(int(d) for d in os.environ.get("FLASHSDPA_TEST_GROUPED_DIMS", "").split(",") if d.strip())]
+# The head dims whose grouped kernels the build has: d64's and d256's always (a build with
+# -DFLASHSDPA_SM90_BWD_GROUP_WIDE=0 has no d256 one: FLASHSDPA_TEST_GROUPED_DIMS=64 then); a dev
+# build with -DFLASHSDPA_SM90_BWD_GROUP_D128=1 names 128 in FLASHSDPA_TEST_GROUPED_DIMS ("64,128,256"),
+# whose kernel is otherwise not compiled (forced k then runs the plain kernel).
+_GROUPED_DIMS = [int(d) for d in os.environ.get("FLASHSDPA_TEST_GROUPED_DIMS", "64,256").split(",") if d.strip()]
 _GROUPED_CASES = [
     (shape.replace(head_dim=dim), causal, group)
     for dim in _GROUPED_DIMS
@@ -523,6 +524,11 @@ def _grouped_kernels_ran(fn: Callable[[], object], head_dim: int = 64) -> set[bo
 
 def _skip_unless_sm90_backward(head_dim: int = 64) -> None:
     skip_unless_compiled(torch.bfloat16, head_dim)
+    # A narrowed build may serve d64 on its 256 bucket (zero-filled columns): then the kernels that
+    # ran are d256's, and neither the rule nor the name check below is about them.
+    sm90 = [f for f in _backend.CAPABILITIES if f.get("family") == "sm90"]
+    if not sm90 or head_dim not in sm90[0]["head_dims_by_direction"].get("backward", []):
+        pytest.skip(f"this build has no sm90 backward bucket of d{head_dim}'s own")
     if "FLASHSDPA_FAMILY" in os.environ or _backward_family(
         torch.empty(1, 1, 1, head_dim, device=DEVICE, dtype=torch.bfloat16),
         torch.empty(1, 1, 1, head_dim, device=DEVICE, dtype=torch.bfloat16),
@@ -592,25 +598,46 @@ def test_bwd_grouped_poisoned_workspace(
     _check_poisoned_workspace(request, monkeypatch, cases, deterministic)
 
 
-# The launcher's own pick (its default since session 45; FLASHSDPA_SM90_BWD_GROUP=auto names it): a
-# training-sized short causal backward (16 x 32 heads x 1k: 4,096 items, the rule's k = 4) runs
+# The launcher's own pick (its default since session 45; FLASHSDPA_SM90_BWD_GROUP=auto names it). d64:
+# a training-sized short causal backward (16 x 32 heads x 1k: 4,096 items, the rule's k = 4) runs
 # grouped, a small one (1 x 2 heads x 256: 4 items, under two waves) plain; causal 4k (16 query blocks
-# a key block, the bound) grouped, 8k (32, past the bound that session 45's A/B set) plain.
+# a key block, the bound) grouped, 8k (32, past the bound that session 45's A/B set) plain; a dense
+# 8k plain; deterministic mode plain (its ordered adds chain across a CTA's items). d256 (session
+# 46): causal 1k (8 query blocks a key block on average) grouped, causal 2k and dense 1k plain.
+_RULE_CASES = [
+    # (head dim, batch, heads, seqlen, causal, deterministic, grouped)
+    (64, 16, 32, 1024, True, False, True),
+    (64, 1, 2, 256, True, False, False),
+    (64, 4, 32, 4096, True, False, True),
+    (64, 2, 32, 8192, True, False, False),
+    (64, 2, 32, 8192, False, False, False),
+    (64, 16, 32, 1024, True, True, False),
+    (256, 16, 8, 1024, True, False, True),
+    (256, 8, 8, 2048, True, False, False),
+    (256, 16, 8, 1024, False, False, False),
+]
+
+
 @pytest.mark.parametrize("asked", [None, "auto"], ids=["default", "auto"])
 @pytest.mark.parametrize(
-    "batch,heads,seqlen,grouped", [(16, 32, 1024, True), (1, 2, 256, False), (4, 32, 4096, True), (2, 32, 8192, False)]
-)
+    "head_dim,batch,heads,seqlen,causal,det,grouped", _RULE_CASES,
+    ids=[f"d{c[0]}-{c[1]}x{c[2]}x{c[3]}{'-causal' if c[4] else ''}{'-det' if c[5] else ''}" for c in _RULE_CASES],
+)  # fmt: skip
 def test_bwd_group_rule(
-    monkeypatch: pytest.MonkeyPatch, batch: int, heads: int, seqlen: int, grouped: bool, asked: str | None
-) -> None:
-    _skip_unless_sm90_backward()
+    monkeypatch: pytest.MonkeyPatch, deterministic: Callable[[bool], None], head_dim: int, batch: int, heads: int,
+    seqlen: int, causal: bool, det: bool, grouped: bool, asked: str | None,
+) -> None:  # fmt: skip
+    _skip_unless_sm90_backward(head_dim)
     if asked is None:
         monkeypatch.delenv("FLASHSDPA_SM90_BWD_GROUP", raising=False)
     else:
         monkeypatch.setenv("FLASHSDPA_SM90_BWD_GROUP", asked)
-    q, k, v = (torch.randn(batch, heads, seqlen, 64, device=DEVICE, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-    out = flashsdpa.attention(q, k, v, causal=True)
-    assert _grouped_kernels_ran(lambda: out.backward(torch.randn_like(out))) == {grouped}
+    q, k, v = (torch.randn(batch, heads, seqlen, head_dim, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))  # fmt: skip
+    out = flashsdpa.attention(q, k, v, causal=causal)
+    if det:
+        deterministic(False)  # (on; the fixture restores the process's setting)
+    assert _grouped_kernels_ran(lambda: out.backward(torch.randn_like(out)), head_dim) == {grouped}
 
 
 # ---- the sm90 family's head-dim-256 backward (bwd_kernel_sm90.cuh's 64-key tile, kWide; issue 13):
