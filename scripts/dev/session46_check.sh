@@ -18,13 +18,13 @@ export PYTHONPATH="/tmp/pkg_r46/python${SITE:+:$SITE}"
 tests "gpu tests (default rule)" "${TEST_LIMIT:-120}" tests_r46.log \
   $PY -m pytest tests/gpu/test_kernels.py tests/gpu/test_windows.py -q -p no:cacheprovider -n 8 \
   -k "group or bwd256 or sanitizer or shape_table or gqa or window"
-for tool in memcheck racecheck; do
-  FLASHSDPA_SM90_BWD_GROUP=3 sanitize_subset $tool 50 tests/gpu/test_kernels.py
-done
-timed "bench deterministic" 90 det.log $PY -m flashsdpa bench --deterministic --rounds 3 --out /tmp/b_det
+FLASHSDPA_SM90_BWD_GROUP=3 sanitize_subset memcheck 50 tests/gpu/test_kernels.py
+timed "bench deterministic" 60 det.log $PY -m flashsdpa bench --deterministic --rounds 3 --out /tmp/b_det
+grep -A12 "^Deterministic mode" "$OUT/det.log"
+[[ ${LEAN:-} ]] && finish  # (LEAN=1: the tests, memcheck and the deterministic rows only, ~2.5 minutes)
+FLASHSDPA_SM90_BWD_GROUP=3 sanitize_subset racecheck 50 tests/gpu/test_kernels.py
 timed "bench d256 bwd" 90 sweep256.log $PY -m flashsdpa bench --sweep --no-overhead --no-memory --no-plot \
   --direction bwd --head-dims 256 --seqlens 512 1k --causal true --rounds 2 \
   --backends flashsdpa torch-cudnn --out /tmp/b_256
-grep -A12 "^Deterministic mode" "$OUT/det.log"
 grep -B2 -A14 "ours / cuDNN\|vs cuDNN" "$OUT/sweep256.log" | head -40
 finish
