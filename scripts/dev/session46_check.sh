@@ -18,7 +18,7 @@ require_copies r46
 export PYTHONPATH="/tmp/pkg_r46/python${SITE:+:$SITE}"
 tests "gpu tests (default rule)" "${TEST_LIMIT:-120}" tests_r46.log \
   $PY -m pytest tests/gpu/test_kernels.py tests/gpu/test_windows.py -q -p no:cacheprovider -n 8 \
-  -k "group or bwd256 or sanitizer or shape_table or gqa or window"
+  -k "$([[ ${LEAN:-} ]] && echo "group or bwd256 or sanitizer" || echo "group or bwd256 or sanitizer or shape_table or gqa or window")"
 FLASHSDPA_SM90_BWD_GROUP=3 sanitize_subset memcheck 50 tests/gpu/test_kernels.py
 [[ ${LEAN:-} ]] && finish
 timed "bench deterministic" 60 det.log $PY -m flashsdpa bench --deterministic --rounds 3 --out /tmp/b_det
