@@ -52,6 +52,13 @@
 #ifndef FLASHSDPA_SM90_BWD_GROUP_WIDE
 #define FLASHSDPA_SM90_BWD_GROUP_WIDE 1
 #endif
+// FLASHSDPA_SM90_BWD_DET_EARLY_FREE (dev A/B, session 46 prepared; 0 default: SASS unchanged):
+// in deterministic mode the dQ writer frees a staging tile once the TMA unit has read it, as the
+// default mode does, instead of after the add has landed and the turn is handed on
+// (kernel_notes_bwd_sm90.md, "Outcomes, session 46": deterministic 2k at 1.15-1.28x the default).
+#ifndef FLASHSDPA_SM90_BWD_DET_EARLY_FREE
+#define FLASHSDPA_SM90_BWD_DET_EARLY_FREE 0
+#endif
 // FLASHSDPA_SM90_BWD_GROUP_D128 (dev A/B, session 43 prepared; 0 default: no extra kernel, SASS
 // unchanged): the plain d128 kernel's grouped form, at the plain kernel's 24 / 240 registers, with
 // the producer's 92 bytes of spills (ptxas 13.0; its consumers need their 240). Whether a spill in
@@ -660,9 +667,20 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
       bulk_commit_group();
       probe_next(i, head, sem_index);
       if (ordered) {
+#if FLASHSDPA_SM90_BWD_DET_EARLY_FREE
+        // (dev A/B) The staging tile is free once the TMA unit has read it: the consumers may stage
+        // the step after next while the add lands and the turn is handed on.
+        bulk_wait_read_all();
+        stamp(kTlWriterRead, i);
+        sm90::mbar_arrive(sm.dq_empty(b));
+#endif
         bulk_wait_all();  // the adds have landed in global memory
         sm90::fence_proxy_async_global();
         sm90::st_release_gpu(sem, turn + 1);
+#if FLASHSDPA_SM90_BWD_DET_EARLY_FREE
+        stamp(kTlWriterFree, i);
+        continue;  // (its buffer freed above)
+#endif
       } else {
         bulk_wait_read_all();
         stamp(kTlWriterRead, i);
