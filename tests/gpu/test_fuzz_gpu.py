@@ -63,8 +63,11 @@ def problems(draw: st.DrawFn) -> tuple[Shape, torch.dtype, int, str, float | Non
 @example((Shape("fuzz", 1, 1, 1, 2, 3, 8, 8), torch.bfloat16, 1, "bhsd", None), 2)
 @example((Shape("fuzz", 1, 4, 2, 5, 9, 8, 8), torch.bfloat16, 2, "bhsd", None), 2)
 # Session 45, the same build's draws: one query, two keys, Dv 16 != D 8, dk 1.475e-3 against math's
-# 4.78e-4 (FlashAttention's delta from the bf16 output; PyTorch flash refuses Dv != D, so the second
-# clause's yardstick there is PyTorch's efficient kernel: helpers.torch_efficient_grads).
+# 4.78e-4 (bound 9.67e-4). A known failure: FlashAttention's delta = rowsum(dO * O) over the bf16
+# output; a CPU emulation of that backward misses the rule's first clause in 18-30% of such draws
+# (Sq 1, Sk 2), 1% at Sk 7, none from 7 x 7. PyTorch flash, the second clause's yardstick, refuses
+# Dv != D; PyTorch's efficient kernel misses as often as ours over 64 seeds (30 of 192 gradients
+# each, H100, session 46) but not on this one. Fixed only by a more exact delta (not built).
 @example((Shape("fuzz", 1, 1, 1, 1, 2, 8, 16), torch.bfloat16, 0, "bhsd", None), 0)
 def test_kernels_match_the_reference(problem: tuple[Shape, torch.dtype, int, str, float | None], seed: int) -> None:
     shape, dtype, causal_mode, layout, scale = problem

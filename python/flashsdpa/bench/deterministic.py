@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from flashsdpa.bench import problems
-from flashsdpa.bench.problems import DTYPES, api
+from flashsdpa.bench.problems import DTYPES, Problem, api
 from flashsdpa.bench.rounds import median, ratio_over_rounds, rotated, spread
 from flashsdpa.bench.timing import UNSUPPORTED, time_cuda_ms, unsupported_status
 
@@ -51,8 +51,7 @@ class DetCase:
         return f"D{self.head_dim} S {s}{' causal' if self.causal else ''}{gqa} B{self.batch}"
 
     def flops(self) -> float:
-        fwd = 4.0 * self.batch * self.heads_q * self.seqlen * self.seqlen * self.head_dim
-        return 2.5 * fwd * (0.5 if self.causal else 1.0)
+        return Problem(self.head_dim, self.seqlen, self.causal, self.batch, self.heads_q).flops("bwd")
 
 
 # The standard sweep's shapes (B * S = 16k tokens, H * D = 2048) at the head dims the sm90 family
