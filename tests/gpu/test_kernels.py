@@ -522,12 +522,17 @@ def _grouped_kernels_ran(fn: Callable[[], object], head_dim: int = 64) -> set[bo
     return kinds
 
 
+def _sm90_backward_bucket(head_dim: int) -> bool:
+    """Whether this build's sm90 family has a backward bucket of exactly this head dim."""
+    sm90 = [f for f in _backend.CAPABILITIES if f.get("family") == "sm90"]
+    return bool(sm90) and head_dim in sm90[0]["head_dims_by_direction"].get("backward", [])
+
+
 def _skip_unless_sm90_backward(head_dim: int = 64) -> None:
     skip_unless_compiled(torch.bfloat16, head_dim)
     # A narrowed build may serve d64 on its 256 bucket (zero-filled columns): then the kernels that
     # ran are d256's, and neither the rule nor the name check below is about them.
-    sm90 = [f for f in _backend.CAPABILITIES if f.get("family") == "sm90"]
-    if not sm90 or head_dim not in sm90[0]["head_dims_by_direction"].get("backward", []):
+    if not _sm90_backward_bucket(head_dim):
         pytest.skip(f"this build has no sm90 backward bucket of d{head_dim}'s own")
     if "FLASHSDPA_FAMILY" in os.environ or _backward_family(
         torch.empty(1, 1, 1, head_dim, device=DEVICE, dtype=torch.bfloat16),
@@ -655,8 +660,7 @@ def _sm90_bwd256_here() -> None:
     skip_unless_compiled(torch.bfloat16, 256)
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the sm90 family runs on compute capability 9.0 only")
-    sm90 = [f for f in _backend.CAPABILITIES if f.get("family") == "sm90"]
-    if not sm90 or 256 not in sm90[0]["head_dims_by_direction"].get("backward", []):
+    if not _sm90_backward_bucket(256):
         pytest.skip("this build has no sm90 backward in the 256 bucket")
 
 
