@@ -52,13 +52,6 @@
 #ifndef FLASHSDPA_SM90_BWD_GROUP_WIDE
 #define FLASHSDPA_SM90_BWD_GROUP_WIDE 1
 #endif
-// FLASHSDPA_SM90_BWD_DET_EARLY_FREE (dev A/B, session 46 prepared; 0 default: SASS unchanged):
-// in deterministic mode the dQ writer frees a staging tile once the TMA unit has read it, as the
-// default mode does, instead of after the add has landed and the turn is handed on
-// (kernel_notes_bwd_sm90.md, "Outcomes, session 46": deterministic 2k at 1.15-1.28x the default).
-#ifndef FLASHSDPA_SM90_BWD_DET_EARLY_FREE
-#define FLASHSDPA_SM90_BWD_DET_EARLY_FREE 0
-#endif
 // FLASHSDPA_SM90_BWD_GROUP_D128 (dev A/B, session 43 prepared; 0 default: no extra kernel, SASS
 // unchanged): the plain d128 kernel's grouped form, at the plain kernel's 24 / 240 registers, with
 // the producer's 92 bytes of spills (ptxas 13.0; its consumers need their 240). Whether a spill in
@@ -374,7 +367,8 @@ struct SmemLayout {
 // Q / dO from DRAM), while GQA 16/4 at 4k causal (256 CTAs, 2 waves) ran 1.45x faster than
 // head-major. Ascending key blocks are the longest first where the right side is bounded (causal;
 // with only the left side bounded a key block sees the rows from its own on, back to the
-// window); descending otherwise (unmasked: the order the deterministic mode was measured in).
+// window); descending otherwise. Deterministic dense calls take the grouped order too, over a wave's
+// heads (the constructor says why).
 struct BwdGridOrder {
   // Of the H100's / H200's 50 MB of L2. Measured (B 8 x H 16 x 2k causal d128 / B 1 x H 16/4 x 8k
   // causal): 8 MB 0.975 / 1.96 ms (the GQA groups then run head by head), 32 MB 0.974 / 1.36 ms,
@@ -382,7 +376,9 @@ struct BwdGridOrder {
   static constexpr int64_t kL2GroupBytes = int64_t(32) << 20;
   int n_blocks, heads_kv, heads_batches, group;
   bool ascending;
-  __host__ __device__ __forceinline__ BwdGridOrder(const AttnBwdParams& p, int kBlockN)
+  // ordered_dq: the tile's dQ writer keeps turns (d256 / d512 add dQ by reductions from registers
+  // and have no deterministic mode: their order stays the default's).
+  __host__ __device__ __forceinline__ BwdGridOrder(const AttnBwdParams& p, int kBlockN, bool ordered_dq)
       : n_blocks((p.seqlen_k + kBlockN - 1) / kBlockN),
         heads_kv(p.heads_kv),
         heads_batches(p.heads_kv * p.batch),
@@ -391,6 +387,17 @@ struct BwdGridOrder {
     if (!p.mask.is_none()) {  // Q and dO bytes of one (KV head, batch): its query heads' rows
       const int64_t bytes = int64_t(p.heads_q / p.heads_kv) * p.seqlen_q * (p.head_dim_qk + p.head_dim_v) * 2;
       group = static_cast<int>(max(int64_t(1), min(int64_t(heads_batches), kL2GroupBytes / max(bytes, int64_t(1)))));
+    } else if (ordered_dq && p.deterministic) {
+      // Deterministic and dense: a group of the heads one wave holds (num_sms / key blocks). Head-
+      // major, the SMs that one turn frees together (that turn of every resident head ends at
+      // once) took the next head's consecutive key blocks, which then started in step and waited
+      // for each other's hand-overs (~2,300 cycles each) on their first query block: 34,000
+      // cycles for turn 15 at 2k (H100 timeline). Grouped, they take the next group's heads at
+      // that turn, whose predecessors started a hand-over earlier. Measured (H100, 3 rounds,
+      // deterministic time against head-major): d64 2k 0.84, 8k 0.95-0.97; d128 2k 0.92-0.96, 8k
+      // 1.00; the masked calls' L2-sized group instead lost d64 2k 10%, and this group for causal
+      // calls too lost 7-17% there (kernel_notes_bwd_sm90.md, "The deterministic launch order").
+      group = max(1, min(heads_batches, (max(p.num_sms, 1) + n_blocks - 1) / n_blocks));
     }
   }
   // CTA `index` -> its key block, KV head and batch.
@@ -667,20 +674,11 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
       bulk_commit_group();
       probe_next(i, head, sem_index);
       if (ordered) {
-#if FLASHSDPA_SM90_BWD_DET_EARLY_FREE
-        // (dev A/B) The staging tile is free once the TMA unit has read it: the consumers may stage
-        // the step after next while the add lands and the turn is handed on.
-        bulk_wait_read_all();
-        stamp(kTlWriterRead, i);
-        sm90::mbar_arrive(sm.dq_empty(b));
-#endif
+        // (Freeing the tile once the TMA unit has read it, before the landing and the hand-over,
+        // ran 0.97-1.03x: session 47, kernel_notes_bwd_sm90.md.)
         bulk_wait_all();  // the adds have landed in global memory
         sm90::fence_proxy_async_global();
         sm90::st_release_gpu(sem, turn + 1);
-#if FLASHSDPA_SM90_BWD_DET_EARLY_FREE
-        stamp(kTlWriterFree, i);
-        continue;  // (its buffer freed above)
-#endif
       } else {
         bulk_wait_read_all();
         stamp(kTlWriterRead, i);
@@ -1507,7 +1505,7 @@ __device__ __forceinline__ void for_each_item(const AttnBwdParams& p, int group,
     // at d128), and the empty asm keeps ptxas from hoisting what it decodes out of the loop.
     int kk = k;
     asm volatile("" : "+r"(kk));
-    const BwdGridOrder order(p, Traits::kBlockN);
+    const BwdGridOrder order(p, Traits::kBlockN, !Traits::kWide);
     const int64_t t = int64_t(blockIdx.x) * group + kk;
     if (t >= int64_t(order.n_blocks) * order.heads_batches) break;
     int n_block, kv_head, batch;
@@ -1533,7 +1531,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   }
   const bwd_sm90::SmemLayout<Traits> sm((smem_u32(fwd_smem) + 1023u) & ~1023u);
   const AttnBwdParams& p = args.p;
-  const bwd_sm90::BwdGridOrder order(p, Traits::kBlockN);
+  const bwd_sm90::BwdGridOrder order(p, Traits::kBlockN, !Traits::kWide);
   int n_block, kv_head, batch;
   // d512: a cluster's two CTAs are consecutive in x and take the same key block, one column half each
   const int rank = Traits::kSplit ? sm90::cluster_rank() : 0;
@@ -1596,7 +1594,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
             bwd_sm90::produce<Traits>(args, sm, nb, kh, b, r, 0, step0, k);
           } else if (role == bwd_sm90::kWarpDq) {
             if constexpr (!Traits::kWide) {  // (d256 adds dQ from the consumers' registers)
-              const bwd_sm90::BwdGridOrder o(p, Traits::kBlockN);
+              const bwd_sm90::BwdGridOrder o(p, Traits::kBlockN, true);  // (turns only)
               bwd_sm90::write_dq<Traits>(p, sm, b, sq, m, r, o, nb, step0);
             }
           } else {

@@ -374,7 +374,21 @@ int run_mods() {
 int run_timeline(int cta) {
 #if FLASHSDPA_SM90_BWD_TIMELINE
   using namespace bwd_sm90;
-  Run r = setup(Problem{2, 16, 16, 8192, 8192, 0});
+  // TL_SHAPE="B,H,S,causal" (default the bar shape 2,16,8192,0) and TL_DET=1 (deterministic mode:
+  // the writer's flag wait is then its turn, kernel_notes_bwd_sm90.md "Outcomes, session 46").
+  Problem pr{2, 16, 16, 8192, 8192, 0};
+  if (const char* s = std::getenv("TL_SHAPE")) {
+    if (std::sscanf(s, "%d,%d,%d,%d", &pr.B, &pr.Hq, &pr.Sq, &pr.causal) != 4) {
+      std::fprintf(stderr, "TL_SHAPE: B,H,S,causal\n");
+      return 2;
+    }
+    pr.Hkv = pr.Hq, pr.Sk = pr.Sq;
+  }
+  Run r = setup(pr);
+  const char* det = std::getenv("TL_DET");
+  r.p.deterministic = det != nullptr && std::atoi(det) != 0;
+  std::printf("timeline problem: B %d H %d S %d causal %d, deterministic %d\n", pr.B, pr.Hq, pr.Sq, pr.causal,
+              int(r.p.deterministic));
   CHECK_CUDA(cudaMemcpyToSymbol(timeline_cta, &cta, sizeof cta));
   for (int it = 0; it < 3; ++it) CHECK_CUDA(run_family(r, true, false));
   std::vector<long long> h(kTimelineEvents * kTimelineSteps, 0);
