@@ -10,6 +10,11 @@
 # (kernel_notes_bwd_sm90.md, "Outcomes, session 46"): a start-up chain (flag waits on the first
 # steps of late turns, then none) or a writer bound (w_flag -> w_free near the step every step).
 # (Ran in session 47: kernel_notes_bwd_sm90.md, "The deterministic writer's timeline at 2k".)
+# (That run was head-major. Since, dense deterministic calls launch grouped over 9 heads at 2k (the
+# harness says 132 SMs): CTA 144g + 9n + h is head 9g + h's key block of turn n.)
+# TL_RUN_SHAPE (B,H,S,causal), TL_CTAS, TL_DEFAULT_CTA, TL_SHOW_CTA: another shape's CTAs. Causal 2k
+# (the masked order, 32 heads a group at d128: CTA 512g + 32n + h has turn n, 32 - 2n steps):
+#   TL_RUN_SHAPE=8,16,2048,1 TL_CTAS="0 100 200 300 1100" TL_DEFAULT_CTA=100 TL_SHOW_CTA=100
 #   run(command="bash scripts/dev/session47_det_timeline.sh", carry=[".whl"], timeout_s=240)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,9 +32,9 @@ for vi in "${!variants[@]}"; do
   fi
   for det in 1 0; do
     for cta in ${TL_CTAS:-0 15 1000 1007}; do
-      [[ $det == 0 && $cta != 1007 ]] && continue  # the default mode: one CTA for its step length
+      [[ $det == 0 && $cta != "${TL_DEFAULT_CTA:-1007}" ]] && continue  # the default mode: one CTA for its step length
       log="$OUT/tl_v${vi}_det${det}_cta$cta.log"
-      TL_SHAPE="8,16,2048,0" TL_DET=$det timeout 60 "/tmp/bwd_tl$vi" timeline 128 "$cta" > "$log" 2>&1
+      TL_SHAPE="${TL_RUN_SHAPE:-8,16,2048,0}" TL_DET=$det timeout 60 "/tmp/bwd_tl$vi" timeline 128 "$cta" > "$log" 2>&1
       rc=$?
       check "timeline v$vi det$det CTA $cta" "$rc"
       step "v$vi det$det CTA $cta" "rc=$rc $(grep '^medians' "$log" | cut -c1-170)"
@@ -37,5 +42,5 @@ for vi in "${!variants[@]}"; do
   done
 done
 # The first-wave late turn in full: where its first steps wait.
-sed -n 1,40p "$OUT/tl_v0_det1_cta15.log" 2>/dev/null | cut -c1-200
+sed -n 1,40p "$OUT/tl_v0_det1_cta${TL_SHOW_CTA:-15}.log" 2>/dev/null | cut -c1-200
 finish
