@@ -52,6 +52,13 @@
 #ifndef FLASHSDPA_SM90_BWD_GROUP_WIDE
 #define FLASHSDPA_SM90_BWD_GROUP_WIDE 1
 #endif
+// FLASHSDPA_SM90_BWD_DET_TWO_WRITERS (dev A/B, session 47 prepared; 0 default: SASS unchanged): in
+// deterministic mode the plain kernel's two dQ staging buffers get a writer thread each (warps 1 and
+// 3 of the producer warpgroup, even and odd steps), so one step's landing and hand-over no longer
+// holds the next step's add back (kernel_notes_bwd_sm90.md, "Two dQ writers").
+#ifndef FLASHSDPA_SM90_BWD_DET_TWO_WRITERS
+#define FLASHSDPA_SM90_BWD_DET_TWO_WRITERS 0
+#endif
 // FLASHSDPA_SM90_BWD_GROUP_D128 (dev A/B, session 43 prepared; 0 default: no extra kernel, SASS
 // unchanged): the plain d128 kernel's grouped form, at the plain kernel's 24 / 240 registers, with
 // the producer's 92 bytes of spills (ptxas 13.0; its consumers need their 240). Whether a spill in
@@ -308,6 +315,7 @@ constexpr int kBarFree = 5;      // + warpgroup (d512): its GEMMs of the step be
 
 // Warps of the producer warpgroup: TMA loads (one thread), LSE / delta rows, the dQ writer.
 constexpr int kWarpLoad = 0, kWarpDq = 1, kWarpRowStats = 2;
+constexpr int kWarpDq2 = 3;  // (FLASHSDPA_SM90_BWD_DET_TWO_WRITERS: the odd steps' writer)
 
 template <typename Traits>
 struct SmemLayout {
@@ -587,7 +595,8 @@ __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const Sme
 template <typename Traits>
 __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayout<Traits>& sm, int batch,
                                          const SeqlenInfo& seq, const BlockMask& mask, const StepRange& range,
-                                         const BwdGridOrder& order, int n_block, int step0 = 0) {
+                                         const BwdGridOrder& order, int n_block, int step0 = 0, int first = 0,
+                                         int stride = 1) {
 #if defined(__CUDA_ARCH__)  // ptx.cuh declares the bulk copies for device passes of sm_90 only
   // dq_semaphore counts query blocks of this kernel's kBlockM rows (the host's p.dq_sem_rows, which
   // the pre- and postprocess read: bwd_launch_sm90.cuh sets it from these traits).
@@ -621,7 +630,8 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
     flag_probed = sm90::ld_acquire_gpu(p.dq_semaphore + next) != 0;
     if (flag_probed) sm90::fence_proxy_async_global();  // the add after what the flag announced
   };
-  for (int i = 0; i < range.count(); ++i) {
+  // (first, stride: steps first, first + stride, ...: two writers split the steps by parity.)
+  for (int i = first; i < range.count(); i += stride) {
     const int b = (step0 + i) % Traits::kDqBufs;
     const int head = range.head(i), m_block = range.m_block(i);
     const int rows = min(Traits::kBlockM, seq.seqlen_q - m_block * Traits::kBlockM);
@@ -1623,7 +1633,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
     if (warp == bwd_sm90::kWarpLoad && threadIdx.x % 32 == 0) {
       bwd_sm90::produce<Traits>(args, sm, n_block, kv_head, batch, range, rank * Traits::kCtaDim);
     } else if (warp == bwd_sm90::kWarpDq && threadIdx.x % 32 == 0) {
-      if constexpr (!Traits::kWide) bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block);
+      if constexpr (!Traits::kWide) {
+        if (FLASHSDPA_SM90_BWD_DET_TWO_WRITERS && Traits::kDqBufs == 2 && p.deterministic && p.dq_semaphore != nullptr) {
+          bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block, 0, 0, 2);
+        } else {
+          bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block);
+        }
+      }
+    } else if (FLASHSDPA_SM90_BWD_DET_TWO_WRITERS && warp == bwd_sm90::kWarpDq2 && threadIdx.x % 32 == 0) {
+      if constexpr (!Traits::kWide && Traits::kDqBufs == 2) {
+        if (p.deterministic && p.dq_semaphore != nullptr)
+          bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block, 0, 1, 2);
+      }
     } else if (warp == bwd_sm90::kWarpRowStats) {
       bwd_sm90::load_row_stats<Traits>(p, sm, batch, seq, range, threadIdx.x % 32);
     }

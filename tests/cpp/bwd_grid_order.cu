@@ -7,7 +7,9 @@
 //   that visit a query block) grows with its item index: the key block an add waits for in
 //   deterministic mode (turn - 1) and the first store's (turn 0) come earlier in index order, so
 //   a running CTA has taken them, which is the grid's argument against deadlock;
-// - turns over [n_min, n_max) are 0 .. n_max - n_min - 1, each once.
+// - turns over [n_min, n_max) are 0 .. n_max - n_min - 1, each once;
+// all of it in the default mode and in deterministic mode (whose dense calls launch grouped over a
+// wave's heads: num_sms 132, and 1, where a group is one head).
 // Built and run by tests/test_bwd_grid_order.py when nvcc is found; prints "ok <problems>" or the
 // first failures and exits 1.
 #include <cstdint>
@@ -32,7 +34,7 @@ void fail(const char* what, const fs::AttnBwdParams& p, long a = -1, long b = -1
 constexpr int kBlockN = 128;
 
 void check(const fs::AttnBwdParams& p) {
-  const fs::bwd_sm90::BwdGridOrder order(p, kBlockN);
+  const fs::bwd_sm90::BwdGridOrder order(p, kBlockN, true);
   const int n_blocks = order.n_blocks, pairs = order.heads_batches;
   const long items = static_cast<long>(n_blocks) * pairs;
   std::vector<long> index_of(items, -1);  // by (pair, n_block)
@@ -69,15 +71,17 @@ void check(const fs::AttnBwdParams& p) {
 
 // Grids near the launcher's INT_MAX items: sampled indices, the last ones included, decode in range
 // and distinct (the 2048 last ones: no two on one key block).
-void check_large(int seqlen_k, int heads_kv, int batch, const fs::MaskSpec& mask) {
+void check_large(int seqlen_k, int heads_kv, int batch, const fs::MaskSpec& mask, bool deterministic) {
   fs::AttnBwdParams p{};
+  p.deterministic = deterministic;
+  p.num_sms = 132;
   p.seqlen_k = seqlen_k;
   p.seqlen_q = 4096;
   p.heads_kv = p.heads_q = heads_kv;
   p.batch = batch;
   p.head_dim_qk = p.head_dim_v = 128;
   p.mask = mask;
-  const fs::bwd_sm90::BwdGridOrder order(p, kBlockN);
+  const fs::bwd_sm90::BwdGridOrder order(p, kBlockN, true);
   const long items = static_cast<long>(order.n_blocks) * order.heads_batches;
   if (items > 0x7fffffffL) {
     fail("test shape past INT_MAX items", p, items);
@@ -113,21 +117,26 @@ int main() {
         for (int group : {1, 4})
           for (int batch : {1, 2, 5})
             for (int d : {64, 128})
-              for (const fs::MaskSpec& mask : masks) {
-                fs::AttnBwdParams p{};
-                p.seqlen_k = seqlen_k;
-                p.seqlen_q = seqlen_q;
-                p.heads_kv = heads_kv;
-                p.heads_q = heads_kv * group;
-                p.batch = batch;
-                p.head_dim_qk = p.head_dim_v = d;
-                p.mask = mask;
-                check(p);
-                ++problems;
-              }
+              for (const fs::MaskSpec& mask : masks)
+                for (int det : {0, 1}) {
+                  fs::AttnBwdParams p{};
+                  p.deterministic = det != 0;
+                  p.num_sms = seqlen_q == 300 ? 1 : 132;
+                  p.seqlen_k = seqlen_k;
+                  p.seqlen_q = seqlen_q;
+                  p.heads_kv = heads_kv;
+                  p.heads_q = heads_kv * group;
+                  p.batch = batch;
+                  p.head_dim_qk = p.head_dim_v = d;
+                  p.mask = mask;
+                  check(p);
+                  ++problems;
+                }
   // 8192 key blocks x 262143 (KV head, batch) pairs: 2,147,475,456 items, 8,191 below INT_MAX.
-  for (const fs::MaskSpec& mask : masks) check_large(8192 * kBlockN, 7, 37449, mask);
-  check_large(1, 1, 0x7fffffff, masks[0]);
+  for (const fs::MaskSpec& mask : masks)
+    for (bool det : {false, true}) check_large(8192 * kBlockN, 7, 37449, mask, det);
+  check_large(1, 1, 0x7fffffff, masks[0], false);
+  check_large(1, 1, 0x7fffffff, masks[0], true);
   if (g_failures) {
     std::printf("%d failures\n", g_failures);
     return 1;
