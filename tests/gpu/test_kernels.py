@@ -288,6 +288,28 @@ def test_bwd_deterministic_bitwise(
         assert diff <= 2**-7 * other.float().abs().max().item(), f"{name}: deterministic vs default differ by {diff}"
 
 
+
+# Dense deterministic calls launch grouped over the heads one wave holds (bwd_kernel_sm90.cuh's
+# BwdGridOrder: ceil(num_sms / key blocks) (KV head, batch) pairs a group, key block outer): here 12
+# key blocks, so groups of 11 pairs on a 132-SM part, and 15 pairs, so a full group and a partial
+# one. Every dQ tile must land once (the rule against the float64 textbook, deterministic mode on)
+# and two runs agree bit for bit.
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_bwd_deterministic_head_groups(
+    request: pytest.FixtureRequest, head_dim: int, deterministic: Callable[[bool], None]
+) -> None:
+    skip_unless_compiled(torch.bfloat16, head_dim, head_dim)
+    verdict = _backend.select(0, _backend.DTYPE_CODES[torch.bfloat16], head_dim, head_dim,
+                              masks.kind(masks.BY_CAUSAL_MODE[0]), False, _backend.BACKWARD_DETERMINISTIC)  # fmt: skip
+    if verdict[0] is None:
+        pytest.skip("no deterministic backward of ours on this GPU / build (the sm90 family's)")
+    deterministic(False)
+    shape = Shape("det_groups", 3, 10, 5, 777, 1500, head_dim)
+    first = run_and_check(request, shape, torch.bfloat16, 0)[2]
+    again = run_and_check(request, shape, torch.bfloat16, 0)[2]
+    for name, a, b in zip(("dq", "dk", "dv"), first, again):
+        assert torch.equal(a, b), f"{name} differs between deterministic runs"
+
 # The sm90 backward stores (not adds) the first dQ tile of each query block and the preprocess
 # zeroes only the blocks no key block visits (params.h's dq_first_store): with every workspace
 # byte poisoned (0xFF: NaN floats, -1 semaphores), a block the kernels neither store nor zero shows
