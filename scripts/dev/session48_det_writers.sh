@@ -22,6 +22,9 @@ BUILD_DTYPES="bf16" build_copy det0 "64;128"
 BUILD_DTYPES="bf16" build_copy det1 "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_DET_TWO_WRITERS=1
 require_copies det0 det1
 V="/tmp/pkg_det1/python${SITE:+:$SITE}"
+# (session 47's new test on the tree's build too: the deterministic order over several head groups)
+PYTHONPATH="/tmp/pkg_det0/python${SITE:+:$SITE}" tests "head-group test (det0)" 60 tests_det0.log \
+  $PY -m pytest tests/gpu/test_kernels.py -q -p no:cacheprovider -n 2 -k "head_groups"
 PYTHONPATH="$V" tests "deterministic + bwd tests (det1)" 120 tests_det1.log \
   $PY -m pytest tests/gpu/test_kernels.py tests/gpu/test_training.py -q -p no:cacheprovider -n 8 -k "determin or bwd"
 for tool in racecheck memcheck; do
