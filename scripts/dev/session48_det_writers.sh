@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session48_det_writers.sh (prepared in session 47, compiled only), one call, ~4 minutes: issue 13's
+# session48_det_writers.sh (prepared in session 47, compiled only), one call, ~5-6 minutes: issue 13's
 # deterministic bar, which fails at 2k causal only (1.16-1.18x the default mode, H100, session 47).
 # The causal timeline there (kernel_notes_bwd_sm90.md, "The causal 2k timeline") has the one dQ
 # writer thread busy most of a step (its turn's flag wait ~1,100-1,300 cycles, then the add's landing
@@ -12,7 +12,7 @@
 # alternating process rounds of `bench --deterministic`, det ms det1 / det0 per case and round.
 # Prediction (H100): deterministic time at 2k causal d128 -4 to -8% (1.17 -> ~1.10x), 2k dense -2 to
 # -4%, 8k -1 to -2%; d64 where its plain kernel has two buffers alike; the default mode unchanged.
-#   run(command="bash scripts/dev/session48_det_writers.sh", carry=[".whl"], timeout_s=360)
+#   run(command="bash scripts/dev/session48_det_writers.sh", carry=[".whl"], timeout_s=420)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
