@@ -292,8 +292,8 @@ def test_bwd_deterministic_bitwise(
 # Dense deterministic calls launch grouped over the heads one wave holds (bwd_kernel_sm90.cuh's
 # BwdGridOrder: ceil(num_sms / key blocks) (KV head, batch) pairs a group, key block outer): here 12
 # key blocks, so groups of 11 pairs on a 132-SM part, and 15 pairs, so a full group and a partial
-# one. Every dQ tile must land once (the rule against the float64 textbook, deterministic mode on)
-# and two runs agree bit for bit.
+# one. Every dQ tile must land once (the rule against the float64 textbook, the references computed
+# in the default mode) and two deterministic runs agree bit for bit.
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_bwd_deterministic_head_groups(
     request: pytest.FixtureRequest, head_dim: int, deterministic: Callable[[bool], None]
@@ -303,12 +303,23 @@ def test_bwd_deterministic_head_groups(
                               masks.kind(masks.BY_CAUSAL_MODE[0]), False, _backend.BACKWARD_DETERMINISTIC)  # fmt: skip
     if verdict[0] is None:
         pytest.skip("no deterministic backward of ours on this GPU / build (the sm90 family's)")
-    deterministic(False)
     shape = Shape("det_groups", 3, 10, 5, 777, 1500, head_dim)
-    first = run_and_check(request, shape, torch.bfloat16, 0)[2]
-    again = run_and_check(request, shape, torch.bfloat16, 0)[2]
-    for name, a, b in zip(("dq", "dk", "dv"), first, again):
+    gen = _generator(request)
+    q, k, v = make_qkv(shape, torch.bfloat16, DEVICE, generator=gen)
+    for t in (q, k, v):
+        t.requires_grad_()
+    dout = torch.randn(3, 10, 777, head_dim, generator=gen, device=DEVICE).to(torch.bfloat16)
+    deterministic(False)  # not warn_only: a nondeterministic path would raise
+    runs = []
+    for _ in range(2):
+        out, lse = flashsdpa.attention(q, k, v, return_lse=True)
+        runs.append(torch.autograd.grad(out, (q, k, v), dout))
+    for name, a, b in zip(("dq", "dk", "dv"), *runs):
         assert torch.equal(a, b), f"{name} differs between deterministic runs"
+    # The references (PyTorch's math and flash backwards among them) in the default mode.
+    torch.use_deterministic_algorithms(False)  # (the fixture restores the caller's setting)
+    torch.cuda.synchronize()
+    check_attention(q, k, v, dout, out, runs[0], lse, scale=default_scale(head_dim), causal_mode=0)
 
 # The sm90 backward stores (not adds) the first dQ tile of each query block and the preprocess
 # zeroes only the blocks no key block visits (params.h's dq_first_store): with every workspace
