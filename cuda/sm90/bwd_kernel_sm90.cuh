@@ -1630,21 +1630,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   if (warpgroup == 0) {
     sm90::setmaxnreg_dec<Traits::kProducerRegs>();
     const int warp = threadIdx.x / 32;
+    // (FLASHSDPA_SM90_BWD_DET_TWO_WRITERS) a writer per staging buffer, in deterministic mode only
+    const bool two_writers = FLASHSDPA_SM90_BWD_DET_TWO_WRITERS && Traits::kDqBufs == 2 && p.deterministic &&
+                             p.dq_semaphore != nullptr;
     if (warp == bwd_sm90::kWarpLoad && threadIdx.x % 32 == 0) {
       bwd_sm90::produce<Traits>(args, sm, n_block, kv_head, batch, range, rank * Traits::kCtaDim);
     } else if (warp == bwd_sm90::kWarpDq && threadIdx.x % 32 == 0) {
-      if constexpr (!Traits::kWide) {
-        if (FLASHSDPA_SM90_BWD_DET_TWO_WRITERS && Traits::kDqBufs == 2 && p.deterministic && p.dq_semaphore != nullptr) {
-          bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block, 0, 0, 2);
-        } else {
-          bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block);
-        }
-      }
-    } else if (FLASHSDPA_SM90_BWD_DET_TWO_WRITERS && warp == bwd_sm90::kWarpDq2 && threadIdx.x % 32 == 0) {
-      if constexpr (!Traits::kWide && Traits::kDqBufs == 2) {
-        if (p.deterministic && p.dq_semaphore != nullptr)
-          bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block, 0, 1, 2);
-      }
+      if constexpr (!Traits::kWide)
+        bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block, 0, 0, two_writers ? 2 : 1);
+    } else if (two_writers && warp == bwd_sm90::kWarpDq2 && threadIdx.x % 32 == 0) {
+      if constexpr (!Traits::kWide) bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block, 0, 1, 2);
     } else if (warp == bwd_sm90::kWarpRowStats) {
       bwd_sm90::load_row_stats<Traits>(p, sm, batch, seq, range, threadIdx.x % 32);
     }

@@ -66,7 +66,8 @@ int bwd_group_sm90(const AttnBwdParams& p, int64_t items) {
   // Deterministic mode: the ordered dQ adds make a key block wait for its predecessor's turn on
   // every query block, and a CTA's k items walk their blocks in series, so k key blocks' turns
   // chain (session 46, H100, bench --deterministic: d64 2k at k = 2 2.75x the default mode's
-  // time, 2k causal at k = 4 1.25x; with the plain kernel 1.05-1.09x at 8k, 1.15-1.28x at 2k).
+  // time, 2k causal at k = 4 1.25x; with the plain kernel 1.05-1.09x at 8k, 1.15-1.28x at 2k, and
+  // since session 47's launch order 1.03-1.07x at 8k, 1.10-1.18x at 2k).
   if (p.deterministic) return 1;
   const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const MaskSpec& m = p.mask;

@@ -46,27 +46,5 @@ for round in 1 2 3; do
       $PY -m flashsdpa bench --deterministic --rounds 1 --out "/tmp/b_${name}_$round"
   done
 done
-$PY - <<'PYEOF' | tee "$OUT/det_ab.txt"
-import json
-rows = {}
-names = ("det0", "det1", "det2")
-for r in (1, 2, 3):
-    for name in names:
-        try:
-            got = json.load(open(f"/tmp/b_{name}_{r}/results.json"))["deterministic"]["rows"]
-        except (OSError, KeyError, ValueError):
-            continue
-        for row in got:
-            rows.setdefault(row["case"], {}).setdefault(name, []).append((row["deterministic_ms"], row["default_ms"]))
-def q(a, b):
-    return a / b if a and b else float("nan")
-print(f"{'case':<30} det ms / tree's det ms, per round: det1 | det2  || det / default: det0 | det1 | det2")
-for case, d in rows.items():
-    base = d.get("det0", [])
-    cols = []
-    for name in ("det1", "det2"):
-        cols.append(" ".join(f"{q(a[0], b[0]):.3f}" for a, b in zip(d.get(name, []), base)))
-    own = [" ".join(f"{q(a[0], a[1]):.3f}" for a in d.get(name, [])) for name in names]
-    print(f"{case:<30} {cols[0]:<20} | {cols[1]:<20} || {own[0]} | {own[1]} | {own[2]}")
-PYEOF
+$PY scripts/dev/det_ab_table.py 3 det0 det1 det2 | tee "$OUT/det_ab.txt"
 finish
