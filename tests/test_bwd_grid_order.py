@@ -16,4 +16,4 @@ from helpers import run_host_replay
 def test_order_on_the_host(tmp_path: Path) -> None:
     # ~2 s to build, ~1 s to run: 12096 problems (default and deterministic mode) and 14 grids near
     # INT_MAX items.
-    assert run_host_replay("bwd_grid_order.cu", tmp_path).startswith("ok 12096 problems")
+    assert run_host_replay("bwd_grid_order.cu", tmp_path).startswith("ok 24192 problems")

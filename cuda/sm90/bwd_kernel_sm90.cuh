@@ -52,13 +52,6 @@
 #ifndef FLASHSDPA_SM90_BWD_GROUP_WIDE
 #define FLASHSDPA_SM90_BWD_GROUP_WIDE 1
 #endif
-// FLASHSDPA_SM90_BWD_DET_TWO_WRITERS (dev A/B, session 47 prepared; 0 default: SASS unchanged): in
-// deterministic mode the plain kernel's two dQ staging buffers get a writer thread each (warps 1 and
-// 3 of the producer warpgroup, even and odd steps), so one step's landing and hand-over no longer
-// holds the next step's add back (kernel_notes_bwd_sm90.md, "Two dQ writers").
-#ifndef FLASHSDPA_SM90_BWD_DET_TWO_WRITERS
-#define FLASHSDPA_SM90_BWD_DET_TWO_WRITERS 0
-#endif
 // FLASHSDPA_SM90_BWD_GROUP_D128 (dev A/B, session 43 prepared; 0 default: no extra kernel, SASS
 // unchanged): the plain d128 kernel's grouped form, at the plain kernel's 24 / 240 registers, with
 // the producer's 92 bytes of spills (ptxas 13.0; its consumers need their 240). Whether a spill in
@@ -315,7 +308,6 @@ constexpr int kBarFree = 5;      // + warpgroup (d512): its GEMMs of the step be
 
 // Warps of the producer warpgroup: TMA loads (one thread), LSE / delta rows, the dQ writer.
 constexpr int kWarpLoad = 0, kWarpDq = 1, kWarpRowStats = 2;
-constexpr int kWarpDq2 = 3;  // (FLASHSDPA_SM90_BWD_DET_TWO_WRITERS: the odd steps' writer)
 
 template <typename Traits>
 struct SmemLayout {
@@ -382,11 +374,22 @@ struct BwdGridOrder {
   // causal): 8 MB 0.975 / 1.96 ms (the GQA groups then run head by head), 32 MB 0.974 / 1.36 ms,
   // every head in one group 1.20 / 1.37 ms.
   static constexpr int64_t kL2GroupBytes = int64_t(32) << 20;
+  // Masked calls of the plain kernel with at most this many key blocks a head (`waves`) launch in
+  // groups of a wave's worth of heads: with the 32 MB group (128 heads at d128 S 512) the first
+  // wave starts the longest key block of 128 heads at once, each streaming its head's Q / dO from
+  // DRAM, and later waves find them in L2 while DRAM idles (the forward's sections did the same:
+  // fwd_kernel_sm90.cuh's sched_group). Measured (H100, 3 alternating process rounds, bwd_ab.py,
+  // causal, against the 32 MB group): d128 S 512 (4 blocks) 1.198 (0.833 -> 0.998x cuDNN), 1k (8
+  // blocks) 1.149 (0.842 -> 0.967x); GQA 16/4 controls 0.99-1.00. With grouped items (d64's k = 4
+  // at S 512, d256's k = 2) it lost 19-29% at d64 and 2% at d256: a CTA's consecutive items then
+  // belong to different heads of a smaller group, so those kernels keep the L2 group.
+  static constexpr int kWaveGroupBlocks = 8;
   int n_blocks, heads_kv, heads_batches, group;
   bool ascending;
   // ordered_dq: the tile's dQ writer keeps turns (d256 / d512 add dQ by reductions from registers
   // and have no deterministic mode: their order stays the default's).
-  __host__ __device__ __forceinline__ BwdGridOrder(const AttnBwdParams& p, int kBlockN, bool ordered_dq)
+  __host__ __device__ __forceinline__ BwdGridOrder(const AttnBwdParams& p, int kBlockN, bool ordered_dq,
+                                                    bool waves = false)
       : n_blocks((p.seqlen_k + kBlockN - 1) / kBlockN),
         heads_kv(p.heads_kv),
         heads_batches(p.heads_kv * p.batch),
@@ -395,6 +398,11 @@ struct BwdGridOrder {
     if (!p.mask.is_none()) {  // Q and dO bytes of one (KV head, batch): its query heads' rows
       const int64_t bytes = int64_t(p.heads_q / p.heads_kv) * p.seqlen_q * (p.head_dim_qk + p.head_dim_v) * 2;
       group = static_cast<int>(max(int64_t(1), min(int64_t(heads_batches), kL2GroupBytes / max(bytes, int64_t(1)))));
+      // Few key blocks a head, one CTA an item (the plain kernel): a wave's worth of heads instead
+      // (ceil(num_sms / key blocks)), so each wave's longest key blocks do not all start streaming
+      // new heads' Q / dO from DRAM at once (kWaveGroupBlocks below says what it measured).
+      if (waves && n_blocks <= kWaveGroupBlocks && !(ordered_dq && p.deterministic))
+        group = max(1, min(group, (max(p.num_sms, 1) + n_blocks - 1) / n_blocks));
     } else if (ordered_dq && p.deterministic) {
       // Deterministic and dense: a group of the heads one wave holds (num_sms / key blocks). Head-
       // major, the SMs that one turn frees together (that turn of every resident head ends at
@@ -426,6 +434,11 @@ struct BwdGridOrder {
     return ascending ? n_block - n_min : n_max - 1 - n_block;
   }
 };
+
+// Which kernels take BwdGridOrder's wave groups: one CTA an item, 128 key rows (the plain d64 /
+// d128 tiles).
+template <typename Traits>
+constexpr bool kWaveGroup = !Traits::kGrouped && !Traits::kWide && !Traits::kSplit;
 
 // The (query head, query block) steps of one CTA: the query blocks that see the key block, from
 // the last down, and for each the heads of the KV head's group. Every key block of a head thus
@@ -595,8 +608,7 @@ __device__ __forceinline__ void load_row_stats(const AttnBwdParams& p, const Sme
 template <typename Traits>
 __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayout<Traits>& sm, int batch,
                                          const SeqlenInfo& seq, const BlockMask& mask, const StepRange& range,
-                                         const BwdGridOrder& order, int n_block, int step0 = 0, int first = 0,
-                                         int stride = 1) {
+                                         const BwdGridOrder& order, int n_block, int step0 = 0) {
 #if defined(__CUDA_ARCH__)  // ptx.cuh declares the bulk copies for device passes of sm_90 only
   // dq_semaphore counts query blocks of this kernel's kBlockM rows (the host's p.dq_sem_rows, which
   // the pre- and postprocess read: bwd_launch_sm90.cuh sets it from these traits).
@@ -630,8 +642,7 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
     flag_probed = sm90::ld_acquire_gpu(p.dq_semaphore + next) != 0;
     if (flag_probed) sm90::fence_proxy_async_global();  // the add after what the flag announced
   };
-  // (first, stride: steps first, first + stride, ...: two writers split the steps by parity.)
-  for (int i = first; i < range.count(); i += stride) {
+  for (int i = 0; i < range.count(); ++i) {
     const int b = (step0 + i) % Traits::kDqBufs;
     const int head = range.head(i), m_block = range.m_block(i);
     const int rows = min(Traits::kBlockM, seq.seqlen_q - m_block * Traits::kBlockM);
@@ -1515,7 +1526,7 @@ __device__ __forceinline__ void for_each_item(const AttnBwdParams& p, int group,
     // at d128), and the empty asm keeps ptxas from hoisting what it decodes out of the loop.
     int kk = k;
     asm volatile("" : "+r"(kk));
-    const BwdGridOrder order(p, Traits::kBlockN, !Traits::kWide);
+    const BwdGridOrder order(p, Traits::kBlockN, !Traits::kWide, kWaveGroup<Traits>);
     const int64_t t = int64_t(blockIdx.x) * group + kk;
     if (t >= int64_t(order.n_blocks) * order.heads_batches) break;
     int n_block, kv_head, batch;
@@ -1541,7 +1552,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   }
   const bwd_sm90::SmemLayout<Traits> sm((smem_u32(fwd_smem) + 1023u) & ~1023u);
   const AttnBwdParams& p = args.p;
-  const bwd_sm90::BwdGridOrder order(p, Traits::kBlockN, !Traits::kWide);
+  const bwd_sm90::BwdGridOrder order(p, Traits::kBlockN, !Traits::kWide, bwd_sm90::kWaveGroup<Traits>);
   int n_block, kv_head, batch;
   // d512: a cluster's two CTAs are consecutive in x and take the same key block, one column half each
   const int rank = Traits::kSplit ? sm90::cluster_rank() : 0;
@@ -1630,16 +1641,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   if (warpgroup == 0) {
     sm90::setmaxnreg_dec<Traits::kProducerRegs>();
     const int warp = threadIdx.x / 32;
-    // (FLASHSDPA_SM90_BWD_DET_TWO_WRITERS) a writer per staging buffer, in deterministic mode only
-    const bool two_writers = FLASHSDPA_SM90_BWD_DET_TWO_WRITERS && Traits::kDqBufs == 2 && p.deterministic &&
-                             p.dq_semaphore != nullptr;
     if (warp == bwd_sm90::kWarpLoad && threadIdx.x % 32 == 0) {
       bwd_sm90::produce<Traits>(args, sm, n_block, kv_head, batch, range, rank * Traits::kCtaDim);
     } else if (warp == bwd_sm90::kWarpDq && threadIdx.x % 32 == 0) {
-      if constexpr (!Traits::kWide)
-        bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block, 0, 0, two_writers ? 2 : 1);
-    } else if (two_writers && warp == bwd_sm90::kWarpDq2 && threadIdx.x % 32 == 0) {
-      if constexpr (!Traits::kWide) bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block, 0, 1, 2);
+      if constexpr (!Traits::kWide) bwd_sm90::write_dq<Traits>(p, sm, batch, seq, mask, range, order, n_block);
     } else if (warp == bwd_sm90::kWarpRowStats) {
       bwd_sm90::load_row_stats<Traits>(p, sm, batch, seq, range, threadIdx.x % 32);
     }

@@ -1011,11 +1011,28 @@ inline FwdWorkspacePlan fwd_workspace_plan(const AttnFwdParams& p, bool persiste
 }
 
 // The dynamic order's section: the (head, batch) pairs whose K and V (one query head's share of
-// its KV head's, GQA groups being adjacent) fit in kL2SectionBytes.
-inline int sched_group(const AttnFwdParams& p) {
+// its KV head's, GQA groups being adjacent) fit in kL2SectionBytes; with at most
+// kWaveSectionBlocks query blocks a head, one wave's worth instead (ceil(grid / query blocks)
+// pairs, when fewer). Why: a section runs longest first, so its first wave starts the longest
+// tile of every pair in it at once, each streaming its pair's K / V from DRAM, and the later
+// waves find them in L2 while DRAM idles. At S 512 (d128: 128 pairs a 32 MB section, 4 blocks)
+// that first wave is DRAM-bound: its 4-block tiles took 20-22k cycles against 14.5k for a
+// non-causal 4-block tile (tile timeline, session 48, H100), the 3-, 2- and 1-block tiles near
+// their blocks' worth. With a wave's worth of pairs each wave starts ~grid / blocks new pairs
+// and finishes older ones from L2, so the DRAM reads spread over the run. Measured (H100, 3
+// alternating process rounds, bwd_ab.py --forward, causal, against 32 MB sections; one wave / two
+// waves): d128 S 512 1.139 / 1.117 (0.836 -> 0.952x cuDNN), d64 S 512 1.044 / 1.033, d256 S 512
+// 1.008 / 0.995; at more blocks a head it loses: 1k ~1.00, 2k 0.94 / 0.93 (d256 0.90 / 1.00), 8k
+// 0.94-0.96, GQA 16/4 B 1 8k 0.83 / 0.90 (kernel_notes_fwd_sm90.md, "Sections of a wave").
+constexpr int kWaveSectionBlocks = 4;
+inline int sched_group(const AttnFwdParams& p, int num_blocks, int64_t grid) {
   const int64_t bytes = int64_t(p.seqlen_k) * (p.head_dim_qk + p.head_dim_v) * 2 / (p.heads_q / p.heads_kv);
   const int64_t pairs = int64_t(p.heads_q) * p.batch;
-  const int64_t group = PersistentTileScheduler::kL2SectionBytes / (bytes > 0 ? bytes : 1);
+  int64_t group = PersistentTileScheduler::kL2SectionBytes / (bytes > 0 ? bytes : 1);
+  if (num_blocks > 0 && num_blocks <= kWaveSectionBlocks) {
+    const int64_t wave = (grid + num_blocks - 1) / num_blocks;
+    group = wave < group ? wave : group;
+  }
   return static_cast<int>(group < 1 ? 1 : group > pairs ? pairs : group);
 }
 

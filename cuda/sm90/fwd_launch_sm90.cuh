@@ -35,7 +35,7 @@ cudaError_t launch_fwd_sm90(const AttnFwdParams& params, cudaStream_t stream, bo
 
   FwdSm90Args args;
   args.p = params;
-  args.sched_group = fwd_sm90::sched_group(params);
+  args.sched_group = fwd_sm90::sched_group(params, scheduler.num_blocks, grid);
   // The workspace (params.h), where the caller gave one of the bytes fwd_workspace_sm90 reports
   // (else the static schedule: a caller that did not ask, the dev harness, still runs): the dynamic
   // schedule's tile counter for a masked grid of more tiles than CTAs, the split tail's tickets

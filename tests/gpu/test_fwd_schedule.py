@@ -47,11 +47,15 @@ CASES = [
     (Shape("causal_8k_d64", 1, 4, 4, 8192, 8192, 64), masks.CAUSAL_TOP_LEFT),  # 43 blocks, 172 tiles: dynamic at d64
     (Shape("dynamic_4k_d256", 1, 16, 16, 4096, 4096, 256), masks.CAUSAL_TOP_LEFT),  # 32 blocks: d256's last dynamic
     (Shape("static_8k_d256", 1, 4, 4, 8192, 8192, 256), masks.CAUSAL_TOP_LEFT),  # 64 blocks, 256 tiles: static at d256
+    # <= 4 query blocks a head: sections of one wave's worth of pairs (sched_group), several sections
+    (Shape("wave_sections", 16, 16, 16, 512, 512, 128), masks.CAUSAL_TOP_LEFT),  # 1024 tiles, 33 pairs a section
+    (Shape("wave_sections_gqa", 8, 32, 8, 500, 700, 64), masks.CAUSAL_BOTTOM_RIGHT),  # ragged, GQA 4:1
 ]
 
 # Which CASES the sm90 forward schedules dynamically (the launch gets the counter): the choice itself.
 DYNAMIC = {"causal2k": True, "gqa_bottom_right": True, "window": True, "window_both": True, "causal_d256": True,
-           "q_longer": True, "causal_4k": True, "causal_8k_d64": True, "dynamic_4k_d256": True, "static_8k_d256": False}  # fmt: skip
+           "q_longer": True, "causal_4k": True, "causal_8k_d64": True, "dynamic_4k_d256": True, "static_8k_d256": False,
+           "wave_sections": True, "wave_sections_gqa": True}  # fmt: skip
 
 
 def _kwargs(mask: masks.MaskSpec, scale: float) -> dict[str, object]:
