@@ -52,6 +52,14 @@
 #ifndef FLASHSDPA_SM90_BWD_GROUP_WIDE
 #define FLASHSDPA_SM90_BWD_GROUP_WIDE 1
 #endif
+// FLASHSDPA_SM90_BWD_DET_WAVES (dev A/B, session 48 prepared; 0 default: SASS unchanged):
+// deterministic mode takes BwdGridOrder's wave groups too (short masked calls of the plain kernel),
+// which the default mode took in session 48 (kernel_notes_bwd_sm90.md, "Wave groups for short
+// masked calls"): fewer heads' Q / dO streamed at once, but all of a head's key blocks in one wave,
+// whose dQ turns then chain.
+#ifndef FLASHSDPA_SM90_BWD_DET_WAVES
+#define FLASHSDPA_SM90_BWD_DET_WAVES 0
+#endif
 // FLASHSDPA_SM90_BWD_GROUP_D128 (dev A/B, session 43 prepared; 0 default: no extra kernel, SASS
 // unchanged): the plain d128 kernel's grouped form, at the plain kernel's 24 / 240 registers, with
 // the producer's 92 bytes of spills (ptxas 13.0; its consumers need their 240). Whether a spill in
@@ -401,7 +409,7 @@ struct BwdGridOrder {
       // Few key blocks a head, one CTA an item (the plain kernel): a wave's worth of heads instead
       // (ceil(num_sms / key blocks)), so each wave's longest key blocks do not all start streaming
       // new heads' Q / dO from DRAM at once (kWaveGroupBlocks below says what it measured).
-      if (waves && n_blocks <= kWaveGroupBlocks && !(ordered_dq && p.deterministic))
+      if (waves && n_blocks <= kWaveGroupBlocks && !(ordered_dq && p.deterministic && !FLASHSDPA_SM90_BWD_DET_WAVES))
         group = max(1, min(group, (max(p.num_sms, 1) + n_blocks - 1) / n_blocks));
     } else if (ordered_dq && p.deterministic) {
       // Deterministic and dense: a group of the heads one wave holds (num_sms / key blocks). Head-
