@@ -52,6 +52,9 @@
 #ifndef FLASHSDPA_SM90_BWD_GROUP_WIDE
 #define FLASHSDPA_SM90_BWD_GROUP_WIDE 1
 #endif
+#ifndef FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS
+#define FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS 8
+#endif
 // FLASHSDPA_SM90_BWD_DET_WAVES (dev A/B, session 48 prepared; 0 default: SASS unchanged):
 // deterministic mode takes BwdGridOrder's wave groups too (short masked calls of the plain kernel),
 // which the default mode took in session 48 (kernel_notes_bwd_sm90.md, "Wave groups for short
@@ -391,7 +394,9 @@ struct BwdGridOrder {
   // blocks) 1.149 (0.842 -> 0.967x); GQA 16/4 controls 0.99-1.00. With grouped items (d64's k = 4
   // at S 512, d256's k = 2) it lost 19-29% at d64 and 2% at d256: a CTA's consecutive items then
   // belong to different heads of a smaller group, so those kernels keep the L2 group.
-  static constexpr int kWaveGroupBlocks = 8;
+  // (FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS: a dev A/B of the bound, session 48 prepared; 16 takes
+  // causal 2k too, where the forward's sections lost 6-7% and the backward was not measured.)
+  static constexpr int kWaveGroupBlocks = FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS;
   int n_blocks, heads_kv, heads_batches, group;
   bool ascending;
   // ordered_dq: the tile's dQ writer keeps turns (d256 / d512 add dQ by reductions from registers
