@@ -8,7 +8,8 @@
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -DNDEBUG --expt-relaxed-constexpr -std=c++17 -lineinfo \
 //     -Ibackend/include -Icuda -DFLASHSDPA_SM90_FWD_TIMELINE=1 -o /tmp/fwd_tl scripts/dev/fwd_timeline.cu \
 //     cuda/sm90/tiles_sm90.cu
-//   /tmp/fwd_tl D S CAUSAL [CTA ...]   (D 64, 128 or 256; default CTAs 0 and 77)
+//   /tmp/fwd_tl D S CAUSAL [CTA ...]   (D 64, 128 or 256; default CTAs 0 and 77; FWD_TL_WINDOW=W: a causal
+//   window of W keys; FWD_TL_RAW=1: every tile's phases also when not causal)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -42,6 +43,9 @@ int main(int argc, char** argv) {
   DenseFwd prob = make_dense_fwd(B, H, H, S, S, D, /*bshd=*/true);
   AttnFwdParams& p = prob.p;
   p.mask = MaskSpec{-1, causal ? 0 : -1, MaskAlign::kTopLeft};
+  // FWD_TL_WINDOW=W: a causal window of W keys (the bench's window row: fwd_tl 128 32768 1 with
+  // FWD_TL_WINDOW=4096 is its B 1 x H 16 x 32k problem)
+  if (const char* w = std::getenv("FWD_TL_WINDOW")) p.mask = MaskSpec{std::atoi(w) - 1, 0, MaskAlign::kTopLeft};
   // a workspace, so the split tail and the dynamic schedule run as in the package
   const int64_t workspace_bytes = 64 << 20;
   CHECK_CUDA(cudaMalloc(&p.workspace, workspace_bytes));
