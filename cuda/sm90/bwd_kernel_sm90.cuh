@@ -52,6 +52,7 @@
 #ifndef FLASHSDPA_SM90_BWD_GROUP_WIDE
 #define FLASHSDPA_SM90_BWD_GROUP_WIDE 1
 #endif
+// FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS: BwdGridOrder::kWaveGroupBlocks (8; other values: dev A/Bs).
 #ifndef FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS
 #define FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS 8
 #endif
@@ -392,8 +393,8 @@ struct BwdGridOrder {
   // fwd_kernel_sm90.cuh's sched_group). Measured (H100, 3 alternating process rounds, bwd_ab.py,
   // causal, against the 32 MB group): d128 S 512 (4 blocks) 1.198 (0.833 -> 0.998x cuDNN), 1k (8
   // blocks) 1.149 (0.842 -> 0.967x); GQA 16/4 controls 0.99-1.00. With grouped items (d64's k = 4
-  // at S 512, d256's k = 2) it lost 19-29% at d64 and 2% at d256: a CTA's consecutive items then
-  // belong to different heads of a smaller group, so those kernels keep the L2 group.
+  // at S 512, d256's k = 2) it lost 19-29% at d64 and 2% at d256 (why is not measured: a wave then
+  // holds k times the items the group was sized for), so those kernels keep the L2 group.
   // (FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS: a dev A/B of the bound, session 48 prepared; 16 takes
   // causal 2k too, where the forward's sections lost 6-7% and the backward was not measured.)
   static constexpr int kWaveGroupBlocks = FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS;
@@ -413,7 +414,7 @@ struct BwdGridOrder {
       group = static_cast<int>(max(int64_t(1), min(int64_t(heads_batches), kL2GroupBytes / max(bytes, int64_t(1)))));
       // Few key blocks a head, one CTA an item (the plain kernel): a wave's worth of heads instead
       // (ceil(num_sms / key blocks)), so each wave's longest key blocks do not all start streaming
-      // new heads' Q / dO from DRAM at once (kWaveGroupBlocks below says what it measured).
+      // new heads' Q / dO from DRAM at once (kWaveGroupBlocks says what it measured).
       if (waves && n_blocks <= kWaveGroupBlocks && !(ordered_dq && p.deterministic && !FLASHSDPA_SM90_BWD_DET_WAVES))
         group = max(1, min(group, (max(p.num_sms, 1) + n_blocks - 1) / n_blocks));
     } else if (ordered_dq && p.deterministic) {

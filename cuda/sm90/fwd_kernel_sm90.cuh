@@ -1023,7 +1023,9 @@ inline FwdWorkspacePlan fwd_workspace_plan(const AttnFwdParams& p, bool persiste
 // alternating process rounds, bwd_ab.py --forward, causal, against 32 MB sections; one wave / two
 // waves): d128 S 512 1.139 / 1.117 (0.836 -> 0.952x cuDNN), d64 S 512 1.044 / 1.033, d256 S 512
 // 1.008 / 0.995; at more blocks a head it loses: 1k ~1.00, 2k 0.94 / 0.93 (d256 0.90 / 1.00), 8k
-// 0.94-0.96, GQA 16/4 B 1 8k 0.83 / 0.90 (kernel_notes_fwd_sm90.md, "Sections of a wave").
+// 0.94-0.96, GQA 16/4 B 1 8k 0.83 / 0.90 (kernel_notes_fwd_sm90.md, "Sections of a wave"). As
+// built, against the 32 MB sections: d128 causal S 256 / 384 / 512 1.099 / 1.097 / 1.137, d64
+// 1.04-1.05, d256 1.00-1.06.
 constexpr int kWaveSectionBlocks = 4;
 inline int sched_group(const AttnFwdParams& p, int num_blocks, int64_t grid) {
   const int64_t bytes = int64_t(p.seqlen_k) * (p.head_dim_qk + p.head_dim_v) * 2 / (p.heads_q / p.heads_kv);
