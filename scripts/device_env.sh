@@ -165,6 +165,37 @@ sanitize_subset() {
   FLASHSDPA_UNDER_SANITIZER=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1 timed "sanitizer $tool" "$limit" "san_$tool.log" compute-sanitizer --tool "$tool" \
     --error-exitcode 9 "${filter[@]}" --target-processes all $PY -m pytest "$@" -q -x -p no:cacheprovider -k sanitizer_subset
 }
+# det_ab ROUNDS NAMES...: `bench --deterministic --rounds 1` alternating between build copies
+# (build_copy's /tmp/pkg_NAME), ROUNDS process rounds, then det_ab_table.py's table (the first NAME
+# the reference) into $OUT/det_ab.txt.
+det_ab() {
+  local rounds=$1 round name
+  shift
+  for round in $(seq 1 "$rounds"); do
+    for name in "$@"; do
+      PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timed "bench $name $round" 60 "bench_${name}_$round.log" \
+        $PY -m flashsdpa bench --deterministic --rounds 1 --out "/tmp/b_${name}_$round"
+    done
+  done
+  $PY scripts/dev/det_ab_table.py "$rounds" "$@" | tee "$OUT/det_ab.txt"
+}
+# bwd_ab_rounds ROUNDS "NAMES" ARGS...: scripts/dev/bwd_ab.py --rounds 1 --json ARGS alternating
+# between build copies, ROUNDS process rounds (stopping past AB_STOP seconds, if set), each
+# build's lines in $OUT/ab_NAME.jsonl; then ab_table.py's table (the first NAME the reference) into
+# $OUT/ab_table.txt.
+bwd_ab_rounds() {
+  local rounds=$1 names=$2 round name
+  shift 2
+  for round in $(seq 1 "$rounds"); do
+    for name in $names; do
+      [[ -n ${AB_STOP:-} ]] && (( SECONDS > AB_STOP )) && break 2
+      PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timeout 90 $PY scripts/dev/bwd_ab.py --rounds 1 --json "$@" \
+        >> "$OUT/ab_$name.jsonl" 2>> "$OUT/ab_$name.err"
+      check "A/B $name round $round" $?
+    done
+  done
+  $PY scripts/dev/ab_table.py "$OUT" $names | tee "$OUT/ab_table.txt"
+}
 # paged_ab "NAMES" ROUNDS: scripts/dev/paged_probe.py (pages 16, 64, 1024) alternating between build
 # copies (build_copy's /tmp/pkg_NAME), ROUNDS rounds, then each round's tables side by side.
 paged_ab() {

@@ -20,24 +20,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-CTAS = 132
+from fwd_order_sim import CTAS, Tile, sectioned  # the dynamic order's sections, as the kernel walks them
+
 BLOCK = 2860.0  # cycles a key block (d128, the long tiles' rate; session 37's timeline)
 BANDWIDTH = 1714.0  # bytes a cycle: ~3 TB/s at ~1.75 GHz (H100)
 OVERHEAD = 1.3  # a tile's boundary in key blocks (session 37: ~3,650 cycles)
 QO = 64e3  # Q read and O written by a 128-row d128 tile, bytes
 
-Tile = tuple[int, int]  # (pair, query block)
-
-
-def sectioned(nb: int, pairs: int, group: int) -> Callable[[int], Tile]:
-    def tile(linear: int) -> Tile:
-        per = group * nb
-        first = (linear // per) * group
-        size = min(group, pairs - first)
-        within = linear % per
-        return first + within % size, nb - 1 - within // size
-
-    return tile
 
 
 def makespan(nb: int, pairs: int, order: Callable[[int], Tile], kv: float, dt: float = 20.0) -> float:

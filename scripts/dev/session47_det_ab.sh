@@ -40,11 +40,5 @@ if [[ -z ${SKIP_TESTS:-} ]]; then
   done
   ((${#failed[@]})) && finish
 fi
-for round in 1 2 3; do
-  for name in det0 det1 det2; do
-    PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timed "bench $name $round" 60 "bench_${name}_$round.log" \
-      $PY -m flashsdpa bench --deterministic --rounds 1 --out "/tmp/b_${name}_$round"
-  done
-done
-$PY scripts/dev/det_ab_table.py 3 det0 det1 det2 | tee "$OUT/det_ab.txt"
+det_ab 3 det0 det1 det2
 finish

@@ -24,14 +24,5 @@ require_copies g0 g4 g8
 PYTHONPATH="/tmp/pkg_g8/python${SITE:+:$SITE}" tests "causal bwd tests (g8)" 90 tests_g8.log \
   $PY -m pytest tests/gpu/test_kernels.py -q -p no:cacheprovider -n 8 -k "bwd and causal"
 ((${#failed[@]})) && finish
-for round in 0 1 2; do
-  for name in g0 g4 g8; do
-    (( SECONDS > ${AB_STOP:-300} )) && break 2
-    PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timeout 60 $PY scripts/dev/bwd_ab.py --rounds 1 --json \
-      --dims 128 64 256 --causal yes --seqlens 512 1024 >> "$OUT/ab_$name.jsonl" 2>> "$OUT/ab_$name.err"
-    check "A/B $name round $round" $?
-  done
-done
-echo "A/B ended at $SECONDS s"
-$PY scripts/dev/ab_table.py "$OUT" g0 g4 g8 | tee "$OUT/ab_table.txt"
+AB_STOP=${AB_STOP:-300} bwd_ab_rounds 3 "g0 g4 g8" --dims 128 64 256 --causal yes --seqlens 512 1024
 finish

@@ -33,11 +33,5 @@ for tool in racecheck memcheck; do
     $PY -m pytest tests/gpu/test_kernels.py -q -x -p no:cacheprovider -k "test_bwd_deterministic_bitwise and 128"
 done
 ((${#failed[@]})) && finish
-for round in 1 2 3; do
-  for name in det0 det1; do
-    PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timed "bench $name $round" 60 "bench_${name}_$round.log" \
-      $PY -m flashsdpa bench --deterministic --rounds 1 --out "/tmp/b_${name}_$round"
-  done
-done
-$PY scripts/dev/det_ab_table.py 3 det0 det1 | tee "$OUT/det_ab.txt"
+det_ab 3 det0 det1
 finish

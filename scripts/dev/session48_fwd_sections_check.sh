@@ -25,14 +25,5 @@ for tool in memcheck racecheck; do
   PYTHONPATH="$R" sanitize_subset $tool 60 tests/gpu/test_fwd_many_tiles.py
 done
 ((${#failed[@]})) && finish
-for round in 0 1 2; do
-  for name in old rule; do
-    (( SECONDS > ${AB_STOP:-380} )) && break 2
-    PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timeout 60 $PY scripts/dev/bwd_ab.py --forward --rounds 1 --json \
-      --dims 128 64 256 --causal yes --seqlens 256 384 512 1024 >> "$OUT/ab_$name.jsonl" 2>> "$OUT/ab_$name.err"
-    check "A/B $name round $round" $?
-  done
-done
-echo "A/B ended at $SECONDS s"
-$PY scripts/dev/ab_table.py "$OUT" old rule | tee "$OUT/ab_table.txt"
+AB_STOP=${AB_STOP:-380} bwd_ab_rounds 3 "old rule" --forward --dims 128 64 256 --causal yes --seqlens 256 384 512 1024
 finish

@@ -32,11 +32,5 @@ tail -10 "$OUT/ab.log"
 PYTHONPATH="/tmp/pkg_det1/python${SITE:+:$SITE}" tests "det1: deterministic tests" 60 tests_det1.log \
   $PY -m pytest tests/gpu/test_kernels.py tests/gpu/test_training.py -q -p no:cacheprovider -n 8 -k "determin"
 ((${#failed[@]})) && finish
-for round in 1 2 3; do
-  for name in det0 det1; do
-    PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timed "bench $name $round" 60 "bench_${name}_$round.log" \
-      $PY -m flashsdpa bench --deterministic --rounds 1 --out "/tmp/b_${name}_$round"
-  done
-done
-$PY scripts/dev/det_ab_table.py 3 det0 det1 | tee "$OUT/det_ab.txt"
+det_ab 3 det0 det1
 finish

@@ -20,12 +20,5 @@ require_copies wb8 wb16
 PYTHONPATH="/tmp/pkg_wb16/python${SITE:+:$SITE}" tests "causal bwd tests (wb16)" 60 tests_wb16.log \
   $PY -m pytest tests/gpu/test_kernels.py -q -p no:cacheprovider -n 8 -k "bwd and causal"
 ((${#failed[@]})) && finish
-for round in 0 1 2; do
-  for name in wb8 wb16; do
-    PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timeout 60 $PY scripts/dev/bwd_ab.py --rounds 1 --json \
-      --dims 128 --causal yes --seqlens 2048 4096 >> "$OUT/ab_$name.jsonl" 2>> "$OUT/ab_$name.err"
-    check "A/B $name round $round" $?
-  done
-done
-$PY scripts/dev/ab_table.py "$OUT" wb8 wb16 | tee "$OUT/ab_table.txt"
+bwd_ab_rounds 3 "wb8 wb16" --dims 128 --causal yes --seqlens 2048 4096
 finish

@@ -288,7 +288,6 @@ def test_bwd_deterministic_bitwise(
         assert diff <= 2**-7 * other.float().abs().max().item(), f"{name}: deterministic vs default differ by {diff}"
 
 
-
 # Dense deterministic calls launch grouped over the heads one wave holds (bwd_kernel_sm90.cuh's
 # BwdGridOrder: ceil(num_sms / key blocks) (KV head, batch) pairs a group, key block outer): here 12
 # key blocks, so groups of 11 pairs on a 132-SM part, and 15 pairs, so a full group and a partial
@@ -320,6 +319,7 @@ def test_bwd_deterministic_head_groups(
     torch.use_deterministic_algorithms(False)  # (the fixture restores the caller's setting)
     torch.cuda.synchronize()
     check_attention(q, k, v, dout, out, runs[0], lse, scale=default_scale(head_dim), causal_mode=0)
+
 
 # The sm90 backward stores (not adds) the first dQ tile of each query block and the preprocess
 # zeroes only the blocks no key block visits (params.h's dq_first_store): with every workspace
