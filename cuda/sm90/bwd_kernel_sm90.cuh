@@ -52,17 +52,9 @@
 #ifndef FLASHSDPA_SM90_BWD_GROUP_WIDE
 #define FLASHSDPA_SM90_BWD_GROUP_WIDE 1
 #endif
-// FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS: BwdGridOrder::kWaveGroupBlocks (8; other values: dev A/Bs).
+// FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS: BwdGridOrder::kWaveGroupBlocks (16; other values: dev A/Bs).
 #ifndef FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS
-#define FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS 8
-#endif
-// FLASHSDPA_SM90_BWD_DET_WAVES (dev A/B, session 48 prepared; 0 default: SASS unchanged):
-// deterministic mode takes BwdGridOrder's wave groups too (short masked calls of the plain kernel),
-// which the default mode took in session 48 (kernel_notes_bwd_sm90.md, "Wave groups for short
-// masked calls"): fewer heads' Q / dO streamed at once, but all of a head's key blocks in one wave,
-// whose dQ turns then chain.
-#ifndef FLASHSDPA_SM90_BWD_DET_WAVES
-#define FLASHSDPA_SM90_BWD_DET_WAVES 0
+#define FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS 16
 #endif
 // FLASHSDPA_SM90_BWD_GROUP_D128 (dev A/B, session 43 prepared; 0 default: no extra kernel, SASS
 // unchanged): the plain d128 kernel's grouped form, at the plain kernel's 24 / 240 registers, with
@@ -395,9 +387,17 @@ struct BwdGridOrder {
   // blocks) 1.149 (0.842 -> 0.967x); GQA 16/4 controls 0.99-1.00. With grouped items (d64's k = 4
   // at S 512, d256's k = 2) it lost 19-29% at d64 and 2% at d256 (why is not measured: a wave then
   // holds k times the items the group was sized for), so those kernels keep the L2 group.
-  // (FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS: a dev A/B of the bound, session 48 prepared; 16 takes
-  // causal 2k too, where the forward's sections lost 6-7% and the backward was not measured.)
+  // The bound is 16 key blocks: d128 causal 2k 1.048 against 8 (371 -> 389 TFLOP/s, 0.94 -> 0.99x
+  // cuDNN; 3 rounds, spread under 0.3%), 4k and GQA 16/4 controls 0.99-1.00 (session 49); the
+  // forward's sections lost 6-7% at 2k, but its tiles read K / V a block at a time where a
+  // backward CTA reads all of its head's Q / dO. 32 / 64 (4k / 8k): 1.012 / 1.011 at 4k causal,
+  // 0.98-0.99 at 8k, inside the rounds' noise (unaffected 16k cells read 0.96-0.98): not taken.
+  // Deterministic mode takes them too, up to 8 key blocks, although a wave then holds all of a
+  // head's key blocks and their dQ turns chain: det time against the L2 group (3 rounds, bench
+  // --deterministic) d128 1k causal 0.88-0.89, d64 0.92-0.94 (session 49). At 16 (2k) the d64
+  // tall kernel's det / default went 1.177-1.180 -> 1.220 and d128's stayed 1.116-1.171 -> 1.155.
   static constexpr int kWaveGroupBlocks = FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS;
+  static constexpr int kDetWaveGroupBlocks = 8;
   int n_blocks, heads_kv, heads_batches, group;
   bool ascending;
   // ordered_dq: the tile's dQ writer keeps turns (d256 / d512 add dQ by reductions from registers
@@ -415,7 +415,7 @@ struct BwdGridOrder {
       // Few key blocks a head, one CTA an item (the plain kernel): a wave's worth of heads instead
       // (ceil(num_sms / key blocks)), so each wave's longest key blocks do not all start streaming
       // new heads' Q / dO from DRAM at once (kWaveGroupBlocks says what it measured).
-      if (waves && n_blocks <= kWaveGroupBlocks && !(ordered_dq && p.deterministic && !FLASHSDPA_SM90_BWD_DET_WAVES))
+      if (waves && n_blocks <= (ordered_dq && p.deterministic ? kDetWaveGroupBlocks : kWaveGroupBlocks))
         group = max(1, min(group, (max(p.num_sms, 1) + n_blocks - 1) / n_blocks));
     } else if (ordered_dq && p.deterministic) {
       // Deterministic and dense: a group of the heads one wave holds (num_sms / key blocks). Head-

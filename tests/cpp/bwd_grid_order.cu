@@ -10,7 +10,7 @@
 // - turns over [n_min, n_max) are 0 .. n_max - n_min - 1, each once;
 // all of it in the default mode and in deterministic mode (whose dense calls launch grouped over a
 // wave's heads: num_sms 132, and 1, where a group is one head), and for the plain kernel's wave
-// groups of masked calls with few key blocks (`waves`: Sk <= 1024 here).
+// groups of masked calls with few key blocks (`waves`: Sk <= 2048 here).
 // Built and run by tests/test_bwd_grid_order.py when nvcc is found; prints "ok <problems>" or the
 // first failures and exits 1.
 #include <cstdint>
