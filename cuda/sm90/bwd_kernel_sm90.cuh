@@ -56,6 +56,14 @@
 #ifndef FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS
 #define FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS 16
 #endif
+// FLASHSDPA_SM90_BWD_WAVE_WIDE: the d256 plain kernel (64 keys a CTA; causal calls from 2k, where
+// the grouped rule gives k = 1) takes BwdGridOrder's wave groups up to this many keys (2048: 32 of
+// its key blocks; 0: none). Session 49 (H100, 3 alternating rounds, d256 causal 2k B 8 x H 8):
+// 263.7 -> 268.2 TFLOP/s (1.017, every round within 0.2%; 0.848 -> 0.858x cuDNN); 4096 lost 2.7% at
+// 4k. (Session 48's d256 loss, 2%, was its grouped kernel, which keeps the L2 group.)
+#ifndef FLASHSDPA_SM90_BWD_WAVE_WIDE
+#define FLASHSDPA_SM90_BWD_WAVE_WIDE 2048
+#endif
 // FLASHSDPA_SM90_BWD_GROUP_D128 (dev A/B, session 43 prepared; 0 default: no extra kernel, SASS
 // unchanged): the plain d128 kernel's grouped form, at the plain kernel's 24 / 240 registers, with
 // the producer's 92 bytes of spills (ptxas 13.0; its consumers need their 240). Whether a spill in
@@ -415,7 +423,9 @@ struct BwdGridOrder {
       // Few key blocks a head, one CTA an item (the plain kernel): a wave's worth of heads instead
       // (ceil(num_sms / key blocks)), so each wave's longest key blocks do not all start streaming
       // new heads' Q / dO from DRAM at once (kWaveGroupBlocks says what it measured).
-      if (waves && n_blocks <= (ordered_dq && p.deterministic ? kDetWaveGroupBlocks : kWaveGroupBlocks))
+      const int bound = !ordered_dq ? FLASHSDPA_SM90_BWD_WAVE_WIDE / kBlockN  // (the wide tiles)
+                        : p.deterministic ? kDetWaveGroupBlocks : kWaveGroupBlocks;
+      if (waves && n_blocks <= bound)
         group = max(1, min(group, (max(p.num_sms, 1) + n_blocks - 1) / n_blocks));
     } else if (ordered_dq && p.deterministic) {
       // Deterministic and dense: a group of the heads one wave holds (num_sms / key blocks). Head-
@@ -449,10 +459,10 @@ struct BwdGridOrder {
   }
 };
 
-// Which kernels take BwdGridOrder's wave groups: one CTA an item, 128 key rows (the plain d64 /
-// d128 tiles).
+// Which kernels take BwdGridOrder's wave groups: one CTA an item (the plain d64 / d128 tiles, and
+// the d256 one when FLASHSDPA_SM90_BWD_WAVE_WIDE bounds it).
 template <typename Traits>
-constexpr bool kWaveGroup = !Traits::kGrouped && !Traits::kWide && !Traits::kSplit;
+constexpr bool kWaveGroup = !Traits::kGrouped && !Traits::kSplit && (!Traits::kWide || FLASHSDPA_SM90_BWD_WAVE_WIDE > 0);
 
 // The (query head, query block) steps of one CTA: the query blocks that see the key block, from
 // the last down, and for each the heads of the KV head's group. Every key block of a head thus
