@@ -13,7 +13,10 @@ from helpers import run_host_replay
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc: the host replay of the order is built with it")
-def test_order_on_the_host(tmp_path: Path) -> None:
-    # ~2 s to build, ~1 s to run: 12096 problems (default and deterministic mode) and 14 grids near
-    # INT_MAX items.
-    assert run_host_replay("bwd_grid_order.cu", tmp_path).startswith("ok 24192 problems")
+# The tree's order, and the dev variant with deterministic turns shortest key block first
+# (FLASHSDPA_SM90_BWD_DET_DESCEND: its grid must keep the same deadlock argument).
+@pytest.mark.parametrize("defines", [(), ("-DFLASHSDPA_SM90_BWD_DET_DESCEND=1",)], ids=["tree", "det_descend"])
+def test_order_on_the_host(tmp_path: Path, defines: tuple[str, ...]) -> None:
+    # ~2 s to build, ~1 s to run: 24192 problems (default and deterministic mode, with and without
+    # the wave groups) and 14 grids near INT_MAX items.
+    assert run_host_replay("bwd_grid_order.cu", tmp_path, defines).startswith("ok 24192 problems")

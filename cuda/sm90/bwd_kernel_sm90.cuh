@@ -64,6 +64,19 @@
 #ifndef FLASHSDPA_SM90_BWD_WAVE_WIDE
 #define FLASHSDPA_SM90_BWD_WAVE_WIDE 2048
 #endif
+// FLASHSDPA_SM90_BWD_DET_DESCEND (dev A/B, session 49 prepared; 0 default: SASS unchanged):
+// deterministic mode's wave groups (masked calls of at most kDetWaveGroupBlocks key blocks, a wave
+// holding all of a head's key blocks, which walk its query blocks in step) launch and take their dQ
+// turns shortest key block first. Ascending (the default), causal key block n adds after the n
+// longer ones at every query block: its adds lag n hand-overs (~2,300 cycles each) behind its
+// steps for its whole life, and it holds its SM that long after its last step (~28 hand-overs a
+// head at 1k, against ~36 steps of ~4,800 cycles of work). Descending, key block n adds after the
+// shorter ones that still see the block, so its lag starts at (N - 1 - n) hand-overs and shrinks by
+// one a step to none at its last: a stall at the start of the few longest (beyond the two staging
+// buffers' ~2 steps), no tail. (kernel_notes_bwd_sm90.md, "Deterministic turns shortest first".)
+#ifndef FLASHSDPA_SM90_BWD_DET_DESCEND
+#define FLASHSDPA_SM90_BWD_DET_DESCEND 0
+#endif
 // FLASHSDPA_SM90_BWD_GROUP_D128 (dev A/B, session 43 prepared; 0 default: no extra kernel, SASS
 // unchanged): the plain d128 kernel's grouped form, at the plain kernel's 24 / 240 registers, with
 // the producer's 92 bytes of spills (ptxas 13.0; its consumers need their 240). Whether a spill in
@@ -416,7 +429,7 @@ struct BwdGridOrder {
         heads_kv(p.heads_kv),
         heads_batches(p.heads_kv * p.batch),
         group(1),
-        ascending(p.mask.has_right()) {
+        ascending(ascending_of(p)) {
     if (!p.mask.is_none()) {  // Q and dO bytes of one (KV head, batch): its query heads' rows
       const int64_t bytes = int64_t(p.heads_q / p.heads_kv) * p.seqlen_q * (p.head_dim_qk + p.head_dim_v) * 2;
       group = static_cast<int>(max(int64_t(1), min(int64_t(heads_batches), kL2GroupBytes / max(bytes, int64_t(1)))));
@@ -455,7 +468,26 @@ struct BwdGridOrder {
   // Position of key block n_block among the key blocks [n_min, n_max) that add to one query block,
   // in launch order: deterministic mode's turn (0 adds first).
   __host__ __device__ __forceinline__ int turn(int n_block, int n_min, int n_max) const {
-    return ascending ? n_block - n_min : n_max - 1 - n_block;
+    return turn_as(ascending, n_block, n_min, n_max);
+  }
+  __host__ __device__ __forceinline__ static int turn_as(bool asc, int n_block, int n_min, int n_max) {
+    return asc ? n_block - n_min : n_max - 1 - n_block;
+  }
+  // Ascending key blocks (the longest first where the right side is bounded), unless the launcher
+  // asked for deterministic turns shortest first (p.dq_turns_descending: det_descends below). A
+  // function of the params alone, so the dQ writer can evaluate it every step from the kernel's
+  // parameters instead of holding it in one of its 24 registers (held, ptxas 13.0 spilled 36 bytes
+  // at d128).
+  __host__ __device__ __forceinline__ static bool ascending_of(const AttnBwdParams& p) {
+    return FLASHSDPA_SM90_BWD_DET_DESCEND ? p.mask.has_right() != p.dq_turns_descending : p.mask.has_right();
+  }
+  // (FLASHSDPA_SM90_BWD_DET_DESCEND) Whether a kernel that takes the wave groups (`waves`) with
+  // turns kept in order should run a call's deterministic turns shortest first: masked, at most
+  // kDetWaveGroupBlocks key blocks, where a wave holds all of a head's key blocks.
+  __host__ __device__ __forceinline__ static bool det_descends(const AttnBwdParams& p, int kBlockN, bool ordered_dq,
+                                                                 bool waves) {
+    return FLASHSDPA_SM90_BWD_DET_DESCEND && waves && ordered_dq && p.deterministic && !p.mask.is_none() &&
+           p.mask.has_right() && (p.seqlen_k + kBlockN - 1) / kBlockN <= kDetWaveGroupBlocks;
   }
 };
 
@@ -686,9 +718,10 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
     BlockMask m = mask;
     int nb = n_block;
     asm volatile("" : "+r"(m.seqlen_q), "+r"(nb));
+    const bool asc = FLASHSDPA_SM90_BWD_DET_DESCEND ? BwdGridOrder::ascending_of(p) : order.ascending;
     const int turn = sem == nullptr ? -1
-                                    : order.turn(nb, m.template n_block_min<Traits::kBlockM, Traits::kBlockN>(m_block),
-                                                 m.template n_block_max<Traits::kBlockM, Traits::kBlockN>(m_block));
+                                    : BwdGridOrder::turn_as(asc, nb, m.template n_block_min<Traits::kBlockM, Traits::kBlockN>(m_block),
+                                                            m.template n_block_max<Traits::kBlockM, Traits::kBlockN>(m_block));
     if (first_store && turn == 0) {
       // The block's first tile: a plain copy onto the unzeroed accumulator; the others add once
       // it has landed (the word turns 1).

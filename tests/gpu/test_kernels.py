@@ -321,6 +321,46 @@ def test_bwd_deterministic_head_groups(
     check_attention(q, k, v, dout, out, runs[0], lse, scale=default_scale(head_dim), causal_mode=0)
 
 
+# Masked deterministic calls with at most 8 key blocks a head take the wave groups (bwd_kernel_sm90.cuh's
+# BwdGridOrder, kDetWaveGroupBlocks; session 49): ceil(num_sms / key blocks) (KV head, batch) pairs a
+# group, every key block of a group's heads in one wave, their dQ turns chaining from the first step.
+# 8 key blocks (groups of 17 pairs on a 132-SM part) and 3 (groups of 44), with more pairs than one
+# group: a full group and a partial one; causal top-left and bottom-right (Sq != Sk), GQA. Every dQ
+# tile must land once, in the same order every run (FLASHSDPA_SM90_BWD_DET_DESCEND, a dev A/B, runs
+# this order's turns shortest key block first).
+@pytest.mark.parametrize("causal", ["top_left", "bottom_right"])
+@pytest.mark.parametrize("seqlen_k,batch", [(1000, 3), (300, 5)], ids=["8_blocks", "3_blocks"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_bwd_deterministic_wave_groups(
+    request: pytest.FixtureRequest, head_dim: int, seqlen_k: int, batch: int, causal: str,
+    deterministic: Callable[[bool], None],
+) -> None:  # fmt: skip
+    skip_unless_compiled(torch.bfloat16, head_dim, head_dim)
+    mask = masks.BY_CAUSAL_MODE[CAUSAL_MODES[causal]]
+    verdict = _backend.select(0, _backend.DTYPE_CODES[torch.bfloat16], head_dim, head_dim, masks.kind(mask), False,
+                              _backend.BACKWARD_DETERMINISTIC)  # fmt: skip
+    if verdict[0] is None:
+        pytest.skip("no deterministic backward of ours on this GPU / build (the sm90 family's)")
+    shape = Shape("det_waves", batch, 20, 10, 700, seqlen_k, head_dim)
+    gen = _generator(request)
+    q, k, v = make_qkv(shape, torch.bfloat16, DEVICE, generator=gen)
+    for t in (q, k, v):
+        t.requires_grad_()
+    dout = torch.randn(batch, 20, 700, head_dim, generator=gen, device=DEVICE).to(torch.bfloat16)
+    deterministic(False)  # not warn_only: a nondeterministic path would raise
+    kwargs = {"causal": True, "causal_alignment": causal, "return_lse": True}
+    runs = []
+    for _ in range(2):
+        out, lse = flashsdpa.attention(q, k, v, **kwargs)  # type: ignore[arg-type]
+        runs.append(torch.autograd.grad(out, (q, k, v), dout))
+    for name, a, b in zip(("dq", "dk", "dv"), *runs):
+        assert torch.equal(a, b), f"{name} differs between deterministic runs"
+    torch.use_deterministic_algorithms(False)  # (the fixture restores the caller's setting)
+    torch.cuda.synchronize()
+    check_attention(q, k, v, dout, out, runs[0], lse, scale=default_scale(head_dim),
+                    causal_mode=CAUSAL_MODES[causal])  # fmt: skip
+
+
 # The sm90 backward stores (not adds) the first dQ tile of each query block and the preprocess
 # zeroes only the blocks no key block visits (params.h's dq_first_store): with every workspace
 # byte poisoned (0xFF: NaN floats, -1 semaphores), a block the kernels neither store nor zero shows
