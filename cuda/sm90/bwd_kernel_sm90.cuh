@@ -192,7 +192,11 @@ struct BwdTraitsSm90 {
   // in its dQ GEMM (the one barrier per step orders i against i-2). Two dQ staging buffers: the
   // writer warp's bulk reduce-add of step i-1 reads one while the consumers fill the other.
   // d512: x_full and x_empty of each consumer warpgroup's exchange slot; kGrouped: kv_empty.
-  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages + 2 * kDqBufs + (kSplit ? 4 : 0) + (kGrouped ? 1 : 0));
+  // (FLASHSDPA_SM90_BWD_DET_DESCEND) a word per dQ staging buffer after the barriers: the staged
+  // tile's dQ turn, written by the consumers, so the writer holds no turn arithmetic.
+  static constexpr bool kDqTurnWords = FLASHSDPA_SM90_BWD_DET_DESCEND && !kWide;
+  static constexpr int kBarrierBytes =
+      8 * (1 + 4 * kStages + 2 * kDqBufs + (kSplit ? 4 : 0) + (kGrouped ? 1 : 0) + (kDqTurnWords ? kDqBufs : 0));
   // The tall step's P^T (keys x queries, dS^T's layout; each warpgroup its own 64 rows), the A of
   // its dV GEMM from shared memory (SS): held as the RS form's 16-bit registers beside P^T, dP^T,
   // dV and dK it peaked at 245 live and serialized the wgmmas (C7512, 64-byte spill); dS^T from
@@ -370,6 +374,10 @@ struct SmemLayout {
   // (kGrouped) completes when every consumer thread is past an item's last GEMM (K / V read).
   __device__ __forceinline__ uint32_t kv_empty() const {
     return bars + 8 * (1 + 4 * Traits::kStages + 2 * Traits::kDqBufs + (Traits::kSplit ? 4 : 0));
+  }
+  // (kDqTurnWords) staging buffer b's dQ turn.
+  __device__ __forceinline__ uint32_t dq_turn(int b) const {
+    return bars + 8 * (1 + 4 * Traits::kStages + 2 * Traits::kDqBufs + (Traits::kSplit ? 4 : 0) + (Traits::kGrouped ? 1 : 0) + b);
   }
   __device__ __forceinline__ uint32_t x_slot(int w) const { return x + w * (Traits::kXBytes / 2); }
   __device__ __forceinline__ uint32_t q_slot(int s) const { return q + s * Traits::kQBytes; }
@@ -718,10 +726,13 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
     BlockMask m = mask;
     int nb = n_block;
     asm volatile("" : "+r"(m.seqlen_q), "+r"(nb));
-    const bool asc = FLASHSDPA_SM90_BWD_DET_DESCEND ? BwdGridOrder::ascending_of(p) : order.ascending;
-    const int turn = sem == nullptr ? -1
-                                    : BwdGridOrder::turn_as(asc, nb, m.template n_block_min<Traits::kBlockM, Traits::kBlockN>(m_block),
-                                                            m.template n_block_max<Traits::kBlockM, Traits::kBlockN>(m_block));
+    int turn = -1;
+    if constexpr (Traits::kDqTurnWords) {  // (the consumers wrote it before their dq_full arrival)
+      if (sem != nullptr) asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(turn) : "r"(sm.dq_turn(b)) : "memory");
+    } else if (sem != nullptr) {
+      turn = order.turn(nb, m.template n_block_min<Traits::kBlockM, Traits::kBlockN>(m_block),
+                        m.template n_block_max<Traits::kBlockM, Traits::kBlockN>(m_block));
+    }
     if (first_store && turn == 0) {
       // The block's first tile: a plain copy onto the unzeroed accumulator; the others add once
       // it has landed (the word turns 1).
@@ -881,6 +892,15 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
           asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[0][j][2 * h]), "f"(dq[0][j][2 * h + 1])
                        : "memory");
         }
+      }
+    }
+    if constexpr (Traits::kDqTurnWords) {
+      if (cwg == 0 && tid == 0) {  // (published by the dq_full arrival below)
+        const int mb = range.m_block(step);
+        const int turn = BwdGridOrder::turn_as(BwdGridOrder::ascending_of(p), n_block,
+                                               mask.template n_block_min<kBlockM, kBlockN>(mb),
+                                               mask.template n_block_max<kBlockM, kBlockN>(mb));
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sm.dq_turn(buf)), "r"(turn) : "memory");
       }
     }
     sm90::fence_async_shared();

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # session50_det_descend.sh (prepared in session 49: compiled only), one call, ~5 minutes: deterministic
 # turns shortest key block first (-DFLASHSDPA_SM90_BWD_DET_DESCEND=1; default 0, SASS byte-identical;
-# ptxas 13.0: the dQ writer spills 36 bytes at d128, 16 at d64, in the variant only), and session 49's
+# ptxas 13.0: 0 spills but a 4-byte one-time spill in d128's modifier kernel; the consumers write
+# each staged tile's turn into shared memory for the writer), and session 49's
 # new test of deterministic mode's wave groups (test_bwd_deterministic_wave_groups: 8 and 3 key
 # blocks, a full and a partial group, causal top-left / bottom-right, GQA; bitwise reruns and the
 # rule), which no GPU has run yet, on the tree too.
@@ -10,7 +11,7 @@
 # 2. 3 alternating process rounds of `bench --deterministic` (det_ab).
 # Prediction (kernel_notes_bwd_sm90.md, "Deterministic turns shortest first"): desc's det time at
 # 1k causal -8 to -15% (d128, d64), 2k / 8k within noise (more than 8 key blocks: not affected);
-# the default mode's times within 2% (the writer's spills).
+# the default mode's times within 1% (the turn word: one shared store and load a step).
 #   run(command="bash scripts/dev/session50_det_descend.sh", carry=[".whl"], timeout_s=420)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
