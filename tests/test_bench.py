@@ -382,3 +382,13 @@ def test_model_cases_select_by_name_and_refuse_no_match() -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)  # the flag exists on the CLI
     assert parser.parse_args(["--models", "--model-cases", "small train bf16"]).model_cases == ["small train bf16"]
+
+
+def test_window_rounds_interleave_the_masks() -> None:
+    # A B B A within a round and the masks swapped every other round: each mask is timed as often
+    # right after the heaviest call (a forward + backward) as the other, and every (mask, direction)
+    # once a round.
+    first, second = window._round_order(0), window._round_order(1)
+    assert first == [("causal", "fwd"), ("window", "fwd"), ("window", "fwd+bwd"), ("causal", "fwd+bwd")]
+    assert second == [("window", "fwd"), ("causal", "fwd"), ("causal", "fwd+bwd"), ("window", "fwd+bwd")]
+    assert window._round_order(2) == first

@@ -30,6 +30,24 @@ WINDOW_REPS, WINDOW_WARMUP = 5, 2
 MASKS: tuple[tuple[str, tuple[int, int] | None], ...] = (("causal", None), ("window", (WINDOW_KEYS - 1, 0)))
 
 
+DIRECTIONS = ("fwd", "fwd+bwd")
+DIRECTION_FLOPS = {"fwd": 1.0, "fwd+bwd": 3.5}  # forward + backward: 1 + 2.5 forwards' FLOPs
+
+
+def _round_order(r: int) -> list[tuple[str, str]]:
+    """Round r's timings, (mask, direction): A B B A within the round (the forwards, then the forward
+    + backwards in the other order) and the masks swapped every other round, so that whatever
+    drifts through a round (clocks, power after the heaviest call, the 22 ms causal forward +
+    backward) weighs on both masks alike. Session 48 timed causal fwd, causal fwd+bwd, window fwd,
+    window fwd+bwd every round, the window forward always right after the heaviest call: 0.88x the
+    causal rate, where session 49's tile timeline (the kernels alone, stamped, one launch each)
+    read 0.93x."""
+    order = [label for label, _ in MASKS]
+    if r % 2:
+        order.reverse()
+    return [(label, "fwd") for label in order] + [(label, "fwd+bwd") for label in reversed(order)]
+
+
 def _calls(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, window: tuple[int, int] | None
 ) -> tuple[Callable[[], object], Callable[[], object]]:
@@ -57,21 +75,25 @@ def run_window(args: argparse.Namespace) -> dict[str, Any]:
         for _ in range(3)
     )
     dout = torch.randn(batch, heads, tokens, head_dim, device=problems.DEVICE, dtype=dtype)
-    rates: dict[tuple[str, str], list[float | None]] = {}
-    rows = []
-    for _ in range(max(1, args.rounds)):
-        for label, window in MASKS:
-            pairs = batch * heads * masks.visible_pairs(masks.make(True, "top_left", window), tokens, tokens)
-            flops = 4.0 * pairs * head_dim
-            for direction, call, scale in zip(("fwd", "fwd+bwd"), _calls(q, k, v, dout, window), (1.0, 3.5)):
-                try:
-                    ms = time_cuda_ms([call], warmup=WINDOW_WARMUP, reps=WINDOW_REPS)
-                except Exception as exc:  # noqa: BLE001 - one mask's surprise must not end the part
-                    print(f"bench: window {label} {direction}: {type(exc).__name__}: {exc}", file=sys.stderr)
-                    ms = None
-                rates.setdefault((label, direction), []).append(scale * flops / ms * 1e-9 if ms else None)
-    for (label, direction), values in rates.items():
-        rows.append({"mask": label, "direction": direction, "tflops": median(values), "round_tflops": values})
+    rates: dict[tuple[str, str], list[float | None]] = {(label, d): [] for label, _ in MASKS for d in DIRECTIONS}
+    calls = {label: dict(zip(DIRECTIONS, _calls(q, k, v, dout, window))) for label, window in MASKS}
+    flops = {
+        label: 4.0 * head_dim * batch * heads * masks.visible_pairs(masks.make(True, "top_left", window), tokens, tokens)
+        for label, window in MASKS
+    }
+    for r in range(max(1, args.rounds)):
+        for label, direction in _round_order(r):
+            try:
+                ms = time_cuda_ms([calls[label][direction]], warmup=WINDOW_WARMUP, reps=WINDOW_REPS)
+            except Exception as exc:  # noqa: BLE001 - one mask's surprise must not end the part
+                print(f"bench: window {label} {direction}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                ms = None
+            scale = DIRECTION_FLOPS[direction]
+            rates[(label, direction)].append(scale * flops[label] / ms * 1e-9 if ms else None)
+    rows = [
+        {"mask": label, "direction": direction, "tflops": median(values), "round_tflops": values}
+        for (label, direction), values in rates.items()
+    ]
     summary = {}
     for direction in ("fwd", "fwd+bwd"):
         value, per_round = ratio_over_rounds(rates[("window", direction)], rates[("causal", direction)])
