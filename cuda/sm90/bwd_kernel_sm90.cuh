@@ -56,6 +56,10 @@
 #ifndef FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS
 #define FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS 16
 #endif
+// FLASHSDPA_SM90_BWD_DET_WAVE_GROUP_BLOCKS: BwdGridOrder::kDetWaveGroupBlocks (8; other values: dev A/Bs).
+#ifndef FLASHSDPA_SM90_BWD_DET_WAVE_GROUP_BLOCKS
+#define FLASHSDPA_SM90_BWD_DET_WAVE_GROUP_BLOCKS 8
+#endif
 // FLASHSDPA_SM90_BWD_WAVE_WIDE: the d256 plain kernel (64 keys a CTA; causal calls from 2k, where
 // the grouped rule gives k = 1) takes BwdGridOrder's wave groups up to this many keys (2048: 32 of
 // its key blocks; 0: none). Session 49 (H100, 3 alternating rounds, d256 causal 2k B 8 x H 8):
@@ -426,7 +430,7 @@ struct BwdGridOrder {
   // --deterministic) d128 1k causal 0.88-0.89, d64 0.92-0.94 (session 49). At 16 (2k) the d64
   // tall kernel's det / default went 1.177-1.180 -> 1.220 and d128's stayed 1.116-1.171 -> 1.155.
   static constexpr int kWaveGroupBlocks = FLASHSDPA_SM90_BWD_WAVE_GROUP_BLOCKS;
-  static constexpr int kDetWaveGroupBlocks = 8;
+  static constexpr int kDetWaveGroupBlocks = FLASHSDPA_SM90_BWD_DET_WAVE_GROUP_BLOCKS;
   int n_blocks, heads_kv, heads_batches, group;
   bool ascending;
   // ordered_dq: the tile's dQ writer keeps turns (d256 / d512 add dQ by reductions from registers
