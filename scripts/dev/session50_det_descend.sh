@@ -11,11 +11,12 @@
 #    desc16: the same with the deterministic wave groups to 16 key blocks (2k causal), its
 #    deterministic tests.
 # 2. 3 alternating process rounds of `bench --deterministic` (det_ab), det0 / desc / desc16.
-# Prediction (kernel_notes_bwd_sm90.md, "Deterministic turns shortest first"): desc's det time at
-# 1k causal -8 to -15% (d128, d64), 2k / 8k within noise (more than 8 key blocks: not affected);
-# the default mode's times within 1% (the turn word: one shared store and load a step); desc16 at
-# 2k causal -5 to -10% against det0 (on paper ~11% of SM time stalled against ~21% ascending with
-# the same groups; the tree's 2k causal runs the 32 MB group: 1.16-1.18x the default mode).
+# Prediction (kernel_notes_bwd_sm90.md, "Deterministic turns shortest first", revised with
+# scripts/dev/det_chain_sim.py's model): desc's det time at 1k causal 0 to -7% (it pays only if a
+# hand-over is ~6,000 cycles, which the measured 1.20x needs in the model), 2k / 8k within noise (more
+# than 8 key blocks: not affected); the default mode's times within 1% (the turn word: one shared
+# store and load a step); desc16 at 2k causal +2 to +6% against det0 (the model: waves lose to the
+# tree's 32 MB group at 2k in either turn order).
 #   run(command="bash scripts/dev/session50_det_descend.sh", carry=[".whl"], timeout_s=420)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
