@@ -487,9 +487,8 @@ struct BwdGridOrder {
   }
   // Ascending key blocks (the longest first where the right side is bounded), unless the launcher
   // asked for deterministic turns shortest first (p.dq_turns_descending: det_descends below). A
-  // function of the params alone, so the dQ writer can evaluate it every step from the kernel's
-  // parameters instead of holding it in one of its 24 registers (held, ptxas 13.0 spilled 36 bytes
-  // at d128).
+  // function of the params alone, which the launch order and the consumers that publish each
+  // staged tile's turn (kDqTurnWords) read alike.
   __host__ __device__ __forceinline__ static bool ascending_of(const AttnBwdParams& p) {
     return FLASHSDPA_SM90_BWD_DET_DESCEND ? p.mask.has_right() != p.dq_turns_descending : p.mask.has_right();
   }
