@@ -80,6 +80,18 @@ def test_reduce_to_matches_expand_backward(shape: tuple[int, ...]) -> None:
     torch.testing.assert_close(ops_masks.reduce_to(grad, shape), bias.grad)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_reduce_to_sums_half_gradients_in_float32(dtype: torch.dtype) -> None:
+    # 2048 then 63 ones: summed in the 16-bit type each 1 would vanish against 2048 (the spacing
+    # there is 2 in float16, 16 in bfloat16) and the sum stay 2048; in float32 it is 2111, rounded
+    # once: 2112 in either type.
+    grad = torch.ones(64, 2, 3, 4, dtype=dtype)
+    grad[0] = 2048
+    out = ops_masks.reduce_to(grad, (1, 2, 3, 4))
+    assert out.dtype == dtype and out.shape == (1, 2, 3, 4)
+    assert torch.equal(out, torch.full((1, 2, 3, 4), 2112.0, dtype=dtype))
+
+
 def test_launch_items_carry_the_bias() -> None:
     bias = ops_masks.bias_view(torch.randn(B, 1, 1, SK, dtype=torch.float16), (B, H, SQ, SK))
     mods = (0.0, None, None, bias)
