@@ -157,13 +157,14 @@ tests() {
 # sanitize_subset TOOL LIMIT TESTS...: compute-sanitizer TOOL (exit code 9 on any report; racecheck
 # on our kernels only, as gpu_check.sh) on the tests' sanitizer subsets, the caching allocator off,
 # FLASHSDPA_UNDER_SANITIZER=1 (tests/helpers.py: a reference may take its PyTorch yardstick on the
-# CPU), its log in $OUT/san_TOOL.log, its row and verdict.
+# CPU), its log in $OUT/san_TOOL.log, its row and verdict. SAN_K: another -k expression than the
+# files' sanitizer subsets (a variant's own tests).
 sanitize_subset() {
   local tool=$1 limit=$2 filter=()
   shift 2
   [[ $tool == racecheck ]] && filter=(--kernel-name kns=flashsdpa)
   FLASHSDPA_UNDER_SANITIZER=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1 timed "sanitizer $tool" "$limit" "san_$tool.log" compute-sanitizer --tool "$tool" \
-    --error-exitcode 9 "${filter[@]}" --target-processes all $PY -m pytest "$@" -q -x -p no:cacheprovider -k sanitizer_subset
+    --error-exitcode 9 "${filter[@]}" --target-processes all $PY -m pytest "$@" -q -x -p no:cacheprovider -k "${SAN_K:-sanitizer_subset}"
 }
 # det_ab ROUNDS NAMES...: `bench --deterministic --rounds 1` alternating between build copies
 # (build_copy's /tmp/pkg_NAME), ROUNDS process rounds, then det_ab_table.py's table (the first NAME

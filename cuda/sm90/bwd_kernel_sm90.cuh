@@ -72,12 +72,11 @@
 // deterministic mode's wave groups (masked calls of at most kDetWaveGroupBlocks key blocks, a wave
 // holding all of a head's key blocks, which walk its query blocks in step) launch and take their dQ
 // turns shortest key block first. Ascending (the default), causal key block n adds after the n
-// longer ones at every query block: its adds lag n hand-overs (~2,300 cycles each) behind its
-// steps for its whole life, and it holds its SM that long after its last step (~28 hand-overs a
-// head at 1k, against ~36 steps of ~4,800 cycles of work). Descending, key block n adds after the
-// shorter ones that still see the block, so its lag starts at (N - 1 - n) hand-overs and shrinks by
-// one a step to none at its last: a stall at the start of the few longest (beyond the two staging
-// buffers' ~2 steps), no tail. (kernel_notes_bwd_sm90.md, "Deterministic turns shortest first".)
+// longer ones at every query block, and its adds lag that many hand-overs behind its steps to its
+// end; descending, the lag starts at (N - 1 - n) hand-overs and shrinks to none at its last step.
+// A model of the chain (scripts/dev/det_chain_sim.py) says it pays only if a hand-over is long
+// (~6,000 cycles: -7% at 1k causal), not at session 47's ~2,300 (kernel_notes_bwd_sm90.md,
+// "Deterministic turns shortest first").
 #ifndef FLASHSDPA_SM90_BWD_DET_DESCEND
 #define FLASHSDPA_SM90_BWD_DET_DESCEND 0
 #endif
@@ -380,9 +379,7 @@ struct SmemLayout {
     return bars + 8 * (1 + 4 * Traits::kStages + 2 * Traits::kDqBufs + (Traits::kSplit ? 4 : 0));
   }
   // (kDqTurnWords) staging buffer b's dQ turn.
-  __device__ __forceinline__ uint32_t dq_turn(int b) const {
-    return bars + 8 * (1 + 4 * Traits::kStages + 2 * Traits::kDqBufs + (Traits::kSplit ? 4 : 0) + (Traits::kGrouped ? 1 : 0) + b);
-  }
+  __device__ __forceinline__ uint32_t dq_turn(int b) const { return kv_empty() + 8 * ((Traits::kGrouped ? 1 : 0) + b); }
   __device__ __forceinline__ uint32_t x_slot(int w) const { return x + w * (Traits::kXBytes / 2); }
   __device__ __forceinline__ uint32_t q_slot(int s) const { return q + s * Traits::kQBytes; }
   __device__ __forceinline__ uint32_t do_slot(int s) const { return dout + s * Traits::kQBytes; }
@@ -499,8 +496,8 @@ struct BwdGridOrder {
   // kDetWaveGroupBlocks key blocks, where a wave holds all of a head's key blocks.
   __host__ __device__ __forceinline__ static bool det_descends(const AttnBwdParams& p, int kBlockN, bool ordered_dq,
                                                                  bool waves) {
-    return FLASHSDPA_SM90_BWD_DET_DESCEND && waves && ordered_dq && p.deterministic && !p.mask.is_none() &&
-           p.mask.has_right() && (p.seqlen_k + kBlockN - 1) / kBlockN <= kDetWaveGroupBlocks;
+    return FLASHSDPA_SM90_BWD_DET_DESCEND && waves && ordered_dq && p.deterministic && p.mask.has_right() &&
+           (p.seqlen_k + kBlockN - 1) / kBlockN <= kDetWaveGroupBlocks;
   }
 };
 

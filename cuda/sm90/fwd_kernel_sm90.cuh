@@ -913,9 +913,7 @@ struct PersistentTileScheduler {
     if (head_major) {
       const int head_linear = linear / num_blocks;
       t.block = num_blocks - 1 - (linear - head_linear * num_blocks);
-      t.head = head_linear % num_heads;
-      t.batch = head_linear / num_heads;
-      if (batch_inner) split_pair(head_linear, num_heads, batch, true, t.head, t.batch);
+      split_pair(head_linear, num_heads, batch, batch_inner, t.head, t.batch);
     } else if (dynamic()) {
       const int per_section = group * num_blocks;
       const int section = linear / per_section;
@@ -923,17 +921,11 @@ struct PersistentTileScheduler {
       const int size = min(group, num_heads * batch - first);
       const int within = linear - section * per_section;
       t.block = num_blocks - 1 - within / size;
-      const int head_batch = first + within % size;
-      t.head = head_batch % num_heads;
-      t.batch = head_batch / num_heads;
-      if (batch_inner) split_pair(head_batch, num_heads, batch, true, t.head, t.batch);
+      split_pair(first + within % size, num_heads, batch, batch_inner, t.head, t.batch);
     } else {
       const int per_block = num_heads * batch;
       t.block = num_blocks - 1 - linear / per_block;
-      const int rest = linear % per_block;
-      t.head = rest % num_heads;
-      t.batch = rest / num_heads;
-      if (batch_inner) split_pair(rest, num_heads, batch, true, t.head, t.batch);
+      split_pair(linear % per_block, num_heads, batch, batch_inner, t.head, t.batch);
     }
     return t;
   }

@@ -25,9 +25,7 @@ V="/tmp/pkg_b1/python${SITE:+:$SITE}"
 # and NaN-poisoned outputs; the rest are controls.)
 PYTHONPATH="$V" tests "b1: masks tests" 200 tests_b1.log $PY -m pytest tests/gpu/test_masks_gpu.py \
   -q -p no:cacheprovider -n 8
-PYTHONPATH="$V" FLASHSDPA_UNDER_SANITIZER=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1 timed "sanitizer memcheck" 120 \
-  san_memcheck.log compute-sanitizer --tool memcheck --error-exitcode 9 --target-processes all \
-  $PY -m pytest tests/gpu/test_masks_gpu.py -q -x -p no:cacheprovider -k "test_masks[ and 1HSS and 113-1023 and add"
+PYTHONPATH="$V" SAN_K="test_masks[ and 1HSS and 113-1023 and add" sanitize_subset memcheck 120 tests/gpu/test_masks_gpu.py
 ((${#failed[@]})) && finish
 for round in 1 2 3; do
   for name in b0 b1; do

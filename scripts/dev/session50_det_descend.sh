@@ -33,9 +33,7 @@ PYTHONPATH="/tmp/pkg_det0/python${SITE:+:$SITE}" tests "tree: det wave-group tes
 PYTHONPATH="$V" tests "desc: deterministic + bwd tests" 120 tests_desc.log \
   $PY -m pytest tests/gpu/test_kernels.py tests/gpu/test_training.py -q -p no:cacheprovider -n 8 -k "determin or bwd"
 for tool in racecheck memcheck; do
-  PYTHONPATH="$V" FLASHSDPA_UNDER_SANITIZER=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1 timed "sanitizer $tool" 120 \
-    "san_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all \
-    $PY -m pytest tests/gpu/test_kernels.py -q -x -p no:cacheprovider -k "wave_groups and 128 and 3_blocks"
+  PYTHONPATH="$V" SAN_K="wave_groups and 128 and 3_blocks" sanitize_subset $tool 120 tests/gpu/test_kernels.py
 done
 ((${#failed[@]})) && finish
 PYTHONPATH="/tmp/pkg_desc16/python${SITE:+:$SITE}" tests "desc16: deterministic tests" 90 tests_desc16.log \

@@ -57,9 +57,9 @@ class DetCase:
 # The standard sweep's shapes (B * S = 16k tokens, H * D = 2048) at the head dims the sm90 family
 # runs deterministically (the d256 tile adds dQ by unordered float reductions: no deterministic
 # mode there, so the table turns such calls away), plus the Llama train shape (GQA 16/4, one 8k
-# sequence), where a key block meets its predecessors once per head of the group; and causal 1k, where
-# the default mode's launch order differs (session 48: the plain kernel's wave groups at <= 8 key
-# blocks a head, which deterministic mode does not take).
+# sequence), where a key block meets its predecessors once per head of the group; and causal 1k, whose
+# launch order is the wave groups (bwd_kernel_sm90.cuh's BwdGridOrder: a wave holds all of a head's
+# key blocks, whose dQ turns then chain).
 CASES: tuple[DetCase, ...] = (
     *(DetCase(16384 // s, 2048 // d, 2048 // d, s, d, c) for d in (64, 128) for s in (2048, 8192) for c in (False, True)),
     *(DetCase(16, 2048 // d, 2048 // d, 1024, d, True) for d in (64, 128)),

@@ -95,7 +95,7 @@ def run_window(args: argparse.Namespace) -> dict[str, Any]:
         for (label, direction), values in rates.items()
     ]
     summary = {}
-    for direction in ("fwd", "fwd+bwd"):
+    for direction in DIRECTIONS:
         value, per_round = ratio_over_rounds(rates[("window", direction)], rates[("causal", direction)])
         summary[direction] = {"window_over_causal": value, "rounds": per_round}
     return {
