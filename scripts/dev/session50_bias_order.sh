@@ -20,6 +20,10 @@ echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 BUILD_DTYPES="bf16" build_copy b0 "64;128"
 BUILD_DTYPES="bf16" build_copy b1 "64;128" CUDAFLAGS=-DFLASHSDPA_BIAS_BATCH_INNER=1
 require_copies b0 b1
+PYTHONPATH="/tmp/pkg_b0/python${SITE:+:$SITE}" tests "b0: masks tests" 200 tests_b0.log $PY -m pytest \
+  tests/gpu/test_masks_gpu.py -q -p no:cacheprovider -n 8
+PYTHONPATH="/tmp/pkg_b0/python${SITE:+:$SITE}" SAN_K="accumulated and 128 and causal and bf16" \
+  sanitize_subset memcheck 120 tests/gpu/test_masks_gpu.py
 V="/tmp/pkg_b1/python${SITE:+:$SITE}"
 # (test_masks' 1HSS and SS shapes at batch 2 are biases shared by the batch, with their gradients
 # and NaN-poisoned outputs; the rest are controls.)
@@ -27,14 +31,19 @@ PYTHONPATH="$V" tests "b1: masks tests" 200 tests_b1.log $PY -m pytest tests/gpu
   -q -p no:cacheprovider -n 8
 PYTHONPATH="$V" SAN_K="test_masks[ and 1HSS and 113-1023 and add" sanitize_subset memcheck 120 tests/gpu/test_masks_gpu.py
 ((${#failed[@]})) && finish
+# dense: the tree with FLASHSDPA_BIAS_GRAD=dense (the bias gradient's dense buffer and batch sum,
+# session 49's path: the control); b0: the tree (the float32 accumulator the batch shares, its
+# backward batch-inner); b1: b0 plus the forward's batch-inner order.
 for round in 1 2 3; do
-  for name in b0 b1; do
-    PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}" timed "masks $name $round" 60 "masks_${name}_$round.log" \
+  for name in dense b0 b1; do
+    pkg=$name; [[ $name == dense ]] && pkg=b0
+    FLASHSDPA_BIAS_GRAD=$([[ $name == dense ]] && echo dense) PYTHONPATH="/tmp/pkg_$pkg/python${SITE:+:$SITE}" \
+      timed "masks $name $round" 60 "masks_${name}_$round.log" \
       $PY -m flashsdpa bench --masks --rounds 1 --out "/tmp/bm_${name}_$round"
   done
 done
 for round in 1 2 3; do
-  for name in b0 b1; do
+  for name in dense b0 b1; do
     echo "== $name round $round"; grep -E "^  (key padding|additive bias)" "$OUT/masks_${name}_$round.log" | cut -c1-40
   done
 done | tee "$OUT/bias_order.txt"
