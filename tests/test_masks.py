@@ -92,55 +92,6 @@ def test_reduce_to_sums_half_gradients_in_float32(dtype: torch.dtype) -> None:
     assert torch.equal(out, torch.full((1, 2, 3, 4), 2112.0, dtype=dtype))
 
 
-@pytest.mark.parametrize("shape", [(1, H, SQ, SK), (SQ, SK), (H, 1, SK), (1, 1, 1, SK)])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_from_accumulator_sums_heads_and_drops_the_row_padding(shape: tuple[int, ...], dtype: torch.dtype) -> None:
-    # The float32 (Hq, Sq, round_up(Sk, 8)) accumulator the batch shares: its padding (NaN here) never
-    # reaches the gradient, the dims the bias broadcasts along (besides the batch) are summed in
-    # float32, and the result is rounded once into the bias's dtype.
-    full = (B, H, SQ, SK)
-    q = torch.empty(B, H, SQ, 8)
-    acc = ops_masks.accumulator(q, full)
-    assert acc.dtype == torch.float32 and acc.shape == (H, SQ, (SK + 7) // 8 * 8) and acc.shape[-1] % 8 == 0
-    assert torch.count_nonzero(acc) == 0
-    acc[..., :SK] = torch.randn(H, SQ, SK)
-    acc[..., SK:] = math.nan
-    out = ops_masks.from_accumulator(acc, full, shape, dtype)
-    want = acc[None, :, :, :SK].double()
-    lead = (1,) * (4 - len(shape)) + shape
-    dims = [d for d in range(4) if lead[d] == 1 and want.shape[d] != 1]
-    want = (want.sum(dim=dims, keepdim=True) if dims else want).reshape(shape)
-    assert out.dtype == dtype and out.shape == shape
-    ulp = torch.finfo(dtype).eps  # (one rounding: at most half an ulp, and the float32 sum's own ~1e-7)
-    torch.testing.assert_close(out.double(), want, rtol=ulp, atol=0)
-    assert not out.isnan().any()
-
-
-def test_accumulator_only_where_the_bias_is_shared_by_a_batch(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The conditions before the family's: a batch of one, a bias with its own batch rows, the
-    # deterministic mode and FLASHSDPA_BIAS_GRAD=dense keep the dense buffer (no _C asked).
-    q = torch.empty(2, H, SQ, 8)
-    called: list[int] = []
-    monkeypatch.setattr(_backend, "backward_family", lambda *a: called.append(1) or "sm90")
-    mods = (0.0, None, None, None)
-    assert ops_masks.accumulates(q, q, torch.empty(1, H, SQ, SK), masks.NO_MASK, mods)
-    assert ops_masks.accumulates(q, q, torch.empty(SQ, SK), masks.NO_MASK, mods)
-    assert len(called) == 2
-    assert not ops_masks.accumulates(q[:1], q[:1], torch.empty(1, H, SQ, SK), masks.NO_MASK, mods)
-    assert not ops_masks.accumulates(q, q, torch.empty(2, H, SQ, SK), masks.NO_MASK, mods)
-    monkeypatch.setattr(_backend, "backward_family", lambda *a: "sm80")
-    assert not ops_masks.accumulates(q, q, torch.empty(1, H, SQ, SK), masks.NO_MASK, mods)
-    monkeypatch.setattr(_backend, "backward_family", lambda *a: "sm90")
-    monkeypatch.setattr(ops_masks, "_BIAS_GRAD_DENSE", True)
-    assert not ops_masks.accumulates(q, q, torch.empty(1, H, SQ, SK), masks.NO_MASK, mods)
-    monkeypatch.setattr(ops_masks, "_BIAS_GRAD_DENSE", False)
-    torch.use_deterministic_algorithms(True)
-    try:
-        assert not ops_masks.accumulates(q, q, torch.empty(1, H, SQ, SK), masks.NO_MASK, mods)
-    finally:
-        torch.use_deterministic_algorithms(False)
-
-
 def test_launch_items_carry_the_bias() -> None:
     bias = ops_masks.bias_view(torch.randn(B, 1, 1, SK, dtype=torch.float16), (B, H, SQ, SK))
     mods = (0.0, None, None, bias)

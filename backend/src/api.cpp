@@ -188,16 +188,9 @@ void bwd(const BwdSpec& spec) {
   p.d_alibi_slopes = ptr<float>(spec.d_alibi_slopes);
   p.d_sinks = ptr<float>(spec.d_sinks);
   p.d_bias = ptr<void>(spec.d_bias);
-  p.d_bias_accumulate = spec.d_bias_accumulate;
-  if (p.d_bias_accumulate) {  // float32 (Hq, Sq, round_up(Sk, 8)), shared by the batch
-    p.d_bias_row_stride = (int64_t(p.seqlen_k) + 7) / 8 * 8;
-    p.d_bias_head_stride = int64_t(p.seqlen_q) * p.d_bias_row_stride;
-    p.d_bias_batch_stride = 0;
-  } else {  // dense (B, Hq, Sq, Sk)
-    p.d_bias_row_stride = p.seqlen_k;
-    p.d_bias_head_stride = int64_t(p.seqlen_q) * p.seqlen_k;
-    p.d_bias_batch_stride = int64_t(p.heads_q) * p.d_bias_head_stride;
-  }
+  p.d_bias_row_stride = p.seqlen_k;  // dense (B, Hq, Sq, Sk)
+  p.d_bias_head_stride = int64_t(p.seqlen_q) * p.seqlen_k;
+  p.d_bias_batch_stride = int64_t(p.heads_q) * p.d_bias_head_stride;
   check_bwd_params(p);
 
   const int64_t total_q = spec.fwd.varlen.total_q;

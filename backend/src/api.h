@@ -100,11 +100,8 @@ struct BwdSpec {
   Workspace workspace;
   bool deterministic;  // torch.are_deterministic_algorithms_enabled(): families that add dQ in arbitrary order refuse it
   uintptr_t d_alibi_slopes, d_sinks;  // caller-zeroed float32 gradients of the modifiers, 0 = not wanted
-  // The bias's gradient: caller-zeroed, the call's dtype, dense (B, Hq, Sq, Sk) contiguous; 0 = not
-  // wanted. d_bias_accumulate: instead a caller-zeroed float32 (Hq, Sq, round_up(Sk, 8)) contiguous
-  // accumulator the batch shares (params.h's d_bias_accumulate).
+  // The bias's gradient: caller-zeroed, the call's dtype, dense (B, Hq, Sq, Sk) contiguous; 0 = not wanted.
   uintptr_t d_bias;
-  bool d_bias_accumulate;
 };
 
 // One bias-summary call (_C.bias_cells; params.h's BiasCellsParams, ops_masks.bias_cells): the

@@ -180,14 +180,6 @@ void check_bwd_params(const AttnBwdParams& p) {
   if (p.d_sinks != nullptr && p.mods.sinks == nullptr) fail("d_sinks: given without sinks");
   if (p.d_bias != nullptr && p.mods.bias == nullptr) fail("d_bias (grad of attn_mask): given without attn_mask");
   if (reinterpret_cast<uintptr_t>(p.d_bias) % 2 != 0) fail("d_bias (grad of attn_mask): data pointer must be 2-byte aligned");
-  if (p.d_bias_accumulate) {
-    if (p.d_bias == nullptr) fail("d_bias_accumulate: given without d_bias");
-    // (16-byte float reductions of 4 keys: the rows are padded to 8 floats, the base must be aligned)
-    if (reinterpret_cast<uintptr_t>(p.d_bias) % 16 != 0)
-      fail("d_bias (float32 accumulator): data pointer must be 16-byte aligned");
-    if (p.deterministic)
-      fail("d_bias_accumulate: float reductions add in any order; deterministic mode takes the dense gradient");
-  }
 }
 
 // ---- _C.bias_cells (the bias summary's kernel, cuda/common/bias_cells_summary.cu) ----------------

@@ -198,8 +198,7 @@ FwdSpec fwd_spec(py::handle obj) {
 //   pointers = (dout, dq, dk, dv, dq_accum, delta); strides = (dout, dq, dk, dv);
 //   workspace_bytes = (dq_accum, delta); deterministic: run the backward deterministically (Python
 //   asks only where the capability table has a family that can); mod_grads = (d_alibi_slopes,
-//   d_sinks[, d_bias[, d_bias_accumulate]]), 0 = not wanted; d_bias_accumulate: d_bias is the float32
-//   accumulator the batch shares (api.h's BwdSpec)
+//   d_sinks[, d_bias]), 0 = not wanted
 BwdSpec bwd_spec(py::handle fwd, py::handle grads) {
   BwdSpec s{};
   s.fwd = fwd_spec(fwd);
@@ -226,7 +225,6 @@ BwdSpec bwd_spec(py::handle fwd, py::handle grads) {
     s.d_alibi_slopes = static_cast<uintptr_t>(int_item(mod_grads, 0, "d_alibi_slopes"));
     s.d_sinks = static_cast<uintptr_t>(int_item(mod_grads, 1, "d_sinks"));
     if (PyTuple_GET_SIZE(mod_grads) > 2) s.d_bias = static_cast<uintptr_t>(int_item(mod_grads, 2, "d_bias"));
-    if (PyTuple_GET_SIZE(mod_grads) > 3) s.d_bias_accumulate = int_item(mod_grads, 3, "d_bias_accumulate") != 0;
   }
   return s;
 }

@@ -522,20 +522,11 @@ struct ScoreModBwd {
         // The bias is added after the ALiBi term, so its gradient is dS itself (the host refuses
         // softcap with a bias). Each (query, key) of a (b, h) plane is one element of one tile:
         // plain stores. The sm90 backward stores it from its 16-bit dS^T instead (bias_grad_t).
-        // p.d_bias_accumulate (the float32 accumulator the batch shares, params.h): float atomics,
-        // for the calls the sm90 family hands on (Python asks for it where that family serves).
-        const int64_t plane = bias_plane(batch, lazy(head), p.d_bias_batch_stride, p.d_bias_head_stride);
-        if (p.d_bias_accumulate) {
-          float* acc = static_cast<float*>(p.d_bias) + plane;
-          for_each_in_range<kLayout>(ds, row0(), col0(), seq.seqlen_q, seq.seqlen_k, [&](float& x, int q, int k) {
-            atomicAdd(acc + static_cast<int64_t>(q) * p.d_bias_row_stride + k, x);
-          });
-        } else {
-          uint16_t* out = static_cast<uint16_t*>(p.d_bias) + plane;
-          for_each_in_range<kLayout>(ds, row0(), col0(), seq.seqlen_q, seq.seqlen_k, [&](float& x, int q, int k) {
-            out[static_cast<int64_t>(q) * p.d_bias_row_stride + k] = float_to_bias(x, p.dtype);
-          });
-        }
+        uint16_t* out = static_cast<uint16_t*>(p.d_bias) +
+                        bias_plane(batch, lazy(head), p.d_bias_batch_stride, p.d_bias_head_stride);
+        for_each_in_range<kLayout>(ds, row0(), col0(), seq.seqlen_q, seq.seqlen_k, [&](float& x, int q, int k) {
+          out[static_cast<int64_t>(q) * p.d_bias_row_stride + k] = float_to_bias(x, p.dtype);
+        });
       }
       if (p.d_alibi_slopes != nullptr) {
         const int r0 = row0(), c0 = col0();

@@ -441,7 +441,7 @@ struct BwdGridOrder {
         heads_batches(p.heads_kv * p.batch),
         group(1),
         ascending(ascending_of(p)),
-        batch_inner(bias_batch_inner(p, bias_kernel) || (bias_kernel && p.d_bias_accumulate && p.batch > 1)) {
+        batch_inner(bias_batch_inner(p, bias_kernel)) {
     if (!p.mask.is_none()) {  // Q and dO bytes of one (KV head, batch): its query heads' rows
       const int64_t bytes = int64_t(p.heads_q / p.heads_kv) * p.seqlen_q * (p.head_dim_qk + p.head_dim_v) * 2;
       group = static_cast<int>(max(int64_t(1), min(int64_t(heads_batches), kL2GroupBytes / max(bytes, int64_t(1)))));
@@ -954,27 +954,13 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   // (each thread 8 keys of one query: 8 conflict-free 16-bit reads) and stored as 16-byte rows of
   // d_bias (queries x keys), instead of 32 scattered 16-bit stores per thread (bias_grad_t, kept
   // for other strides and the chunk that straddles seqlen_k).
-  // p.d_bias_accumulate (a float32 accumulator the batch shares, its rows padded to 8 floats and
-  // 16-byte aligned: checks.cpp): the same 8 keys of one query, widened to float32 and added with
-  // two 16-byte float reductions (REDG.E.ADD.F32x4), which the batch's CTAs of this key block,
-  // running in one wave (BwdGridOrder's batch-inner pairs), land in L2 together.
   [[maybe_unused]] const bool dbias_rows =
       Traits::kModsKind == kModsBias && p.d_bias != nullptr &&
-      (p.d_bias_accumulate ||
-       rows_aligned16(p.d_bias, p.d_bias_batch_stride, p.d_bias_head_stride, p.d_bias_row_stride));
-  [[maybe_unused]] auto widen = [](uint32_t w, int half) {  // half 0 / 1 of a 16-bit pair -> float
-    const uint16_t v = static_cast<uint16_t>(w >> (16 * half));
-    if constexpr (std::is_same<typename Traits::Elem, __nv_bfloat16>::value) {
-      return __uint_as_float(static_cast<uint32_t>(v) << 16);
-    } else {
-      return __half2float(__ushort_as_half(v));
-    }
-  };
+      rows_aligned16(p.d_bias, p.d_bias_batch_stride, p.d_bias_head_stride, p.d_bias_row_stride);
   auto store_bias_grad = [&](int step, int buf) {
     if constexpr (Traits::kModsKind == kModsBias) {
-      const int64_t plane = bias_plane(batch, range.head(step), p.d_bias_batch_stride, p.d_bias_head_stride);
-      uint16_t* out = static_cast<uint16_t*>(p.d_bias) + plane;
-      float* acc = static_cast<float*>(p.d_bias) + plane;
+      uint16_t* out = static_cast<uint16_t*>(p.d_bias) +
+                      bias_plane(batch, range.head(step), p.d_bias_batch_stride, p.d_bias_head_stride);
       const int q_first = range.m_block(step) * kBlockM, k_first = n_block * kBlockN + cwg * 64;
 #pragma unroll
       for (int it = 0; it < 64 * 8 / 128; ++it) {
@@ -988,19 +974,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
               ld_shared_u16(sm.ds_buf(buf) + (cwg * 64 + 8 * c + r) * 128 + (((q / 8) ^ r) << 4) + (q % 8) * 2);
           w[r / 2] = r % 2 ? w[r / 2] | (static_cast<uint32_t>(v) << 16) : static_cast<uint32_t>(v);
         }
-        const int64_t at = static_cast<int64_t>(q_first + q) * p.d_bias_row_stride + k;
-        if (p.d_bias_accumulate) {
-          if (k + 8 <= seq.seqlen_k) {
-            red_add_f32x4(acc + at, widen(w[0], 0), widen(w[0], 1), widen(w[1], 0), widen(w[1], 1));
-            red_add_f32x4(acc + at + 4, widen(w[2], 0), widen(w[2], 1), widen(w[3], 0), widen(w[3], 1));
-          } else {
-#pragma unroll
-            for (int r = 0; r < 8; ++r)
-              if (k + r < seq.seqlen_k) atomicAdd(acc + at + r, widen(w[r / 2], r % 2));
-          }
-          continue;
-        }
-        uint16_t* dst = out + at;
+        uint16_t* dst = out + static_cast<int64_t>(q_first + q) * p.d_bias_row_stride + k;
         if (k + 8 <= seq.seqlen_k) {
           *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
         } else {

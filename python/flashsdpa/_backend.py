@@ -271,14 +271,6 @@ def deterministic_reason(q: Tensor, v: Tensor, mask: MaskSpec, varlen: bool, fea
     return f"torch.use_deterministic_algorithms(True): no deterministic backward of ours serves this call ({why})"
 
 
-def backward_family(q: Tensor, v: Tensor, mask: MaskSpec, features: int = 0) -> str | None:
-    """The family the capability table picks for this dense (non-deterministic) backward on q's
-    device, or None (cached per problem through select)."""
-    family = select(q.get_device(), DTYPE_CODES[q.dtype], q.shape[-1], v.shape[-1], masks.kind(mask), False, 1,
-                    features)[0]  # fmt: skip
-    return None if family is None else str(family)
-
-
 def decode_plan(index: int, dtype_code: int, sizes: tuple[int, ...], mask_kind: int, kv_cache: bool,
                 num_splits: int, features: int = 0) -> tuple[Any, ...]:
     """The decode path's plan for one call (``_C.decode_plan``, not cached: launches read
@@ -625,12 +617,8 @@ def launch_bwd(
     if mods is None:
         _C.bwd(spec, grads)
         return
-    # d_bias (optional third): dense (B, Hq, Sq, Sk) contiguous in the query's dtype, zeroed; or, in
-    # float32, the accumulator the batch shares: (Hq, Sq, round_up(Sk, 8)) contiguous, zeroed
-    # (params.h's d_bias_accumulate).
+    # d_bias (optional third): dense (B, Hq, Sq, Sk) contiguous in the query's dtype, zeroed.
     extra = mod_grads[2:] if mod_grads is not None else ()
     ptrs = tuple(0 if t is None else t.data_ptr() for t in (d_slopes, d_sinks, *extra))
-    if extra and extra[0] is not None and extra[0].dtype == torch.float32:
-        ptrs = (*ptrs, 1)
     _C.bwd((*spec, None, _mods_item(mods)), (*grads, ptrs))
 

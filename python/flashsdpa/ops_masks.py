@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -19,8 +18,8 @@ from flashsdpa import _backend, features, masks, ops, ops_mods, reporting, selec
 from flashsdpa.features import additive
 
 __all__ = [
-    "CELL_KEYS", "CELL_NONZERO", "CELL_ROWS", "CELL_VISIBLE", "SUMMARY_MIN_BROADCAST", "accumulates", "accumulator",
-    "additive", "bias_cells", "bias_view", "dense_grad", "from_accumulator", "masked_mods", "reduce_to", "summary_pays",
+    "CELL_KEYS", "CELL_NONZERO", "CELL_ROWS", "CELL_VISIBLE", "SUMMARY_MIN_BROADCAST", "additive", "bias_cells",
+    "bias_view", "dense_grad", "masked_mods", "reduce_to", "summary_pays",
 ]
 
 _lib = torch.library.Library("flashsdpa", "FRAGMENT")
@@ -181,38 +180,6 @@ def dense_grad(q: Tensor, shape: tuple[int, ...], unvisited: bool) -> Tensor:
     return q.new_zeros(shape) if unvisited else q.new_empty(shape)
 
 
-# FLASHSDPA_BIAS_GRAD=dense: never the float32 accumulator below (a dev A/B of its bytes; read once).
-_BIAS_GRAD_DENSE: bool = os.environ.get("FLASHSDPA_BIAS_GRAD", "").strip().lower() == "dense"
-
-
-def accumulates(q: Tensor, v: Tensor, bias: Tensor, spec: masks.MaskSpec, mods: _backend.Mods) -> bool:
-    """Whether the backward adds the bias's gradient into a float32 accumulator the batch shares
-    (accumulator) instead of the dense (B, Hq, Sq, Sk) buffer summed afterwards (dense_grad,
-    reduce_to): where the bias broadcasts over a batch of more than one, the call is not
-    deterministic (float reductions land in any order) and the sm90 family runs it (its order puts
-    the batch innermost so the batch's adds meet in L2; the portable family takes the accumulator
-    too, by float atomics, where the sm90 family hands a call on). At B 8 x H 16 x S 2k with a
-    (1, H, S, S) bias: 1.07 GB written and read back become a 256 MB accumulator
-    (kernel_notes_features.md, "The broadcast bias gradient's bytes")."""
-    if _BIAS_GRAD_DENSE or q.shape[0] < 2 or (bias.dim() == 4 and bias.shape[0] != 1):
-        return False
-    if torch.are_deterministic_algorithms_enabled():
-        return False
-    return _backend.backward_family(q, v, spec, _backend.feature_bits(mods)) == "sm90"
-
-
-def accumulator(q: Tensor, shape: tuple[int, int, int, int]) -> Tensor:
-    """The zeroed float32 (Hq, Sq, round_up(Sk, 8)) accumulator (api.cpp's strides: 16-byte rows)."""
-    return torch.zeros((shape[1], shape[2], (shape[3] + 7) // 8 * 8), dtype=torch.float32, device=q.device)
-
-
-def from_accumulator(acc: Tensor, shape: tuple[int, int, int, int], bias_shape: tuple[int, ...],
-                     dtype: torch.dtype) -> Tensor:  # fmt: skip
-    """The bias's gradient from the accumulator: its (1, Hq, Sq, Sk) view summed over the dims the
-    bias broadcasts along (float32), rounded once into the bias's dtype."""
-    return reduce_to(acc[None, :, :, : shape[3]], bias_shape).to(dtype)
-
-
 def reduce_to(grad: Tensor, shape: tuple[int, ...]) -> Tensor:
     """A dense (B, Hq, Sq, Sk) gradient summed over the dims a tensor of ``shape`` broadcasts along
     (float32 sums, float64 for float64, rounded once into grad's dtype), reshaped to ``shape``.
@@ -328,21 +295,11 @@ def _bwd_cuda(
     # Elements a causal mask / window or the summary's skipped tiles leave unvisited must read 0 (a
     # zeroed buffer); unmasked and without a summary both families store every element, so no fill
     # (its bytes: 1.07 GB at B 8, H 16, S 2k; tests/gpu/test_masks_gpu.py poisons it with NaN).
-    # Or, where accumulates(), a zeroed float32 accumulator the batch shares.
-    acc = grads[2] and accumulates(q, v, bias, spec, mods)
-    if acc:
-        d_full: Tensor | None = accumulator(q, shape)
-    else:
-        d_full = dense_grad(q, shape, unvisited=spec[0] >= 0 or spec[1] >= 0 or len(mods) > 4) if grads[2] else None
+    d_full = dense_grad(q, shape, unvisited=spec[0] >= 0 or spec[1] >= 0 or len(mods) > 4) if grads[2] else None
     mod_grads = (d_slopes if d_slopes.numel() else None, d_sinks32 if d_sinks32.numel() else None, d_full)
     _backend.launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, scale, spec, None, mods, mod_grads)
     _BWD_COUNTS[0] += 1
-    if d_full is None:
-        d_bias = q.new_empty(0)
-    elif acc:
-        d_bias = from_accumulator(d_full, shape, tuple(bias.shape), bias.dtype)
-    else:
-        d_bias = reduce_to(d_full, tuple(bias.shape))
+    d_bias = q.new_empty(0) if d_full is None else reduce_to(d_full, tuple(bias.shape))
     return dq, dk, dv, d_slopes, d_sinks32.to(d_sinks.dtype), d_bias
 
 

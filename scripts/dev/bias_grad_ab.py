@@ -1,5 +1,7 @@
 """bias_grad_ab.py (session 50): the bias gradient's float32 accumulator against the dense buffer,
-in one process, interleaved rounds. The direct API (flashsdpa.attention with a (1, H, S, S) bf16
+in one process, interleaved rounds. Needs scripts/dev/ab/bias_grad_accumulate.patch applied (the
+accumulator lost 4% and is not in the tree: kernel_notes_features.md, "The broadcast bias
+gradient's bytes"). The SDPA row is not valid as written: its backward runs outside enable(). The direct API (flashsdpa.attention with a (1, H, S, S) bf16
 bias that requires grad; ops_masks.accumulates() decides), B 8 x H 16 x S 2k, d128 (the bench's
 additive-bias row's shape); the backward alone on a retained graph (autograd.grad), CUDA events,
 median of the reps per round, ops_masks._BIAS_GRAD_DENSE flipped between modes (what

@@ -33,7 +33,9 @@ PYTHONPATH="$V" SAN_K="test_masks[ and 1HSS and 113-1023 and add" sanitize_subse
 ((${#failed[@]})) && finish
 # dense: the tree with FLASHSDPA_BIAS_GRAD=dense (the bias gradient's dense buffer and batch sum,
 # session 49's path: the control); b0: the tree (the float32 accumulator the batch shares, its
-# backward batch-inner); b1: b0 plus the forward's batch-inner order.
+# backward batch-inner); b1: b0 plus the forward's batch-inner order. (As run in session 50 with
+# scripts/dev/ab/bias_grad_accumulate.patch in the tree; without it dense and b0 are one build.
+# Outcome: kernel_notes_features.md, "The bias plane read once per head".)
 for round in 1 2 3; do
   for name in dense b0 b1; do
     pkg=$name; [[ $name == dense ]] && pkg=b0

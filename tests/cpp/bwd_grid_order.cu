@@ -11,8 +11,7 @@
 // all of it in the default mode and in deterministic mode (whose dense calls launch grouped over a
 // wave's heads: num_sms 132, and 1, where a group is one head), and for the plain kernel's wave
 // groups of masked calls with few key blocks (`waves`: Sk <= 2048 here), and for the bias kernels
-// with a bias shared by the batch (FLASHSDPA_BIAS_BATCH_INNER builds, and every build where the bias's
-// gradient goes to the float32 accumulator: the batch innermost).
+// with a bias shared by the batch (FLASHSDPA_BIAS_BATCH_INNER builds: the batch innermost).
 // Built and run by tests/test_bwd_grid_order.py when nvcc is found; prints "ok <problems>" or the
 // first failures and exits 1.
 #include <cstdint>
@@ -123,12 +122,10 @@ int main() {
               for (const fs::MaskSpec& mask : masks)
                 for (int det : {0, 1})
                   for (bool waves : {false, true})
-                  for (int bias : {0, 1, 2}) {  // (a bias plane shared by the batch; 2: its gradient accumulated)
-                  if (bias == 2 && det) continue;  // (checks.cpp: the accumulator is never deterministic)
+                  for (bool bias : {false, true}) {  // (a bias plane shared by the batch)
                   fs::AttnBwdParams p{};
                   static const uint16_t plane = 0;
                   p.mods.bias = bias ? &plane : nullptr;
-                  p.d_bias_accumulate = bias == 2;  // (batch-inner pairs in every build)
                   p.deterministic = det != 0;
                   p.num_sms = seqlen_q == 300 ? 1 : 132;
                   p.seqlen_k = seqlen_k;
@@ -140,7 +137,7 @@ int main() {
                   p.mask = mask;
                   // (the launcher's choice; always false unless FLASHSDPA_SM90_BWD_DET_DESCEND)
                   p.dq_turns_descending = fs::bwd_sm90::BwdGridOrder::det_descends(p, kBlockN, true, waves);
-                  check(p, waves, bias != 0);
+                  check(p, waves, bias);
                   ++problems;
                 }
   // 8192 key blocks x 262143 (KV head, batch) pairs: 2,147,475,456 items, 8,191 below INT_MAX.

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import math
-import os
 import zlib
 
 import pytest
@@ -77,8 +76,7 @@ def _shape(name: str, b: int, h: int, sq: int, sk: int) -> tuple[int, ...]:
 
 def run_masked(request: pytest.FixtureRequest, kind: str, shape_name: str, mask: MaskSpec, groups: int, sq: int,
                sk: int, dtype: torch.dtype, head_dim: int = 128, batch: int = 2, heads_kv: int = 2,
-               empty_row: bool = False) -> bool:  # fmt: skip
-    """Returns whether the bias's gradient went through the float32 accumulator the batch shares."""
+               empty_row: bool = False) -> None:  # fmt: skip
     skip_unless_compiled(dtype, head_dim)
     gen = _generator(request)
     heads = heads_kv * groups
@@ -139,20 +137,6 @@ def run_masked(request: pytest.FixtureRequest, kind: str, shape_name: str, mask:
     poisoned = [dq, dk, dv] + ([ops_masks.reduce_to(d_full, tuple(attn_mask.shape))] if additive else [])
     for name, o, p, r in zip(names[2:], poisoned, pt[2:], ref[2:]):
         check_rule(name + " (poisoned)", o, p, r, input_dtype=dtype)
-    accumulated = additive and ops_masks.accumulates(q, v, attn_mask, mask, mods)
-    if accumulated:
-        # The float32 accumulator the batch shares (the path `ours` took): zeroed where the kernels
-        # add, NaN in the rows' padding to 8 floats, which no kernel may touch.
-        acc = ops_masks.accumulator(q, (batch, heads, sq, sk))
-        acc[..., sk:] = math.nan
-        dq, dk, dv = (torch.full_like(t, math.nan) for t in (q, k, v))
-        _backend.launch_bwd(dout, q, k, v, ours[0], lse, dq, dk, dv, scale, mask, None, mods, (None, None, acc))
-        torch.cuda.synchronize()
-        assert acc[..., sk:].isnan().all(), "the accumulator's row padding was written"
-        d_acc = ops_masks.from_accumulator(acc, (batch, heads, sq, sk), tuple(attn_mask.shape), dtype)
-        for name, o, p, r in zip(names[2:], [dq, dk, dv, d_acc], pt[2:], ref[2:]):
-            check_rule(name + " (accumulated, poisoned)", o, p, r, input_dtype=dtype)
-    return accumulated
 
 
 _SHAPES = ["B11S", "1HSS", "BHSS", "SS"]
@@ -180,22 +164,6 @@ def test_masks_with_causal(request: pytest.FixtureRequest, kind: str, mask: Mask
 @pytest.mark.parametrize("sq,sk", [(7, 113), (200, 200)])
 def test_masks_fully_masked_rows(request: pytest.FixtureRequest, kind: str, shape_name: str, sq: int, sk: int) -> None:
     run_masked(request, kind, shape_name, masks.NO_MASK, 1, sq, sk, torch.float16, empty_row=True)
-
-
-@pytest.mark.parametrize("shape_name", ["1HSS", "SS"])
-@pytest.mark.parametrize("mask", [masks.NO_MASK, masks.CAUSAL_BOTTOM_RIGHT, (64, 0, masks.BOTTOM_RIGHT)],
-                         ids=["full", "causal", "window"])  # fmt: skip
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_masks_bias_grad_accumulated(request: pytest.FixtureRequest, shape_name: str, mask: MaskSpec,
-                                     dtype: torch.dtype, head_dim: int) -> None:  # fmt: skip
-    """A bias the batch shares (batch 3, GQA 2, Sq != Sk, Sk % 8 != 0): on the sm90 family its
-    gradient is added into the float32 accumulator (ops_masks.accumulates), the batch innermost."""
-    ran = run_masked(request, "add", shape_name, mask, 2, 300, 777, dtype, head_dim=head_dim, batch=3)
-    # (The sm90 backward's 256 bucket takes no modifiers, capabilities.cpp: the portable family's dense buffer.)
-    sm90 = torch.cuda.get_device_capability(DEVICE) == (9, 0) and not os.environ.get("FLASHSDPA_FAMILY")
-    sm90 = sm90 and head_dim in (64, 128) and "sm90" in [c["family"] for c in flashsdpa.capabilities()]
-    assert ran == sm90, f"the accumulator path ran: {ran}, expected on the sm90 family: {sm90}"
 
 
 def test_masks_key_padding_4k(request: pytest.FixtureRequest) -> None:

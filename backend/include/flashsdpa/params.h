@@ -262,14 +262,6 @@ struct AttnBwdParams : AttnFwdParams {
   // The sm90 backward's deterministic turns and launch order run shortest key block first (its
   // launcher sets it: bwd_kernel_sm90.cuh's FLASHSDPA_SM90_BWD_DET_DESCEND, a dev A/B; else false).
   bool dq_turns_descending;
-  // d_bias is a caller-zeroed float32 accumulator shared by the batch (d_bias_batch_stride 0, rows
-  // padded to 8 floats) instead of the dense 16-bit buffer: the kernels add each visited dS into it
-  // with float reductions (any order: never in deterministic mode), so a (1, H, S, S) bias's
-  // gradient costs ~H x S x S x 4 bytes of DRAM instead of B x H x S x S x 2 written and read back
-  // by the batch sum (kernel_notes_features.md, "The broadcast bias gradient's bytes"). The sm90
-  // backward then orders its (head, batch) pairs batch-innermost (BwdGridOrder), so the B CTAs of
-  // one (head, key block) add into the same rows in one wave, through L2.
-  bool d_bias_accumulate;
 };
 
 // The bias-summary kernel's arguments (cuda/common/bias_cells_summary.cu; filled by
