@@ -273,7 +273,10 @@ struct BwdTraitsSm90 {
   // Measured (H200, bf16 d128, 3 interleaved rounds, late / early, session 19,
   // scripts/dev/bwd_dklate_ab.sh at 77b4e43): S 2k 1.020, causal 1.006; 8k 0.997, causal 1.022;
   // GQA 16/4 8k 1.071, causal 1.052; 2k 1.045, causal 1.052. Same registers (no spill, 232 live).
-  static constexpr bool kDkLate = !kOverlap && !kMods && !kDropout;
+#ifndef FLASHSDPA_SM90_BWD_DKLATE_MODS  // (dev A/B, session 50: the modifier kernels' dK late too)
+#define FLASHSDPA_SM90_BWD_DKLATE_MODS 0
+#endif
+  static constexpr bool kDkLate = !kOverlap && (!kMods || FLASHSDPA_SM90_BWD_DKLATE_MODS) && !kDropout;
   // The consumer warpgroup's index ptxas can prove uniform (sm90::consumer_warpgroup: K's and V's
   // descriptors, the warpgroup's rows, in uniform registers), d256 only: its R2UR 131 -> 44. Session 41 (H100, 3 alternating rounds of bwd_ab.py, against
   // the plain index): d256 1.003-1.040 (8k 1.025-1.040, causal 0.992-1.016); d128 0.977-1.005 at
