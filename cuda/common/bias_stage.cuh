@@ -118,6 +118,14 @@ struct WarpBiasTile {
     const int lane = threadIdx.x % 32;
     return ld_shared_b32(base + chunk_offset(lane / 4 + 8 * h, nt) + (lane % 4) * 4);
   }
+  // (FLASHSDPA_BIAS_LDSM) pair(k % 2, nt + k / 2) into w[k], k = 0..3, with one ldmatrix.x4: its
+  // matrices are rows 0-7 / 8-15 of chunks nt and nt + 1, lane l giving row (l / 8 % 2) 8 + l % 8
+  // of chunk nt + l / 16 (the swizzle keeps each matrix's 8 rows on distinct banks). Every lane of
+  // the warp calls it.
+  __device__ __forceinline__ void quad(int nt, uint32_t (&w)[4]) const {
+    const int lane = threadIdx.x % 32;
+    ldmatrix_x4(w, base + chunk_offset((lane / 8 % 2) * 8 + lane % 8, nt + lane / 16));
+  }
 };
 
 // The sm90 backward's tile (S^T's key rows): one warp's 16 keys x 64 queries of a step, kept
@@ -147,6 +155,15 @@ struct WarpBiasTileT {
   __device__ __forceinline__ uint16_t at(int h, int j, int e) const {
     const int lane = threadIdx.x % 32;
     return ld_shared_u16(base + chunk_offset(8 * j + 2 * (lane % 4) + e, h) + (lane / 4) * 2);
+  }
+  // (FLASHSDPA_BIAS_LDSM) at(k % 2, j + k / 2, 0 / 1) as the low / high half of w[k], k = 0..3,
+  // with one ldmatrix.x4.trans: its matrices are queries 8 j .. 8 j + 7 / 8 (j + 1) .. + 7 (rows)
+  // of chunk 0 / 1 (keys 0-7 / 8-15), transposed, so each thread gets one key's two adjacent
+  // queries; lane l gives query row 8 (j + l / 16) + l % 8 of chunk l / 8 % 2 (distinct banks: the
+  // (q / 4) % 2 swizzle). Every lane of the warp calls it.
+  __device__ __forceinline__ void quad(int j, uint32_t (&w)[4]) const {
+    const int lane = threadIdx.x % 32;
+    ldmatrix_x4_trans(w, base + chunk_offset(8 * (j + lane / 16) + lane % 8, lane / 8 % 2));
   }
 };
 

@@ -214,6 +214,12 @@ __device__ __forceinline__ void add_bias_pair(float& s0, float& s1, const uint16
 // per warp, staged with zeros outside the sequence, so every pair is read unconditionally).
 struct GlobalBias {};
 
+// FLASHSDPA_BIAS_LDSM (dev A/B, session 50; 0 default: SASS unchanged): a staged tile's fragments
+// read with ldmatrix (bias_stage.cuh's quad), four of them a warp instruction.
+#ifndef FLASHSDPA_BIAS_LDSM
+#define FLASHSDPA_BIAS_LDSM 0
+#endif
+
 template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT, typename Staged = GlobalBias>
 __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMods& m, DType dtype, int batch,
                                          int head, int row0, int col0, int seqlen_q, int seqlen_k, float factor,
@@ -227,6 +233,24 @@ __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMod
   }
   if constexpr (!std::is_same_v<Staged, GlobalBias>) {
     static_assert(kMT == 1, "a staged tile is one warp's 16 rows");
+#if FLASHSDPA_BIAS_LDSM
+    // Four fragments' pairs a warp instruction (bias_stage.cuh's quad): 8 ldmatrix.x4 a thread for
+    // the forward's 128 keys instead of 32 4-byte loads, 4 .trans for the backward's 64 queries
+    // instead of 32 16-bit loads.
+    static_assert(kNT % 2 == 0, "fragments in pairs of n8 tiles");
+#pragma unroll
+    for (int nt = 0; nt < kNT; nt += 2) {
+      uint32_t w[4];
+      staged.quad(nt, w);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        float& x0 = s[0][nt + k / 2][2 * (k % 2)];
+        float& x1 = s[0][nt + k / 2][2 * (k % 2) + 1];
+        x0 = fmaf(bias_to_float(static_cast<uint16_t>(w[k]), dtype), factor, x0);
+        x1 = fmaf(bias_to_float(static_cast<uint16_t>(w[k] >> 16), dtype), factor, x1);
+      }
+    }
+#else
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -241,6 +265,7 @@ __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMod
           s[0][nt][2 * h + 1] = fmaf(bias_to_float(static_cast<uint16_t>(bits >> 16), dtype), factor, s[0][nt][2 * h + 1]);
         }
       }
+#endif
     return;
   }
   const uint16_t* base =
