@@ -19,6 +19,13 @@
 
 #include "common/ptx.cuh"
 
+// FLASHSDPA_BIAS_LEAN (dev A/B, session 50 prepared; 0 default: SASS unchanged): the staged bias
+// with fewer instructions on the consumers' path: stage_rows' 16-byte copies with their addresses
+// strength-reduced, and the tiles' fragments read with ldmatrix (quad(), score_mod.cuh's add_bias).
+#ifndef FLASHSDPA_BIAS_LEAN
+#define FLASHSDPA_BIAS_LEAN 0
+#endif
+
 // FLASHSDPA_BIAS_BATCH_INNER (dev A/B, session 49 prepared; 0 default: SASS unchanged): where the
 // bias is one plane per head shared by the batch (bias_batch_stride 0, batch > 1), the sm90
 // kernels' tile orders take the batch innermost among the (head, batch) pairs: the batch's tiles of
@@ -72,6 +79,26 @@ __device__ __forceinline__ void stage_rows(uint32_t base, const uint16_t* plane,
   if (aligned16) {
     constexpr int kChunks = kKeys / 8;
     static_assert(kRows * kChunks % 32 == 0, "whole passes of 16-byte copies per warp");
+#if FLASHSDPA_BIAS_LEAN
+    // The same copies (copy j: row lane / kChunks + j 32 / kChunks, chunk lane % kChunks), with
+    // what does not change from pass to pass computed once: the lane's keys and their byte count,
+    // its first row's address (one 64-bit multiply), then a 64-bit add a pass. The form below
+    // recomputes q * row_stride and the key bound per copy: ptxas 13.0 keeps ~10 instructions of
+    // address arithmetic a copy (an IMAD.WIDE, IMADs, a LEA pair under predicates) in the forward.
+    static_assert(32 % kChunks == 0, "a pass covers whole rows");
+    constexpr int kPassRows = 32 / kChunks;
+    const int r0 = lane / kChunks, c = lane % kChunks, k = key0 + 8 * c;
+    const int key_bytes = 2 * max(0, min(8, seqlen_k - k));
+    const int64_t pass_stride = static_cast<int64_t>(kPassRows) * row_stride;
+    const uint16_t* src = plane + static_cast<int64_t>(row0 + r0) * row_stride + k;
+#pragma unroll
+    for (int j = 0; j < kRows / kPassRows; ++j) {
+      const int r = r0 + kPassRows * j;
+      const int bytes = row0 + r < seqlen_q ? key_bytes : 0;
+      cp_async_16_bytes(base + Tile::chunk_offset(r, c), bytes > 0 ? src : plane, bytes);
+      src += pass_stride;
+    }
+#else
 #pragma unroll
     for (int j = 0; j < kRows * kChunks / 32; ++j) {
       const int i = lane + 32 * j, r = i / kChunks, c = i % kChunks;
@@ -80,6 +107,7 @@ __device__ __forceinline__ void stage_rows(uint32_t base, const uint16_t* plane,
       const uint16_t* src = bytes > 0 ? plane + static_cast<int64_t>(q) * row_stride + k : plane;
       cp_async_16_bytes(base + Tile::chunk_offset(r, c), src, bytes);
     }
+#endif
   } else {
     constexpr int kPairs = kKeys / 2;
 #pragma unroll kPairUnroll
@@ -118,7 +146,7 @@ struct WarpBiasTile {
     const int lane = threadIdx.x % 32;
     return ld_shared_b32(base + chunk_offset(lane / 4 + 8 * h, nt) + (lane % 4) * 4);
   }
-  // (FLASHSDPA_BIAS_LDSM) pair(k % 2, nt + k / 2) into w[k], k = 0..3, with one ldmatrix.x4: its
+  // (FLASHSDPA_BIAS_LEAN) pair(k % 2, nt + k / 2) into w[k], k = 0..3, with one ldmatrix.x4: its
   // matrices are rows 0-7 / 8-15 of chunks nt and nt + 1, lane l giving row (l / 8 % 2) 8 + l % 8
   // of chunk nt + l / 16 (the swizzle keeps each matrix's 8 rows on distinct banks). Every lane of
   // the warp calls it.
@@ -156,7 +184,7 @@ struct WarpBiasTileT {
     const int lane = threadIdx.x % 32;
     return ld_shared_u16(base + chunk_offset(8 * j + 2 * (lane % 4) + e, h) + (lane / 4) * 2);
   }
-  // (FLASHSDPA_BIAS_LDSM) at(k % 2, j + k / 2, 0 / 1) as the low / high half of w[k], k = 0..3,
+  // (FLASHSDPA_BIAS_LEAN) at(k % 2, j + k / 2, 0 / 1) as the low / high half of w[k], k = 0..3,
   // with one ldmatrix.x4.trans: its matrices are queries 8 j .. 8 j + 7 / 8 (j + 1) .. + 7 (rows)
   // of chunk 0 / 1 (keys 0-7 / 8-15), transposed, so each thread gets one key's two adjacent
   // queries; lane l gives query row 8 (j + l / 16) + l % 8 of chunk l / 8 % 2 (distinct banks: the

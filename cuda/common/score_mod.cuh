@@ -214,10 +214,10 @@ __device__ __forceinline__ void add_bias_pair(float& s0, float& s1, const uint16
 // per warp, staged with zeros outside the sequence, so every pair is read unconditionally).
 struct GlobalBias {};
 
-// FLASHSDPA_BIAS_LDSM (dev A/B, session 50; 0 default: SASS unchanged): a staged tile's fragments
-// read with ldmatrix (bias_stage.cuh's quad), four of them a warp instruction.
-#ifndef FLASHSDPA_BIAS_LDSM
-#define FLASHSDPA_BIAS_LDSM 0
+// FLASHSDPA_BIAS_LEAN (bias_stage.cuh: dev A/B, session 50; 0 default: SASS unchanged): a staged
+// tile's fragments read with ldmatrix (bias_stage.cuh's quad), four of them a warp instruction.
+#ifndef FLASHSDPA_BIAS_LEAN
+#define FLASHSDPA_BIAS_LEAN 0
 #endif
 
 template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT, typename Staged = GlobalBias>
@@ -233,7 +233,7 @@ __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMod
   }
   if constexpr (!std::is_same_v<Staged, GlobalBias>) {
     static_assert(kMT == 1, "a staged tile is one warp's 16 rows");
-#if FLASHSDPA_BIAS_LDSM
+#if FLASHSDPA_BIAS_LEAN
     // Four fragments' pairs a warp instruction (bias_stage.cuh's quad): 8 ldmatrix.x4 a thread for
     // the forward's 128 keys instead of 32 4-byte loads, 4 .trans for the backward's 64 queries
     // instead of 32 16-bit loads.

@@ -1,4 +1,4 @@
-"""ldsm_map_check.py (session 50): a host model of bias_stage.cuh's quad() (FLASHSDPA_BIAS_LDSM) against
+"""ldsm_map_check.py (session 50): a host model of bias_stage.cuh's quad() (FLASHSDPA_BIAS_LEAN) against
 pair() / at() under PTX's ldmatrix semantics (.x4: lanes 8i..8i+7 give matrix i's row addresses; thread t
 gets row t / 4, columns 2 (t % 4) + {0, 1} of each matrix, or with .trans column t / 4 of rows 2 (t % 4) + {0, 1}),
 with the tiles' chunk_offset formulas copied from the C++; and that each matrix's 8 rows sit on distinct 16-byte

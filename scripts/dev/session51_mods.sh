@@ -3,17 +3,18 @@
 # for the modifier kernels, each in its own build against the tree (t0), bf16 d64 / d128:
 # - dk: dK late in the sm90 backward's modifier kernels (-DFLASHSDPA_SM90_BWD_DKLATE_MODS=1:
 #   softcap / ALiBi / sinks and the bias; kernel_notes_features.md, "dK late in the modifier kernels").
-# - ldsm: the staged bias read with ldmatrix (-DFLASHSDPA_BIAS_LDSM=1: the bias forward and
-#   backward; same notes, "The staged bias read with ldmatrix").
+# - lean: the staged bias with fewer instructions (-DFLASHSDPA_BIAS_LEAN=1: ldmatrix reads and
+#   strength-reduced copies, the bias forward and backward; same notes, "The staged bias with fewer
+#   instructions").
 # Both: default 0, every kernel's SASS byte-identical; with them only the kernels named change,
 # ptxas 13.0 0 spills, no C75xx.
-# 1. The variants' GPU tests (dk: features + masks; ldsm: masks), NaN-poisoned outputs included.
+# 1. The variants' GPU tests (dk: features + masks; lean: masks), NaN-poisoned outputs included.
 # 2. ROUNDS (3) alternating process rounds: features_timing.py (plain and softcap 50, d128 8k) on t0
 #    and dk, `bench --masks` on all three.
 # 3. racecheck of the sanitizer subsets on both variants (last, so that a short call still times).
 # Predictions: dk: softcap 50 backward 74-78% -> 76-82% of plain, bias 2k backward +2-5%, key
-# padding's backward +0-3%, forwards unchanged; ldsm: bias 2k forward +2-8%, key padding's forward
-# +0-3%, bias backward +0-2%.
+# padding's backward +0-3%, forwards unchanged; lean: bias 2k forward +4-12%, key padding's forward
+# +1-5%, bias backward +0-3%.
 #   run(command="bash scripts/dev/session51_mods.sh", carry=[".whl"], timeout_s=480)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,17 +22,17 @@ source scripts/device_env.sh
 echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 BUILD_DTYPES="bf16" build_copy t0 "64;128"
 BUILD_DTYPES="bf16" build_copy dk "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_DKLATE_MODS=1
-BUILD_DTYPES="bf16" build_copy ldsm "64;128" CUDAFLAGS=-DFLASHSDPA_BIAS_LDSM=1
-require_copies t0 dk ldsm
+BUILD_DTYPES="bf16" build_copy lean "64;128" CUDAFLAGS=-DFLASHSDPA_BIAS_LEAN=1
+require_copies t0 dk lean
 pkg() { echo "/tmp/pkg_$1/python${SITE:+:$SITE}"; }
 PYTHONPATH="$(pkg dk)" tests "dk: features + masks tests" 150 tests_dk.log $PY -m pytest tests/gpu/test_features_gpu.py \
   tests/gpu/test_masks_gpu.py -q -p no:cacheprovider -n 8
-PYTHONPATH="$(pkg ldsm)" tests "ldsm: masks tests" 120 tests_ldsm.log $PY -m pytest tests/gpu/test_masks_gpu.py \
+PYTHONPATH="$(pkg lean)" tests "lean: masks tests" 120 tests_lean.log $PY -m pytest tests/gpu/test_masks_gpu.py \
   tests/gpu/test_mask_skip_gpu.py -q -p no:cacheprovider -n 8
 ((${#failed[@]})) && finish
 for round in $(seq 1 "${ROUNDS:-3}"); do
-  for name in t0 dk ldsm; do
-    if [[ $name != ldsm ]]; then
+  for name in t0 dk lean; do
+    if [[ $name != lean ]]; then
       PYTHONPATH="$(pkg $name)" timed "timing $name $round" 60 "timing_${name}_$round.log" \
         $PY scripts/dev/features_timing.py --variants plain "softcap 50"
     fi
@@ -40,13 +41,13 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
   done
 done
 for round in $(seq 1 "${ROUNDS:-3}"); do
-  for name in t0 dk ldsm; do
+  for name in t0 dk lean; do
     echo "== $name round $round"
     [[ -f "$OUT/timing_${name}_$round.log" ]] && grep -iE "softcap|plain" "$OUT/timing_${name}_$round.log" | head -4
     grep -E "^  (key padding|additive bias)" "$OUT/masks_${name}_$round.log" | cut -c1-60
   done
 done | tee "$OUT/mods_ab.txt"
-for name in dk ldsm; do
+for name in dk lean; do
   PYTHONPATH="$(pkg $name)" SAN_K="sanitizer_subset" sanitize_subset racecheck 90 tests/gpu/test_features_gpu.py \
     tests/gpu/test_masks_gpu.py
 done
