@@ -2,7 +2,8 @@
 pair() / at() under PTX's ldmatrix semantics (.x4: lanes 8i..8i+7 give matrix i's row addresses; thread t
 gets row t / 4, columns 2 (t % 4) + {0, 1} of each matrix, or with .trans column t / 4 of rows 2 (t % 4) + {0, 1}),
 with the tiles' chunk_offset formulas copied from the C++; and that each matrix's 8 rows sit on distinct 16-byte
-bank groups. Prints "fwd ok" / "bwd ok".
+bank groups; and FLASHSDPA_BIAS_LEAN's stage_rows copies against the tree's (the same copies for every lane).
+Prints "fwd ok" / "bwd ok" / "stage_rows lean ok".
 
     python3 scripts/dev/ldsm_map_check.py
 """
@@ -50,3 +51,43 @@ def bwd():
     print("bwd ok")
 
 fwd(); bwd()
+
+
+def stage_rows_lean() -> None:
+    """FLASHSDPA_BIAS_LEAN's stage_rows (16-byte copies) against the tree's form: the same (tile
+    offset, source element, bytes) set for every lane, both tiles, edge lengths and strides."""
+    import random
+
+    fwd_co = lambda r, c: r * 256 + ((c ^ (r & 7)) << 4)
+    bwd_co = lambda q, c: q * 32 + ((c ^ ((q >> 2) & 1)) << 4)
+    rng = random.Random(0)
+    for co, rows, keys in ((fwd_co, 16, 128), (bwd_co, 64, 16)):
+        chunks = keys // 8
+        for _ in range(300):
+            row0, key0 = rng.randrange(0, 300), rng.randrange(0, 300) // 8 * 8
+            seqlen_q, seqlen_k = rng.randrange(1, 400), rng.randrange(1, 400)
+            stride = rng.choice([0, 8, 136, 1000 // 8 * 8])
+            for lane in range(32):
+                tree = set()
+                for j in range(rows * chunks // 32):
+                    i = lane + 32 * j
+                    r, c = i // chunks, i % chunks
+                    q, k = row0 + r, key0 + 8 * c
+                    nbytes = 2 * max(0, min(8, seqlen_k - k)) if q < seqlen_q else 0
+                    tree.add((co(r, c), q * stride + k if nbytes > 0 else 0, nbytes))
+                lean = set()
+                pass_rows = 32 // chunks
+                r0, c = lane // chunks, lane % chunks
+                k = key0 + 8 * c
+                key_bytes = 2 * max(0, min(8, seqlen_k - k))
+                src = (row0 + r0) * stride + k
+                for j in range(rows // pass_rows):
+                    r = r0 + pass_rows * j
+                    nbytes = key_bytes if row0 + r < seqlen_q else 0
+                    lean.add((co(r, c), src if nbytes > 0 else 0, nbytes))
+                    src += pass_rows * stride
+                assert tree == lean, (rows, keys, lane, row0, key0, seqlen_q, seqlen_k, stride)
+    print("stage_rows lean ok")
+
+
+stage_rows_lean()
