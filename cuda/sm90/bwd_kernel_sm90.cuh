@@ -965,6 +965,36 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       uint16_t* out = static_cast<uint16_t*>(p.d_bias) +
                       bias_plane(batch, range.head(step), p.d_bias_batch_stride, p.d_bias_head_stride);
       const int q_first = range.m_block(step) * kBlockM, k_first = n_block * kBlockN + cwg * 64;
+#if FLASHSDPA_BIAS_LEAN
+      // (bias_stage.cuh's FLASHSDPA_BIAS_LEAN) The thread's query is the same in every pass below
+      // (tid % 64: 128 threads, 64 queries), its chunks tid / 64 + 2 it: the row check, the
+      // shared-memory column and the d_bias row address once, a pass 16 keys further right (past
+      // seqlen_k, so is every later pass).
+      const int q = tid % 64, c0 = tid / 64;
+      if (q_first + q < seq.seqlen_q) {
+        const uint32_t col = sm.ds_buf(buf) + (cwg * 64 + 8 * c0) * 128 + (q % 8) * 2;
+        uint16_t* row = out + static_cast<int64_t>(q_first + q) * p.d_bias_row_stride + k_first + 8 * c0;
+#pragma unroll
+        for (int it = 0; it < 64 * 8 / 128; ++it) {
+          const int k = k_first + 8 * (c0 + 2 * it);
+          if (k >= seq.seqlen_k) break;
+          uint32_t w[4];
+#pragma unroll
+          for (int r = 0; r < 8; ++r) {  // key row 8 (c0 + 2 it) + r: (row % 8) = r
+            const uint16_t v = ld_shared_u16(col + (16 * it + r) * 128 + (((q / 8) ^ r) << 4));
+            w[r / 2] = r % 2 ? w[r / 2] | (static_cast<uint32_t>(v) << 16) : static_cast<uint32_t>(v);
+          }
+          uint16_t* dst = row + 16 * it;
+          if (k + 8 <= seq.seqlen_k) {
+            *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+          } else {
+#pragma unroll
+            for (int r = 0; r < 8; ++r)
+              if (k + r < seq.seqlen_k) dst[r] = static_cast<uint16_t>(w[r / 2] >> (16 * (r % 2)));
+          }
+        }
+      }
+#else
 #pragma unroll
       for (int it = 0; it < 64 * 8 / 128; ++it) {
         const int idx = tid + 128 * it, q = idx % 64, c = idx / 64;  // query q, keys 8 c .. 8 c + 7
@@ -986,6 +1016,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
             if (k + r < seq.seqlen_k) dst[r] = static_cast<uint16_t>(w[r / 2] >> (16 * (r % 2)));
         }
       }
+#endif
     }
   };
 

@@ -2,8 +2,8 @@
 pair() / at() under PTX's ldmatrix semantics (.x4: lanes 8i..8i+7 give matrix i's row addresses; thread t
 gets row t / 4, columns 2 (t % 4) + {0, 1} of each matrix, or with .trans column t / 4 of rows 2 (t % 4) + {0, 1}),
 with the tiles' chunk_offset formulas copied from the C++; and that each matrix's 8 rows sit on distinct 16-byte
-bank groups; and FLASHSDPA_BIAS_LEAN's stage_rows copies against the tree's (the same copies for every lane).
-Prints "fwd ok" / "bwd ok" / "stage_rows lean ok".
+bank groups; and FLASHSDPA_BIAS_LEAN's stage_rows copies and store_bias_grad stores against the tree's (the
+same for every lane). Prints "fwd ok" / "bwd ok" / "stage_rows lean ok" / "store_bias_grad lean ok".
 
     python3 scripts/dev/ldsm_map_check.py
 """
@@ -90,4 +90,40 @@ def stage_rows_lean() -> None:
     print("stage_rows lean ok")
 
 
+def store_bias_grad_lean() -> None:
+    """FLASHSDPA_BIAS_LEAN's store_bias_grad (bwd_kernel_sm90.cuh) against the tree's: the same
+    (shared-memory element, d_bias element, store kind) set for every thread of a warpgroup."""
+    import random
+
+    rng = random.Random(1)
+    for _ in range(400):
+        q_first, k_first = rng.randrange(0, 512, 64), rng.randrange(0, 512, 64)
+        seqlen_q, seqlen_k = rng.randrange(1, 600), rng.randrange(1, 600)
+        stride = rng.choice([8, 136, 520, 1024])
+        for tid in range(128):
+            tree = set()
+            for it in range(4):
+                idx = tid + 128 * it
+                q, c = idx % 64, idx // 64
+                k = k_first + 8 * c
+                if q_first + q >= seqlen_q or k >= seqlen_k:
+                    continue
+                smem = tuple((8 * c + r) * 128 + (((q // 8) ^ r) << 4) + (q % 8) * 2 for r in range(8))
+                tree.add((smem, (q_first + q) * stride + k, k + 8 <= seqlen_k))
+            lean = set()
+            q, c0 = tid % 64, tid // 64
+            if q_first + q < seqlen_q:
+                col = 8 * c0 * 128 + (q % 8) * 2
+                row = (q_first + q) * stride + k_first + 8 * c0
+                for it in range(4):
+                    k = k_first + 8 * (c0 + 2 * it)
+                    if k >= seqlen_k:
+                        break
+                    smem = tuple(col + (16 * it + r) * 128 + (((q // 8) ^ r) << 4) for r in range(8))
+                    lean.add((smem, row + 16 * it, k + 8 <= seqlen_k))
+            assert tree == lean, (tid, q_first, k_first, seqlen_q, seqlen_k, stride)
+    print("store_bias_grad lean ok")
+
+
 stage_rows_lean()
+store_bias_grad_lean()

@@ -3,9 +3,9 @@
 # for the modifier kernels, each in its own build against the tree (t0), bf16 d64 / d128:
 # - dk: dK late in the sm90 backward's modifier kernels (-DFLASHSDPA_SM90_BWD_DKLATE_MODS=1:
 #   softcap / ALiBi / sinks and the bias; kernel_notes_features.md, "dK late in the modifier kernels").
-# - lean: the staged bias with fewer instructions (-DFLASHSDPA_BIAS_LEAN=1: ldmatrix reads and
-#   strength-reduced copies, the bias forward and backward; same notes, "The staged bias with fewer
-#   instructions").
+# - lean: the bias path with fewer instructions (-DFLASHSDPA_BIAS_LEAN=1: ldmatrix reads, the
+#   staging copies and the backward's gradient rows with their addresses strength-reduced; same
+#   notes, "The staged bias with fewer instructions").
 # Both: default 0, every kernel's SASS byte-identical; with them only the kernels named change,
 # ptxas 13.0 0 spills, no C75xx.
 # 1. The variants' GPU tests (dk: features + masks; lean: masks), NaN-poisoned outputs included.
@@ -14,7 +14,7 @@
 # 3. racecheck of the sanitizer subsets on both variants (last, so that a short call still times).
 # Predictions: dk: softcap 50 backward 74-78% -> 76-82% of plain, bias 2k backward +2-5%, key
 # padding's backward +0-3%, forwards unchanged; lean: bias 2k forward +4-12%, key padding's forward
-# +1-5%, bias backward +0-3%.
+# +1-5%, bias backward +1-4%.
 #   run(command="bash scripts/dev/session51_mods.sh", carry=[".whl"], timeout_s=480)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
