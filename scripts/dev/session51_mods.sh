@@ -8,7 +8,8 @@
 #   notes, "The staged bias with fewer instructions").
 # Both: default 0, every kernel's SASS byte-identical; with them only the kernels named change,
 # ptxas 13.0 0 spills, no C75xx.
-# 1. The variants' GPU tests (dk: features + masks; lean: masks), NaN-poisoned outputs included.
+# 1. The variants' GPU tests (dk: features + masks; lean: masks, mask skip, bias cells, masked decode),
+#    NaN-poisoned outputs included.
 # 2. ROUNDS (3) alternating process rounds: features_timing.py (plain and softcap 50, d128 8k) on t0
 #    and dk, `bench --masks` on all three.
 # 3. racecheck of the sanitizer subsets on both variants (last, so that a short call still times).
@@ -27,8 +28,9 @@ require_copies t0 dk lean
 pkg() { echo "/tmp/pkg_$1/python${SITE:+:$SITE}"; }
 PYTHONPATH="$(pkg dk)" tests "dk: features + masks tests" 150 tests_dk.log $PY -m pytest tests/gpu/test_features_gpu.py \
   tests/gpu/test_masks_gpu.py -q -p no:cacheprovider -n 8
-PYTHONPATH="$(pkg lean)" tests "lean: masks tests" 120 tests_lean.log $PY -m pytest tests/gpu/test_masks_gpu.py \
-  tests/gpu/test_mask_skip_gpu.py -q -p no:cacheprovider -n 8
+PYTHONPATH="$(pkg lean)" tests "lean: bias tests" 150 tests_lean.log $PY -m pytest tests/gpu/test_masks_gpu.py \
+  tests/gpu/test_mask_skip_gpu.py tests/gpu/test_bias_cells_gpu.py tests/gpu/test_masked_decode_gpu.py \
+  -q -p no:cacheprovider -n 8
 ((${#failed[@]})) && finish
 for round in $(seq 1 "${ROUNDS:-3}"); do
   for name in t0 dk lean; do
