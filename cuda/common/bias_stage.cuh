@@ -26,37 +26,7 @@
 #define FLASHSDPA_BIAS_LEAN 0
 #endif
 
-// FLASHSDPA_BIAS_BATCH_INNER (dev A/B, session 49 prepared; 0 default: SASS unchanged): where the
-// bias is one plane per head shared by the batch (bias_batch_stride 0, batch > 1), the sm90
-// kernels' tile orders take the batch innermost among the (head, batch) pairs: the batch's tiles of
-// one head then run together and read the head's bias plane from L2. Head-major with the batch
-// outermost (their order for every other call), a head's plane (8 MB at S 2k, 128 MB for 16 heads)
-// is read from DRAM once per batch element: at the bench's B 8 x H 16 x S 2k, d128, ~1 GB, ~0.3 ms,
-// which is about all of the forward's bias cost (0.75 ms against 0.43 without a bias, session 12).
-#ifndef FLASHSDPA_BIAS_BATCH_INNER
-#define FLASHSDPA_BIAS_BATCH_INNER 0
-#endif
-
 namespace flashsdpa {
-
-// (FLASHSDPA_BIAS_BATCH_INNER) Whether a kernel whose scores take the bias (`bias_kernel`) orders
-// its (head, batch) pairs batch-innermost for this call; a function of the params alone.
-template <typename Params>
-__host__ __device__ __forceinline__ bool bias_batch_inner(const Params& p, bool bias_kernel) {
-  return FLASHSDPA_BIAS_BATCH_INNER && bias_kernel && p.mods.bias != nullptr && p.mods.bias_batch_stride == 0 &&
-         p.batch > 1;
-}
-// Pair index -> (head, batch): heads innermost (every order's default), or the batch.
-__host__ __device__ __forceinline__ void split_pair(int pair, int heads, int batches, bool batch_inner, int& head,
-                                                    int& batch) {
-  if (batch_inner) {
-    batch = pair % batches;
-    head = pair / batches;
-  } else {
-    head = pair % heads;
-    batch = pair / heads;
-  }
-}
 
 // Whether a (B, H, rows, keys) 16-bit tensor's planes and rows all start 16-byte aligned (pointer and
 // the three element strides): the staged bias's 16-byte copies, the backward's 16-byte gradient rows.

@@ -433,18 +433,15 @@ struct BwdGridOrder {
   static constexpr int kDetWaveGroupBlocks = FLASHSDPA_SM90_BWD_DET_WAVE_GROUP_BLOCKS;
   int n_blocks, heads_kv, heads_batches, group;
   bool ascending;
-  bool batch_inner;  // (FLASHSDPA_BIAS_BATCH_INNER) pairs batch-innermost: bias_stage.cuh's bias_batch_inner
   // ordered_dq: the tile's dQ writer keeps turns (d256 / d512 add dQ by reductions from registers
-  // and have no deterministic mode: their order stays the default's). bias_kernel: the kernel's
-  // scores take the bias (kModsBias).
+  // and have no deterministic mode: their order stays the default's).
   __host__ __device__ __forceinline__ BwdGridOrder(const AttnBwdParams& p, int kBlockN, bool ordered_dq,
-                                                    bool waves = false, bool bias_kernel = false)
+                                                    bool waves = false)
       : n_blocks((p.seqlen_k + kBlockN - 1) / kBlockN),
         heads_kv(p.heads_kv),
         heads_batches(p.heads_kv * p.batch),
         group(1),
-        ascending(ascending_of(p)),
-        batch_inner(bias_batch_inner(p, bias_kernel)) {
+        ascending(ascending_of(p)) {
     if (!p.mask.is_none()) {  // Q and dO bytes of one (KV head, batch): its query heads' rows
       const int64_t bytes = int64_t(p.heads_q / p.heads_kv) * p.seqlen_q * (p.head_dim_qk + p.head_dim_v) * 2;
       group = static_cast<int>(max(int64_t(1), min(int64_t(heads_batches), kL2GroupBytes / max(bytes, int64_t(1)))));
@@ -477,7 +474,8 @@ struct BwdGridOrder {
     const int n = static_cast<int>(within / size);
     const int head_batch = first + static_cast<int>(within % size);
     n_block = ascending ? n : n_blocks - 1 - n;
-    split_pair(head_batch, heads_kv, heads_batches / heads_kv, batch_inner, kv_head, batch);
+    kv_head = head_batch % heads_kv;
+    batch = head_batch / heads_kv;
   }
   // Position of key block n_block among the key blocks [n_min, n_max) that add to one query block,
   // in launch order: deterministic mode's turn (0 adds first).
@@ -1639,7 +1637,7 @@ __device__ __forceinline__ void for_each_item(const AttnBwdParams& p, int group,
     // at d128), and the empty asm keeps ptxas from hoisting what it decodes out of the loop.
     int kk = k;
     asm volatile("" : "+r"(kk));
-    const BwdGridOrder order(p, Traits::kBlockN, !Traits::kWide, kWaveGroup<Traits>, Traits::kModsKind == kModsBias);
+    const BwdGridOrder order(p, Traits::kBlockN, !Traits::kWide, kWaveGroup<Traits>);
     const int64_t t = int64_t(blockIdx.x) * group + kk;
     if (t >= int64_t(order.n_blocks) * order.heads_batches) break;
     int n_block, kv_head, batch;
@@ -1665,8 +1663,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
   }
   const bwd_sm90::SmemLayout<Traits> sm((smem_u32(fwd_smem) + 1023u) & ~1023u);
   const AttnBwdParams& p = args.p;
-  const bwd_sm90::BwdGridOrder order(p, Traits::kBlockN, !Traits::kWide, bwd_sm90::kWaveGroup<Traits>,
-                                     Traits::kModsKind == kModsBias);
+  const bwd_sm90::BwdGridOrder order(p, Traits::kBlockN, !Traits::kWide, bwd_sm90::kWaveGroup<Traits>);
   int n_block, kv_head, batch;
   // d512: a cluster's two CTAs are consecutive in x and take the same key block, one column half each
   const int rank = Traits::kSplit ? sm90::cluster_rank() : 0;

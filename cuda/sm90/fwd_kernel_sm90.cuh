@@ -873,11 +873,6 @@ struct PersistentTileScheduler {
   bool head_major;
   int32_t* counter;  // dynamic when non-null (masked calls only)
   int group;         // (head, batch) pairs per section of the dynamic order
-#if FLASHSDPA_BIAS_BATCH_INNER  // (a member only then: with it, ptxas 13.0 renamed registers in the plain d128 kernel)
-  bool batch_inner;  // pairs batch-innermost: bias_stage.cuh's bias_batch_inner
-#else
-  static constexpr bool batch_inner = false;
-#endif
 
   // Tile indices are int32: 2^31 tiles of 64+ query rows would be 16 TB of Q at d64 (the host's
   // launcher refuses a grid past INT_MAX anyway). Narrow indices keep the producer thread, which
@@ -913,7 +908,8 @@ struct PersistentTileScheduler {
     if (head_major) {
       const int head_linear = linear / num_blocks;
       t.block = num_blocks - 1 - (linear - head_linear * num_blocks);
-      split_pair(head_linear, num_heads, batch, batch_inner, t.head, t.batch);
+      t.head = head_linear % num_heads;
+      t.batch = head_linear / num_heads;
     } else if (dynamic()) {
       const int per_section = group * num_blocks;
       const int section = linear / per_section;
@@ -921,11 +917,15 @@ struct PersistentTileScheduler {
       const int size = min(group, num_heads * batch - first);
       const int within = linear - section * per_section;
       t.block = num_blocks - 1 - within / size;
-      split_pair(first + within % size, num_heads, batch, batch_inner, t.head, t.batch);
+      const int head_batch = first + within % size;
+      t.head = head_batch % num_heads;
+      t.batch = head_batch / num_heads;
     } else {
       const int per_block = num_heads * batch;
       t.block = num_blocks - 1 - linear / per_block;
-      split_pair(linear % per_block, num_heads, batch, batch_inner, t.head, t.batch);
+      const int rest = linear % per_block;
+      t.head = rest % num_heads;
+      t.batch = rest / num_heads;
     }
     return t;
   }
@@ -965,11 +965,7 @@ template <typename Traits>
 __host__ __device__ inline PersistentTileScheduler fwd_sm90_scheduler(const AttnFwdParams& p, int group = 1) {
   const int num_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   return PersistentTileScheduler{num_blocks, p.heads_q, p.batch, p.mask.is_none(),
-                                 fwd_sm90_dynamic<Traits>(p) ? p.tile_counter : nullptr, group
-#if FLASHSDPA_BIAS_BATCH_INNER
-                                 , bias_batch_inner(p, Traits::kModsKind == kModsBias)
-#endif
-  };
+                                 fwd_sm90_dynamic<Traits>(p) ? p.tile_counter : nullptr, group};
 }
 
 // The split tail a persistent launch of this kernel runs (tile_scheduler.cuh's TailSplit; tiles 0:

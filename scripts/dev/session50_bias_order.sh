@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# session50_bias_order.sh (prepared in session 49: compiled only), one call, ~4 minutes: the sm90
+# session50_bias_order.sh (prepared in session 49: compiled only; run in session 50, lost: the define
+# now lives in scripts/dev/ab/bias_batch_inner.patch, apply it first), one call, ~4 minutes: the sm90
 # kernels' tile orders with the batch innermost where the bias is one plane per head shared by the
 # batch (-DFLASHSDPA_BIAS_BATCH_INNER=1; default 0, every sm90 kernel's SASS byte-identical; 0 spills
 # with it, bf16 d64 / d128 forward and backward). Issue 14's bias rows (B 8 x H 16 x S 2k, d128, a

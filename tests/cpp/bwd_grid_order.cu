@@ -10,8 +10,7 @@
 // - turns over [n_min, n_max) are 0 .. n_max - n_min - 1, each once;
 // all of it in the default mode and in deterministic mode (whose dense calls launch grouped over a
 // wave's heads: num_sms 132, and 1, where a group is one head), and for the plain kernel's wave
-// groups of masked calls with few key blocks (`waves`: Sk <= 2048 here), and for the bias kernels
-// with a bias shared by the batch (FLASHSDPA_BIAS_BATCH_INNER builds: the batch innermost).
+// groups of masked calls with few key blocks (`waves`: Sk <= 2048 here).
 // Built and run by tests/test_bwd_grid_order.py when nvcc is found; prints "ok <problems>" or the
 // first failures and exits 1.
 #include <cstdint>
@@ -35,8 +34,8 @@ void fail(const char* what, const fs::AttnBwdParams& p, long a = -1, long b = -1
 
 constexpr int kBlockN = 128;
 
-void check(const fs::AttnBwdParams& p, bool waves, bool bias_kernel) {
-  const fs::bwd_sm90::BwdGridOrder order(p, kBlockN, true, waves, bias_kernel);
+void check(const fs::AttnBwdParams& p, bool waves) {
+  const fs::bwd_sm90::BwdGridOrder order(p, kBlockN, true, waves);
   const int n_blocks = order.n_blocks, pairs = order.heads_batches;
   const long items = static_cast<long>(n_blocks) * pairs;
   std::vector<long> index_of(items, -1);  // by (pair, n_block)
@@ -121,11 +120,8 @@ int main() {
             for (int d : {64, 128})
               for (const fs::MaskSpec& mask : masks)
                 for (int det : {0, 1})
-                  for (bool waves : {false, true})
-                  for (bool bias : {false, true}) {  // (a bias plane shared by the batch)
+                  for (bool waves : {false, true}) {
                   fs::AttnBwdParams p{};
-                  static const uint16_t plane = 0;
-                  p.mods.bias = bias ? &plane : nullptr;
                   p.deterministic = det != 0;
                   p.num_sms = seqlen_q == 300 ? 1 : 132;
                   p.seqlen_k = seqlen_k;
@@ -137,7 +133,7 @@ int main() {
                   p.mask = mask;
                   // (the launcher's choice; always false unless FLASHSDPA_SM90_BWD_DET_DESCEND)
                   p.dq_turns_descending = fs::bwd_sm90::BwdGridOrder::det_descends(p, kBlockN, true, waves);
-                  check(p, waves, bias);
+                  check(p, waves);
                   ++problems;
                 }
   // 8192 key blocks x 262143 (KV head, batch) pairs: 2,147,475,456 items, 8,191 below INT_MAX.
