@@ -572,15 +572,14 @@ def assert_unbiased(outs: Tensor, expected: Tensor, directions: int = 8) -> None
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_host_replay(source: str, workdir: Path, defines: tuple[str, ...] = ()) -> str:
+def run_host_replay(source: str, workdir: Path) -> str:
     """Builds tests/cpp/<source> with nvcc as host code (the kernels' headers from cuda/ and
-    backend/include; ``defines``: -D flags, a dev variant's) and runs it: a replay of device logic
-    on the CPU, which prints "ok ..." when every case passed. Returns that line; asserts the build
-    and the run."""
+    backend/include) and runs it: a replay of device logic on the CPU, which prints "ok ..." when
+    every case passed. Returns that line; asserts the build and the run."""
     exe = workdir / Path(source).stem
     build = subprocess.run(
-        ["nvcc", "-std=c++17", "-O2", "--expt-relaxed-constexpr", "-arch=sm_80", *defines, "-I",
-         str(ROOT / "backend/include"), "-I", str(ROOT / "cuda"), str(ROOT / "tests/cpp" / source), "-o", str(exe)],
+        ["nvcc", "-std=c++17", "-O2", "--expt-relaxed-constexpr", "-arch=sm_80", "-I", str(ROOT / "backend/include"),
+         "-I", str(ROOT / "cuda"), str(ROOT / "tests/cpp" / source), "-o", str(exe)],
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert build.returncode == 0, build.stdout + build.stderr

@@ -68,18 +68,6 @@
 #ifndef FLASHSDPA_SM90_BWD_WAVE_WIDE
 #define FLASHSDPA_SM90_BWD_WAVE_WIDE 2048
 #endif
-// FLASHSDPA_SM90_BWD_DET_DESCEND (dev A/B, session 49 prepared; 0 default: SASS unchanged):
-// deterministic mode's wave groups (masked calls of at most kDetWaveGroupBlocks key blocks, a wave
-// holding all of a head's key blocks, which walk its query blocks in step) launch and take their dQ
-// turns shortest key block first. Ascending (the default), causal key block n adds after the n
-// longer ones at every query block, and its adds lag that many hand-overs behind its steps to its
-// end; descending, the lag starts at (N - 1 - n) hand-overs and shrinks to none at its last step.
-// A model of the chain (scripts/dev/det_chain_sim.py) says it pays only if a hand-over is long
-// (~6,000 cycles: -7% at 1k causal), not at session 47's ~2,300 (kernel_notes_bwd_sm90.md,
-// "Deterministic turns shortest first").
-#ifndef FLASHSDPA_SM90_BWD_DET_DESCEND
-#define FLASHSDPA_SM90_BWD_DET_DESCEND 0
-#endif
 // FLASHSDPA_SM90_BWD_GROUP_D128 (dev A/B, session 43 prepared; 0 default: no extra kernel, SASS
 // unchanged): the plain d128 kernel's grouped form, at the plain kernel's 24 / 240 registers, with
 // the producer's 92 bytes of spills (ptxas 13.0; its consumers need their 240). Whether a spill in
@@ -195,11 +183,7 @@ struct BwdTraitsSm90 {
   // in its dQ GEMM (the one barrier per step orders i against i-2). Two dQ staging buffers: the
   // writer warp's bulk reduce-add of step i-1 reads one while the consumers fill the other.
   // d512: x_full and x_empty of each consumer warpgroup's exchange slot; kGrouped: kv_empty.
-  // (FLASHSDPA_SM90_BWD_DET_DESCEND) a word per dQ staging buffer after the barriers: the staged
-  // tile's dQ turn, written by the consumers, so the writer holds no turn arithmetic.
-  static constexpr bool kDqTurnWords = FLASHSDPA_SM90_BWD_DET_DESCEND && !kWide;
-  static constexpr int kBarrierBytes =
-      8 * (1 + 4 * kStages + 2 * kDqBufs + (kSplit ? 4 : 0) + (kGrouped ? 1 : 0) + (kDqTurnWords ? kDqBufs : 0));
+  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages + 2 * kDqBufs + (kSplit ? 4 : 0) + (kGrouped ? 1 : 0));
   // The tall step's P^T (keys x queries, dS^T's layout; each warpgroup its own 64 rows), the A of
   // its dV GEMM from shared memory (SS): held as the RS form's 16-bit registers beside P^T, dP^T,
   // dV and dK it peaked at 245 live and serialized the wgmmas (C7512, 64-byte spill); dS^T from
@@ -381,8 +365,6 @@ struct SmemLayout {
   __device__ __forceinline__ uint32_t kv_empty() const {
     return bars + 8 * (1 + 4 * Traits::kStages + 2 * Traits::kDqBufs + (Traits::kSplit ? 4 : 0));
   }
-  // (kDqTurnWords) staging buffer b's dQ turn.
-  __device__ __forceinline__ uint32_t dq_turn(int b) const { return kv_empty() + 8 * ((Traits::kGrouped ? 1 : 0) + b); }
   __device__ __forceinline__ uint32_t x_slot(int w) const { return x + w * (Traits::kXBytes / 2); }
   __device__ __forceinline__ uint32_t q_slot(int s) const { return q + s * Traits::kQBytes; }
   __device__ __forceinline__ uint32_t do_slot(int s) const { return dout + s * Traits::kQBytes; }
@@ -441,7 +423,7 @@ struct BwdGridOrder {
         heads_kv(p.heads_kv),
         heads_batches(p.heads_kv * p.batch),
         group(1),
-        ascending(ascending_of(p)) {
+        ascending(p.mask.has_right()) {
     if (!p.mask.is_none()) {  // Q and dO bytes of one (KV head, batch): its query heads' rows
       const int64_t bytes = int64_t(p.heads_q / p.heads_kv) * p.seqlen_q * (p.head_dim_qk + p.head_dim_v) * 2;
       group = static_cast<int>(max(int64_t(1), min(int64_t(heads_batches), kL2GroupBytes / max(bytes, int64_t(1)))));
@@ -480,25 +462,7 @@ struct BwdGridOrder {
   // Position of key block n_block among the key blocks [n_min, n_max) that add to one query block,
   // in launch order: deterministic mode's turn (0 adds first).
   __host__ __device__ __forceinline__ int turn(int n_block, int n_min, int n_max) const {
-    return turn_as(ascending, n_block, n_min, n_max);
-  }
-  __host__ __device__ __forceinline__ static int turn_as(bool asc, int n_block, int n_min, int n_max) {
-    return asc ? n_block - n_min : n_max - 1 - n_block;
-  }
-  // Ascending key blocks (the longest first where the right side is bounded), unless the launcher
-  // asked for deterministic turns shortest first (p.dq_turns_descending: det_descends below). A
-  // function of the params alone, which the launch order and the consumers that publish each
-  // staged tile's turn (kDqTurnWords) read alike.
-  __host__ __device__ __forceinline__ static bool ascending_of(const AttnBwdParams& p) {
-    return FLASHSDPA_SM90_BWD_DET_DESCEND ? p.mask.has_right() != p.dq_turns_descending : p.mask.has_right();
-  }
-  // (FLASHSDPA_SM90_BWD_DET_DESCEND) Whether a kernel that takes the wave groups (`waves`) with
-  // turns kept in order should run a call's deterministic turns shortest first: masked, at most
-  // kDetWaveGroupBlocks key blocks, where a wave holds all of a head's key blocks.
-  __host__ __device__ __forceinline__ static bool det_descends(const AttnBwdParams& p, int kBlockN, bool ordered_dq,
-                                                                 bool waves) {
-    return FLASHSDPA_SM90_BWD_DET_DESCEND && waves && ordered_dq && p.deterministic && p.mask.has_right() &&
-           (p.seqlen_k + kBlockN - 1) / kBlockN <= kDetWaveGroupBlocks;
+    return ascending ? n_block - n_min : n_max - 1 - n_block;
   }
 };
 
@@ -729,13 +693,9 @@ __device__ __forceinline__ void write_dq(const AttnBwdParams& p, const SmemLayou
     BlockMask m = mask;
     int nb = n_block;
     asm volatile("" : "+r"(m.seqlen_q), "+r"(nb));
-    int turn = -1;
-    if constexpr (Traits::kDqTurnWords) {  // (the consumers wrote it before their dq_full arrival)
-      if (sem != nullptr) asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(turn) : "r"(sm.dq_turn(b)) : "memory");
-    } else if (sem != nullptr) {
-      turn = order.turn(nb, m.template n_block_min<Traits::kBlockM, Traits::kBlockN>(m_block),
-                        m.template n_block_max<Traits::kBlockM, Traits::kBlockN>(m_block));
-    }
+    const int turn = sem == nullptr ? -1
+                                    : order.turn(nb, m.template n_block_min<Traits::kBlockM, Traits::kBlockN>(m_block),
+                                                 m.template n_block_max<Traits::kBlockM, Traits::kBlockN>(m_block));
     if (first_store && turn == 0) {
       // The block's first tile: a plain copy onto the unzeroed accumulator; the others add once
       // it has landed (the word turns 1).
@@ -895,15 +855,6 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
           asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[0][j][2 * h]), "f"(dq[0][j][2 * h + 1])
                        : "memory");
         }
-      }
-    }
-    if constexpr (Traits::kDqTurnWords) {
-      if (cwg == 0 && tid == 0) {  // (published by the dq_full arrival below)
-        const int mb = range.m_block(step);
-        const int turn = BwdGridOrder::turn_as(BwdGridOrder::ascending_of(p), n_block,
-                                               mask.template n_block_min<kBlockM, kBlockN>(mb),
-                                               mask.template n_block_max<kBlockM, kBlockN>(mb));
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sm.dq_turn(buf)), "r"(turn) : "memory");
       }
     }
     sm90::fence_async_shared();

@@ -105,8 +105,6 @@ cudaError_t run_bwd_sm90_with(const AttnBwdParams& params_in, cudaStream_t strea
     params.dq_first_store = false;
     params.dq_semaphore = nullptr;
   }
-  params.dq_turns_descending =
-      bwd_sm90::BwdGridOrder::det_descends(params, Traits::kBlockN, !Traits::kWide, bwd_sm90::kWaveGroup<Traits>);
   BwdSm90Args args;
   args.group = group;
   cudaError_t err = encode_bwd_sm90<Traits>(params, args);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# session50_det_descend.sh (prepared in session 49: compiled only), one call, ~5 minutes: deterministic
+# session50_det_descend.sh (prepared in session 49: compiled only; run in session 50, not adopted: the
+# define now lives in scripts/dev/ab/bwd_det_descend.patch, apply it first), one call, ~5 minutes: deterministic
 # turns shortest key block first (-DFLASHSDPA_SM90_BWD_DET_DESCEND=1; default 0, SASS byte-identical;
 # ptxas 13.0: 0 spills but a 4-byte one-time spill in d128's modifier kernel; the consumers write
 # each staged tile's turn into shared memory for the writer), and session 49's

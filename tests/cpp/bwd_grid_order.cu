@@ -131,8 +131,6 @@ int main() {
                   p.batch = batch;
                   p.head_dim_qk = p.head_dim_v = d;
                   p.mask = mask;
-                  // (the launcher's choice; always false unless FLASHSDPA_SM90_BWD_DET_DESCEND)
-                  p.dq_turns_descending = fs::bwd_sm90::BwdGridOrder::det_descends(p, kBlockN, true, waves);
                   check(p, waves);
                   ++problems;
                 }

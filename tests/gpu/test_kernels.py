@@ -326,8 +326,7 @@ def test_bwd_deterministic_head_groups(
 # group, every key block of a group's heads in one wave, their dQ turns chaining from the first step.
 # 8 key blocks (groups of 17 pairs on a 132-SM part) and 3 (groups of 44), with more pairs than one
 # group: a full group and a partial one; causal top-left and bottom-right (Sq != Sk), GQA. Every dQ
-# tile must land once, in the same order every run (FLASHSDPA_SM90_BWD_DET_DESCEND, a dev A/B, runs
-# this order's turns shortest key block first).
+# tile must land once, in the same order every run.
 @pytest.mark.parametrize("causal", ["top_left", "bottom_right"])
 @pytest.mark.parametrize("seqlen_k,batch", [(1000, 3), (300, 5)], ids=["8_blocks", "3_blocks"])
 @pytest.mark.parametrize("head_dim", [64, 128])

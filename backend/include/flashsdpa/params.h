@@ -259,9 +259,6 @@ struct AttnBwdParams : AttnFwdParams {
   // preprocess's first-store zeroing and the postprocess's counts read it. Any other value reads as 64.
   int32_t dq_sem_rows;
   int32_t bwd_tile;    // the family's backward tile, chosen once by the host (FamilyCaps::bwd_plan)
-  // The sm90 backward's deterministic turns and launch order run shortest key block first (its
-  // launcher sets it: bwd_kernel_sm90.cuh's FLASHSDPA_SM90_BWD_DET_DESCEND, a dev A/B; else false).
-  bool dq_turns_descending;
 };
 
 // The bias-summary kernel's arguments (cuda/common/bias_cells_summary.cu; filled by
