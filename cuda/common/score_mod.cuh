@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "common/bias_cells.cuh"
+#include "common/bias_stage.cuh"  // (FLASHSDPA_BIAS_LEAN: add_bias reads a staged tile with its quad())
 #include "common/seqlen.cuh"
 #include "flashsdpa/params.h"
 
@@ -213,12 +214,6 @@ __device__ __forceinline__ void add_bias_pair(float& s0, float& s1, const uint16
 // warp's tile in shared memory (bias_stage.cuh's WarpBiasTile, the sm90 forward: one m16 tile
 // per warp, staged with zeros outside the sequence, so every pair is read unconditionally).
 struct GlobalBias {};
-
-// FLASHSDPA_BIAS_LEAN (bias_stage.cuh: dev A/B, session 50; 0 default: SASS unchanged): a staged
-// tile's fragments read with ldmatrix (bias_stage.cuh's quad), four of them a warp instruction.
-#ifndef FLASHSDPA_BIAS_LEAN
-#define FLASHSDPA_BIAS_LEAN 0
-#endif
 
 template <ScoreLayout kLayout = ScoreLayout::kQueryRows, int kMT, int kNT, typename Staged = GlobalBias>
 __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMods& m, DType dtype, int batch,

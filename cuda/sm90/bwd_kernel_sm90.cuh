@@ -68,6 +68,12 @@
 #ifndef FLASHSDPA_SM90_BWD_WAVE_WIDE
 #define FLASHSDPA_SM90_BWD_WAVE_WIDE 2048
 #endif
+// FLASHSDPA_SM90_BWD_DKLATE_MODS (dev A/B, session 50 prepared; 0 default: SASS unchanged): the
+// modifier kernels (softcap / ALiBi / sinks, the bias) issue dK late as the plain d128 kernel does
+// (BwdTraitsSm90::kDkLate; kernel_notes_features.md, "dK late in the modifier kernels").
+#ifndef FLASHSDPA_SM90_BWD_DKLATE_MODS
+#define FLASHSDPA_SM90_BWD_DKLATE_MODS 0
+#endif
 // FLASHSDPA_SM90_BWD_GROUP_D128 (dev A/B, session 43 prepared; 0 default: no extra kernel, SASS
 // unchanged): the plain d128 kernel's grouped form, at the plain kernel's 24 / 240 registers, with
 // the producer's 92 bytes of spills (ptxas 13.0; its consumers need their 240). Whether a spill in
@@ -257,9 +263,6 @@ struct BwdTraitsSm90 {
   // Measured (H200, bf16 d128, 3 interleaved rounds, late / early, session 19,
   // scripts/dev/bwd_dklate_ab.sh at 77b4e43): S 2k 1.020, causal 1.006; 8k 0.997, causal 1.022;
   // GQA 16/4 8k 1.071, causal 1.052; 2k 1.045, causal 1.052. Same registers (no spill, 232 live).
-#ifndef FLASHSDPA_SM90_BWD_DKLATE_MODS  // (dev A/B, session 50: the modifier kernels' dK late too)
-#define FLASHSDPA_SM90_BWD_DKLATE_MODS 0
-#endif
   static constexpr bool kDkLate = !kOverlap && (!kMods || FLASHSDPA_SM90_BWD_DKLATE_MODS) && !kDropout;
   // The consumer warpgroup's index ptxas can prove uniform (sm90::consumer_warpgroup: K's and V's
   // descriptors, the warpgroup's rows, in uniform registers), d256 only: its R2UR 131 -> 44. Session 41 (H100, 3 alternating rounds of bwd_ab.py, against
