@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -102,25 +103,40 @@ def test_overhead_report(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capture
     for field in ("equal_us_per_call", "grad_us_per_call", "step_us_per_call", "bwd_us_per_call"):
         assert set(o[field]) == sides, field
     us, grad, step, bwd = o["us_per_call"], o["grad_us_per_call"], o["step_us_per_call"], o["bwd_us_per_call"]
-    assert o["shim_overhead_us"] == pytest.approx(us["flashsdpa-sdpa"] - us["torch-flash"])
-    assert o["grad_shim_overhead_us"] == pytest.approx(grad["flashsdpa-sdpa"] - grad["torch-flash"])
-    assert o["step_shim_overhead_us"] == pytest.approx(step["flashsdpa-sdpa"] - step["torch-flash"])
+    rounds = o["us_rounds"]  # every variant's per-round times, in round order
+    assert set(rounds) == set(o["us_spread"]) and all(len(r) in (0, 3) for r in rounds.values())
+    for name, times in rounds.items():  # the medians reported are those of the rounds kept
+        assert (o["us_spread"][name] is None) == (not times)
+
+    def paired(ours: list[float], theirs: list[float]) -> float | None:  # the bars: medians of differences
+        return statistics.median(a - b for a, b in zip(ours, theirs, strict=True)) if ours and theirs else None
+
+    def back(side: str) -> list[float]:
+        return [s - g for s, g in zip(rounds[f"{side} (step)"], rounds[f"{side} (grad)"], strict=True)]
+
+    assert us["flashsdpa-sdpa"] == pytest.approx(statistics.median(rounds["flashsdpa-sdpa"]))
+    assert o["shim_overhead_us"] == pytest.approx(paired(rounds["flashsdpa-sdpa"], rounds["torch-flash"]))
+    for road in ("grad", "step"):
+        field = f"{road}_shim_overhead_us"
+        assert o[field] == pytest.approx(paired(rounds[f"flashsdpa-sdpa ({road})"], rounds[f"torch-flash ({road})"]))
     for side in sides:  # the backward alone: the step less its forward, on each side
         assert bwd[side] == pytest.approx(step[side] - grad[side])
-    assert o["bwd_shim_overhead_us"] == pytest.approx(bwd["flashsdpa-sdpa"] - bwd["torch-flash"])
+    assert o["bwd_shim_overhead_us"] == pytest.approx(paired(back("flashsdpa-sdpa"), back("torch-flash")))
     if not o["status"]:
-        equal = o["equal_us_per_call"]
-        assert o["equal_shim_overhead_us"] == pytest.approx(equal["flashsdpa-sdpa"] - equal["torch-flash"])
+        assert o["equal_shim_overhead_us"] == pytest.approx(
+            paired(rounds["flashsdpa-sdpa (aten)"], rounds["torch-flash (aten)"]))  # fmt: skip
     else:  # unsupported rows give no figure, never a made-up one
         assert o["equal_shim_overhead_us"] is None
     unserved = o["unserved_step_us_per_call"]  # float32: PyTorch's kernels on both sides
     assert set(unserved) == {"torch-default", "flashsdpa-sdpa"} and all(v is not None for v in unserved.values())
-    assert o["unserved_step_overhead_us"] == pytest.approx(unserved["flashsdpa-sdpa"] - unserved["torch-default"])
+    assert o["unserved_step_overhead_us"] == pytest.approx(
+        paired(rounds["flashsdpa-sdpa (unserved)"], rounds["torch-default (unserved)"]))  # fmt: skip
     attention = o["attention_step_us_per_step"]  # issue 9's attention-only small step
     assert o["attention_step_shape"] == [1, 2, 16, 8]
     assert set(attention) == {"torch-flash", "torch-cudnn", "torch-default", "flashsdpa-sdpa"}
     assert all(attention[name] is not None for name in ("torch-flash", "torch-default", "flashsdpa-sdpa"))
-    assert o["attention_step_vs_flash_us"] == pytest.approx(attention["flashsdpa-sdpa"] - attention["torch-flash"])
+    assert o["attention_step_vs_flash_us"] == pytest.approx(
+        paired(rounds["flashsdpa-sdpa (attention step)"], rounds["torch-flash (attention step)"]))  # fmt: skip
     if attention["torch-cudnn"] is None:
         assert o["attention_step_vs_cudnn_us"] is None
     assert (o["rounds"], o["calls_per_round"]) == (3, 2) and len(o["us_spread"]) == 15

@@ -107,6 +107,40 @@ def test_cpu_calls_inside_enable_are_counted(caplog: pytest.LogCaptureFixture) -
     ] * 2
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("cuda", [False, True], ids=["cpu", "cuda-lookalike"])
+def test_float_calls_are_counted_as_the_general_road_reports_them(
+    dtype: torch.dtype, cuda: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    fake_build: Any,
+) -> None:  # fmt: skip
+    # A float32 / float64 call (or a CPU one) is counted without its reason being formed
+    # (entry._float_cell) unless fallbacks are logged or warned about; stats() must read the same
+    # either way. The counted road must not form the reason at all.
+    if cuda:
+        monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(entry, "_REFUSED", {})
+    q = torch.randn(1, 2, 8, 16, dtype=dtype)
+    general = entry._unserved_reason
+
+    def not_formed(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the counted road formed the reason")
+
+    seen = []
+    for logged in (False, True):
+        monkeypatch.setattr(entry, "_unserved_reason", general if logged else not_formed)
+        flashsdpa.reset_stats()
+        with flashsdpa.enable(), caplog.at_level(logging.DEBUG if logged else logging.WARNING, logger="flashsdpa"):
+            out = F.scaled_dot_product_attention(q, q, q)
+            F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        torch.testing.assert_close(out, torch._C._nn.scaled_dot_product_attention(q, q, q), rtol=0, atol=0)
+        seen.append((flashsdpa.stats()["ops"][SDPA_ENTRY], entry_fallbacks(), flashsdpa.stats()["fallback"]))
+        assert len(caplog.records) == 2 * logged
+    reason = f"query.dtype={dtype}: needs float16 or bfloat16" if cuda else "device cpu: needs a CUDA device"
+    assert seen[0] == seen[1] == ({"served": 0, "fallback": 2}, {f"{SDPA_ENTRY}: {reason}": 2}, 2)
+    flashsdpa.reset_stats()
+    assert entry_fallbacks() == {}
+
+
 @contextlib.contextmanager
 def _decode_path_without_bias() -> Any:
     """A stand-in build whose decode path takes no modifier: a decode-sized masked call keeps its

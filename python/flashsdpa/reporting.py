@@ -62,9 +62,14 @@ def int64_cells(n: int) -> Counts:
 REPORT_EACH_CALL = int64_cells(1)
 
 
+def reports_each_call() -> bool:
+    """Whether a fallback is warned about or logged now (a logger level set while active counts)."""
+    return _warn_fallbacks or log.isEnabledFor(logging.DEBUG)
+
+
 def report_each_call() -> bool:
     """Refresh and return REPORT_EACH_CALL: True while a fallback is warned about or logged."""
-    each = _warn_fallbacks or log.isEnabledFor(logging.DEBUG)
+    each = reports_each_call()
     REPORT_EACH_CALL[0] = int(each)
     return each
 

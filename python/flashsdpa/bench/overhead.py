@@ -58,6 +58,14 @@ def _minus(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
+def _paired(ours: list[float], theirs: list[float]) -> float | None:
+    """The median over rounds of ours - theirs, each round's pair timed one after the other: the
+    host's drift between rounds (an H200 host's float32 step spread 158-411 us over 61 rounds in
+    session 25) cancels in each pair instead of widening both medians."""
+    n = min(len(ours), len(theirs))
+    return statistics.median(ours[i] - theirs[i] for i in range(n)) if n else None
+
+
 def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200) -> dict[str, Any]:
     """Wall microseconds per call on a tiny shape, where the GPU work is negligible and the host
     path (Python, dispatcher, router, launch) is what is measured: SDPA inside flashsdpa.enable()
@@ -70,7 +78,9 @@ def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200
     all alike) and each variant's median round is reported, with the spread of its rounds. 41
     rounds of 200 calls (about 3 seconds on an H200 host): with 9, past reports varied by several
     microseconds from run to run (PyTorch's flash 18-23 us, SDPA inside enable() 30-37 us), as much
-    as the effects measured.
+    as the effects measured. The overheads (the bars) are medians of per-round differences, not
+    differences of the two medians (session 51: the unserved float32 step read +2.5, +13.6, +5.9 us
+    in sessions 48-50 by the latter, on hosts whose speed moved more than that between rounds).
     """
     q, k, v = (torch.randn(OVERHEAD_SHAPE, device="cuda", dtype=dtype) for _ in range(3))
     leaves = (q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_())
@@ -124,8 +134,13 @@ def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200
     def by_side(road: str) -> dict[str, float | None]:
         return {side: us[f"{side} ({road})"] for side in _SIDES}
 
-    def overhead(values: dict[str, float | None]) -> float | None:
-        return _minus(values["flashsdpa-sdpa"], values["torch-flash"])
+    def overhead(road: str, against: str = "torch-flash") -> float | None:
+        """Ours over PyTorch on ``road``: the median of per-round differences (see _paired)."""
+        suffix = "" if road == "sdpa" else f" ({road})"
+        return _paired(samples[f"flashsdpa-sdpa{suffix}"], samples[f"{against}{suffix}"])
+
+    def backward(side: str) -> list[float]:  # per round: the step less its forward
+        return [s - g for s, g in zip(samples[f"{side} (step)"], samples[f"{side} (grad)"])]
 
     grad, step = by_side("grad"), by_side("step")
     bwd = {side: _minus(step[side], grad[side]) for side in _SIDES}
@@ -137,24 +152,25 @@ def overhead_us(dtype: torch.dtype, rounds: int = 41, calls_per_round: int = 200
         "dtype": str(dtype).removeprefix("torch."),
         "us_per_call": {name: us[name] for name in ("torch-flash", "flashsdpa-sdpa", "flashsdpa")},
         # F.sdpa without grad: not equal work (PyTorch's flash writes the LSE, our eager path not).
-        "shim_overhead_us": overhead({side: us[side] for side in _SIDES}),
+        "shim_overhead_us": overhead("sdpa"),
         "equal_us_per_call": by_side("aten"),
-        "equal_shim_overhead_us": overhead(by_side("aten")),
+        "equal_shim_overhead_us": overhead("aten"),
         "grad_us_per_call": grad,
-        "grad_shim_overhead_us": overhead(grad),
+        "grad_shim_overhead_us": overhead("grad"),
         "step_us_per_call": step,
-        "step_shim_overhead_us": overhead(step),
+        "step_shim_overhead_us": overhead("step"),
         "bwd_us_per_call": bwd,
-        "bwd_shim_overhead_us": overhead(bwd),
+        "bwd_shim_overhead_us": _paired(backward("flashsdpa-sdpa"), backward("torch-flash")),
         "unserved_step_us_per_call": unserved,
-        "unserved_step_overhead_us": _minus(unserved["flashsdpa-sdpa"], unserved["torch-default"]),
+        "unserved_step_overhead_us": overhead("unserved", "torch-default"),
         "attention_step_shape": list(ATTENTION_STEP_SHAPE),
         "attention_step_us_per_step": attention,
-        "attention_step_vs_flash_us": _minus(attention["flashsdpa-sdpa"], attention["torch-flash"]),
-        "attention_step_vs_cudnn_us": _minus(attention["flashsdpa-sdpa"], attention["torch-cudnn"]),
+        "attention_step_vs_flash_us": overhead("attention step"),
+        "attention_step_vs_cudnn_us": overhead("attention step", "torch-cudnn"),
         "bars_us": dict(OVERHEAD_BARS_US),
         "status": status,
         "us_spread": {name: [min(s), max(s)] if s else None for name, s in samples.items()},
+        "us_rounds": samples,
         "rounds": rounds,
         "calls_per_round": calls_per_round,
     }

@@ -138,7 +138,8 @@ def print_overhead(o: dict[str, Any] | None) -> None:
         print(f"  {name:<16} {cells}  {notes}".rstrip())
     overheads = ("shim_overhead_us", "equal_shim_overhead_us", "grad_shim_overhead_us", "step_shim_overhead_us",
                  "bwd_shim_overhead_us")  # fmt: skip
-    print(f"  {'shim overhead':<16} " + " ".join(_fmt(o.get(field), 8) for field in overheads))
+    print(f"  {'shim overhead':<16} " + " ".join(_fmt(o.get(field), 8) for field in overheads)
+          + "  (medians of per-round differences)")  # fmt: skip
     print("  (no grad: F.sdpa, where our eager path skips the LSE PyTorch's flash writes, so not equal work; "
           "equal: the aten flash op, both writing it; grad fwd: inputs that require grad, through autograd and "
           "the routers; step: forward + backward, the headline; bwd: step - grad fwd)")  # fmt: skip
