@@ -4,7 +4,8 @@
 # and 3.9 TB/s (issue 11), d128 8k forward 720 / backward 630 / 540 TFLOP/s and the 8k cells
 # against cuDNN (issues 12, 13), the small model's bf16 train step <= FA2 only and fp32 within 2%
 # (issue 9, 9 rounds), the deterministic backward within 15% of the default (issue 13, session 46's
-# bench part). Refuses to run on another card: these bars are the H200's.
+# bench part), issue 14's bias rows (session 51). Refuses to run on another card: these bars are
+# the H200's.
 #   run(command="bash scripts/dev/h200_bars.sh", carry=[".whl"], timeout_s=540, kind="nvidia-h200")
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,5 +22,7 @@ timed "bench d128 8k" 200 sweep.log $PY -m flashsdpa bench --sweep --no-overhead
 timed "bench deterministic" 90 det.log $PY -m flashsdpa bench --deterministic --rounds 3 --out /tmp/b_det
 timed "bench small models" 150 models.log $PY -m flashsdpa bench --models --model-cases "small train" --rounds 9 \
   --out /tmp/b_models
-for log in decode sweep det models; do echo "==== $log"; tail -30 "$OUT/$log.log"; done
+# Session 51: issue 14's bias rows (420 / 300 TFLOP/s, set on the H200; H100s read 410-415 / 223-227).
+timed "bench masks" 150 masks.log $PY -m flashsdpa bench --masks --rounds 3 --out /tmp/b_masks
+for log in decode sweep det models masks; do echo "==== $log"; tail -30 "$OUT/$log.log"; done
 finish
