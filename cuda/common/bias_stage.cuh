@@ -19,13 +19,6 @@
 
 #include "common/ptx.cuh"
 
-// FLASHSDPA_BIAS_LEAN (dev A/B, session 50 prepared; 0 default: SASS unchanged): the staged bias
-// with fewer instructions on the consumers' path: stage_rows' 16-byte copies with their addresses
-// strength-reduced, and the tiles' fragments read with ldmatrix (quad(), score_mod.cuh's add_bias).
-#ifndef FLASHSDPA_BIAS_LEAN
-#define FLASHSDPA_BIAS_LEAN 0
-#endif
-
 namespace flashsdpa {
 
 // Whether a (B, H, rows, keys) 16-bit tensor's planes and rows all start 16-byte aligned (pointer and
@@ -49,12 +42,14 @@ __device__ __forceinline__ void stage_rows(uint32_t base, const uint16_t* plane,
   if (aligned16) {
     constexpr int kChunks = kKeys / 8;
     static_assert(kRows * kChunks % 32 == 0, "whole passes of 16-byte copies per warp");
-#if FLASHSDPA_BIAS_LEAN
-    // The same copies (copy j: row lane / kChunks + j 32 / kChunks, chunk lane % kChunks), with
-    // what does not change from pass to pass computed once: the lane's keys and their byte count,
-    // its first row's address (one 64-bit multiply), then a 64-bit add a pass. The form below
-    // recomputes q * row_stride and the key bound per copy: ptxas 13.0 keeps ~10 instructions of
-    // address arithmetic a copy (an IMAD.WIDE, IMADs, a LEA pair under predicates) in the forward.
+    // Copy j: row lane / kChunks + j 32 / kChunks, chunk lane % kChunks. What does not change from
+    // pass to pass is computed once (the lane's keys and their byte count, its first row's address:
+    // one 64-bit multiply), then a 64-bit add a pass. Recomputing q * row_stride and the key bound
+    // per copy cost ~10 instructions of address arithmetic a copy in the forward's SASS (ptxas
+    // 13.0). With quad()'s ldmatrix reads and the backward's lean gradient rows (session 51, H100,
+    // bf16 d128, 3 alternating rounds of `bench --masks`, per-round medians,
+    // kernel_notes_features.md): bias 2k forward +5.1% (413 -> 434 TFLOP/s), backward +3.6%, key
+    // padding's forward +0.0%, backward 2k +1.2%.
     static_assert(32 % kChunks == 0, "a pass covers whole rows");
     constexpr int kPassRows = 32 / kChunks;
     const int r0 = lane / kChunks, c = lane % kChunks, k = key0 + 8 * c;
@@ -68,16 +63,6 @@ __device__ __forceinline__ void stage_rows(uint32_t base, const uint16_t* plane,
       cp_async_16_bytes(base + Tile::chunk_offset(r, c), bytes > 0 ? src : plane, bytes);
       src += pass_stride;
     }
-#else
-#pragma unroll
-    for (int j = 0; j < kRows * kChunks / 32; ++j) {
-      const int i = lane + 32 * j, r = i / kChunks, c = i % kChunks;
-      const int q = row0 + r, k = key0 + 8 * c;
-      const int bytes = q < seqlen_q ? 2 * max(0, min(8, seqlen_k - k)) : 0;
-      const uint16_t* src = bytes > 0 ? plane + static_cast<int64_t>(q) * row_stride + k : plane;
-      cp_async_16_bytes(base + Tile::chunk_offset(r, c), src, bytes);
-    }
-#endif
   } else {
     constexpr int kPairs = kKeys / 2;
 #pragma unroll kPairUnroll
@@ -110,16 +95,11 @@ struct WarpBiasTile {
     stage_rows<WarpBiasTile, kRows, kBlockN, 8>(base, plane, row_stride, aligned16, row0, key0, seqlen_q, seqlen_k, lane);
   }
 
-  // Keys 8 nt + 2 (lane % 4) + {0, 1} of row lane / 4 + 8 h (the thread's C-fragment pair), as the
-  // two 16-bit elements of one word (low: the first key).
-  __device__ __forceinline__ uint32_t pair(int h, int nt) const {
-    const int lane = threadIdx.x % 32;
-    return ld_shared_b32(base + chunk_offset(lane / 4 + 8 * h, nt) + (lane % 4) * 4);
-  }
-  // (FLASHSDPA_BIAS_LEAN) pair(k % 2, nt + k / 2) into w[k], k = 0..3, with one ldmatrix.x4: its
-  // matrices are rows 0-7 / 8-15 of chunks nt and nt + 1, lane l giving row (l / 8 % 2) 8 + l % 8
-  // of chunk nt + l / 16 (the swizzle keeps each matrix's 8 rows on distinct banks). Every lane of
-  // the warp calls it.
+  // The thread's C-fragment pairs of n8 tiles nt and nt + 1 (keys 8 (nt + k / 2) + 2 (lane % 4) +
+  // {0, 1} of row lane / 4 + 8 (k % 2): the low half the first key) into w[k], k = 0..3, with one
+  // ldmatrix.x4: its matrices are rows 0-7 / 8-15 of chunks nt and nt + 1, lane l giving row
+  // (l / 8 % 2) 8 + l % 8 of chunk nt + l / 16 (the swizzle keeps each matrix's 8 rows on distinct
+  // banks). Every lane of the warp calls it. (One LDS.32 a pair before: 32 a thread a block.)
   __device__ __forceinline__ void quad(int nt, uint32_t (&w)[4]) const {
     const int lane = threadIdx.x % 32;
     ldmatrix_x4(w, base + chunk_offset((lane / 8 % 2) * 8 + lane % 8, nt + lane / 16));
@@ -149,13 +129,9 @@ struct WarpBiasTileT {
     stage_rows<WarpBiasTileT, kQueries, 16, 4>(base, plane, row_stride, aligned16, q0, key0, seqlen_q, seqlen_k, lane);
   }
 
-  // Element (key lane / 4 + 8 h, query 8 j + 2 (lane % 4) + e) of the tile: S^T's fragment layout.
-  __device__ __forceinline__ uint16_t at(int h, int j, int e) const {
-    const int lane = threadIdx.x % 32;
-    return ld_shared_u16(base + chunk_offset(8 * j + 2 * (lane % 4) + e, h) + (lane / 4) * 2);
-  }
-  // (FLASHSDPA_BIAS_LEAN) at(k % 2, j + k / 2, 0 / 1) as the low / high half of w[k], k = 0..3,
-  // with one ldmatrix.x4.trans: its matrices are queries 8 j .. 8 j + 7 / 8 (j + 1) .. + 7 (rows)
+  // Elements (key lane / 4 + 8 (k % 2), queries 8 (j + k / 2) + 2 (lane % 4) + {0, 1}: S^T's
+  // fragment layout) as the low / high half of w[k], k = 0..3, with one ldmatrix.x4.trans (one
+  // 16-bit LDS an element before: 32 a thread a step): its matrices are queries 8 j .. 8 j + 7 / 8 (j + 1) .. + 7 (rows)
   // of chunk 0 / 1 (keys 0-7 / 8-15), transposed, so each thread gets one key's two adjacent
   // queries; lane l gives query row 8 (j + l / 16) + l % 8 of chunk l / 8 % 2 (distinct banks: the
   // (q / 4) % 2 swizzle). Every lane of the warp calls it.

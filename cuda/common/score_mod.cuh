@@ -26,7 +26,7 @@
 #include <type_traits>
 
 #include "common/bias_cells.cuh"
-#include "common/bias_stage.cuh"  // (FLASHSDPA_BIAS_LEAN: add_bias reads a staged tile with its quad())
+#include "common/bias_stage.cuh"  // add_bias reads a staged tile with its quad()
 #include "common/seqlen.cuh"
 #include "flashsdpa/params.h"
 
@@ -228,7 +228,6 @@ __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMod
   }
   if constexpr (!std::is_same_v<Staged, GlobalBias>) {
     static_assert(kMT == 1, "a staged tile is one warp's 16 rows");
-#if FLASHSDPA_BIAS_LEAN
     // Four fragments' pairs a warp instruction (bias_stage.cuh's quad): 8 ldmatrix.x4 a thread for
     // the forward's 128 keys instead of 32 4-byte loads, 4 .trans for the backward's 64 queries
     // instead of 32 16-bit loads.
@@ -245,22 +244,6 @@ __device__ __forceinline__ void add_bias(float (&s)[kMT][kNT][4], const ScoreMod
         x1 = fmaf(bias_to_float(static_cast<uint16_t>(w[k] >> 16), dtype), factor, x1);
       }
     }
-#else
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        if constexpr (Tile::kKeyRows) {  // WarpBiasTileT: two queries of one key, 16-bit reads
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-            s[0][nt][2 * h + e] = fmaf(bias_to_float(staged.at(h, nt, e), dtype), factor, s[0][nt][2 * h + e]);
-        } else {  // WarpBiasTile: one query's key pair, one word
-          const uint32_t bits = staged.pair(h, nt);
-          s[0][nt][2 * h] = fmaf(bias_to_float(static_cast<uint16_t>(bits), dtype), factor, s[0][nt][2 * h]);
-          s[0][nt][2 * h + 1] = fmaf(bias_to_float(static_cast<uint16_t>(bits >> 16), dtype), factor, s[0][nt][2 * h + 1]);
-        }
-      }
-#endif
     return;
   }
   const uint16_t* base =

@@ -68,12 +68,6 @@
 #ifndef FLASHSDPA_SM90_BWD_WAVE_WIDE
 #define FLASHSDPA_SM90_BWD_WAVE_WIDE 2048
 #endif
-// FLASHSDPA_SM90_BWD_DKLATE_MODS (dev A/B, session 50 prepared; 0 default: SASS unchanged): the
-// modifier kernels (softcap / ALiBi / sinks, the bias) issue dK late as the plain d128 kernel does
-// (BwdTraitsSm90::kDkLate; kernel_notes_features.md, "dK late in the modifier kernels").
-#ifndef FLASHSDPA_SM90_BWD_DKLATE_MODS
-#define FLASHSDPA_SM90_BWD_DKLATE_MODS 0
-#endif
 // FLASHSDPA_SM90_BWD_GROUP_D128 (dev A/B, session 43 prepared; 0 default: no extra kernel, SASS
 // unchanged): the plain d128 kernel's grouped form, at the plain kernel's 24 / 240 registers, with
 // the producer's 92 bytes of spills (ptxas 13.0; its consumers need their 240). Whether a spill in
@@ -263,7 +257,10 @@ struct BwdTraitsSm90 {
   // Measured (H200, bf16 d128, 3 interleaved rounds, late / early, session 19,
   // scripts/dev/bwd_dklate_ab.sh at 77b4e43): S 2k 1.020, causal 1.006; 8k 0.997, causal 1.022;
   // GQA 16/4 8k 1.071, causal 1.052; 2k 1.045, causal 1.052. Same registers (no spill, 232 live).
-  static constexpr bool kDkLate = !kOverlap && (!kMods || FLASHSDPA_SM90_BWD_DKLATE_MODS) && !kDropout;
+  // The modifier kernels too since session 51 (H100, bf16 d128, 3 alternating rounds, late / early,
+  // scripts/dev/session51_mods.sh; per-round medians): key padding 2k 1.032, 8k 1.052; the bias 2k
+  // 1.016; softcap 50 8k 1.015 (kernel_notes_features.md, "dK late in the modifier kernels").
+  static constexpr bool kDkLate = !kOverlap && !kDropout;
   // The consumer warpgroup's index ptxas can prove uniform (sm90::consumer_warpgroup: K's and V's
   // descriptors, the warpgroup's rows, in uniform registers), d256 only: its R2UR 131 -> 44. Session 41 (H100, 3 alternating rounds of bwd_ab.py, against
   // the plain index): d256 1.003-1.040 (8k 1.025-1.040, causal 0.992-1.016); d128 0.977-1.005 at
@@ -917,11 +914,9 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       uint16_t* out = static_cast<uint16_t*>(p.d_bias) +
                       bias_plane(batch, range.head(step), p.d_bias_batch_stride, p.d_bias_head_stride);
       const int q_first = range.m_block(step) * kBlockM, k_first = n_block * kBlockN + cwg * 64;
-#if FLASHSDPA_BIAS_LEAN
-      // (bias_stage.cuh's FLASHSDPA_BIAS_LEAN) The thread's query is the same in every pass below
-      // (tid % 64: 128 threads, 64 queries), its chunks tid / 64 + 2 it: the row check, the
-      // shared-memory column and the d_bias row address once, a pass 16 keys further right (past
-      // seqlen_k, so is every later pass).
+      // The thread's query is the same in every pass below (tid % 64: 128 threads, 64 queries),
+      // its chunks tid / 64 + 2 it: the row check, the shared-memory column and the d_bias row
+      // address once, a pass 16 keys further right (past seqlen_k, so is every later pass).
       const int q = tid % 64, c0 = tid / 64;
       if (q_first + q < seq.seqlen_q) {
         const uint32_t col = sm.ds_buf(buf) + (cwg * 64 + 8 * c0) * 128 + (q % 8) * 2;
@@ -946,29 +941,6 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
           }
         }
       }
-#else
-#pragma unroll
-      for (int it = 0; it < 64 * 8 / 128; ++it) {
-        const int idx = tid + 128 * it, q = idx % 64, c = idx / 64;  // query q, keys 8 c .. 8 c + 7
-        const int k = k_first + 8 * c;
-        if (q_first + q >= seq.seqlen_q || k >= seq.seqlen_k) continue;
-        uint32_t w[4];
-#pragma unroll
-        for (int r = 0; r < 8; ++r) {  // key row 8 c + r of the warpgroup's half: (row % 8) = r
-          const uint16_t v =
-              ld_shared_u16(sm.ds_buf(buf) + (cwg * 64 + 8 * c + r) * 128 + (((q / 8) ^ r) << 4) + (q % 8) * 2);
-          w[r / 2] = r % 2 ? w[r / 2] | (static_cast<uint32_t>(v) << 16) : static_cast<uint32_t>(v);
-        }
-        uint16_t* dst = out + static_cast<int64_t>(q_first + q) * p.d_bias_row_stride + k;
-        if (k + 8 <= seq.seqlen_k) {
-          *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-        } else {
-#pragma unroll
-          for (int r = 0; r < 8; ++r)
-            if (k + r < seq.seqlen_k) dst[r] = static_cast<uint16_t>(w[r / 2] >> (16 * (r % 2)));
-        }
-      }
-#endif
     }
   };
 

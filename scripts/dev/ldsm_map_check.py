@@ -1,23 +1,25 @@
-"""ldsm_map_check.py (session 50): a host model of bias_stage.cuh's quad() (FLASHSDPA_BIAS_LEAN) against
+"""ldsm_map_check.py (session 50; the lean forms became the tree's in session 51, the former pair() / at() and
+per-copy addresses removed, and live on here as the reference): a host model of bias_stage.cuh's quad() against
 pair() / at() under PTX's ldmatrix semantics (.x4: lanes 8i..8i+7 give matrix i's row addresses; thread t
 gets row t / 4, columns 2 (t % 4) + {0, 1} of each matrix, or with .trans column t / 4 of rows 2 (t % 4) + {0, 1}),
 with the tiles' chunk_offset formulas copied from the C++; and that each matrix's 8 rows sit on distinct 16-byte
-bank groups; and FLASHSDPA_BIAS_LEAN's stage_rows copies and store_bias_grad stores against the tree's (the
-same for every lane). Prints "fwd ok" / "bwd ok" / "stage_rows lean ok" / "store_bias_grad lean ok".
+bank groups; and the lean stage_rows copies and store_bias_grad stores against the former forms (the
+same for every lane). Prints "fwd ok (block_n 128 / 64)" / "bwd ok" / "stage_rows lean ok" / "store_bias_grad lean ok".
 
     python3 scripts/dev/ldsm_map_check.py
 """
 
-def fwd():
-    co = lambda r, c: r * 256 + ((c ^ (r & 7)) << 4)
+def fwd(block_n=128):
+    # WarpBiasTile<block_n>: 128 keys at d64 / d128, 64 at d256 (its forward's key block).
+    co = lambda r, c: r * 2 * block_n + ((c ^ (r & 7)) << 4)
     mem = {}
     for r in range(16):
-        for key in range(128):
+        for key in range(block_n):
             mem[co(r, key // 8) + (key % 8) * 2] = (r, key)
     def pair(lane, h, nt):
         a = co(lane // 4 + 8 * h, nt) + (lane % 4) * 4
         return (mem[a], mem[a + 2])
-    for nt in range(0, 16, 2):
+    for nt in range(0, block_n // 8, 2):
         addr = [co((l // 8 % 2) * 8 + l % 8, nt + l // 16) for l in range(32)]
         for t in range(32):
             for i in range(4):
@@ -28,7 +30,7 @@ def fwd():
         for i in range(4):
             groups = {(addr[8 * i + r] % 128) // 16 for r in range(8)}
             assert len(groups) == 8, (nt, i, groups)
-    print("fwd ok")
+    print(f"fwd ok (block_n {block_n})")
 
 def bwd():
     co = lambda q, c: q * 32 + ((c ^ ((q >> 2) & 1)) << 4)
@@ -50,7 +52,7 @@ def bwd():
             assert len(groups) == 8, (j, i, sorted(groups))
     print("bwd ok")
 
-fwd(); bwd()
+fwd(); fwd(64); bwd()
 
 
 def stage_rows_lean() -> None:
@@ -59,9 +61,10 @@ def stage_rows_lean() -> None:
     import random
 
     fwd_co = lambda r, c: r * 256 + ((c ^ (r & 7)) << 4)
+    fwd64_co = lambda r, c: r * 128 + ((c ^ (r & 7)) << 4)  # d256's forward: 64-key blocks
     bwd_co = lambda q, c: q * 32 + ((c ^ ((q >> 2) & 1)) << 4)
     rng = random.Random(0)
-    for co, rows, keys in ((fwd_co, 16, 128), (bwd_co, 64, 16)):
+    for co, rows, keys in ((fwd_co, 16, 128), (fwd64_co, 16, 64), (bwd_co, 64, 16)):
         chunks = keys // 8
         for _ in range(300):
             row0, key0 = rng.randrange(0, 300), rng.randrange(0, 300) // 8 * 8

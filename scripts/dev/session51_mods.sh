@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# session51_mods.sh (prepared in session 50: compiled only), one call, ~6-7 minutes: two dev defines
+# session51_mods.sh (prepared in session 50: compiled only; ran in session 51, both variants won and
+# became the default, their defines removed: on a later tree the three builds are the same), one
+# call, ~6-7 minutes: two dev defines
 # for the modifier kernels, each in its own build against the tree (t0), bf16 d64 / d128:
 # - dk: dK late in the sm90 backward's modifier kernels (-DFLASHSDPA_SM90_BWD_DKLATE_MODS=1:
 #   softcap / ALiBi / sinks and the bias; kernel_notes_features.md, "dK late in the modifier kernels").
