@@ -396,7 +396,8 @@ def _to_pytorch(
         if cell is not None:
             _FLOAT_CELLS[cell] += 1
         else:
-            reporting.note_fallback(SDPA, _unserved_reason(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa))
+            reason = _unserved_reason(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+            reporting.note_fallback(SDPA, reason)
     return out
 
 
