@@ -68,6 +68,12 @@
 #ifndef FLASHSDPA_SM90_BWD_WAVE_WIDE
 #define FLASHSDPA_SM90_BWD_WAVE_WIDE 2048
 #endif
+// FLASHSDPA_SM90_BWD_DBIAS_LDSM (dev A/B, session 51 prepared; 0 default: SASS unchanged): the
+// bias kernel's d_bias rows read back from dS^T with ldmatrix.x4.trans and stored as 4-byte key
+// pairs (store_bias_grad; kernel_notes_features.md, "d_bias read back with ldmatrix").
+#ifndef FLASHSDPA_SM90_BWD_DBIAS_LDSM
+#define FLASHSDPA_SM90_BWD_DBIAS_LDSM 0
+#endif
 // FLASHSDPA_SM90_BWD_GROUP_D128 (dev A/B, session 43 prepared; 0 default: no extra kernel, SASS
 // unchanged): the plain d128 kernel's grouped form, at the plain kernel's 24 / 240 registers, with
 // the producer's 92 bytes of spills (ptxas 13.0; its consumers need their 240). Whether a spill in
@@ -914,6 +920,51 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       uint16_t* out = static_cast<uint16_t*>(p.d_bias) +
                       bias_plane(batch, range.head(step), p.d_bias_batch_stride, p.d_bias_head_stride);
       const int q_first = range.m_block(step) * kBlockM, k_first = n_block * kBlockN + cwg * 64;
+#if FLASHSDPA_SM90_BWD_DBIAS_LDSM
+      // Warp w: queries 16 w .. 16 w + 15 (the buffer's chunks 2 w, 2 w + 1) x the warpgroup's 64
+      // keys, sixteen 8 x 8 matrices in four ldmatrix.x4.trans: load m's matrix i is key group
+      // 2 m + i / 2 (stored rows) x chunk 2 w + i % 2, its row r addressed by lane 8 i + r. .trans
+      // gives thread t, per matrix, query 8 (2 w + i % 2) + t / 4's keys 8 g + 2 (t % 4) + {0, 1}
+      // (low half the first): one 4-byte store each, at an even key of a 16-byte aligned row. Per
+      // thread 4 LDSM + 16 STG.32 against 32 LDS.U16, their packing and 4 STG.128; the same bytes
+      // reach L2 (each warp store covers 8 rows x 16 bytes, the 16-byte form 32 x 16 a thread's 4).
+      // ldmatrix wants the whole warp: the bounds guard the stores only.
+      const int r = lane % 8, mat = lane / 8;
+      const uint32_t src = sm.ds_buf(buf) + (cwg * 64 + 8 * (mat / 2) + r) * 128 + (((2 * warp + mat % 2) ^ r) << 4);
+      const int q0 = q_first + 16 * warp + lane / 4, k0 = k_first + 2 * (lane % 4);
+      uint16_t* rows[2] = {out + static_cast<int64_t>(q0) * p.d_bias_row_stride + k0,
+                           out + static_cast<int64_t>(q0 + 8) * p.d_bias_row_stride + k0};
+      // A tile inside both sequences (all but the last query / key block) stores without checks,
+      // on a road of its own: with the checks beside it, ptxas wrapped each store in a divergent
+      // region (BSSY / BSYNC, ~7 instructions a store).
+      if (q_first + 64 <= seq.seqlen_q && k_first + 64 <= seq.seqlen_k) {
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          uint32_t w[4];
+          ldmatrix_x4_trans(w, src + m * 2 * 8 * 128);  // key groups 2 m, 2 m + 1: 16 rows further
+#pragma unroll
+          for (int i = 0; i < 4; ++i) *reinterpret_cast<uint32_t*>(rows[i % 2] + 8 * (2 * m + i / 2)) = w[i];
+        }
+      } else {
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          uint32_t w[4];
+          ldmatrix_x4_trans(w, src + m * 2 * 8 * 128);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int q = q0 + 8 * (i % 2), dk = 8 * (2 * m + i / 2), k = k0 + dk;
+            if (q < seq.seqlen_q && k < seq.seqlen_k) {
+              uint16_t* dst = rows[i % 2] + dk;
+              if (k + 1 < seq.seqlen_k) {
+                *reinterpret_cast<uint32_t*>(dst) = w[i];
+              } else {
+                *dst = static_cast<uint16_t>(w[i]);
+              }
+            }
+          }
+        }
+      }
+#else
       // The thread's query is the same in every pass below (tid % 64: 128 threads, 64 queries),
       // its chunks tid / 64 + 2 it: the row check, the shared-memory column and the d_bias row
       // address once, a pass 16 keys further right (past seqlen_k, so is every later pass).
@@ -941,6 +992,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
           }
         }
       }
+#endif
     }
   };
 

@@ -128,5 +128,57 @@ def store_bias_grad_lean() -> None:
     print("store_bias_grad lean ok")
 
 
+def store_bias_grad_ldsm() -> None:
+    """FLASHSDPA_SM90_BWD_DBIAS_LDSM's store_bias_grad (session 51, prepared): ldmatrix.x4.trans
+    reads of the warpgroup's 64 keys x 64 queries of dS^T (stored rows: keys, 128-byte swizzled),
+    4-byte stores. Every in-bounds d_bias element of the tile written once with its own dS^T
+    element, nothing out of bounds, 4-byte stores at even offsets, each matrix's rows on distinct
+    16-byte bank groups."""
+    import random
+
+    elem = lambda row, q: row * 128 + (((q >> 3) ^ (row & 7)) << 4) + (q & 7) * 2  # buffer byte of (key row, query)
+    value = {elem(row, q): (row, q) for row in range(64) for q in range(64)}  # cwg 0's rows; cwg adds 64 rows
+
+    def ldsm_trans(addrs: list[int]) -> list[list[int]]:
+        """Thread t's four 32-bit registers, each as (low, high) elements: matrix i's row 2 (t % 4)
+        and 2 (t % 4) + 1 at column t / 4 (PTX ldmatrix .trans)."""
+        return [[(value[addrs[8 * i + 2 * (t % 4)] + (t // 4) * 2], value[addrs[8 * i + 2 * (t % 4) + 1] + (t // 4) * 2])
+                 for i in range(4)] for t in range(32)]
+
+    rng = random.Random(2)
+    for trial in range(300):
+        q_first, k_first = rng.randrange(0, 512, 64), rng.randrange(0, 512, 128) + rng.choice([0, 64])
+        seqlen_q, seqlen_k = rng.randrange(1, 600), rng.randrange(1, 600)
+        stride = rng.choice([64, 136, 520, 1024])  # row strides of at least the tile's 64 keys
+        written: dict[int, tuple[int, int]] = {}
+        for warp in range(4):
+            for m in range(4):
+                addrs = []
+                for lane in range(32):
+                    r, mat = lane % 8, lane // 8
+                    addrs.append((8 * (mat // 2) + r) * 128 + (((2 * warp + mat % 2) ^ r) << 4) + m * 2 * 8 * 128)
+                for i in range(4):
+                    assert len({(addrs[8 * i + r] % 128) // 16 for r in range(8)}) == 8, (warp, m, i)
+                regs = ldsm_trans(addrs)
+                for lane in range(32):
+                    q0, k0 = q_first + 16 * warp + lane // 4, k_first + 2 * (lane % 4)
+                    for i in range(4):
+                        q, dk = q0 + 8 * (i % 2), 8 * (2 * m + i // 2)
+                        k = k0 + dk
+                        if not (q < seqlen_q and k < seqlen_k):
+                            continue
+                        dst = q * stride + k
+                        pairs = regs[lane][i] if k + 1 < seqlen_k else regs[lane][i][:1]
+                        assert (k - k_first) % 2 == 0  # 4-byte aligned within a 16-byte aligned row
+                        for e, (row, qq) in enumerate(pairs):
+                            assert dst + e not in written, (trial, warp, m, lane, i)
+                            written[dst + e] = (k_first + row, q_first + qq)
+        expected = {q * stride + k: (k, q) for q in range(q_first, min(q_first + 64, seqlen_q))
+                    for k in range(k_first, min(k_first + 64, seqlen_k))}
+        assert written == expected, (trial, q_first, k_first, seqlen_q, seqlen_k, stride)
+    print("store_bias_grad ldsm ok")
+
+
 stage_rows_lean()
 store_bias_grad_lean()
+store_bias_grad_ldsm()
