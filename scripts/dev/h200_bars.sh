@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# h200_bars.sh (prepared in session 40), one call on an H200 only, ~6-7 minutes: the issue bars set
+# h200_bars.sh (prepared in session 40), one call on an H200 only, ~7-9 minutes: the issue bars set
 # on the H200 that no session since 36 could measure there (H100s only): decode B 1 x 8k <= 15 us
 # and 3.9 TB/s (issue 11), d128 8k forward 720 / backward 630 / 540 TFLOP/s and the 8k cells
 # against cuDNN (issues 12, 13), the small model's bf16 train step <= FA2 only and fp32 within 2%
 # (issue 9, 9 rounds), the deterministic backward within 15% of the default (issue 13, session 46's
 # bench part), issue 14's bias rows (session 51). Refuses to run on another card: these bars are
 # the H200's.
-#   run(command="bash scripts/dev/h200_bars.sh", carry=[".whl"], timeout_s=540, kind="nvidia-h200")
+#   run(command="bash scripts/dev/h200_bars.sh", carry=[".whl"], timeout_s=600, kind="nvidia-h200")
+# (The masks part runs last: a call cut at its limit loses it first.)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
