@@ -131,10 +131,10 @@ struct WarpBiasTileT {
 
   // Elements (key lane / 4 + 8 (k % 2), queries 8 (j + k / 2) + 2 (lane % 4) + {0, 1}: S^T's
   // fragment layout) as the low / high half of w[k], k = 0..3, with one ldmatrix.x4.trans (one
-  // 16-bit LDS an element before: 32 a thread a step): its matrices are queries 8 j .. 8 j + 7 / 8 (j + 1) .. + 7 (rows)
-  // of chunk 0 / 1 (keys 0-7 / 8-15), transposed, so each thread gets one key's two adjacent
-  // queries; lane l gives query row 8 (j + l / 16) + l % 8 of chunk l / 8 % 2 (distinct banks: the
-  // (q / 4) % 2 swizzle). Every lane of the warp calls it.
+  // 16-bit LDS an element before: 32 a thread a step): its matrices are queries 8 j .. 8 j + 7 /
+  // 8 (j + 1) .. + 7 (rows) of chunk 0 / 1 (keys 0-7 / 8-15), transposed, so each thread gets one
+  // key's two adjacent queries; lane l gives query row 8 (j + l / 16) + l % 8 of chunk l / 8 % 2
+  // (distinct banks: the (q / 4) % 2 swizzle). Every lane of the warp calls it.
   __device__ __forceinline__ void quad(int j, uint32_t (&w)[4]) const {
     const int lane = threadIdx.x % 32;
     ldmatrix_x4_trans(w, base + chunk_offset(8 * (j + lane / 16) + lane % 8, lane / 8 % 2));

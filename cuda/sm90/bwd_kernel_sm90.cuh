@@ -935,25 +935,19 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       uint16_t* rows[2] = {out + static_cast<int64_t>(q0) * p.d_bias_row_stride + k0,
                            out + static_cast<int64_t>(q0 + 8) * p.d_bias_row_stride + k0};
       // A tile inside both sequences (all but the last query / key block) stores without checks,
-      // on a road of its own: with the checks beside it, ptxas wrapped each store in a divergent
-      // region (BSSY / BSYNC, ~7 instructions a store).
-      if (q_first + 64 <= seq.seqlen_q && k_first + 64 <= seq.seqlen_k) {
+      // on a road of its own (checked = false): with the checks beside the stores, ptxas wrapped
+      // each in a divergent region (BSSY / BSYNC, ~7 instructions a store).
+      auto store_rows = [&](auto checked) {
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
           uint32_t w[4];
           ldmatrix_x4_trans(w, src + m * 2 * 8 * 128);  // key groups 2 m, 2 m + 1: 16 rows further
 #pragma unroll
-          for (int i = 0; i < 4; ++i) *reinterpret_cast<uint32_t*>(rows[i % 2] + 8 * (2 * m + i / 2)) = w[i];
-        }
-      } else {
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-          uint32_t w[4];
-          ldmatrix_x4_trans(w, src + m * 2 * 8 * 128);
-#pragma unroll
           for (int i = 0; i < 4; ++i) {
             const int q = q0 + 8 * (i % 2), dk = 8 * (2 * m + i / 2), k = k0 + dk;
-            if (q < seq.seqlen_q && k < seq.seqlen_k) {
+            if constexpr (!decltype(checked)::value) {
+              *reinterpret_cast<uint32_t*>(rows[i % 2] + dk) = w[i];
+            } else if (q < seq.seqlen_q && k < seq.seqlen_k) {
               uint16_t* dst = rows[i % 2] + dk;
               if (k + 1 < seq.seqlen_k) {
                 *reinterpret_cast<uint32_t*>(dst) = w[i];
@@ -963,6 +957,11 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
             }
           }
         }
+      };
+      if (q_first + 64 <= seq.seqlen_q && k_first + 64 <= seq.seqlen_k) {
+        store_rows(std::false_type{});
+      } else {
+        store_rows(std::true_type{});
       }
 #else
       // The thread's query is the same in every pass below (tid % 64: 128 threads, 64 queries),
