@@ -84,6 +84,7 @@ validate_tree() {
 # Builds that run at once need a tree each (build --inplace writes python/flashsdpa/_C*.so).
 build_copy() {
   local name=$1 dims=$2 t0=$(date +%s); shift 2
+  take_prebuilt "$name" "$dims" "$@" && return 0
   rm -rf /tmp/pkg_$name
   if [[ -f /tmp/build_$name/CMakeCache.txt ]] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$PWD" /tmp/build_$name/CMakeCache.txt; then
     rm -rf /tmp/build_$name
@@ -103,6 +104,35 @@ build_copy() {
   check "build $name" $rc
   [[ $rc == 0 ]] && mkdir -p /tmp/pkg_$name && cp -r python /tmp/pkg_$name/
   step "build $name" "rc=$rc in $(( $(date +%s) - t0 )) s; spill lines: $(grep -c 'bytes spill stores' "$OUT/build_$name.log")"
+}
+# take_prebuilt NAME DIMS [VAR=VALUE ...]: build_copy's short road (session 52): .prebuilt/NAME,
+# made on the dev machine by scripts/dev/prebuild.sh with the same arguments and carried, where its
+# stamp (stamp.sh: the request and the sources' hash) is this tree's and the module, its request
+# and the routers' library load here (buildcheck, ctypes); else 1, and build_copy compiles.
+source scripts/dev/stamp.sh
+take_prebuilt() {
+  local name=$1 dims=$2 dir=.prebuilt/$1 want pkg=/tmp/pkg_$1/python/flashsdpa
+  shift 2
+  [[ -f $dir/stamp ]] || return 1
+  want=$(source_stamp "$dims" "${BUILD_DTYPES:-bf16}" "$*")
+  if [[ "$(cat "$dir/stamp")" != "$want" ]]; then
+    step "prebuilt $name" "stale ($(cat "$dir/stamp") against $want): compiling"
+    return 1
+  fi
+  rm -rf /tmp/pkg_$name && mkdir -p /tmp/pkg_$name && cp -r python /tmp/pkg_$name/
+  rm -f $pkg/_C*.so $pkg/libflashsdpa_routers.so
+  cp $dir/libflashsdpa_routers.so $dir/_build_request.json $pkg/
+  local gz
+  for gz in $dir/_C*.so.gz; do gzip -dc "$gz" > "$pkg/$(basename "$gz" .gz)"; done
+  if (export PYTHONPATH="/tmp/pkg_$name/python${SITE:+:$SITE}"; $PY -m flashsdpa.buildcheck --require-cuda \
+      && $PY -c "import ctypes, torch, flashsdpa; ctypes.CDLL('$pkg/libflashsdpa_routers.so')") > "$OUT/prebuilt_$name.log" 2>&1; then
+    step "build $name" "prebuilt, carried ($want)"
+    return 0
+  fi
+  tail -5 "$OUT/prebuilt_$name.log"
+  step "prebuilt $name" "does not load here (prebuilt_$name.log): compiling"
+  rm -rf /tmp/pkg_$name
+  return 1
 }
 # require_copies NAME...: unless every build_copy NAME made its module, the failed builds' logs'
 # tails, and finish (as on any earlier failure): the A/B and the tests need every copy.

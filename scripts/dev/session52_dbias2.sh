@@ -4,17 +4,18 @@
 # bf16 d128 bias kernels are the tree's, the same SASS as a bf16-only build's) stands for t0, so only
 # the variant (-DFLASHSDPA_SM90_BWD_DBIAS_LDSM=1, bf16 d64 / d128) is built. Then its bias tests,
 # ROUNDS (3) alternating process rounds of `bench --masks`, racecheck (then memcheck) of the masks
-# tests whose d_bias rows take the aligned road. A cold machine builds t0 too.
+# tests whose d_bias rows take the aligned road. A cold machine takes session52_one.sh's build too.
 # Prediction (kernel_notes_features.md, "d_bias read back with ldmatrix"): additive bias 2k backward
 # +0-3%, key padding and the forwards unchanged.
-#   run(command="bash scripts/dev/session52_dbias2.sh", carry=[".whl"], timeout_s=...)
+#   bash scripts/dev/prebuild.sh ldsm "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_DBIAS_LDSM=1   (here first)
+#   run(command="bash scripts/dev/session52_dbias2.sh", carry=[".whl", ".prebuilt"], timeout_s=300)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 base=full
 if ! ls /tmp/pkg_full/python/flashsdpa/_C*.so >/dev/null 2>&1; then
-  base=t0; BUILD_DTYPES="bf16" build_copy t0 "64;128"
+  BUILD_DTYPES="bf16;fp16" build_copy full "64;128;256"  # session52_one.sh's (prebuilt where carried)
 fi
 BUILD_DTYPES="bf16" build_copy ldsm "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_DBIAS_LDSM=1
 require_copies $base ldsm

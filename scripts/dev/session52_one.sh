@@ -6,7 +6,8 @@
 # than a session 52 with ~20 minutes of device time could give), the changed kernels' test files
 # (masks, mask skip, bias cells, modifiers), memcheck / racecheck of the masks' and the modifiers'
 # sanitizer subsets (fp16 and d256 rows included), and the rest of the GPU suite while time lasts.
-#   run(command="bash scripts/dev/session52_one.sh", carry=[".whl"], timeout_s=590)
+#   BUILD_DTYPES="bf16;fp16" bash scripts/dev/prebuild.sh full "64;128;256"   (here first: no build there)
+#   run(command="bash scripts/dev/session52_one.sh", carry=[".whl", ".prebuilt"], timeout_s=590)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
