@@ -12,11 +12,18 @@
 #   run(command="bash scripts/dev/bwd_ncu.sh", carry=[".whl"], timeout_s=600)
 #   run(command="HEAD_DIM=64 bash scripts/dev/bwd_ncu.sh", carry=[".whl"], timeout_s=600)
 #   run(command="BIAS=1 SEQLEN=2048 bash scripts/dev/bwd_ncu.sh", carry=[".whl"], timeout_s=600)
+#   (each with carry=[".whl", ".prebuilt"] after `BUILD_DTYPES="bf16;fp16" bash scripts/dev/prebuild.sh full "64;128;256"` here)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
-if [[ "${1:-}" != nobuild ]]; then build_copy ncu "${HEAD_DIM:-128}" CUDAFLAGS=; fi
-export PYTHONPATH="/tmp/pkg_ncu/python${PYTHONPATH:+:$PYTHONPATH}"
+# The build made on the dev machine and carried (scripts/dev/prebuild.sh full: bf16 + fp16 d64 / d128
+# / d256) where there is one, else a narrow one here.
+pkgname=ncu
+if [[ -f .prebuilt/full/stamp ]]; then pkgname=full; fi
+if [[ "${1:-}" != nobuild ]]; then
+  if [[ $pkgname == full ]]; then BUILD_TIMEOUT=300 BUILD_DTYPES="bf16;fp16" build_copy full "64;128;256"; else build_copy ncu "${HEAD_DIM:-128}" CUDAFLAGS=; fi
+fi
+export PYTHONPATH="/tmp/pkg_$pkgname/python${PYTHONPATH:+:$PYTHONPATH}"
 NCU=${NCU:-ncu}
 for backend in flashsdpa cudnn; do
   case $backend in

@@ -6,7 +6,7 @@
 # (issue 9, 9 rounds), the deterministic backward within 15% of the default (issue 13, session 46's
 # bench part), issue 14's bias rows (session 51). Refuses to run on another card: these bars are
 # the H200's.
-#   run(command="bash scripts/dev/h200_bars.sh", carry=[".whl"], timeout_s=600, kind="nvidia-h200")
+#   run(command="bash scripts/dev/h200_bars.sh", carry=[".whl", ".prebuilt"], timeout_s=600, kind="nvidia-h200")
 # (The masks part runs last: a call cut at its limit loses it first.)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,9 +14,11 @@ source scripts/device_env.sh
 if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader)"; exit 3
 fi
-build_copy bars "64;128"
-require_copies bars
-export PYTHONPATH="/tmp/pkg_bars/python${SITE:+:$SITE}"
+# The build session52_one.sh and bwd_ncu.sh use (prebuilt and carried where prebuild.sh made it:
+# carry=[".whl", ".prebuilt"]); the bars read its bf16 d64 / d128 kernels.
+BUILD_TIMEOUT=300 BUILD_DTYPES="bf16;fp16" build_copy full "64;128;256"
+require_copies full
+export PYTHONPATH="/tmp/pkg_full/python${SITE:+:$SITE}"
 timed "bench decode" 120 decode.log $PY -m flashsdpa bench --decode --rounds 3 --out /tmp/b_decode
 timed "bench d128 8k" 200 sweep.log $PY -m flashsdpa bench --sweep --no-overhead --no-memory --no-plot \
   --head-dims 128 --seqlens 8k --direction both --rounds 3 --out /tmp/b_sweep

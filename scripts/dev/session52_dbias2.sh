@@ -15,7 +15,7 @@ source scripts/device_env.sh
 echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 base=full
 if ! ls /tmp/pkg_full/python/flashsdpa/_C*.so >/dev/null 2>&1; then
-  BUILD_DTYPES="bf16;fp16" build_copy full "64;128;256"  # session52_one.sh's (prebuilt where carried)
+  BUILD_TIMEOUT=300 BUILD_DTYPES="bf16;fp16" build_copy full "64;128;256"  # session52_one.sh's (prebuilt where carried)
 fi
 BUILD_DTYPES="bf16" build_copy ldsm "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_DBIAS_LDSM=1
 require_copies $base ldsm

@@ -12,7 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-BUILD_TIMEOUT=240 BUILD_DTYPES="bf16;fp16" build_copy full "64;128;256"
+BUILD_TIMEOUT=300 BUILD_DTYPES="bf16;fp16" build_copy full "64;128;256"
 require_copies full
 export PYTHONPATH="/tmp/pkg_full/python${SITE:+:$SITE}"
 # The changed kernels' tests first (a call its device-time budget cuts keeps them), then sanitizers,
