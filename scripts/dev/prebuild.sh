@@ -27,6 +27,8 @@ rm -rf "$out" && mkdir -p "$out"
 [[ "$(cat "$build/.flashsdpa_env" 2>/dev/null)" == "$*" ]] || rm -rf "$build"
 mkdir -p "$build" && printf '%s' "$*" > "$build/.flashsdpa_env"
 t0=$(date +%s)
+# The sources as the build starts (an edit during the build must not be stamped as built).
+stamp=$(source_stamp "$dims" "${BUILD_DTYPES:-bf16}" "$*")
 export FLASHSDPA_CUDA=ON FLASHSDPA_ARCHS=90 FLASHSDPA_DTYPES="${BUILD_DTYPES:-bf16}" FLASHSDPA_HEAD_DIMS="$dims"
 # setup.py's own configure arguments and request (python3 here imports it; its __main__ is guarded),
 # with the device's interpreter for CMake's Python and no routers (that interpreter has no torch).
@@ -52,7 +54,6 @@ cp "$routers/out/libflashsdpa_routers.so" "$out/"
 # Compressed for the carry (gzip -1: 48 -> 15 MB for bf16 + fp16 d64 / d128 / d256, under a second;
 # take_prebuilt unpacks it there in well under one).
 gzip -1 "$out"/_C.cpython-312-*.so
-stamp=$(source_stamp "$dims" "${BUILD_DTYPES:-bf16}" "$*")
 echo "$stamp" > "$out/stamp"
 size=$(cat "$out"/* | wc -c)
 echo "prebuild.sh: .prebuilt/$name in $(( $(date +%s) - t0 )) s, $(( size >> 20 )) MiB ($(ls "$out" | tr '\n' ' '))"
