@@ -3,7 +3,7 @@
 # the module a device script's `build_copy NAME DIMS [VAR=VALUE ...]` would compile there (sm_90,
 # $BUILD_DTYPES or bf16, the given head dims, the VAR=VALUEs in the build's environment), into
 # .prebuilt/NAME/ (ignored by git; carry it: run(..., carry=[".whl", ".prebuilt"])), stamped with
-# the request and a hash of the sources (device_env.sh's `source_stamp`). build_copy there takes it
+# the request and a hash of the sources (stamp.sh's `source_stamp`). build_copy there takes it
 # instead of compiling where the stamp matches its own and the module imports; else it builds as
 # before. Why: a build on the device is 1.5-4 minutes of the session's 30 (session 52 lost its whole
 # budget to refused starts; sessions 48-51 spent ~150-250 s a call on builds), and this machine has
