@@ -129,7 +129,8 @@ take_prebuilt() {
     step "build $name" "prebuilt, carried ($want)"
     return 0
   fi
-  tail -5 "$OUT/prebuilt_$name.log"
+  { ldd --version 2>&1 | head -1; $PY --version; } >> "$OUT/prebuilt_$name.log"  # (the module needs glibc 2.34, cpython 3.12)
+  tail -7 "$OUT/prebuilt_$name.log"
   step "prebuilt $name" "does not load here (prebuilt_$name.log): compiling"
   rm -rf /tmp/pkg_$name
   return 1
