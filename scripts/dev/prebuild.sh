@@ -30,25 +30,27 @@ t0=$(date +%s)
 # The sources as the build starts (an edit during the build must not be stamped as built).
 stamp=$(source_stamp "$dims" "${BUILD_DTYPES:-bf16}" "$*")
 export FLASHSDPA_CUDA=ON FLASHSDPA_ARCHS=90 FLASHSDPA_DTYPES="${BUILD_DTYPES:-bf16}" FLASHSDPA_HEAD_DIMS="$dims"
-# setup.py's own configure arguments and request (python3 here imports it; its __main__ is guarded),
-# with the device's interpreter for CMake's Python and no routers (that interpreter has no torch).
-mapfile -t args < <(python3 -c "
-import sys; sys.path.insert(0, '.')
-import json, setup
-for a in setup.configure_args(__import__('pathlib').Path('$out')):
-    print('-DPython_EXECUTABLE=$PY312' if a.startswith('-DPython_EXECUTABLE=') else a)
-json.dump(setup.build_request(), open('$out/_build_request.json', 'w'), indent=1)
-")
+# setup.py's own configure arguments for OUTPUT_DIR (python3 here imports it; its __main__ is
+# guarded), with PYTHON for CMake's Python where given.
+# (mapfile of a process substitution does not see its failure: a caller checks that args came.)
+configure_args() {
+  local python=${2:-}
+  python3 -c "import sys; sys.path.insert(0, '.'); import pathlib, setup
+for a in setup.configure_args(pathlib.Path('$1')):
+    print('-DPython_EXECUTABLE=$python' if '$python' and a.startswith('-DPython_EXECUTABLE=') else a)"
+}
+python3 -c "import sys, json; sys.path.insert(0, '.'); import setup
+json.dump(setup.build_request(), open('$out/_build_request.json', 'w'), indent=1)"
+# _C for the device's interpreter (which has no torch here, so this tree makes no routers' library).
+mapfile -t args < <(configure_args "$out" "$PY312")
+(( ${#args[@]} )) || { echo "prebuild.sh: no configure arguments from setup.py"; exit 1; }
 env "$@" cmake -S . -B "$build" "${args[@]}" > "$build/configure.log"
 env "$@" cmake --build "$build" -j "${FLASHSDPA_BUILD_JOBS:-$(nproc)}" --target _C > "$build/build.log"
 # The routers' library: one TU against this machine's torch, in a tree configured by python3.
 routers=/tmp/prebuild_routers
-mapfile -t rargs < <(python3 -c "
-import sys; sys.path.insert(0, '.')
-import setup
-print('\n'.join(setup.configure_args(__import__('pathlib').Path('$routers/out'))))
-")
-cmake -S . -B "$routers" "${rargs[@]}" > "$routers.configure.log"
+mapfile -t args < <(configure_args "$routers/out")
+(( ${#args[@]} )) || { echo "prebuild.sh: no configure arguments from setup.py"; exit 1; }
+cmake -S . -B "$routers" "${args[@]}" > "$routers.configure.log"
 cmake --build "$routers" --target flashsdpa_routers > "$routers.build.log"
 cp "$routers/out/libflashsdpa_routers.so" "$out/"
 # Compressed for the carry (gzip -1: 48 -> 15 MB for bf16 + fp16 d64 / d128 / d256, under a second;
