@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# session52_one.sh (session 52), one call, 4-9 minutes (as long as it is given): session 51's adopted kernels (dK late in the
-# modifier kernels, the lean staged bias) in the forms no GPU has run yet: fp16, and the d256
-# forward's bias kernel (6,984 -> 6,832 SASS instructions). A build of bf16 + fp16 at d64 / d128 /
+# session52_one.sh (session 52), one call, 4-9 minutes (as long as it is given): session 51's
+# adopted kernels (dK late in the modifier kernels, the lean staged bias) in the forms no GPU has
+# run yet: fp16, and the d256 forward's bias kernel (6,984 -> 6,832 SASS instructions). A build of bf16 + fp16 at d64 / d128 /
 # d256 (the buckets those kernels live in; session48_full.sh's seven buckets take ~5 minutes more
 # than a session 52 with ~20 minutes of device time could give), the changed kernels' test files
 # (masks, mask skip, bias cells, modifiers), memcheck / racecheck of the masks' and the modifiers'
