@@ -143,6 +143,27 @@ def test_rows_without_keys(dtype: str) -> None:
     assert torch.equal(torch.autograd.grad(pt_out, q, dout)[0][:, :, :empty], dq[:, :, :empty])
 
 
+@pytest.mark.parametrize("dims", [(8, 56), (64, 64), (128, 128)], ids=lambda d: f"d{d[0]}v{d[1]}")
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("sq,causal_mode", [(1, 0), (7, 1), (300, 2)], ids=["q1", "q7tl", "q300br"])
+def test_exact_delta_of_tied_keys(sq: int, causal_mode: int, dtype: str, dims: tuple[int, int]) -> None:
+    """Up to 16 keys delta is sum_j P dP (reference.py's _exact_delta, the kernels' preprocess),
+    not dO . O from the rounded output. Two equal key rows, integer values whose mean is beyond the
+    dtype's precision, dO in {-1, 0, 1} / 64 (tests/gpu/test_one_hot_grads.py's construction):
+    dq is 0 in exact arithmetic. The exact delta leaves <= 1.9e-6 here (float32 scores of tied
+    keys a few ulps apart), the rounded O's delta >= 8.5e-3 on rows that see both keys."""
+    torch_dtype = DTYPES[dtype]
+    bound = {torch.bfloat16: 255, torch.float16: 2047}[torch_dtype]
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{sq}{causal_mode}{dtype}{dims}".encode()))
+    q = torch.randn(2, 4, sq, dims[0], generator=gen).to(torch_dtype)
+    k = torch.randn(2, 2, 1, dims[0], generator=gen).to(torch_dtype).expand(2, 2, 2, dims[0]).contiguous()
+    v = torch.randint(-bound, bound + 1, (2, 2, 2, dims[1]), generator=gen).to(torch_dtype)
+    dout = (torch.randint(-1, 2, (2, 4, sq, dims[1]), generator=gen) / 64).to(torch_dtype)
+    out, lse, (dq, _, _) = _run_reference(q, k, v, dout, scale=default_scale(dims[0]), causal_mode=causal_mode, block_size=16)
+    assert_all_finite("out", out)
+    assert dq.float().abs().max().item() <= 1e-4, f"max |dq| = {dq.float().abs().max().item():.3e}: delta is not sum_j P dP"
+
+
 @pytest.mark.parametrize("shape", EMPTY_SHAPES, ids=str)
 def test_zero_size(shape: Shape) -> None:
     q, k, v = make_qkv(shape, torch.float32)

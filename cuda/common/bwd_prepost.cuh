@@ -71,6 +71,151 @@ __host__ __device__ __forceinline__ SingleTileScheduler prepost_scheduler(const 
 }
 
 
+// ---- delta's products ----------------------------------------------------------------------------
+// delta in the tensor cores' own arithmetic: every family's dP (sm80's dO V^T with mma.sync,
+// sm90's V dO^T with wgmma) sums each row's products in k chunks of 16 from column 0 up, with a
+// float32 accumulator that starts at 0, so delta = dO . O summed the same way is bitwise dP
+// wherever the output row equals a value row (one visible key: Sk = 1, a window of 0, a one-hot
+// softmax), and dS = P (dP - delta) is then exactly 0, as in exact arithmetic (the H200 shows
+// wgmma and mma.sync agree bit for bit: tests/gpu/test_one_hot_grads.py). The FMA chain it
+// replaces left a residue of a few float32 ulps of |dO| |V| there, which the query and key sums
+// grew into dK (fp16 Sk 1: 1.25e-5 against the rule's 1e-5 floor; fp16 q = k = v = 65504 with 16
+// tied keys: 2110 against 1535). Elsewhere the error stays dP's own (delta in float64 moved the
+// first case by 6%). Cost: the whole backward at 0.995 of the chain's (median; d64 S 1k 0.983;
+// kernel_notes_bwd_sm90.md, session 15).
+// Columns a staging pass holds: up to 128 (the shared memory of 2 x 64 rows).
+__host__ __device__ constexpr int delta_pass(int head_dim) { return head_dim < 128 ? head_dim : 128; }
+// +16 bytes a row: ldmatrix's 8 row addresses hit 8 bank groups.
+__host__ __device__ constexpr int delta_pitch(int head_dim) { return delta_pass(head_dim) + 8; }
+
+// Rows 16w .. 16w + 15 of A (warp w < 4) times 16 rows of B (kDiagonal: rows 16w .. 16w + 15, the
+// same rows as A's; else rows 0 .. 15 for every warp), summed over `cols` columns: c[0..3] is the
+// m16n8 C fragment of B's first 8 rows, c[4..7] of the next 8. All threads stage A's 64 rows and B's
+// rows in shared memory with 16-byte loads (columns past `cols` and rows past a_rows / b_rows as 0,
+// as the main kernels load them), up to 128 columns a pass; 4 warps then take 16 rows each through
+// ldmatrix: m16n8k16s with A as A and B's rows as the 8 columns of B. (Loaded straight from global
+// memory in fragment order, 4 bytes a lane, it cost 1.5% more.) Every thread calls it.
+template <typename Elem, int kHeadDim, bool kDiagonal>
+__device__ __forceinline__ void delta_product(const Elem* a, int64_t a_stride, int a_rows, const Elem* b, int64_t b_stride,
+                                              int b_rows, int cols, Elem* s_a, Elem* s_b, float (&c)[8]) {
+  constexpr int kDeltaWarps = kPrePostRows / 16;
+  static_assert(kDeltaWarps <= kPrePostThreads / 32, "a warp per 16 rows");
+  constexpr int kPass = delta_pass(kHeadDim);
+  constexpr int kPitch = delta_pitch(kHeadDim);
+  constexpr int kVecs = kPass / 8;  // 16-byte vectors of a row's pass
+  constexpr int kBRows = kDiagonal ? kPrePostRows : 16;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  float lo[4] = {0.f, 0.f, 0.f, 0.f}, hi[4] = {0.f, 0.f, 0.f, 0.f};
+  // The sm90 d512 backward's dP^T is two sums, columns 0-255 and 256-511 (each CTA of its pair
+  // sums its half from 0; sm90/bwd_kernel_sm90.cuh's kSplit), added once: delta sums the same
+  // way, so that it stays bitwise dP where O is a value row. (Summed across the halves in one
+  // chain it left dS^T a few float32 ulps from 0 on the diagonal window: dk 1.001e-5 against
+  // the rule's 1e-5 floor, bf16, tests/gpu/test_hdim512.py, session 34.)
+  constexpr int kFirstHalf = kHeadDim == 512 ? 256 : kHeadDim;
+  float lo_first[4] = {0.f, 0.f, 0.f, 0.f}, hi_first[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int c0 = 0; c0 < kHeadDim; c0 += kPass) {
+    if (c0 > 0) __syncthreads();  // the last pass's fragments are read
+    if constexpr (kFirstHalf < kHeadDim) {
+      if (c0 == kFirstHalf) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) lo_first[e] = lo[e], hi_first[e] = hi[e], lo[e] = 0.f, hi[e] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int i = tid; i < kPrePostRows * kVecs; i += kPrePostThreads) {
+      const int r = i / kVecs, col = c0 + (i % kVecs) * 8;
+      const bool in_cols = col < cols;  // (cols is a multiple of 8: whole vectors)
+      uint4 va = make_uint4(0u, 0u, 0u, 0u);
+      if (r < a_rows && in_cols) va = *reinterpret_cast<const uint4*>(a + r * a_stride + col);
+      *reinterpret_cast<uint4*>(s_a + r * kPitch + (col - c0)) = va;
+      if (r < kBRows) {
+        uint4 vb = make_uint4(0u, 0u, 0u, 0u);
+        if (r < b_rows && in_cols) vb = *reinterpret_cast<const uint4*>(b + r * b_stride + col);
+        *reinterpret_cast<uint4*>(s_b + r * kPitch + (col - c0)) = vb;
+      }
+    }
+    __syncthreads();
+    if (warp < kDeltaWarps) {
+      const int r0 = warp * 16, b0 = kDiagonal ? r0 : 0;
+#pragma unroll
+      for (int k0 = 0; k0 < kPass; k0 += 16) {
+        // A = rows r0..r0+15 (a0..a3: rows 0-7 / 8-15 by k 0-7 / 8-15); B = rows b0..b0+7 and
+        // b0+8..b0+15 as two n8 tiles (b0, b1 each: k 0-7, 8-15).
+        uint32_t af[4], bf[4];
+        ldmatrix_x4(af, smem_u32(s_a + (r0 + lane % 16) * kPitch + k0 + (lane / 16) * 8));
+        ldmatrix_x4(bf, smem_u32(s_b + (b0 + (lane / 16) * 8 + lane % 8) * kPitch + k0 + ((lane / 8) % 2) * 8));
+        const uint32_t b_lo[2] = {bf[0], bf[1]}, b_hi[2] = {bf[2], bf[3]};
+        mma_m16n8k16<Elem>(lo, af, b_lo);
+        mma_m16n8k16<Elem>(hi, af, b_hi);
+      }
+    }
+  }
+  if constexpr (kFirstHalf < kHeadDim) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) lo[e] = lo_first[e] + lo[e], hi[e] = hi_first[e] + hi[e];
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) c[e] = lo[e], c[4 + e] = hi[e];
+}
+
+// The exact delta where one key block holds every key: delta = sum_j P_j dP_j, from the scores and
+// dP of the row's own keys (delta_product's fragments), instead of dO . O with O rounded to the
+// input dtype. With two keys dP_j - delta is a small difference of large terms, and the rounded O
+// moved it enough that dK missed the accuracy rule in 18-32% of bf16 draws at Sq 1 / Sk 2 (D 8 to
+// 128), 7% at Sk 7, 1% at Sk 16; from sum_j P dP 0-3% (scripts/dev/tiny_sk_delta_emulation.py,
+// kernel_notes_bwd_sm90.md, session 52). Past 16 keys the misses are gone either way, and the
+// product would need the keys' own pass over K and V, so the rounded O serves there. Only the
+// plain softmax: the score modifiers (their P is score_mod.cuh's) and dropout (P's mask) keep O.
+constexpr int kExactDeltaMaxKeys = 16;
+__device__ __forceinline__ bool exact_delta_applies(const AttnBwdParams& p) {
+  return p.seqlen_k <= kExactDeltaMaxKeys && !p.mods.any() && !p.dropout.enabled();
+}
+
+// Rows `row` (g) and `row + 8` (g + 8) of a warp's 16 (valid: the first `rows`), their scores s and
+// dP as delta_product's C fragments (element e of tile n: row g + 8 (e / 2), key 8n + 2t + e % 2).
+// delta = (sum_j e_j dP_j) / (sum_j e_j), e_j = exp2(scale_log2 s_j - max): the softmax's own
+// normalisation, so that one visible key (or a one-hot softmax: every other e_j is exactly 0) gives
+// delta = dP_j bitwise (e_j = 1), as the O path does, and 16 tied keys sum equal terms in a balanced
+// tree (exact). A row that sees no key gets 0, as its P.
+__device__ __forceinline__ void exact_delta_store(const AttnBwdParams& p, const SeqlenInfo& seq, int row, int rows,
+                                                  int lane, const float (&s)[8], const float (&dp)[8], float* delta) {
+  const BlockMask mask(seq, p.mask);
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {  // rows g, g + 8
+    const int r = row + g + 8 * half, begin = mask.col_begin(r), end = mask.col_end(r);
+    float x[4], d[4], m = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int e = 4 * n + 2 * half + j, key = 8 * n + 2 * t + j;
+        x[2 * n + j] = key >= begin && key < end ? s[e] * p.scale_log2 : -INFINITY;
+        d[2 * n + j] = dp[e];
+        m = fmaxf(m, x[2 * n + j]);
+      }
+    }
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    float w[4], wd[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      // The row's maximum weighs exactly 1 (also where it is +inf); a masked key exactly 0, and its
+      // dP (maybe not finite) none.
+      w[j] = x[j] == -INFINITY ? 0.f : (x[j] == m ? 1.f : exp2f(x[j] - m));
+      wd[j] = w[j] == 0.f ? 0.f : w[j] * d[j];
+    }
+    float num = (wd[0] + wd[1]) + (wd[2] + wd[3]), den = (w[0] + w[1]) + (w[2] + w[3]);
+    num += __shfl_xor_sync(0xffffffffu, num, 1);
+    den += __shfl_xor_sync(0xffffffffu, den, 1);
+    num += __shfl_xor_sync(0xffffffffu, num, 2);
+    den += __shfl_xor_sync(0xffffffffu, den, 2);
+    const int local = g + 8 * half;
+    if (t == 0 && local < rows) delta[local * p.delta_row_stride] = den > 0.f ? __fdiv_rn(num, den) : 0.f;
+  }
+}
+
 template <typename Elem, int kHeadDim>
 __global__ void __launch_bounds__(kPrePostThreads)
     flashsdpa_bwd_preprocess_kernel(const __grid_constant__ AttnBwdParams p) {
@@ -92,86 +237,40 @@ __global__ void __launch_bounds__(kPrePostThreads)
                     tile.head * p.dq_accum_head_stride + q_row0 * p.dq_accum_row_stride;
   const int rows = min(kPrePostRows, seq.seqlen_q - row0);
 
-  // delta in the tensor cores' own arithmetic: every family's dP (sm80's dO V^T with mma.sync,
-  // sm90's V dO^T with wgmma) sums each row's products in k chunks of 16 from column 0 up, with a
-  // float32 accumulator that starts at 0, so delta = dO . O summed the same way is bitwise dP
-  // wherever the output row equals a value row (one visible key: Sk = 1, a window of 0, a one-hot
-  // softmax), and dS = P (dP - delta) is then exactly 0, as in exact arithmetic (the H200 shows
-  // wgmma and mma.sync agree bit for bit: tests/gpu/test_one_hot_grads.py). The FMA chain it
-  // replaces left a residue of a few float32 ulps of |dO| |V| there, which the query and key sums
-  // grew into dK (fp16 Sk 1: 1.25e-5 against the rule's 1e-5 floor; fp16 q = k = v = 65504 with 16
-  // tied keys: 2110 against 1535). Elsewhere the error stays dP's own (delta in float64 moved the
-  // first case by 6%). Cost: the whole backward at 0.995 of the chain's (median; d64 S 1k 0.983;
-  // kernel_notes_bwd_sm90.md, session 15).
-  // All threads stage the rows' dO and O in shared memory with 16-byte loads (columns past
-  // head_dim_v and rows past the sequence as 0, as the main kernels load them), up to 128 columns
-  // a pass; 4 warps then take 16 rows each through ldmatrix: an m16n8k16 with dO as A and O's rows
-  // as the 8 columns of B, twice (rows 0-7, 8-15), whose diagonals are the rows' deltas. (Loaded
-  // straight from global memory in fragment order, 4 bytes a lane, it cost 1.5% more.)
-  constexpr int kDeltaWarps = kPrePostRows / 16;
-  static_assert(kDeltaWarps <= kPrePostThreads / 32, "a warp per 16 rows");
-  constexpr int kPass = kHeadDim < 128 ? kHeadDim : 128;
-  constexpr int kPitch = kPass + 8;  // +16 bytes a row: ldmatrix's 8 row addresses hit 8 bank groups
-  constexpr int kVecs = kPass / 8;   // 16-byte vectors of a row's pass
-  __shared__ __align__(16) Elem s_do[kPrePostRows * kPitch], s_o[kPrePostRows * kPitch];
+  // delta in the tensor cores' own arithmetic (delta_product below); where every key fits in 16
+  // (exact_delta_applies) from the scores and dP themselves instead of the rounded O.
+  constexpr int kPitch = delta_pitch(kHeadDim);
+  __shared__ __align__(16) Elem s_a[kPrePostRows * kPitch], s_b[kPrePostRows * kPitch];
   const int warp = tid / 32, lane = tid % 32;
-  float lo[4] = {0.f, 0.f, 0.f, 0.f}, hi[4] = {0.f, 0.f, 0.f, 0.f};
-  // The sm90 d512 backward's dP^T is two sums, columns 0-255 and 256-511 (each CTA of its pair
-  // sums its half from 0; sm90/bwd_kernel_sm90.cuh's kSplit), added once: delta sums the same
-  // way, so that it stays bitwise dP where O is a value row. (Summed across the halves in one
-  // chain it left dS^T a few float32 ulps from 0 on the diagonal window: dk 1.001e-5 against
-  // the rule's 1e-5 floor, bf16, tests/gpu/test_hdim512.py, session 34.)
-  constexpr int kFirstHalf = kHeadDim == 512 ? 256 : kHeadDim;
-  float lo_first[4] = {0.f, 0.f, 0.f, 0.f}, hi_first[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-  for (int c0 = 0; c0 < kHeadDim; c0 += kPass) {
-    if (c0 > 0) __syncthreads();  // the last pass's fragments are read
-    if constexpr (kFirstHalf < kHeadDim) {
-      if (c0 == kFirstHalf) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) lo_first[e] = lo[e], hi_first[e] = hi[e], lo[e] = 0.f, hi[e] = 0.f;
+  if (exact_delta_applies(p)) {
+    const int kv_head = tile.head / (p.heads_q / p.heads_kv);
+    const Elem* q = static_cast<const Elem*>(p.q) + batch_offset(p, tile.batch, p.q_batch_stride) +
+                    tile.head * p.q_head_stride + q_row0 * p.q_row_stride;
+    const Elem* k = static_cast<const Elem*>(p.k) + batch_offset(p, tile.batch, p.k_batch_stride) +
+                    kv_head * p.k_head_stride + seq.k_row_offset * p.k_row_stride;
+    const Elem* v = static_cast<const Elem*>(p.v) + batch_offset(p, tile.batch, p.v_batch_stride) +
+                    kv_head * p.v_head_stride + seq.k_row_offset * p.v_row_stride;
+    float s[8], dp[8];  // keys 0-7 then 8-15 of rows (g, g + 8) of the warp's 16: delta_product's C
+    delta_product<Elem, kHeadDim, false>(q, p.q_row_stride, rows, k, p.k_row_stride, seq.seqlen_k, p.head_dim_qk,
+                                         s_a, s_b, s);
+    __syncthreads();  // the scores' fragments are read before dO / V overwrite them
+    delta_product<Elem, kHeadDim, false>(dout, p.dout_row_stride, rows, v, p.v_row_stride, seq.seqlen_k,
+                                         p.head_dim_v, s_a, s_b, dp);
+    if (warp < kPrePostRows / 16) exact_delta_store(p, seq, row0 + warp * 16, rows - warp * 16, lane, s, dp, delta);
+  } else {
+    float c[8];  // dO rows by O rows: the diagonals are the deltas
+    delta_product<Elem, kHeadDim, true>(dout, p.dout_row_stride, rows, out, p.o_row_stride, rows, p.head_dim_v, s_a,
+                                        s_b, c);
+    if (warp < kPrePostRows / 16) {
+      // C (g, 2t + e) of the first is c[e], (g + 8, 2t + e) of the second c[6 + e] (g = lane / 4, t = lane % 4):
+      // row r0 + g's delta sits at column g of the first product, row r0 + 8 + g's at column g of
+      // the second, both in the lane with 2t + e = g. (Picked by a select: an index into the
+      // fragments would put them in local memory.)
+      const int g = lane / 4, t = lane % 4, r_lo = warp * 16 + g, r_hi = r_lo + 8;
+      if (t == g / 2) {
+        if (r_lo < rows) delta[r_lo * p.delta_row_stride] = g % 2 ? c[1] : c[0];
+        if (r_hi < rows) delta[r_hi * p.delta_row_stride] = g % 2 ? c[7] : c[6];
       }
-    }
-#pragma unroll
-    for (int i = tid; i < kPrePostRows * kVecs; i += kPrePostThreads) {
-      const int r = i / kVecs, c = c0 + (i % kVecs) * 8;
-      uint4 a = make_uint4(0u, 0u, 0u, 0u), b = a;
-      if (r < rows && c < p.head_dim_v) {  // (head_dim_v is a multiple of 8: whole vectors)
-        a = *reinterpret_cast<const uint4*>(dout + r * p.dout_row_stride + c);
-        b = *reinterpret_cast<const uint4*>(out + r * p.o_row_stride + c);
-      }
-      *reinterpret_cast<uint4*>(s_do + r * kPitch + (c - c0)) = a;
-      *reinterpret_cast<uint4*>(s_o + r * kPitch + (c - c0)) = b;
-    }
-    __syncthreads();
-    if (warp < kDeltaWarps) {
-      const int r0 = warp * 16;
-#pragma unroll
-      for (int k0 = 0; k0 < kPass; k0 += 16) {
-        // A = dO rows r0..r0+15 (a0..a3: rows 0-7 / 8-15 by k 0-7 / 8-15); B = O rows r0..r0+7
-        // and r0+8..r0+15 as two n8 tiles (b0, b1 each: k 0-7, 8-15).
-        uint32_t a[4], b[4];
-        ldmatrix_x4(a, smem_u32(s_do + (r0 + lane % 16) * kPitch + k0 + (lane / 16) * 8));
-        ldmatrix_x4(b, smem_u32(s_o + (r0 + (lane / 16) * 8 + lane % 8) * kPitch + k0 + ((lane / 8) % 2) * 8));
-        const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
-        mma_m16n8k16<Elem>(lo, a, b_lo);
-        mma_m16n8k16<Elem>(hi, a, b_hi);
-      }
-    }
-  }
-  if constexpr (kFirstHalf < kHeadDim) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) lo[e] = lo_first[e] + lo[e], hi[e] = hi_first[e] + hi[e];
-  }
-  if (warp < kDeltaWarps) {
-    // C (g, 2t + e) is lo[e], (g + 8, 2t + e) is hi[2 + e] (g = lane / 4, t = lane % 4): row
-    // r0 + g's delta sits at column g of the first product, row r0 + 8 + g's at column g of the
-    // second, both in the lane with 2t + e = g. (Picked by a select: an index into the fragments
-    // would put them in local memory.)
-    const int g = lane / 4, t = lane % 4, r_lo = warp * 16 + g, r_hi = r_lo + 8;
-    if (t == g / 2) {
-      if (r_lo < rows) delta[r_lo * p.delta_row_stride] = g % 2 ? lo[1] : lo[0];
-      if (r_hi < rows) delta[r_hi * p.delta_row_stride] = g % 2 ? hi[3] : hi[2];
     }
   }
   if (p.row_pdp != nullptr && tid < rows) {

@@ -24,7 +24,8 @@ Forward, for each block of query rows (the kernel's thread block)::
 
 Backward (FlashAttention-2's): nothing of the forward is kept but ``out`` and ``lse``::
 
-    delta = rowsum(dout * out)                         # preprocess, float32
+    delta = rowsum(dout * out)                         # preprocess, float32 (rowsum(p * dp)
+                                                       # itself when Sk <= 16: _exact_delta)
     for each block of keys (outer loop, one dK/dV accumulator in registers in the kernel):
         for each block of queries that can see it:
             p  = exp(s - lse)                          # s recomputed exactly as in the forward
@@ -265,6 +266,32 @@ def attention_forward(
     return out, lse
 
 
+# cuda/common/bwd_prepost.cuh's kExactDeltaMaxKeys: up to this many keys the backward's delta is
+# sum_j P_ij dP_ij from the scores, not rowsum(dO * O) from the output rounded to its dtype (with
+# two keys dP_j - delta is a small difference of large terms, and the rounded O moved dK past the
+# accuracy rule in 18-32% of bf16 draws; docs/kernel_notes_bwd_sm90.md, session 52).
+EXACT_DELTA_MAX_KEYS = 16
+
+
+def _exact_delta(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, scale: float, window: _Window, dtype: torch.dtype) -> Tensor:
+    """delta = sum_j w_j dP_j / sum_j w_j, w_j = exp(s_j - max_j s_j) over the row's visible keys:
+    the softmax's own normalisation, as the kernel's preprocess computes it (one visible key gives
+    dP_j exactly; a row that sees no key 0). The whole (Sq, Sk) score matrix: Sk is at most 16."""
+    groups = q.shape[1] // k.shape[1]
+    seqlen_q, seqlen_k = q.shape[2], k.shape[2]
+    s = (_pack(q, groups, 0, seqlen_q, dtype) * scale) @ k.to(dtype).transpose(-1, -2)
+    window.mask_tile(s, groups, 0, seqlen_q, 0, seqlen_k)
+    dp = _pack(dout, groups, 0, seqlen_q, dtype) @ v.to(dtype).transpose(-1, -2)
+    row_max = s.amax(dim=-1, keepdim=True)
+    # The maximum weighs exactly 1 (also +inf), a hidden key 0 (exp's NaN from inf - inf unused).
+    w = torch.where(s == row_max, 1.0, torch.exp(s - row_max))
+    w = torch.where(s == float("-inf"), 0.0, w)
+    num = torch.where(w > 0, w * dp, 0.0).sum(dim=-1)
+    den = w.sum(dim=-1)
+    delta = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
+    return _unpack(delta, groups).flatten(1, 2)
+
+
 @torch.no_grad()
 def attention_backward(
     dout: Tensor,
@@ -292,8 +319,13 @@ def attention_backward(
     if tuple(lse.shape) != expected_out[:3]:
         raise ValueError(f"lse has shape {tuple(lse.shape)}, expected {expected_out[:3]}")
     acc_dtype = _compute_dtype(q, k, v)
-    # Preprocess: delta_i = sum_j dO_ij O_ij = sum_j P_ij dP_ij, the softmax backward's row term.
-    delta = (dout.to(acc_dtype) * out.to(acc_dtype)).sum(dim=-1)
+    window = _Window.of(causal_mode, mask, seqlen_q, seqlen_k)
+    # Preprocess: delta_i = sum_j dO_ij O_ij = sum_j P_ij dP_ij, the softmax backward's row term;
+    # with every key in one small block, from P and dP themselves (_exact_delta).
+    if 0 < seqlen_k <= EXACT_DELTA_MAX_KEYS and features is None and batch * heads_q * seqlen_q > 0:
+        delta = _exact_delta(dout, q, k, v, scale, window, acc_dtype)
+    else:
+        delta = (dout.to(acc_dtype) * out.to(acc_dtype)).sum(dim=-1)
     lse = lse.to(acc_dtype)
     if features is not None:
         features.start_backward(lse, delta, acc_dtype)
@@ -305,7 +337,6 @@ def attention_backward(
             features.finish_backward()
         return torch.zeros(q.shape, dtype=q.dtype, device=q.device), dk, dv
     groups = heads_q // heads_kv
-    window = _Window.of(causal_mode, mask, seqlen_q, seqlen_k)
     # dQ gathers contributions from every key block: a float32 accumulator (the kernel's dq_accum).
     dq_acc = torch.zeros(batch, heads_kv, groups, seqlen_q, head_dim, dtype=acc_dtype, device=q.device)
 
