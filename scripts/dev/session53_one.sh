@@ -7,7 +7,10 @@
 # of their sanitizer subsets, a short backward benchmark, and the rest of the GPU suite while time lasts.
 #   BUILD_DTYPES="bf16;fp16" bash scripts/dev/prebuild.sh full "64;128;256"   (here first: no build there)
 #   run(command="bash scripts/dev/session53_one.sh", carry=[".whl", ".prebuilt"], timeout_s=590)
+# LIMIT (default 590): the call's timeout_s, which the later steps' deadlines follow (a session with
+# little device time left gives less and keeps the tests and sanitizers; the bench and the rest go).
 set -uo pipefail
+LIMIT=${LIMIT:-590}
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
@@ -19,14 +22,14 @@ export PYTHONPATH="/tmp/pkg_full/python${SITE:+:$SITE}"
 changed="tests/gpu/test_one_hot_grads.py tests/gpu/test_fuzz_gpu.py tests/gpu/test_masks_gpu.py tests/gpu/test_mask_skip_gpu.py tests/gpu/test_bias_cells_gpu.py tests/gpu/test_features_gpu.py"
 tests "changed kernels' tests" 180 tests_changed.log $PY -m pytest $changed -q -p no:cacheprovider -n 8
 tail -2 "$OUT/tests_changed.log"
-(( SECONDS < 330 )) && sanitize_subset memcheck 60 tests/gpu/test_one_hot_grads.py tests/gpu/test_masks_gpu.py tests/gpu/test_features_gpu.py
-(( SECONDS < 390 )) && sanitize_subset racecheck 60 tests/gpu/test_one_hot_grads.py tests/gpu/test_masks_gpu.py tests/gpu/test_features_gpu.py
+(( SECONDS < LIMIT - 75 )) && sanitize_subset memcheck 60 tests/gpu/test_one_hot_grads.py tests/gpu/test_masks_gpu.py tests/gpu/test_features_gpu.py
+(( SECONDS < LIMIT - 75 )) && sanitize_subset racecheck 60 tests/gpu/test_one_hot_grads.py tests/gpu/test_masks_gpu.py tests/gpu/test_features_gpu.py
 # The benchmark on the changed path's neighbours (the preprocess runs in every backward).
-(( SECONDS < 420 )) && timed "bench bwd d128" 60 bench.log $PY -m flashsdpa bench --quick --head-dims 128 \
+(( SECONDS < LIMIT - 75 )) && timed "bench bwd d128" 60 bench.log $PY -m flashsdpa bench --quick --head-dims 128 \
   --seqlens 1024 8192 --direction bwd --no-memory --no-overhead --no-plot --out /tmp/b53
-if (( SECONDS < 440 )); then
+if (( SECONDS < LIMIT - 150 )); then
   ignore=(); for f in $changed; do ignore+=(--ignore="$f"); done
-  tests "rest of gpu suite" $(( 570 - SECONDS )) tests_rest.log $PY -m pytest tests/gpu "${ignore[@]}" -q -p no:cacheprovider -n 8 -m "not slow"
+  tests "rest of gpu suite" $(( LIMIT - 20 - SECONDS )) tests_rest.log $PY -m pytest tests/gpu "${ignore[@]}" -q -p no:cacheprovider -n 8 -m "not slow"
   tail -2 "$OUT/tests_rest.log"
 fi
 finish
