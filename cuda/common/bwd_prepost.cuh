@@ -172,12 +172,12 @@ __device__ __forceinline__ bool exact_delta_applies(const AttnBwdParams& p) {
   return p.seqlen_k <= kExactDeltaMaxKeys && !p.mods.any() && !p.dropout.enabled();
 }
 
-// Rows `row` (g) and `row + 8` (g + 8) of a warp's 16 (valid: the first `rows`), their scores s and
-// dP as delta_product's C fragments (element e of tile n: row g + 8 (e / 2), key 8n + 2t + e % 2).
-// delta = (sum_j e_j dP_j) / (sum_j e_j), e_j = exp2(scale_log2 s_j - max): the softmax's own
-// normalisation, so that one visible key (or a one-hot softmax: every other e_j is exactly 0) gives
-// delta = dP_j bitwise (e_j = 1), as the O path does, and 16 tied keys sum equal terms in a balanced
-// tree (exact). A row that sees no key gets 0, as its P.
+// Rows `row` + g and `row` + g + 8 of a warp's 16 (the first `rows` valid; `delta` points at the
+// warp's first row), their scores s and dP as delta_product's C fragments (element e of tile n:
+// row g + 8 (e / 2), key 8n + 2t + e % 2). delta = (sum_j w_j dP_j) / (sum_j w_j), w_j =
+// exp2(scale_log2 s_j - max): the softmax's own normalisation, so that one visible key (or a one-hot
+// softmax: every other w_j is exactly 0) gives delta = dP_j bitwise (w_j = 1), as the O path does,
+// and 16 tied keys sum equal terms in a balanced tree (exact). A row that sees no key gets 0, as its P.
 __device__ __forceinline__ void exact_delta_store(const AttnBwdParams& p, const SeqlenInfo& seq, int row, int rows,
                                                   int lane, const float (&s)[8], const float (&dp)[8], float* delta) {
   const BlockMask mask(seq, p.mask);
@@ -256,7 +256,9 @@ __global__ void __launch_bounds__(kPrePostThreads)
     __syncthreads();  // the scores' fragments are read before dO / V overwrite them
     delta_product<Elem, kHeadDim, false>(dout, p.dout_row_stride, rows, v, p.v_row_stride, seq.seqlen_k,
                                          p.head_dim_v, s_a, s_b, dp);
-    if (warp < kPrePostRows / 16) exact_delta_store(p, seq, row0 + warp * 16, rows - warp * 16, lane, s, dp, delta);
+    if (warp < kPrePostRows / 16) {
+      exact_delta_store(p, seq, row0 + warp * 16, rows - warp * 16, lane, s, dp, delta + warp * 16 * p.delta_row_stride);
+    }
   } else {
     float c[8];  // dO rows by O rows: the diagonals are the deltas
     delta_product<Elem, kHeadDim, true>(dout, p.dout_row_stride, rows, out, p.o_row_stride, rows, p.head_dim_v, s_a,
