@@ -13,8 +13,6 @@ def run(rows_total, sk, lo, hi, scale_log2):
     for warp in range(4):
         rows = rows_total - warp*16
         base = warp*16
-        for lane_vals in [None]:
-            pass
         # per lane fragments
         frag_s = {}; frag_dp = {}
         for lane in range(32):
