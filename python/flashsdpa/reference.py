@@ -273,7 +273,9 @@ def attention_forward(
 EXACT_DELTA_MAX_KEYS = 16
 
 
-def _exact_delta(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, scale: float, window: _Window, dtype: torch.dtype) -> Tensor:
+def _exact_delta(
+    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, scale: float, window: _Window, dtype: torch.dtype
+) -> Tensor:
     """delta = sum_j w_j dP_j / sum_j w_j, w_j = exp(s_j - max_j s_j) over the row's visible keys:
     the softmax's own normalisation, as the kernel's preprocess computes it (one visible key gives
     dP_j exactly; a row that sees no key 0). The whole (Sq, Sk) score matrix: Sk is at most 16."""
@@ -322,7 +324,8 @@ def attention_backward(
     window = _Window.of(causal_mode, mask, seqlen_q, seqlen_k)
     # Preprocess: delta_i = sum_j dO_ij O_ij = sum_j P_ij dP_ij, the softmax backward's row term;
     # with every key in one small block, from P and dP themselves (_exact_delta).
-    if 0 < seqlen_k <= EXACT_DELTA_MAX_KEYS and features is None and batch * heads_q * seqlen_q > 0:
+    plain = features is None or features.plain
+    if 0 < seqlen_k <= EXACT_DELTA_MAX_KEYS and plain and batch * heads_q * seqlen_q > 0:
         delta = _exact_delta(dout, q, k, v, scale, window, acc_dtype)
     else:
         delta = (dout.to(acc_dtype) * out.to(acc_dtype)).sum(dim=-1)

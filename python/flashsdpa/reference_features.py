@@ -95,6 +95,13 @@ class Features:
         self.d_sinks: Tensor | None = None
         self.d_alibi: Tensor | None = None
 
+    @property
+    def plain(self) -> bool:
+        """No feature changes P: the kernels' params have no score modifier and no dropout (the
+        backward's exact delta of a few keys then applies, reference.py's _exact_delta)."""
+        no_mods = self.mask is None and self.softcap == 0.0 and self.slopes is None and self.sinks is None
+        return no_mods and self.keep is None
+
     # ---- helpers ----------------------------------------------------------------------------------
 
     def _tile(self, t: Tensor, tile: Tile) -> Tensor:

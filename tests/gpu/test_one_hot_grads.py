@@ -80,7 +80,9 @@ VALUE_BOUND = {torch.bfloat16: 255, torch.float16: 2047}
 @pytest.mark.parametrize("dims", HEAD_DIMS, ids=lambda d: f"d{d[0]}v{d[1]}")
 @pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES))
 @pytest.mark.parametrize("sq,causal", [(1, None), (7, "top_left"), (300, "bottom_right")], ids=["q1", "q7tl", "q300br"])
-def test_tied_keys_exact_delta(request: pytest.FixtureRequest, sq: int, causal: str | None, dtype: str, dims: tuple[int, int]) -> None:
+def test_tied_keys_exact_delta(
+    request: pytest.FixtureRequest, sq: int, causal: str | None, dtype: str, dims: tuple[int, int]
+) -> None:
     """Sk = 2 equal keys, GQA 4 / 2: dq exactly 0 (the O path leaves ~scale |dO| ulp(O) a row)."""
     torch_dtype = DTYPES[dtype]
     shape = Shape("tied", 2, 4, 2, sq, 2, dims[0], dims[1])
@@ -88,7 +90,8 @@ def test_tied_keys_exact_delta(request: pytest.FixtureRequest, sq: int, causal: 
     gen = _generator(request)
     bound = VALUE_BOUND[torch_dtype]
     q = torch.randn(2, 4, sq, dims[0], generator=gen, device=DEVICE).to(torch_dtype)
-    k = torch.randn(2, 2, 1, dims[0], generator=gen, device=DEVICE).to(torch_dtype).expand(2, 2, 2, dims[0]).contiguous()
+    k = torch.randn(2, 2, 1, dims[0], generator=gen, device=DEVICE).to(torch_dtype)
+    k = k.expand(2, 2, 2, dims[0]).contiguous()
     v = torch.randint(-bound, bound + 1, (2, 2, 2, dims[1]), generator=gen, device=DEVICE).to(torch_dtype)
     dout = (torch.randint(-1, 2, (2, 4, sq, dims[1]), generator=gen, device=DEVICE) / 64).to(torch_dtype)
     for t in (q, k, v):
