@@ -253,9 +253,26 @@ __global__ void __launch_bounds__(kPrePostThreads)
     float s[8], dp[8];  // keys 0-7 then 8-15 of rows (g, g + 8) of the warp's 16: delta_product's C
     delta_product<Elem, kHeadDim, false>(q, p.q_row_stride, rows, k, p.k_row_stride, seq.seqlen_k, p.head_dim_qk,
                                          s_a, s_b, s);
+    // From d192 on the scores wait in shared memory while dP is computed: held in registers across
+    // the second product they made those preprocess kernels spill (ptxas 13.0, 64 registers: 16
+    // bytes sm_80, 12 sm_90a; a separate 4 KB array instead cost 4-9 more registers elsewhere).
+    // They go to s_b's rows 16-63, which a product of 16 B rows never touches (each lane its own
+    // 8, element-major: no bank conflict).
+    constexpr bool kStashScores = kHeadDim >= 192;
+    float* stash = reinterpret_cast<float*>(s_b + 16 * kPitch) + warp * 8 * 32 + lane;
+    static_assert(!kStashScores || (kPrePostRows - 16) * kPitch * sizeof(Elem) >= kPrePostRows / 16 * 8 * 32 * sizeof(float),
+                  "the stash fits in s_b's rows 16-63");
+    if (kStashScores && warp < kPrePostRows / 16) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) stash[e * 32] = s[e];
+    }
     __syncthreads();  // the scores' fragments are read before dO / V overwrite them
     delta_product<Elem, kHeadDim, false>(dout, p.dout_row_stride, rows, v, p.v_row_stride, seq.seqlen_k,
                                          p.head_dim_v, s_a, s_b, dp);
+    if (kStashScores && warp < kPrePostRows / 16) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) s[e] = stash[e * 32];
+    }
     if (warp < kPrePostRows / 16) {
       exact_delta_store(p, seq, row0 + warp * 16, rows - warp * 16, lane, s, dp, delta + warp * 16 * p.delta_row_stride);
     }
