@@ -45,6 +45,9 @@ constexpr int kPrePostRows = 64;
 // preprocess asks BlockMask with it which query blocks no key block visits.
 constexpr int kDqFirstStoreBlockN = 128;
 constexpr int kPrePostThreads = 256;
+// The warps that compute delta (delta_product's mma): 16 rows each.
+constexpr int kDeltaWarps = kPrePostRows / 16;
+static_assert(kDeltaWarps <= kPrePostThreads / 32, "a warp per 16 rows");
 
 // The dq_semaphore word of the preprocess / postprocess CTA of 64-row block `block`, at the main
 // kernel's granularity (params.h's dq_sem_rows: 64, or the sm90 d64 tall step's 128), and the
@@ -98,8 +101,6 @@ __host__ __device__ constexpr int delta_pitch(int head_dim) { return delta_pass(
 template <typename Elem, int kHeadDim, bool kDiagonal>
 __device__ __forceinline__ void delta_product(const Elem* a, int64_t a_stride, int a_rows, const Elem* b, int64_t b_stride,
                                               int b_rows, int cols, Elem* s_a, Elem* s_b, float (&c)[8]) {
-  constexpr int kDeltaWarps = kPrePostRows / 16;
-  static_assert(kDeltaWarps <= kPrePostThreads / 32, "a warp per 16 rows");
   constexpr int kPass = delta_pass(kHeadDim);
   constexpr int kPitch = delta_pitch(kHeadDim);
   constexpr int kVecs = kPass / 8;  // 16-byte vectors of a row's pass
@@ -260,27 +261,27 @@ __global__ void __launch_bounds__(kPrePostThreads)
     // 8, element-major: no bank conflict).
     constexpr bool kStashScores = kHeadDim >= 192;
     float* stash = reinterpret_cast<float*>(s_b + 16 * kPitch) + warp * 8 * 32 + lane;
-    static_assert(!kStashScores || (kPrePostRows - 16) * kPitch * sizeof(Elem) >= kPrePostRows / 16 * 8 * 32 * sizeof(float),
+    static_assert(!kStashScores || (kPrePostRows - 16) * kPitch * sizeof(Elem) >= kDeltaWarps * 8 * 32 * sizeof(float),
                   "the stash fits in s_b's rows 16-63");
-    if (kStashScores && warp < kPrePostRows / 16) {
+    if (kStashScores && warp < kDeltaWarps) {
 #pragma unroll
       for (int e = 0; e < 8; ++e) stash[e * 32] = s[e];
     }
     __syncthreads();  // the scores' fragments are read before dO / V overwrite them
     delta_product<Elem, kHeadDim, false>(dout, p.dout_row_stride, rows, v, p.v_row_stride, seq.seqlen_k,
                                          p.head_dim_v, s_a, s_b, dp);
-    if (kStashScores && warp < kPrePostRows / 16) {
+    if (kStashScores && warp < kDeltaWarps) {
 #pragma unroll
       for (int e = 0; e < 8; ++e) s[e] = stash[e * 32];
     }
-    if (warp < kPrePostRows / 16) {
+    if (warp < kDeltaWarps) {
       exact_delta_store(p, seq, row0 + warp * 16, rows - warp * 16, lane, s, dp, delta + warp * 16 * p.delta_row_stride);
     }
   } else {
     float c[8];  // dO rows by O rows: the diagonals are the deltas
     delta_product<Elem, kHeadDim, true>(dout, p.dout_row_stride, rows, out, p.o_row_stride, rows, p.head_dim_v, s_a,
                                         s_b, c);
-    if (warp < kPrePostRows / 16) {
+    if (warp < kDeltaWarps) {
       // C (g, 2t + e) of the first is c[e], (g + 8, 2t + e) of the second c[6 + e] (g = lane / 4, t = lane % 4):
       // row r0 + g's delta sits at column g of the first product, row r0 + 8 + g's at column g of
       // the second, both in the lane with 2t + e = g. (Picked by a select: an index into the

@@ -14,7 +14,7 @@ source scripts/device_env.sh
 if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader)"; exit 3
 fi
-# The build session52_one.sh and bwd_ncu.sh use (prebuilt and carried where prebuild.sh made it:
+# The build session53_one.sh and bwd_ncu.sh use (prebuilt and carried where prebuild.sh made it:
 # carry=[".whl", ".prebuilt"]); the bars read its bf16 d64 / d128 kernels.
 BUILD_TIMEOUT=300 BUILD_DTYPES="bf16;fp16" build_copy full "64;128;256"
 require_copies full

@@ -2,7 +2,7 @@
 # session52_dbias.sh (prepared in session 51: compiled only), one call, ~5 minutes: the bias
 # backward's d_bias read back with ldmatrix.x4.trans (-DFLASHSDPA_SM90_BWD_DBIAS_LDSM=1:
 # store_bias_grad; kernel_notes_features.md, "d_bias read back with ldmatrix") against the tree, bf16
-# d64 / d128. The tree's side is session52_one.sh's build (`full`: bf16 + fp16 d64 / d128 / d256,
+# d64 / d128. The tree's side is session53_one.sh's build (`full`: bf16 + fp16 d64 / d128 / d256,
 # whose bf16 d128 bias kernels are a bf16-only build's), taken as it is on a machine warm from that
 # script, else carried or built (session 52). Default 0: every kernel's SASS byte-identical; with
 # it only the four bias kernels (bf16 / fp16, d64 / d128) change; ptxas 13.0 0 spills; the map checked on the host
@@ -14,7 +14,7 @@
 # Prediction: additive bias 2k backward +0-3% (~40 fewer instructions a thread a step, in the dQ
 # GEMM's shadow), key padding unchanged (no gradient), forwards unchanged.
 #   bash scripts/dev/prebuild.sh ldsm "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_DBIAS_LDSM=1   (here first,
-#   and prebuild.sh full as session52_one.sh says where this call comes first)
+#   and prebuild.sh full as session53_one.sh says where this call comes first)
 #   run(command="bash scripts/dev/session52_dbias.sh", carry=[".whl", ".prebuilt"], timeout_s=420)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
