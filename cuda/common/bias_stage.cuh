@@ -32,12 +32,12 @@ __device__ __forceinline__ bool rows_aligned16(const void* ptr, int64_t batch_st
 // Issues the copies of rows row0..row0+kRows-1 (sequence rows; those >= seqlen_q become zeros) and
 // keys key0..key0+kKeys-1 (>= seqlen_k: zeros) of `plane` (the (b, h) plane: element (i, j) at
 // i * row_stride + j) into a tile whose 16-byte chunk c (keys 8c..8c+7) of row r sits at
-// base + Tile::chunk_offset(r, c). aligned16: the plane pointer and row stride allow 16-byte
+// tile.base + tile.chunk_offset(r, c). aligned16: the plane pointer and row stride allow 16-byte
 // copies; otherwise 4-byte pairs, which the host's checks allow for any served bias (even strides,
 // 4-byte aligned pointer). Every lane of the warp calls it; the caller commits the group.
 // kPairUnroll: the 4-byte loop's unroll (each tile's as first compiled: SASS kept).
 template <typename Tile, int kRows, int kKeys, int kPairUnroll>
-__device__ __forceinline__ void stage_rows(uint32_t base, const uint16_t* plane, int64_t row_stride, bool aligned16,
+__device__ __forceinline__ void stage_rows(const Tile& tile, const uint16_t* plane, int64_t row_stride, bool aligned16,
                                            int row0, int key0, int seqlen_q, int seqlen_k, int lane) {
   if (aligned16) {
     constexpr int kChunks = kKeys / 8;
@@ -60,7 +60,7 @@ __device__ __forceinline__ void stage_rows(uint32_t base, const uint16_t* plane,
     for (int j = 0; j < kRows / kPassRows; ++j) {
       const int r = r0 + kPassRows * j;
       const int bytes = row0 + r < seqlen_q ? key_bytes : 0;
-      cp_async_16_bytes(base + Tile::chunk_offset(r, c), bytes > 0 ? src : plane, bytes);
+      cp_async_16_bytes(tile.base + tile.chunk_offset(r, c), bytes > 0 ? src : plane, bytes);
       src += pass_stride;
     }
   } else {
@@ -71,7 +71,7 @@ __device__ __forceinline__ void stage_rows(uint32_t base, const uint16_t* plane,
       const int q = row0 + r, k = key0 + 2 * pair;
       const int bytes = q < seqlen_q ? 2 * max(0, min(2, seqlen_k - k)) : 0;
       const uint16_t* src = bytes > 0 ? plane + static_cast<int64_t>(q) * row_stride + k : plane;
-      cp_async_4_bytes(base + Tile::chunk_offset(r, pair / 4) + (pair % 4) * 4, src, bytes);
+      cp_async_4_bytes(tile.base + tile.chunk_offset(r, pair / 4) + (pair % 4) * 4, src, bytes);
     }
   }
 }
@@ -92,7 +92,7 @@ struct WarpBiasTile {
   // 128-key block, or 32 4-byte pairs.
   __device__ __forceinline__ void load(const uint16_t* plane, int64_t row_stride, bool aligned16, int row0, int key0,
                                        int seqlen_q, int seqlen_k, int lane) const {
-    stage_rows<WarpBiasTile, kRows, kBlockN, 8>(base, plane, row_stride, aligned16, row0, key0, seqlen_q, seqlen_k, lane);
+    stage_rows<WarpBiasTile, kRows, kBlockN, 8>(*this, plane, row_stride, aligned16, row0, key0, seqlen_q, seqlen_k, lane);
   }
 
   // The thread's C-fragment pairs of n8 tiles nt and nt + 1 (keys 8 (nt + k / 2) + 2 (lane % 4) +
@@ -126,7 +126,7 @@ struct WarpBiasTileT {
   // 4 16-byte copies per lane, or 16 4-byte pairs (stage_rows).
   __device__ __forceinline__ void load(const uint16_t* plane, int64_t row_stride, bool aligned16, int q0, int key0,
                                        int seqlen_q, int seqlen_k, int lane) const {
-    stage_rows<WarpBiasTileT, kQueries, 16, 4>(base, plane, row_stride, aligned16, q0, key0, seqlen_q, seqlen_k, lane);
+    stage_rows<WarpBiasTileT, kQueries, 16, 4>(*this, plane, row_stride, aligned16, q0, key0, seqlen_q, seqlen_k, lane);
   }
 
   // Elements (key lane / 4 + 8 (k % 2), queries 8 (j + k / 2) + 2 (lane % 4) + {0, 1}: S^T's
@@ -135,6 +135,33 @@ struct WarpBiasTileT {
   // 8 (j + 1) .. + 7 (rows) of chunk 0 / 1 (keys 0-7 / 8-15), transposed, so each thread gets one
   // key's two adjacent queries; lane l gives query row 8 (j + l / 16) + l % 8 of chunk l / 8 % 2
   // (distinct banks: the (q / 4) % 2 swizzle). Every lane of the warp calls it.
+  __device__ __forceinline__ void quad(int j, uint32_t (&w)[4]) const {
+    const int lane = threadIdx.x % 32;
+    ldmatrix_x4_trans(w, base + chunk_offset(8 * (j + lane / 16) + lane % 8, lane / 8 % 2));
+  }
+};
+
+// The sm90 bias backward's tile where dS is kept in query rows (bwd_kernel_sm90.cuh's
+// kDsQueryRows): the same 16 keys x 64 queries of a warp as WarpBiasTileT, staged in the very
+// chunks the warp's dS values take later in the step, so that the __syncwarp argument holds as
+// there. The buffer's half of the warpgroup (its 64 keys) is 64 query rows of 128 bytes, 16-byte
+// chunk c of row q at q * 128 + ((c ^ (q % 8)) * 16) (the TMA's 128-byte swizzle: the half is the
+// box the d_bias store writes); the warp's keys 16 w .. 16 w + 15 are chunks 2 w and 2 w + 1.
+// A fragment read (8 query rows, one chunk) covers 8 distinct chunk positions: conflict-free.
+struct WarpBiasTileQ {
+  static constexpr int kQueries = 64;
+
+  uint32_t base;  // the warpgroup's half of the dS buffer
+  int chunk0;     // 2 * warp
+
+  __device__ __forceinline__ uint32_t chunk_offset(int q, int c) const { return q * 128 + (((chunk0 + c) ^ (q & 7)) << 4); }
+
+  __device__ __forceinline__ void load(const uint16_t* plane, int64_t row_stride, bool aligned16, int q0, int key0,
+                                       int seqlen_q, int seqlen_k, int lane) const {
+    stage_rows<WarpBiasTileQ, kQueries, 16, 4>(*this, plane, row_stride, aligned16, q0, key0, seqlen_q, seqlen_k, lane);
+  }
+
+  // WarpBiasTileT::quad's fragments (the same matrices, at this layout's addresses).
   __device__ __forceinline__ void quad(int j, uint32_t (&w)[4]) const {
     const int lane = threadIdx.x % 32;
     ldmatrix_x4_trans(w, base + chunk_offset(8 * (j + lane / 16) + lane % 8, lane / 8 % 2));

@@ -121,6 +121,14 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uin
                "r"(r2), "r"(r3)
                : "memory");
 }
+// The transposed form: lane t's pair (row t / 4, columns 2 (t % 4), + 1) of matrix j lands in
+// column t / 4 of rows 2 (t % 4), + 1 (an accumulator tile stored as its transpose).
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t smem_addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                                  uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
 #endif
 
 // ---- mma.sync m16n8k16, fp32 accumulate --------------------------------------------------------

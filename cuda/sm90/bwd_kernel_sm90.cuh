@@ -68,12 +68,6 @@
 #ifndef FLASHSDPA_SM90_BWD_WAVE_WIDE
 #define FLASHSDPA_SM90_BWD_WAVE_WIDE 2048
 #endif
-// FLASHSDPA_SM90_BWD_DBIAS_LDSM (dev A/B, session 51 prepared; 0 default: SASS unchanged): the
-// bias kernel's d_bias rows read back from dS^T with ldmatrix.x4.trans and stored as 4-byte key
-// pairs (store_bias_grad; kernel_notes_features.md, "d_bias read back with ldmatrix").
-#ifndef FLASHSDPA_SM90_BWD_DBIAS_LDSM
-#define FLASHSDPA_SM90_BWD_DBIAS_LDSM 0
-#endif
 // FLASHSDPA_SM90_BWD_GROUP_D128 (dev A/B, session 43 prepared; 0 default: no extra kernel, SASS
 // unchanged): the plain d128 kernel's grouped form, at the plain kernel's 24 / 240 registers, with
 // the producer's 92 bytes of spills (ptxas 13.0; its consumers need their 240). Whether a spill in
@@ -92,6 +86,9 @@ struct BwdSm90Args {
   CUtensorMap tma_k;   // box 64 columns x kBlockN rows
   CUtensorMap tma_v;   // box 64 columns x kBlockN rows
   int group;           // (kGrouped) items a CTA runs; 1 otherwise
+  int dbias_tma;       // (kDsQueryRows) tma_dbias was encoded: d_bias leaves by TMA stores
+  CUtensorMap tma_dbias;  // (kDsQueryRows, dbias_tma) d_bias: box 64 keys x kBlockM queries (last: the
+                          // other kernels' parameter offsets, hence their SASS, unchanged)
 };
 
 // Two Q / dO stages and two dQ staging buffers: one buffer measured 0.984x and one buffer with a
@@ -267,6 +264,22 @@ struct BwdTraitsSm90 {
   // scripts/dev/session51_mods.sh; per-round medians): key padding 2k 1.032, 8k 1.052; the bias 2k
   // 1.016; softcap 50 8k 1.015 (kernel_notes_features.md, "dK late in the modifier kernels").
   static constexpr bool kDkLate = !kOverlap && !kDropout;
+  // dS in query rows (the bias kernel; kernel_notes_features.md, "d_bias by TMA stores"): the dS
+  // buffer holds dS (queries x keys: each warpgroup's 64 keys an 8 KB half of 64 query rows, the
+  // 128-byte swizzle), written by stmatrix.trans, instead of dS^T. dQ's A is then K-major and late
+  // dK's M-major (both allowed for 16-bit wgmma operands in shared memory), and each half is
+  // already a box of d_bias (queries x keys), which one thread of the warpgroup stores by TMA after
+  // the dS barrier. What it replaces (store_bias_grad: 32 16-bit shared loads, their packing and 4
+  // 16-byte stores a thread a step, half of each 32-byte sector per store): ncu (H100, bias 2k
+  // backward, session 54) put 20-25% of the consumer loop's stall samples there (short scoreboard
+  // at the packing, long at the stores) and L2 at 84.7% of its peak with half-sector writes.
+  // -DFLASHSDPA_SM90_BWD_DBIAS_TMA=0 builds the dS^T layout and store_bias_grad.
+#ifndef FLASHSDPA_SM90_BWD_DBIAS_TMA
+#define FLASHSDPA_SM90_BWD_DBIAS_TMA 1
+#endif
+  static constexpr bool kDsQueryRows = FLASHSDPA_SM90_BWD_DBIAS_TMA && kModsKind == kModsBias && !kTall && !kWide;
+  static_assert(!kDsQueryRows || (kBlockM == 64 && kBlockN == 128 && kDkLate && !kOverlap),
+                "dS in query rows: 64-query steps of two 64-key halves, dK from the buffer");
   // The consumer warpgroup's index ptxas can prove uniform (sm90::consumer_warpgroup: K's and V's
   // descriptors, the warpgroup's rows, in uniform registers), d256 only: its R2UR 131 -> 44. Session 41 (H100, 3 alternating rounds of bwd_ab.py, against
   // the plain index): d256 1.003-1.040 (8k 1.025-1.040, causal 0.992-1.016); d128 0.977-1.005 at
@@ -826,6 +839,15 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     stmatrix_x4(base + (m / 4) * kBlockN * 128 + ds_row * 128 + ((chunk ^ (lane % 8)) << 4), frag[0], frag[1], frag[2],
                 frag[3]);
   };
+  // (kDsQueryRows) dS, 16 queries m of the step, to the warpgroup's half of the buffer, transposed
+  // by stmatrix.x4.trans: matrix q of frag is keys 8 (q % 2) .. of the warp x queries 8 (2 m + q / 2)
+  // .., stored as 8 query rows of 8 keys; lane L addresses query row 16 m + 8 (L / 16) + L % 8, key
+  // chunk 2 warp + (L / 8) % 2 (WarpBiasTileQ's layout: the chunks the warp's staged bias took).
+  [[maybe_unused]] auto store_ds_q = [&](uint32_t base, int m, const auto& frag) {
+    const int row = 16 * m + 8 * (lane / 16) + lane % 8, chunk = 2 * warp + (lane / 8) % 2;  // row % 8 == lane % 8
+    stmatrix_x4_trans(base + cwg * kBlockM * 128 + row * 128 + ((chunk ^ (lane % 8)) << 4), frag[0], frag[1], frag[2],
+                      frag[3]);
+  };
   const float scale_log2 = Mod::scale_log2(p);  // p.scale_log2 but with softcap (its raw unit)
   const int drop_k16 = n_block * kBlockN + cwg * 64 + warp * 16;  // the warp's first key (m16 slice of S^T)
 
@@ -884,7 +906,11 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   // done once both warpgroups have passed step i - 1's dS^T barrier, where the copy is issued; the
   // warp's own dS^T rows of step i overwrite it only after every lane has read it (__syncwarp).
   [[maybe_unused]] auto bias_tile = [&](int buf) {
-    return WarpBiasTileT{sm.ds_buf(buf) + (cwg * 64 + warp * 16) * 128};
+    if constexpr (Traits::kDsQueryRows) {
+      return WarpBiasTileQ{sm.ds_buf(buf) + cwg * kBlockM * 128, 2 * warp};
+    } else {
+      return WarpBiasTileT{sm.ds_buf(buf) + (cwg * 64 + warp * 16) * 128};
+    }
   };
   [[maybe_unused]] auto step_need = [&](int step) {
     if constexpr (Traits::kModsKind == kModsBias) {
@@ -912,58 +938,25 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   // (each thread 8 keys of one query: 8 conflict-free 16-bit reads) and stored as 16-byte rows of
   // d_bias (queries x keys), instead of 32 scattered 16-bit stores per thread (bias_grad_t, kept
   // for other strides and the chunk that straddles seqlen_k).
+  // (kDsQueryRows: the TMA store of the warpgroup's half where the launcher encoded d_bias's map,
+  // i.e. where its base and strides are 16-byte multiples; bias_grad_t otherwise.)
   [[maybe_unused]] const bool dbias_rows =
       Traits::kModsKind == kModsBias && p.d_bias != nullptr &&
-      rows_aligned16(p.d_bias, p.d_bias_batch_stride, p.d_bias_head_stride, p.d_bias_row_stride);
+      (Traits::kDsQueryRows ? args.dbias_tma != 0
+                            : rows_aligned16(p.d_bias, p.d_bias_batch_stride, p.d_bias_head_stride, p.d_bias_row_stride));
   auto store_bias_grad = [&](int step, int buf) {
-    if constexpr (Traits::kModsKind == kModsBias) {
+    if constexpr (Traits::kDsQueryRows) {
+      // One thread of the warpgroup: the half is read by the TMA unit beside the dQ GEMM, and
+      // waited for (tma_store_wait_read) before the next dS barrier, after which the buffer takes
+      // the bias of step + 2. Rows past seqlen_q and keys past seqlen_k are the map's to drop.
+      if (tid == 0)
+        sm90::tma_store_4d(&args.tma_dbias, sm.ds_buf(buf) + cwg * kBlockM * 128, n_block * kBlockN + cwg * 64,
+                           range.m_block(step) * kBlockM, range.head(step), batch);
+      if (tid == 0) sm90::tma_store_commit();
+    } else if constexpr (Traits::kModsKind == kModsBias) {
       uint16_t* out = static_cast<uint16_t*>(p.d_bias) +
                       bias_plane(batch, range.head(step), p.d_bias_batch_stride, p.d_bias_head_stride);
       const int q_first = range.m_block(step) * kBlockM, k_first = n_block * kBlockN + cwg * 64;
-#if FLASHSDPA_SM90_BWD_DBIAS_LDSM
-      // Warp w: queries 16 w .. 16 w + 15 (the buffer's chunks 2 w, 2 w + 1) x the warpgroup's 64
-      // keys, sixteen 8 x 8 matrices in four ldmatrix.x4.trans: load m's matrix i is key group
-      // 2 m + i / 2 (stored rows) x chunk 2 w + i % 2, its row r addressed by lane 8 i + r. .trans
-      // gives thread t, per matrix, query 8 (2 w + i % 2) + t / 4's keys 8 g + 2 (t % 4) + {0, 1}
-      // (low half the first): one 4-byte store each, at an even key of a 16-byte aligned row. Per
-      // thread 4 LDSM + 16 STG.32 against 32 LDS.U16, their packing and 4 STG.128; the same bytes
-      // reach L2 (each warp store covers 8 rows x 16 bytes, the 16-byte form 32 x 16 a thread's 4).
-      // ldmatrix wants the whole warp: the bounds guard the stores only.
-      const int r = lane % 8, mat = lane / 8;
-      const uint32_t src = sm.ds_buf(buf) + (cwg * 64 + 8 * (mat / 2) + r) * 128 + (((2 * warp + mat % 2) ^ r) << 4);
-      const int q0 = q_first + 16 * warp + lane / 4, k0 = k_first + 2 * (lane % 4);
-      uint16_t* rows[2] = {out + static_cast<int64_t>(q0) * p.d_bias_row_stride + k0,
-                           out + static_cast<int64_t>(q0 + 8) * p.d_bias_row_stride + k0};
-      // A tile inside both sequences (all but the last query / key block) stores without checks,
-      // on a road of its own (checked = false): with the checks beside the stores, ptxas wrapped
-      // each in a divergent region (BSSY / BSYNC, ~7 instructions a store).
-      auto store_rows = [&](auto checked) {
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-          uint32_t w[4];
-          ldmatrix_x4_trans(w, src + m * 2 * 8 * 128);  // key groups 2 m, 2 m + 1: 16 rows further
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int q = q0 + 8 * (i % 2), dk = 8 * (2 * m + i / 2), k = k0 + dk;
-            if constexpr (!decltype(checked)::value) {
-              *reinterpret_cast<uint32_t*>(rows[i % 2] + dk) = w[i];
-            } else if (q < seq.seqlen_q && k < seq.seqlen_k) {
-              uint16_t* dst = rows[i % 2] + dk;
-              if (k + 1 < seq.seqlen_k) {
-                *reinterpret_cast<uint32_t*>(dst) = w[i];
-              } else {
-                *dst = static_cast<uint16_t>(w[i]);
-              }
-            }
-          }
-        }
-      };
-      if (q_first + 64 <= seq.seqlen_q && k_first + 64 <= seq.seqlen_k) {
-        store_rows(std::false_type{});
-      } else {
-        store_rows(std::true_type{});
-      }
-#else
       // The thread's query is the same in every pass below (tid % 64: 128 threads, 64 queries),
       // its chunks tid / 64 + 2 it: the row check, the shared-memory column and the d_bias row
       // address once, a pass 16 keys further right (past seqlen_k, so is every later pass).
@@ -991,7 +984,6 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
           }
         }
       }
-#endif
     }
   };
 
@@ -1238,11 +1230,20 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
         // swizzled rows, written by the stmatrix below and ordered by the dS^T barrier), so the
         // dS^T fragments die at the stores instead of living until dK retires in step i + 1
         // (the register form serialized every wgmma: C7512, 233 live at 256).
-        const uint64_t dsk_desc = sm90::make_desc(sm.ds_buf(b) + cwg * 64 * 128, 16, 1024);
+        // (kDsQueryRows: the warpgroup's half of dS, its 64 keys contiguous in each query row: an
+        // M-major A, 16 query rows a k step.)
+        if constexpr (Traits::kDsQueryRows) {
+          const uint64_t dsm_desc = sm90::make_desc(sm.ds_buf(b) + cwg * kBlockM * 128, kBlockM * 128, 1024);
 #pragma unroll
-        for (int kk = 0; kk < kBlockM / 16; ++kk)  // 16 queries a k step: column block kk / 4
-          OpD::template ss<1>(dk_acc, dsk_desc + (((kk / 4) * kBlockN * 128 + (kk % 4) * 32) >> 4),
-                              q_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
+          for (int kk = 0; kk < kBlockM / 16; ++kk)
+            OpD::template ss<1, 1>(dk_acc, dsm_desc + ((kk * 2048) >> 4), q_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
+        } else {
+          const uint64_t dsk_desc = sm90::make_desc(sm.ds_buf(b) + cwg * 64 * 128, 16, 1024);
+#pragma unroll
+          for (int kk = 0; kk < kBlockM / 16; ++kk)  // 16 queries a k step: column block kk / 4
+            OpD::template ss<1>(dk_acc, dsk_desc + (((kk / 4) * kBlockN * 128 + (kk % 4) * 32) >> 4),
+                                q_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
+        }
       } else {
 #pragma unroll
         for (int kk = 0; kk < kBlockM / 16; ++kk) OpD::template rs<1>(dk_acc, dst16[kk], q_nmaj0 + s * kSlot + ((kk * 2048) >> 4), 1);
@@ -1254,10 +1255,19 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     // dS^T to shared memory for dQ = dS K (store_ds_t: one stmatrix.x4 per 16 queries, a quarter
     // of the 32-bit stores it replaces; ncu, session 17: cuDNN's backward stores dS so too).
 #pragma unroll
-    for (int m = 0; m < kMTiles / 2; ++m) store_ds_t(sm.ds_buf(b), m, dst16[m]);
+    for (int m = 0; m < kMTiles / 2; ++m) {
+      if constexpr (Traits::kDsQueryRows) {
+        store_ds_q(sm.ds_buf(b), m, dst16[m]);
+      } else {
+        store_ds_t(sm.ds_buf(b), m, dst16[m]);
+      }
+    }
     sm90::fence_async_shared();
     if constexpr (Traits::kModsKind == kModsBias) {  // attn_mask's gradient: scattered 16-bit stores where not aligned
       if (!dbias_rows) Mod::bias_grad_t(p, seq, batch, mod_head, dst16, key0, q0);
+    }
+    if constexpr (Traits::kDsQueryRows) {  // step i - 1's d_bias store has read its half (buffer (i + 1) % 2)
+      if (dbias_rows && tid == 0) sm90::tma_store_wait_read();
     }
     sm90::named_sync(kBarDs, 256);  // both halves of dS^T written
     stamp(kTlDsStored, i, cwg == 0 && tid == 0);
@@ -1269,9 +1279,18 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       // dQ[:, 64 cwg .. 64 cwg + 63] (tall: dQ[64 cwg .. 64 cwg + 63, :]) = dS K over all 128 keys
       // (M-major A, N-major B).
       sm90::wgmma_fence();
+      if constexpr (Traits::kDsQueryRows) {  // A = dS, K-major: keys 16 kk .. in half kk / 4
+        const uint64_t ds_kmaj0 = sm90::make_desc(sm.ds_buf(b), 16, 1024);
 #pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk)
-        OpQ::template ss<1, 1>(dq_acc, dq_a_desc + b * kDsBuf + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4), kk > 0);
+        for (int kk = 0; kk < kBlockN / 16; ++kk)
+          OpQ::template ss<1, 0>(dq_acc, ds_kmaj0 + (((kk / 4) * kBlockM * 128 + (kk % 4) * 32) >> 4),
+                                 kq_desc + ((kk * 2048) >> 4), kk > 0);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk)
+          OpQ::template ss<1, 1>(dq_acc, dq_a_desc + b * kDsBuf + ((kk * 2048) >> 4), kq_desc + ((kk * 2048) >> 4),
+                                 kk > 0);
+      }
       sm90::wgmma_commit();
       if constexpr (Traits::kModsKind == kModsBias) {  // while the dQ GEMM runs (it reads the same buffer)
         if (dbias_rows) store_bias_grad(i, b);
@@ -1319,6 +1338,9 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   }
 
   sm90::wgmma_wait<0>();  // (every group is done here, kDkLate's last dK included; this tells the compiler so)
+  if constexpr (Traits::kDsQueryRows) {  // the last d_bias store has read its half before the CTA may exit
+    if (dbias_rows && tid == 0) sm90::tma_store_wait_read();
+  }
   if constexpr (Traits::kDkLate) {
     if (range.count() > 0) sm90::mbar_arrive(sm.q_empty((step0 + range.count() - 1) % Traits::kStages));
   }

@@ -24,11 +24,23 @@ namespace flashsdpa {
 template <typename Traits>
 cudaError_t encode_bwd_sm90(const AttnBwdParams& params, BwdSm90Args& args) {
   args.p = params;
-  return encode_tma_all({{&args.tma_q, tma_q(params), Traits::kBlockM},
-                         {&args.tma_do, tma_dout(params), Traits::kBlockM},
-                         {&args.tma_k, tma_k(params), Traits::kBlockN},
-                         {&args.tma_v, tma_v(params), Traits::kBlockN}},
-                        params.dtype == DType::kBFloat16);
+  args.dbias_tma = 0;
+  const bool bf16 = params.dtype == DType::kBFloat16;
+  const cudaError_t err = encode_tma_all({{&args.tma_q, tma_q(params), Traits::kBlockM},
+                                          {&args.tma_do, tma_dout(params), Traits::kBlockM},
+                                          {&args.tma_k, tma_k(params), Traits::kBlockN},
+                                          {&args.tma_v, tma_v(params), Traits::kBlockN}},
+                                         bf16);
+  if (err != cudaSuccess) return err;
+  // (kDsQueryRows) d_bias's map where it can have one (16-byte base and strides: the dense buffer
+  // Python allocates when Sk % 8 == 0); without it the kernel stores d_bias from registers.
+  if constexpr (Traits::kDsQueryRows) {
+    if (params.d_bias != nullptr) {
+      const TmaTensor4d d_bias = tma_d_bias(params);
+      args.dbias_tma = tma_compatible(d_bias) && encode_tma_4d(&args.tma_dbias, d_bias, bf16, Traits::kBlockM) == cudaSuccess;
+    }
+  }
+  return cudaSuccess;
 }
 
 // Preprocess, main kernel and dQ postprocess of one instantiation. The descriptors are its own

@@ -55,6 +55,13 @@ inline TmaTensor4d tma_dout(const AttnBwdParams& p) {
           p.dout_batch_stride};
 }
 
+// d_bias, the bias's gradient (B, Hq, Sq, Sk): the sm90 backward's dense layout only (its varlen
+// calls take the portable family), so rows are the call's queries and the innermost dim its keys.
+inline TmaTensor4d tma_d_bias(const AttnBwdParams& p) {
+  return {p.d_bias, p.seqlen_k, p.seqlen_q, p.heads_q, p.batch, p.d_bias_row_stride, p.d_bias_head_stride,
+          p.d_bias_batch_stride};
+}
+
 inline bool tma_stride_ok(int64_t stride_elems, int64_t size) {
   if (size <= 1) return true;  // never stepped over: replaced by a valid stride when encoding
   const int64_t bytes = stride_elems * 2;

@@ -18,12 +18,15 @@ from torch import Tensor
 import flashsdpa
 from flashsdpa import _backend, masks, ops_masks, reporting
 from flashsdpa.masks import MaskSpec
-from helpers import check_rule, default_scale, gpu_skip_reason, grads_or_zeros, skip_unless_compiled
+from helpers import UNDER_SANITIZER, check_rule, default_scale, gpu_skip_reason, grads_or_zeros, skip_unless_compiled
 
 GPU_SKIP = gpu_skip_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU_SKIP is not None, reason=f"GPU suite: {GPU_SKIP}")]
 
 DEVICE = "cuda"
+# The yardsticks' device: the CPU under compute-sanitizer (racecheck stops inside PyTorch's GPU
+# matmuls of the textbook: H100, sessions 53-54; helpers.UNDER_SANITIZER).
+YARD = "cpu" if UNDER_SANITIZER else DEVICE
 
 
 def _generator(request: pytest.FixtureRequest) -> torch.Generator:
@@ -102,10 +105,10 @@ def run_masked(request: pytest.FixtureRequest, kind: str, shape_name: str, mask:
     bias = ops_masks.additive(attn_mask, dtype)
 
     def results(d: torch.dtype) -> list[Tensor]:
-        ls = [t.detach().to(d).requires_grad_() for t in (q, k, v)]
-        b = bias.detach().to(d).requires_grad_(additive)
+        ls = [t.detach().to(YARD, d).requires_grad_() for t in (q, k, v)]
+        b = bias.detach().to(YARD, d).requires_grad_(additive)
         o, l = textbook(*ls, b, scale=scale, mask=mask, dtype=d)
-        g = grads_or_zeros(o, ls + ([b] if additive else []), dout.to(d))
+        g = grads_or_zeros(o, ls + ([b] if additive else []), dout.to(YARD, d))
         return [o.detach(), l.detach().float(), *g]
 
     ref, pt = results(torch.float64), results(dtype)
@@ -232,10 +235,10 @@ def test_masks_through_sdpa(request: pytest.FixtureRequest, kind: str, shape_nam
     scale = default_scale(head_dim)
 
     def results(d: torch.dtype) -> list[Tensor]:
-        ls = [t.detach().to(d).requires_grad_() for t in (q, k, v)]
-        b = bias.detach().to(d).requires_grad_(additive)
+        ls = [t.detach().to(YARD, d).requires_grad_() for t in (q, k, v)]
+        b = bias.detach().to(YARD, d).requires_grad_(additive)
         o, _ = textbook(*ls, b, scale=scale, mask=masks.NO_MASK, dtype=d)
-        return [o.detach(), *grads_or_zeros(o, ls + ([b] if additive else []), dout.to(d))]
+        return [o.detach(), *grads_or_zeros(o, ls + ([b] if additive else []), dout.to(YARD, d))]
 
     ref, pt = results(torch.float64), results(dtype)
     names = ["out", "dq", "dk", "dv"] + (["d_mask"] if additive else [])
@@ -279,8 +282,8 @@ def test_decode_sized_masked_sdpa_takes_the_decode_kernel(sq: int) -> None:
 # ---- the sm90 kernels' staged bias: both copy paths (common/bias_stage.cuh) -----------------------
 # The sm90 forward and backward stage each warp's bias with 16-byte copies when the (b, h) plane and
 # its rows are 16-byte aligned, with 4-byte pairs otherwise (the portable family reads global memory
-# either way); the backward stores the mask's gradient as 16-byte rows when Sk % 8 == 0 (its dense
-# (B, H, Sq, Sk) buffer is then aligned), as 16-bit elements otherwise. Each layout below reaches
+# either way); the backward stores the mask's gradient by TMA (one 64 x 64 box per warpgroup a step)
+# when Sk % 8 == 0 (its dense (B, H, Sq, Sk) buffer is then aligned), as 16-bit elements otherwise. Each layout below reaches
 # the kernels as given (bias_view copies none of them: checked), with zeros staged past Sq and past
 # Sk (the half-filled last chunk or pair). Sq 130: a query block past the end and a partial one.
 def _bias_layout(layout: str, base: Tensor, sk: int) -> Tensor:
@@ -297,6 +300,7 @@ def _bias_layout(layout: str, base: Tensor, sk: int) -> Tensor:
 @pytest.mark.parametrize("layout,sk,aligned16", [
     ("contiguous", 120, True), ("contiguous", 114, False), ("row_pad_even", 113, False),
     ("row_pad_8", 1001, True), ("offset_4_bytes", 120, False), ("row_pad_8", 7, True), ("contiguous", 1000, True),
+    ("contiguous", 136, True),  # the sm90 backward's d_bias TMA box of keys 192-255 wholly past Sk
 ])  # fmt: skip
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("mask", [masks.NO_MASK, masks.CAUSAL_BOTTOM_RIGHT], ids=["full", "causal"])
@@ -322,9 +326,9 @@ def test_masks_bias_layouts(request: pytest.FixtureRequest, layout: str, sk: int
     ours = [out.detach(), lse, *torch.autograd.grad(out, leaves, dout)]
 
     def results(d: torch.dtype) -> list[Tensor]:
-        ls = [t.detach().to(d).requires_grad_() for t in (q, k, v, base)]
+        ls = [t.detach().to(YARD, d).requires_grad_() for t in (q, k, v, base)]
         o, l = textbook(*ls, scale=scale, mask=mask, dtype=d)
-        return [o.detach(), l.detach().float(), *grads_or_zeros(o, ls, dout.to(d))]
+        return [o.detach(), l.detach().float(), *grads_or_zeros(o, ls, dout.to(YARD, d))]
 
     ref, pt = results(torch.float64), results(dtype)
     for name, o, p, r in zip(["out", "lse", "dq", "dk", "dv", "d_mask"], ours, pt, ref):
