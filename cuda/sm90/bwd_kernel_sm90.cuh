@@ -89,6 +89,9 @@ struct BwdSm90Args {
   int dbias_tma;       // (kDsQueryRows) tma_dbias was encoded: d_bias leaves by TMA stores
   CUtensorMap tma_dbias;  // (kDsQueryRows, dbias_tma) d_bias: box 64 keys x kBlockM queries (last: the
                           // other kernels' parameter offsets, hence their SASS, unchanged)
+  CUtensorMap tma_bias;   // (kBiasTmaLoad, bias_tma) the bias: box 64 keys x kBlockM queries; a
+                          // broadcast head / batch dim has size 1 (bias_tma_coords)
+  int bias_tma;           // (kBiasTmaLoad) tma_bias was encoded: the staged bias arrives by TMA
 };
 
 // Two Q / dO stages and two dQ staging buffers: one buffer measured 0.984x and one buffer with a
@@ -186,7 +189,35 @@ struct BwdTraitsSm90 {
   // in its dQ GEMM (the one barrier per step orders i against i-2). Two dQ staging buffers: the
   // writer warp's bulk reduce-add of step i-1 reads one while the consumers fill the other.
   // d512: x_full and x_empty of each consumer warpgroup's exchange slot; kGrouped: kv_empty.
-  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages + 2 * kDqBufs + (kSplit ? 4 : 0) + (kGrouped ? 1 : 0));
+  // dS in query rows (the bias kernel; kernel_notes_features.md, "d_bias by TMA stores"): the dS
+  // buffer holds dS (queries x keys: each warpgroup's 64 keys an 8 KB half of 64 query rows, the
+  // 128-byte swizzle), written by stmatrix.trans, instead of dS^T. dQ's A is then K-major and late
+  // dK's M-major (both allowed for 16-bit wgmma operands in shared memory), and each half is
+  // already a box of d_bias (queries x keys), which one thread of the warpgroup stores by TMA after
+  // the dS barrier. What it replaces (store_bias_grad: 32 16-bit shared loads, their packing and 4
+  // 16-byte stores a thread a step, half of each 32-byte sector per store): ncu (H100, bias 2k
+  // backward, session 54) put 20-25% of the consumer loop's stall samples there (short scoreboard
+  // at the packing, long at the stores) and L2 at 84.7% of its peak with half-sector writes.
+  // -DFLASHSDPA_SM90_BWD_DBIAS_TMA=0 builds the dS^T layout and store_bias_grad.
+#ifndef FLASHSDPA_SM90_BWD_DBIAS_TMA
+#define FLASHSDPA_SM90_BWD_DBIAS_TMA 1
+#endif
+  static constexpr bool kDsQueryRows = FLASHSDPA_SM90_BWD_DBIAS_TMA && kModsKind == kModsBias && !kTall && !kWide;
+  // With dS in query rows the staged bias's half is a TMA box too (the bias's own map), so it may
+  // arrive by TMA where the map can be encoded (args.bias_tma: any bias but a zero row stride, e.g.
+  // key padding's (B, 1, 1, S), or unaligned rows, which keep the warps' cp.async copies): thread 0
+  // of the warpgroup loads its half of step i + 1 after step i's dS barrier, completing on
+  // bias_full(cwg, buffer), and the warps' four LDGSTS a lane, their addressing and the cp.async
+  // wait leave the consumers (ncu after the TMA stores: the instruction after the copies held 4.7%
+  // of the consumer loop's stall samples, long scoreboard). Prepared in session 54, compiled only
+  // (no device time was left to run it): -DFLASHSDPA_SM90_BWD_BIAS_TMA_LOAD=1 builds it; the
+  // default 0 keeps the copies always (every kernel's SASS as before it: sass_hashes.py).
+#ifndef FLASHSDPA_SM90_BWD_BIAS_TMA_LOAD
+#define FLASHSDPA_SM90_BWD_BIAS_TMA_LOAD 0
+#endif
+  static constexpr bool kBiasTmaLoad = kDsQueryRows && FLASHSDPA_SM90_BWD_BIAS_TMA_LOAD;
+  static constexpr int kBarrierBytes =
+      8 * (1 + 4 * kStages + 2 * kDqBufs + (kSplit ? 4 : 0) + (kGrouped ? 1 : 0) + (kBiasTmaLoad ? 4 : 0));
   // The tall step's P^T (keys x queries, dS^T's layout; each warpgroup its own 64 rows), the A of
   // its dV GEMM from shared memory (SS): held as the RS form's 16-bit registers beside P^T, dP^T,
   // dV and dK it peaked at 245 live and serialized the wgmmas (C7512, 64-byte spill); dS^T from
@@ -264,20 +295,7 @@ struct BwdTraitsSm90 {
   // scripts/dev/session51_mods.sh; per-round medians): key padding 2k 1.032, 8k 1.052; the bias 2k
   // 1.016; softcap 50 8k 1.015 (kernel_notes_features.md, "dK late in the modifier kernels").
   static constexpr bool kDkLate = !kOverlap && !kDropout;
-  // dS in query rows (the bias kernel; kernel_notes_features.md, "d_bias by TMA stores"): the dS
-  // buffer holds dS (queries x keys: each warpgroup's 64 keys an 8 KB half of 64 query rows, the
-  // 128-byte swizzle), written by stmatrix.trans, instead of dS^T. dQ's A is then K-major and late
-  // dK's M-major (both allowed for 16-bit wgmma operands in shared memory), and each half is
-  // already a box of d_bias (queries x keys), which one thread of the warpgroup stores by TMA after
-  // the dS barrier. What it replaces (store_bias_grad: 32 16-bit shared loads, their packing and 4
-  // 16-byte stores a thread a step, half of each 32-byte sector per store): ncu (H100, bias 2k
-  // backward, session 54) put 20-25% of the consumer loop's stall samples there (short scoreboard
-  // at the packing, long at the stores) and L2 at 84.7% of its peak with half-sector writes.
-  // -DFLASHSDPA_SM90_BWD_DBIAS_TMA=0 builds the dS^T layout and store_bias_grad.
-#ifndef FLASHSDPA_SM90_BWD_DBIAS_TMA
-#define FLASHSDPA_SM90_BWD_DBIAS_TMA 1
-#endif
-  static constexpr bool kDsQueryRows = FLASHSDPA_SM90_BWD_DBIAS_TMA && kModsKind == kModsBias && !kTall && !kWide;
+  static_assert(!kBiasTmaLoad || !kGrouped, "the bias barriers' phases count the steps of one item");
   static_assert(!kDsQueryRows || (kBlockM == 64 && kBlockN == 128 && kDkLate && !kOverlap),
                 "dS in query rows: 64-query steps of two 64-key halves, dK from the buffer");
   // The consumer warpgroup's index ptxas can prove uniform (sm90::consumer_warpgroup: K's and V's
@@ -383,6 +401,11 @@ struct SmemLayout {
   // (kGrouped) completes when every consumer thread is past an item's last GEMM (K / V read).
   __device__ __forceinline__ uint32_t kv_empty() const {
     return bars + 8 * (1 + 4 * Traits::kStages + 2 * Traits::kDqBufs + (Traits::kSplit ? 4 : 0));
+  }
+  // (kBiasTmaLoad) completes when warpgroup w's half of the bias for dS buffer b has landed.
+  __device__ __forceinline__ uint32_t bias_full(int w, int b) const {
+    return bars + 8 * (1 + 4 * Traits::kStages + 2 * Traits::kDqBufs + (Traits::kSplit ? 4 : 0) + (Traits::kGrouped ? 1 : 0) +
+                       2 * b + w);
   }
   __device__ __forceinline__ uint32_t x_slot(int w) const { return x + w * (Traits::kXBytes / 2); }
   __device__ __forceinline__ uint32_t q_slot(int s) const { return q + s * Traits::kQBytes; }
@@ -920,7 +943,28 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       return TileNeed::kBias;
     }
   };
+  [[maybe_unused]] const bool bias_tma = Traits::kBiasTmaLoad && args.bias_tma != 0;
   auto stage_bias = [&](int step) {
+    if constexpr (Traits::kBiasTmaLoad) {
+      if (bias_tma) {
+        // Thread 0 of the warpgroup, its half of buffer step % 2 (the bias kernel runs one item a
+        // CTA: step0 = 0): every step completes the barrier's phase, with the box's bytes where the
+        // tile needs the bias, by a plain arrival where it does not (not read then).
+        if (tid == 0) {
+          const uint32_t bar = sm.bias_full(cwg, step % 2);
+          if (step_need(step) == TileNeed::kBias) {
+            sm90::mbar_arrive_expect_tx(bar, kBlockM * 128);
+            sm90::tma_load_4d(sm.ds_buf(step % 2) + cwg * kBlockM * 128, &args.tma_bias, bar,
+                              n_block * kBlockN + cwg * 64, range.m_block(step) * kBlockM,
+                              p.mods.bias_head_stride == 0 ? 0 : range.head(step),
+                              p.mods.bias_batch_stride == 0 ? 0 : batch);
+          } else {
+            sm90::mbar_arrive(bar);
+          }
+        }
+        return;
+      }
+    }
     if constexpr (Traits::kModsKind == kModsBias) {
       if (step_need(step) == TileNeed::kBias) {
         const bool aligned16 =
@@ -1117,8 +1161,12 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     auto mod_key0 = [&] { return key0; };
     auto mod_q0 = [&] { return q0; };
     if constexpr (Traits::kModsKind == kModsBias) {
-      cp_async_wait<0>();  // this step's staged bias (the only group in flight)
-      __syncwarp();
+      if (Traits::kBiasTmaLoad && bias_tma) {
+        sm90::mbar_wait(sm.bias_full(cwg, b), (i / 2) & 1);  // (b = i % 2: one item a CTA)
+      } else {
+        cp_async_wait<0>();  // this step's staged bias (the only group in flight)
+        __syncwarp();
+      }
       Mod::template apply<ScoreLayout::kKeyRows>(p, seq, batch, mod_head, st, mod_key0, mod_q0, step_need(i), bias_tile(b));
       __syncwarp();  // read by every lane before the warp's dS^T rows overwrite it
     } else {
@@ -1696,6 +1744,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flashsdpa_bwd_sm90_kernel
       sm90::mbar_init(sm.dq_empty(b), 1);
     }
     if constexpr (Traits::kGrouped) sm90::mbar_init(sm.kv_empty(), 128 * Traits::kConsumerWGs);
+    if constexpr (Traits::kBiasTmaLoad) {
+      for (int b = 0; b < 2; ++b)
+        for (int w = 0; w < Traits::kConsumerWGs; ++w) sm90::mbar_init(sm.bias_full(w, b), 1);  // thread 0 of w (+ tx)
+    }
     if constexpr (Traits::kSplit) {
       for (int w = 0; w < Traits::kConsumerWGs; ++w) {
         sm90::mbar_init(sm.x_full(w), 1);   // this CTA's thread 0 of warpgroup w, + 8 KB of st.async

@@ -40,6 +40,15 @@ cudaError_t encode_bwd_sm90(const AttnBwdParams& params, BwdSm90Args& args) {
       args.dbias_tma = tma_compatible(d_bias) && encode_tma_4d(&args.tma_dbias, d_bias, bf16, Traits::kBlockM) == cudaSuccess;
     }
   }
+  // (kBiasTmaLoad) the bias's map, its broadcast head / batch dims as size 1 (coordinate 0 there);
+  // a zero row stride (key padding) or an unaligned layout keeps the warps' copies.
+  args.bias_tma = 0;
+  if constexpr (Traits::kBiasTmaLoad) {
+    if (params.mods.bias != nullptr) {
+      const TmaTensor4d bias = tma_bias(params);
+      args.bias_tma = tma_compatible(bias) && encode_tma_4d(&args.tma_bias, bias, bf16, Traits::kBlockM) == cudaSuccess;
+    }
+  }
   return cudaSuccess;
 }
 

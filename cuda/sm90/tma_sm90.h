@@ -62,6 +62,15 @@ inline TmaTensor4d tma_d_bias(const AttnBwdParams& p) {
           p.d_bias_batch_stride};
 }
 
+// The additive bias as the backward's staging reads it: (B, Hq, Sq, Sk) with the strides the params
+// carry, a head or batch dim whose stride is 0 (broadcast) taken as size 1. A zero row stride (a
+// bias broadcast over queries) is not a TMA layout: tma_compatible refuses it.
+inline TmaTensor4d tma_bias(const AttnBwdParams& p) {
+  const ScoreMods& m = p.mods;
+  return {m.bias, p.seqlen_k, p.seqlen_q, m.bias_head_stride == 0 ? 1 : p.heads_q, m.bias_batch_stride == 0 ? 1 : p.batch,
+          m.bias_row_stride, m.bias_head_stride, m.bias_batch_stride};
+}
+
 inline bool tma_stride_ok(int64_t stride_elems, int64_t size) {
   if (size <= 1) return true;  // never stepped over: replaced by a valid stride when encoding
   const int64_t bytes = stride_elems * 2;

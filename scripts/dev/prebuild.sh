@@ -13,7 +13,7 @@
 # The carry limit is 64 MiB for all paths together, checked below: the module travels gzipped (a
 # bf16 + fp16 d64 / d128 / d256 sm_90 one is 48 MB, 15 MB gzipped).
 #   BUILD_DTYPES="bf16;fp16" bash scripts/dev/prebuild.sh full "64;128;256"
-#   bash scripts/dev/prebuild.sh base "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_DBIAS_TMA=0
+#   BUILD_DTYPES="bf16;fp16" bash scripts/dev/prebuild.sh tmaload "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_BIAS_TMA_LOAD=1
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 name=$1 dims=$2; shift 2

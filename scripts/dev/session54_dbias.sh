@@ -14,13 +14,16 @@
 #   BUILD_DTYPES="bf16;fp16" bash scripts/dev/prebuild.sh full "64;128;256"
 #   bash scripts/dev/prebuild.sh base "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_DBIAS_TMA=0
 #   run(command="bash scripts/dev/session54_dbias.sh", carry=[".whl", ".prebuilt"], timeout_s=590)
+# BASE: the base build's define (default the one above). (The staged bias by TMA, session 54's second
+# change, is prepared with its own script: session55_bias_load.sh.)
 set -uo pipefail
 LIMIT=${LIMIT:-590}
+BASE=${BASE:--DFLASHSDPA_SM90_BWD_DBIAS_TMA=0}
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 BUILD_TIMEOUT=300 BUILD_DTYPES="bf16;fp16" build_copy full "64;128;256"
-BUILD_TIMEOUT=200 BUILD_DTYPES="bf16" build_copy base "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_DBIAS_TMA=0
+BUILD_TIMEOUT=200 BUILD_DTYPES="bf16" build_copy base "64;128" CUDAFLAGS=$BASE
 require_copies full base
 pkg() { echo "/tmp/pkg_$1/python${SITE:+:$SITE}"; }
 bias_tests="tests/gpu/test_masks_gpu.py tests/gpu/test_mask_skip_gpu.py tests/gpu/test_bias_cells_gpu.py tests/gpu/test_features_gpu.py"
