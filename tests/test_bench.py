@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from flashsdpa import cli
-from flashsdpa.bench import bars, decode, deterministic, gpu, masked, models, problems, rounds, window
+from flashsdpa.bench import bars, decode, deterministic, features, gpu, masked, models, problems, rounds, window
 from flashsdpa.bench.problems import Problem, Result
 
 
@@ -175,6 +175,24 @@ def test_masked_bars() -> None:
     assert found["additive bias S 2k bwd: ours TFLOP/s"].target == 300.0
 
 
+def test_features_bars() -> None:
+    summary = [
+        {"case": features.DROPOUT_NAME, "direction": "fwd", "ours_tflops": 600.0, "ratio": 1.6},
+        {"case": features.DROPOUT_NAME, "direction": "bwd", "ours_tflops": 440.0, "ratio": 1.05},
+        {"case": features.SOFTCAP_NAME, "direction": "fwd", "ours_tflops": 500.0, "ratio": 0.7},
+        {"case": features.SOFTCAP_NAME, "direction": "bwd", "ours_tflops": None, "ratio": None},
+    ]
+    found = {b.name: b for b in bars.features_bars(summary)}
+    assert len(found) == 6 and all(b.part == "features" for b in found.values())
+    assert found["dropout 0.1 S 4k fwd: ours TFLOP/s"].verdict == "PASS"
+    assert found["dropout 0.1 S 4k bwd: ours TFLOP/s"].target == 450.0
+    assert found["dropout 0.1 S 4k bwd: ours TFLOP/s"].verdict == "FAIL"
+    assert found["dropout 0.1 S 4k bwd: ours / best PyTorch"].verdict == "PASS"
+    assert found["softcap 50 S 8k fwd: softcap / plain rate"].target == bars.SOFTCAP_MIN_RATIO == 0.9
+    assert found["softcap 50 S 8k fwd: softcap / plain rate"].verdict == "FAIL"
+    assert found["softcap 50 S 8k bwd: softcap / plain rate"].verdict == "n/a"
+
+
 def test_deterministic_bar_is_the_worst_case() -> None:
     rows = [{"case": "a", "ratio": 1.05}, {"case": "b", "ratio": 1.2}, {"case": "c", "ratio": None}]
     (bar,) = bars.deterministic_bars(rows)
@@ -207,9 +225,11 @@ def test_deterministic_rows_differing_bitwise_are_wrong(fake_cuda: None, tmp_pat
 
 def test_parts_selection() -> None:
     ns = types.SimpleNamespace
-    none = {"sweep": False, "models": False, "decode": False, "window": False, "masks": False, "deterministic": False}
+    none = {"sweep": False, "models": False, "decode": False, "window": False, "masks": False, "deterministic": False,
+            "features": False}
     assert gpu.selected_parts(ns(quick=False, **none)) == ["sweep", "models", "decode", "window", "masks",
-                                                            "deterministic"]
+                                                            "deterministic", "features"]
+    assert gpu.selected_parts(ns(quick=False, **{**none, "features": True})) == ["features"]
     assert gpu.selected_parts(ns(quick=False, **{**none, "deterministic": True})) == ["deterministic"]
     assert gpu.selected_parts(ns(quick=True, **none)) == ["sweep"]
     assert gpu.selected_parts(ns(quick=False, **{**none, "window": True})) == ["window"]
@@ -268,6 +288,9 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(masked, "DECODE_KEYS", 64)
     monkeypatch.setattr(masked, "CASES", (masked.MaskCase("key padding S 2k", "padding", 32),
                                           masked.MaskCase("additive bias S 2k", "bias", 32)))
+    monkeypatch.setattr(features, "DROPOUT_SHAPE", (1, 2, 32, 16))
+    monkeypatch.setattr(features, "SOFTCAP_SHAPE", (1, 2, 32, 16))
+    monkeypatch.setattr(features, "FEATURE_REPS", 2)
     tiny = models.DecoderShape(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=48, vocab=64)
     monkeypatch.setattr(models, "MODELS", {k: (tiny, dt) for k, (_, dt) in models.MODELS.items()})
     monkeypatch.setattr(models, "CASES", tuple(
@@ -284,7 +307,7 @@ def test_whole_gpu_path_on_fake_cuda(fake_cuda: None, tmp_path: Path, capsys: py
     assert "FAILED parts" not in captured.out, captured.out[-3000:]
     payload = json.loads((tmp_path / "results.json").read_text())
     assert payload["failed_parts"] == {} and payload["parts"] == ["sweep", "models", "decode", "window", "masks",
-                                                                  "deterministic"]
+                                                                  "deterministic", "features"]
     flash = [r for r in payload["results"] if r["backend"] == "torch-flash"]
     assert flash and all(len(r["round_ms"]) == 2 for r in flash)
     assert all(len(r["ours_over_flash_rounds"]) == 2 for r in payload["ratios"])
@@ -318,6 +341,16 @@ def test_whole_gpu_path_on_fake_cuda(fake_cuda: None, tmp_path: Path, capsys: py
     assert all(len(r["round_ratios"]) == 2 for r in det_rows)
     assert "Deterministic mode:" in captured.out
     assert any(b["part"] == "deterministic" and b["verdict"] in ("PASS", "FAIL") for b in payload["bars"])
+    # The feature rows: on CPU SDPA inside enable() is PyTorch's own, so ours is n/a for dropout (never
+    # a PyTorch time under our label) while PyTorch's default choice is timed; each round times every
+    # column once; the bars are judged or n/a.
+    assert "Features (issue 14):" in captured.out
+    frows = {(r["case"], r["column"], r["direction"]): r for r in payload["features"]["rows"]}
+    assert len(frows) == 2 * (len(features.DROPOUT_BACKENDS) + len(features.SOFTCAP_VARIANTS))
+    assert all(len(r["round_tflops"]) == 2 for r in frows.values())
+    assert frows[(features.DROPOUT_NAME, "ours", "fwd")]["tflops"] is None
+    assert frows[(features.DROPOUT_NAME, "torch-default", "bwd")]["tflops"]
+    assert sum(b["part"] == "features" for b in payload["bars"]) == 6
 
 
 def test_quick_runs_the_sweep_alone(fake_cuda: None, tmp_path: Path) -> None:

@@ -9,7 +9,8 @@
 # 3. memcheck and racecheck on the variant: masks tests whose bias takes the TMA loads (a (1, H, S, S)
 #    bias through SDPA, (S, S), contiguous and padded-row layouts) and the files' own subsets (key
 #    padding: the copies).
-# 4. The rest of the GPU suite on the tree while time lasts (LIMIT).
+# 4. `bench --features` on the tree (the part session 54 added: issue 14's dropout and softcap bars).
+# 5. The rest of the GPU suite on the tree while time lasts (LIMIT).
 # Prediction: additive bias 2k backward +3-6% (H100 ~291 -> 300-308 TFLOP/s), key padding within 1%.
 #   BUILD_DTYPES="bf16;fp16" bash scripts/dev/prebuild.sh full "64;128;256"
 #   BUILD_DTYPES="bf16;fp16" bash scripts/dev/prebuild.sh tmaload "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_BIAS_TMA_LOAD=1
@@ -39,6 +40,10 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
     grep -E "^  (key padding|additive bias)" "$OUT/masks_${name}_$round.log" | cut -c1-60
   done
 done | tee "$OUT/bias_load_ab.txt"
+# The benchmark's new features part (session 54: dropout 0.1 S 4k, softcap 50 S 8k; never run on a GPU).
+PYTHONPATH="$(pkg full)" timed "bench features" 90 features.log $PY -m flashsdpa bench --features --rounds 3 \
+  --out /tmp/b_features
+tail -16 "$OUT/features.log"
 for tool in memcheck racecheck; do
   (( SECONDS < LIMIT - 60 )) || break
   PYTHONPATH="$(pkg tmaload)" SAN_K="sanitizer_subset or (through_sdpa and add and 1HSS) or (fully_masked_rows and add and 200) or (bias_layouts and 128 and full)" \

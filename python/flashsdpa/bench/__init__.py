@@ -29,10 +29,11 @@ Parts: the sweep (with the overhead and memory reports), --models (a Hugging Fac
 decoder: prefill, train step, generation, and the small model, inside enable() and out) and
 --decode (one query token against a KV cache: µs, TB/s, host µs, graph µs), --window (a causal
 4k window on 32k tokens against dense causal, rates on visible pairs), --masks (key padding and
-an additive bias through SDPA, ours against PyTorch's masked backends) and --deterministic (our
+an additive bias through SDPA, ours against PyTorch's masked backends), --deterministic (our
 backward under torch.use_deterministic_algorithms(True) against the default mode, bitwise
-repeatability checked). Naming parts runs only those; naming none runs all six (the full run,
-about 7-9 minutes on an H200) or, with --quick,
+repeatability checked) and --features (dropout 0.1 through SDPA against PyTorch's backends that
+take it, softcap 50 against no softcap). Naming parts runs only those; naming none runs all seven (the full run,
+about 8-10 minutes on an H200) or, with --quick,
 the quick sweep alone (about a minute). The bars table comes last: value, target, PASS/FAIL.
 
 Writes results.csv, models.csv, decode.csv, bars.csv, results.json and tflops.png (if matplotlib
@@ -132,6 +133,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--deterministic",
         action="store_true",
         help="run the deterministic-mode rows (our backward under use_deterministic_algorithms / default)",
+    )
+    parser.add_argument(
+        "--features", action="store_true", help="run issue 14's feature rows (dropout 0.1 S 4k, softcap 50 S 8k)"
     )
     parser.add_argument(
         "--model-impl",

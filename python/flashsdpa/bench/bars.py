@@ -61,11 +61,15 @@ DETERMINISTIC_MAX_RATIO = 1.15  # our backward's time under use_deterministic_al
 # at least the best of PyTorch's masked backends in every case and direction.
 MASKED_MIN_TFLOPS = {"key padding S 2k": (600.0, 450.0), "key padding S 8k": (680.0, 520.0),
                      "additive bias S 2k": (420.0, 300.0)}  # fmt: skip
+# Issue 14's feature rows (features.py): dropout 0.1 at S 4k, TFLOP/s (forward, backward), and ours at
+# least the best of PyTorch's; softcap 50 at S 8k within 10% of no softcap, each direction.
+DROPOUT_MIN_TFLOPS = (560.0, 450.0)
+SOFTCAP_MIN_RATIO = 0.9
 
 
 @dataclass
 class Bar:
-    part: str  # sweep | models | decode | window | masks | deterministic | overhead
+    part: str  # sweep | models | decode | window | masks | features | deterministic | overhead
     name: str
     value: float | None
     target: float
@@ -232,6 +236,22 @@ def masked_bars(summary: list[dict[str, Any]]) -> list[Bar]:
             target = floors[0] if s["direction"] == "fwd" else floors[1]
             bars.append(Bar("masks", f"{s['case']} {s['direction']}: ours TFLOP/s", s.get("ours_tflops"), target, "TFLOP/s"))
         bars.append(Bar("masks", f"{s['case']} {s['direction']}: ours / best PyTorch", s.get("ours_over_best_torch"), 1.0, "x"))
+    return bars
+
+
+def features_bars(summary: list[dict[str, Any]]) -> list[Bar]:
+    """From features.py's summary: dropout's TFLOP/s against the issue's floors and over the best of
+    PyTorch's; softcap's rate over no softcap's; per direction (medians of per-round ratios)."""
+    bars = []
+    for s in summary:
+        fwd = s["direction"] == "fwd"
+        if s["case"].startswith("dropout"):
+            bars.append(Bar("features", f"{s['case']} {s['direction']}: ours TFLOP/s", s.get("ours_tflops"),
+                            DROPOUT_MIN_TFLOPS[0 if fwd else 1], "TFLOP/s"))  # fmt: skip
+            bars.append(Bar("features", f"{s['case']} {s['direction']}: ours / best PyTorch", s.get("ratio"), 1.0, "x"))
+        else:
+            bars.append(Bar("features", f"{s['case']} {s['direction']}: softcap / plain rate", s.get("ratio"),
+                            SOFTCAP_MIN_RATIO, "x"))  # fmt: skip
     return bars
 
 

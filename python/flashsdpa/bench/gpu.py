@@ -25,6 +25,7 @@ from flashsdpa.bench.anchors import ANCHOR_SOURCE, load_anchors
 from flashsdpa.bench.bars import (
     decode_bars,
     deterministic_bars,
+    features_bars,
     masked_bars,
     model_bars,
     overhead_bars,
@@ -34,6 +35,7 @@ from flashsdpa.bench.bars import (
 )
 from flashsdpa.bench.deterministic import print_deterministic, run_deterministic, wrong_rows
 from flashsdpa.bench.decode import print_decode, run_decode
+from flashsdpa.bench.features import print_features, run_features
 from flashsdpa.bench.masked import print_masked, run_masked
 from flashsdpa.bench.window import print_window, run_window
 from flashsdpa.bench.memory import peak_extra_mib
@@ -57,12 +59,12 @@ from flashsdpa.bench.report import environment, plot, print_memory, print_overhe
 from flashsdpa.bench.sweep import sweep
 from flashsdpa.bench.timing import fa4_unavailable
 
-PARTS = ("sweep", "models", "decode", "window", "masks", "deterministic")
+PARTS = ("sweep", "models", "decode", "window", "masks", "deterministic", "features")
 T = TypeVar("T")
 
 
 def selected_parts(args: argparse.Namespace) -> list[str]:
-    """The parts named by --sweep / --models / --decode / --window / --masks / --deterministic; none named: all of
+    """The parts named by --sweep / --models / --decode / --window / --masks / --deterministic / --features; none named: all of
     them (the full run) or the sweep alone (--quick)."""
     named = [p for p in PARTS if getattr(args, p, False)]
     if named:
@@ -192,6 +194,7 @@ def run_gpu(args: argparse.Namespace) -> int:
     masked = guard.run("masks", lambda: run_masked(args)) if "masks" in parts and kernels_ok else None
     determinism = (guard.run("deterministic", lambda: run_deterministic(args))
                    if "deterministic" in parts and kernels_ok else None)  # fmt: skip
+    features = guard.run("features", lambda: run_features(args)) if "features" in parts and kernels_ok else None
     raised = [r for r in (models or {}).get("rows", []) if r["status"].startswith("error")]
     if raised:  # a case that raised inside the models part: the part ran, but not all of it
         guard.failed["models"] = "; ".join(f"{r['case']} {r['variant']}: {r['status']}" for r in raised)[:400]
@@ -204,6 +207,7 @@ def run_gpu(args: argparse.Namespace) -> int:
     print_window(window)
     print_masked(masked)
     print_deterministic(determinism)
+    print_features(features)
     bars = [
         *sweep_bars(results, anchors, fa4_note),
         *model_bars((models or {}).get("ratios", [])),
@@ -211,6 +215,7 @@ def run_gpu(args: argparse.Namespace) -> int:
         *window_bars((window or {}).get("summary", {})),
         *masked_bars((masked or {}).get("summary", [])),
         *deterministic_bars((determinism or {}).get("rows", [])),
+        *features_bars((features or {}).get("summary", [])),
         *overhead_bars(overhead),
     ]
     payload = {
@@ -229,6 +234,7 @@ def run_gpu(args: argparse.Namespace) -> int:
         "window": window,
         "masks": masked,
         "deterministic": determinism,
+        "features": features,
         "bars": [b.as_dict() for b in bars],
     }
     out_dir = Path(args.out)
