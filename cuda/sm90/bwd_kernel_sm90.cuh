@@ -90,7 +90,7 @@ struct BwdSm90Args {
   CUtensorMap tma_dbias;  // (kDsQueryRows, dbias_tma) d_bias: box 64 keys x kBlockM queries (last: the
                           // other kernels' parameter offsets, hence their SASS, unchanged)
   CUtensorMap tma_bias;   // (kBiasTmaLoad, bias_tma) the bias: box 64 keys x kBlockM queries; a
-                          // broadcast head / batch dim has size 1 (bias_tma_coords)
+                          // broadcast head / batch dim has size 1 (coordinate 0 there: stage_bias)
   int bias_tma;           // (kBiasTmaLoad) tma_bias was encoded: the staged bias arrives by TMA
 };
 
@@ -993,10 +993,11 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       // One thread of the warpgroup: the half is read by the TMA unit beside the dQ GEMM, and
       // waited for (tma_store_wait_read) before the next dS barrier, after which the buffer takes
       // the bias of step + 2. Rows past seqlen_q and keys past seqlen_k are the map's to drop.
-      if (tid == 0)
+      if (tid == 0) {
         sm90::tma_store_4d(&args.tma_dbias, sm.ds_buf(buf) + cwg * kBlockM * 128, n_block * kBlockN + cwg * 64,
                            range.m_block(step) * kBlockM, range.head(step), batch);
-      if (tid == 0) sm90::tma_store_commit();
+        sm90::tma_store_commit();
+      }
     } else if constexpr (Traits::kModsKind == kModsBias) {
       uint16_t* out = static_cast<uint16_t*>(p.d_bias) +
                       bias_plane(batch, range.head(step), p.d_bias_batch_stride, p.d_bias_head_stride);
