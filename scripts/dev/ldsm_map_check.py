@@ -4,7 +4,10 @@ pair() / at() under PTX's ldmatrix semantics (.x4: lanes 8i..8i+7 give matrix i'
 gets row t / 4, columns 2 (t % 4) + {0, 1} of each matrix, or with .trans column t / 4 of rows 2 (t % 4) + {0, 1}),
 with the tiles' chunk_offset formulas copied from the C++; and that each matrix's 8 rows sit on distinct 16-byte
 bank groups; and the lean stage_rows copies and store_bias_grad stores against the former forms (the
-same for every lane). Prints "fwd ok (block_n 128 / 64)" / "bwd ok" / "stage_rows lean ok" / "store_bias_grad lean ok".
+same for every lane); and (session 54) the bias backward's dS in query rows: stmatrix.x4.trans into the TMA
+box's positions, WarpBiasTileQ's reads (bwd_query_rows). Prints "fwd ok (block_n 128 / 64)" / "bwd ok" /
+"stage_rows lean ok" / "store_bias_grad lean ok" / "store_bias_grad ldsm ok" (the variant in
+scripts/dev/ab/bias_grad_ldsm.patch) / "bwd query rows ok".
 
     python3 scripts/dev/ldsm_map_check.py
 """
@@ -179,6 +182,54 @@ def store_bias_grad_ldsm() -> None:
     print("store_bias_grad ldsm ok")
 
 
+
+def bwd_query_rows() -> None:
+    """The sm90 bias backward's dS in query rows (session 54, kDsQueryRows; kernel_notes_features.md,
+    "d_bias by TMA stores"): for each warpgroup half (64 queries x 64 keys, 128-byte rows), (1)
+    store_ds_q's stmatrix.x4.trans puts every dS element (query q, key k) of the 4 warps exactly once
+    where the TMA box of d_bias (and of the bias, kBiasTmaLoad) has it, at q * 128 + ((k / 8 ^ q % 8)
+    * 16) + (k % 8) * 2, and only into the writing warp's own chunks (2 w, 2 w + 1: where its staged
+    bias lies, the __syncwarp argument); (2) WarpBiasTileQ's quad() under ldmatrix.x4.trans gives
+    each thread S^T's fragment pairs (key lane / 4 + 8 (i % 2), queries 8 (j + i / 2) + 2 (lane % 4)
+    + {0, 1}); (3) every 8-row matrix of both sits on 8 distinct 16-byte bank groups."""
+    box = lambda q, k: q * 128 + (((k // 8) ^ (q % 8)) << 4) + (k % 8) * 2  # the TMA 128-byte swizzle
+    chunk_offset = lambda w, q, c: q * 128 + (((2 * w + c) ^ (q & 7)) << 4)  # WarpBiasTileQ, chunk0 = 2 w
+    written: dict[int, tuple[int, int]] = {}
+    for w in range(4):
+        for m in range(4):
+            # store_ds_q: lane L's row address; fragment j's element (fr, fc) = dS^T(key 16 w + 8 (j % 2)
+            # + fr, query 16 m + 8 (j / 2) + fc) lands (.trans) in memory row fc of matrix j, element fr.
+            addr = []
+            for lane in range(32):
+                row, chunk = 16 * m + 8 * (lane // 16) + lane % 8, 2 * w + (lane // 8) % 2
+                addr.append(row * 128 + ((chunk ^ (lane % 8)) << 4))
+            for j in range(4):
+                assert len({(addr[8 * j + r] >> 4) % 8 for r in range(8)}) == 8, (w, m, j)  # distinct bank groups
+                for fr in range(8):
+                    for fc in range(8):
+                        key, q = 16 * w + 8 * (j % 2) + fr, 16 * m + 8 * (j // 2) + fc
+                        a = addr[8 * j + fc] + 2 * fr
+                        assert a == box(q, key), (w, m, j, fr, fc)
+                        assert (a % 128) // 16 in {(2 * w) ^ (q % 8), (2 * w + 1) ^ (q % 8)}, (w, q)
+                        assert a not in written, (w, m, j, fr, fc)
+                        written[a] = (q, key)
+    assert sorted(written.values()) == [(q, k) for q in range(64) for k in range(64)]
+    for w in range(4):
+        for j in range(0, 8, 2):  # quad(j): the query groups j, j + 1 of the step's 64
+            addr = [chunk_offset(w, 8 * (j + lane // 16) + lane % 8, lane // 8 % 2) for lane in range(32)]
+            for i in range(4):
+                assert len({(addr[8 * i + r] >> 4) % 8 for r in range(8)}) == 8, (w, j, i)
+            for t in range(32):
+                for i in range(4):
+                    # .trans: thread t gets column t / 4 of matrix i's rows 2 (t % 4), + 1.
+                    got = tuple(written[addr[8 * i + 2 * (t % 4) + e] + 2 * (t // 4)] for e in range(2))
+                    key = 16 * w + t // 4 + 8 * (i % 2)
+                    want = tuple((8 * (j + i // 2) + 2 * (t % 4) + e, key) for e in range(2))
+                    assert got == want, (w, j, t, i, got, want)
+    print("bwd query rows ok")
+
+
 stage_rows_lean()
 store_bias_grad_lean()
 store_bias_grad_ldsm()
+bwd_query_rows()
