@@ -4,10 +4,10 @@
 # and 3.9 TB/s (issue 11), d128 8k forward 720 / backward 630 / 540 TFLOP/s and the 8k cells
 # against cuDNN (issues 12, 13), the small model's bf16 train step <= FA2 only and fp32 within 2%
 # (issue 9, 9 rounds), the deterministic backward within 15% of the default (issue 13, session 46's
-# bench part), issue 14's bias rows (session 51). Refuses to run on another card: these bars are
+# bench part), issue 14's bias rows (session 51) and feature rows (session 54). Refuses to run on another card: these bars are
 # the H200's.
 #   run(command="bash scripts/dev/h200_bars.sh", carry=[".whl", ".prebuilt"], timeout_s=600, kind="nvidia-h200")
-# (The masks part runs last: a call cut at its limit loses it first.)
+# (The masks and features parts run last: a call cut at its limit loses them first.)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
@@ -27,5 +27,7 @@ timed "bench small models" 150 models.log $PY -m flashsdpa bench --models --mode
   --out /tmp/b_models
 # Session 51: issue 14's bias rows (420 / 300 TFLOP/s, set on the H200; H100s read 410-415 / 223-227).
 timed "bench masks" 150 masks.log $PY -m flashsdpa bench --masks --rounds 3 --out /tmp/b_masks
-for log in decode sweep det models masks; do echo "==== $log"; tail -30 "$OUT/$log.log"; done
+# Session 54: issue 14's dropout 0.1 S 4k and softcap 50 S 8k bars (bench --features), H200 values.
+timed "bench features" 90 features.log $PY -m flashsdpa bench --features --rounds 3 --out /tmp/b_features
+for log in decode sweep det models masks features; do echo "==== $log"; tail -30 "$OUT/$log.log"; done
 finish
