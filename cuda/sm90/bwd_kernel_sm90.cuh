@@ -930,7 +930,7 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
   // warp's own dS^T rows of step i overwrite it only after every lane has read it (__syncwarp).
   [[maybe_unused]] auto bias_tile = [&](int buf) {
     if constexpr (Traits::kDsQueryRows) {
-      return WarpBiasTileQ{sm.ds_buf(buf) + cwg * kBlockM * 128, 2 * warp};
+      return WarpBiasTileQ{sm.ds_buf(buf) + cwg * kBlockM * 128, {2 * warp}};
     } else {
       return WarpBiasTileT{sm.ds_buf(buf) + (cwg * 64 + warp * 16) * 128};
     }

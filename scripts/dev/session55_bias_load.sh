@@ -15,27 +15,32 @@
 #   BUILD_DTYPES="bf16;fp16" bash scripts/dev/prebuild.sh full "64;128;256"
 #   BUILD_DTYPES="bf16;fp16" bash scripts/dev/prebuild.sh tmaload "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_BIAS_TMA_LOAD=1
 #   run(command="bash scripts/dev/session55_bias_load.sh", carry=[".whl", ".prebuilt"], timeout_s=420)
+# NAME / VARIANT: another variant of the bias kernel against the tree, e.g. session 54's A/B of the
+# d_bias TMA stores (scripts/dev/session54_dbias.sh in history at 898e20c: the same pair, the tree
+# then the variant here): NAME=base VARIANT=-DFLASHSDPA_SM90_BWD_DBIAS_TMA=0 (prebuilt as `base`).
 set -uo pipefail
 LIMIT=${LIMIT:-420}
+NAME=${NAME:-tmaload}
+VARIANT=${VARIANT:--DFLASHSDPA_SM90_BWD_BIAS_TMA_LOAD=1}
 cd "$(dirname "$0")/../.."
 source scripts/device_env.sh
 echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 BUILD_TIMEOUT=300 BUILD_DTYPES="bf16;fp16" build_copy full "64;128;256"
-BUILD_TIMEOUT=200 BUILD_DTYPES="bf16;fp16" build_copy tmaload "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_BIAS_TMA_LOAD=1
-require_copies full tmaload
+BUILD_TIMEOUT=200 BUILD_DTYPES="bf16;fp16" build_copy "$NAME" "64;128" CUDAFLAGS="$VARIANT"
+require_copies full "$NAME"
 pkg() { echo "/tmp/pkg_$1/python${SITE:+:$SITE}"; }
 bias_tests="tests/gpu/test_masks_gpu.py tests/gpu/test_mask_skip_gpu.py tests/gpu/test_bias_cells_gpu.py tests/gpu/test_features_gpu.py"
-PYTHONPATH="$(pkg tmaload)" tests "tmaload: bias tests" 150 tests_bias.log $PY -m pytest $bias_tests -q -p no:cacheprovider -n 8
+PYTHONPATH="$(pkg "$NAME")" tests "$NAME: bias tests" 150 tests_bias.log $PY -m pytest $bias_tests -q -p no:cacheprovider -n 8
 tail -2 "$OUT/tests_bias.log"
 ((${#failed[@]})) && finish
 for round in $(seq 1 "${ROUNDS:-3}"); do
-  for name in full tmaload; do
+  for name in full "$NAME"; do
     PYTHONPATH="$(pkg $name)" timed "masks $name $round" 60 "masks_${name}_$round.log" \
       $PY -m flashsdpa bench --masks --rounds 1 --out "/tmp/bm_${name}_$round"
   done
 done
 for round in $(seq 1 "${ROUNDS:-3}"); do
-  for name in full tmaload; do
+  for name in full "$NAME"; do
     echo "== $name round $round"
     grep -E "^  (key padding|additive bias)" "$OUT/masks_${name}_$round.log" | cut -c1-60
   done
@@ -46,7 +51,7 @@ PYTHONPATH="$(pkg full)" timed "bench features" 90 features.log $PY -m flashsdpa
 tail -16 "$OUT/features.log"
 for tool in memcheck racecheck; do
   (( SECONDS < LIMIT - 60 )) || break
-  PYTHONPATH="$(pkg tmaload)" SAN_K="sanitizer_subset or (through_sdpa and add and 1HSS) or (fully_masked_rows and add and 200) or (bias_layouts and 128 and full)" \
+  PYTHONPATH="$(pkg "$NAME")" SAN_K="sanitizer_subset or (through_sdpa and add and 1HSS) or (fully_masked_rows and add and 200) or (bias_layouts and 128 and full)" \
     sanitize_subset $tool 75 tests/gpu/test_masks_gpu.py
 done
 if (( SECONDS < LIMIT - 120 )); then

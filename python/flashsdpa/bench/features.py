@@ -16,18 +16,17 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from flashsdpa.bench import problems
+from flashsdpa.bench.masked import sdpa_backend
 from flashsdpa.bench.problems import DTYPES, api
 from flashsdpa.bench.rounds import median, ratio_over_rounds
 from flashsdpa.bench.timing import time_cuda_ms
@@ -45,20 +44,6 @@ DROPOUT_BACKENDS = ("ours", "torch-flash", "torch-cudnn", "torch-efficient", "to
 DROPOUT_THEIRS = DROPOUT_BACKENDS[1:]
 SOFTCAP_VARIANTS = ("softcap", "plain")
 DIRECTIONS = ("fwd", "bwd")
-
-
-@contextlib.contextmanager
-def _backend(name: str) -> Iterator[None]:
-    forced = {"torch-flash": SDPBackend.FLASH_ATTENTION, "torch-cudnn": SDPBackend.CUDNN_ATTENTION,
-              "torch-efficient": SDPBackend.EFFICIENT_ATTENTION}.get(name)  # fmt: skip
-    if name == "ours":
-        with api().enable():
-            yield
-    elif forced is not None:
-        with sdpa_kernel([forced]):
-            yield
-    else:
-        yield
 
 
 def _inputs(shape: tuple[int, int, int, int], dtype: torch.dtype, seed: int) -> tuple[list[torch.Tensor], torch.Tensor]:
@@ -83,42 +68,48 @@ def _time_pair(forward: Callable[[], torch.Tensor], qkv: list[torch.Tensor], dou
     return fwd, bwd
 
 
+def _rates(label: str, flops: float, forward: Callable[[], torch.Tensor], qkv: list[torch.Tensor],
+           dout: torch.Tensor, must_serve: bool) -> tuple[float | None, float | None]:  # fmt: skip
+    """(forward, backward) TFLOP/s of one column, or n/a for one that refuses or raises (said on stderr)."""
+    try:
+        fwd, bwd = _time_pair(forward, qkv, dout, must_serve)
+        return flops / fwd * 1e-9, 2.5 * flops / bwd * 1e-9
+    except Exception as exc:  # noqa: BLE001 - a backend that refuses the case scores n/a
+        print(f"bench: features {label}: {type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr)
+        return None, None
+
+
+def _record(rates: dict[tuple[str, str], list[float | None]], column: str, values: tuple[float | None, ...]) -> None:
+    for direction, value in zip(DIRECTIONS, values):
+        rates.setdefault((column, direction), []).append(value)
+
+
+def _dense_flops(shape: tuple[int, int, int, int]) -> float:
+    b, h, s, d = shape
+    return 4.0 * b * h * s * s * d
+
+
 def _dropout_round(dtype: torch.dtype, rnd: int, rates: dict[tuple[str, str], list[float | None]]) -> None:
     qkv, dout = _inputs(DROPOUT_SHAPE, dtype, seed=5000 + rnd)
-    b, h, s, d = DROPOUT_SHAPE
-    flops = 4.0 * b * h * s * s * d
     q, k, v = qkv
     order = DROPOUT_BACKENDS[rnd % len(DROPOUT_BACKENDS):] + DROPOUT_BACKENDS[: rnd % len(DROPOUT_BACKENDS)]
     for backend in order:
-        try:
-            with _backend(backend):
-                fwd, bwd = _time_pair(lambda: F.scaled_dot_product_attention(q, k, v, dropout_p=DROPOUT_P), qkv, dout,
-                                      must_serve=backend == "ours")  # fmt: skip
-            values: tuple[float | None, float | None] = (flops / fwd * 1e-9, 2.5 * flops / bwd * 1e-9)
-        except Exception as exc:  # noqa: BLE001 - a backend that refuses the case scores n/a
-            print(f"bench: features {DROPOUT_NAME} {backend}: {type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr)
-            values = (None, None)
-        for direction, value in zip(DIRECTIONS, values):
-            rates.setdefault((backend, direction), []).append(value)
+        with sdpa_backend(backend):
+            values = _rates(f"{DROPOUT_NAME} {backend}", _dense_flops(DROPOUT_SHAPE),
+                            lambda: F.scaled_dot_product_attention(q, k, v, dropout_p=DROPOUT_P), qkv, dout,
+                            must_serve=backend == "ours")  # fmt: skip
+        _record(rates, backend, values)
 
 
 def _softcap_round(dtype: torch.dtype, rnd: int, rates: dict[tuple[str, str], list[float | None]]) -> None:
     qkv, dout = _inputs(SOFTCAP_SHAPE, dtype, seed=6000 + rnd)
-    b, h, s, d = SOFTCAP_SHAPE
-    flops = 4.0 * b * h * s * s * d
     q, k, v = qkv
     fs = api()
-    order = SOFTCAP_VARIANTS if rnd % 2 == 0 else tuple(reversed(SOFTCAP_VARIANTS))
-    for variant in order:
+    for variant in SOFTCAP_VARIANTS if rnd % 2 == 0 else tuple(reversed(SOFTCAP_VARIANTS)):
         softcap = SOFTCAP if variant == "softcap" else 0.0
-        try:
-            fwd, bwd = _time_pair(lambda: fs.attention(q, k, v, softcap=softcap), qkv, dout, must_serve=True)
-            values: tuple[float | None, float | None] = (flops / fwd * 1e-9, 2.5 * flops / bwd * 1e-9)
-        except Exception as exc:  # noqa: BLE001 - a variant that raises scores n/a
-            print(f"bench: features {SOFTCAP_NAME} {variant}: {type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr)
-            values = (None, None)
-        for direction, value in zip(DIRECTIONS, values):
-            rates.setdefault((variant, direction), []).append(value)
+        values = _rates(f"{SOFTCAP_NAME} {variant}", _dense_flops(SOFTCAP_SHAPE),
+                        lambda: fs.attention(q, k, v, softcap=softcap), qkv, dout, must_serve=True)  # fmt: skip
+        _record(rates, variant, values)
 
 
 @dataclass(frozen=True)

@@ -56,16 +56,20 @@ CASES: tuple[MaskCase, ...] = (
 )
 
 
+_FORCED = {"torch-flash": SDPBackend.FLASH_ATTENTION, "torch-cudnn": SDPBackend.CUDNN_ATTENTION,
+           "torch-efficient": SDPBackend.EFFICIENT_ATTENTION}  # fmt: skip
+
+
 @contextlib.contextmanager
-def _backend(name: str) -> Iterator[None]:
+def sdpa_backend(name: str) -> Iterator[None]:
+    """SDPA calls inside it run as the row's backend: ours (inside enable()), one of PyTorch's forced
+    (torch-flash / torch-cudnn / torch-efficient), or PyTorch's own choice (anything else). Also
+    features.py's."""
     if name == "ours":
         with api().enable():
             yield
-    elif name == "torch-cudnn":
-        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-            yield
-    elif name == "torch-efficient":
-        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+    elif name in _FORCED:
+        with sdpa_kernel([_FORCED[name]]):
             yield
     else:
         yield
@@ -92,7 +96,7 @@ def _times(backend: str, qkv: list[torch.Tensor], mask: torch.Tensor, dout: torc
     inputs = [*qkv, mask] if mask.requires_grad else qkv
     served = problems.served_total()
     q, k, v = qkv
-    with _backend(backend):
+    with sdpa_backend(backend):
         with torch.no_grad():
             fwd = time_cuda_ms([lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)],
                                warmup=MASKED_WARMUP, reps=MASKED_REPS)  # fmt: skip
@@ -124,7 +128,7 @@ def run_masked_decode(dtype: torch.dtype, rounds: int) -> dict[str, Any]:
         for backend in BACKENDS[rnd % len(BACKENDS):] + BACKENDS[: rnd % len(BACKENDS)]:
             served = problems.served_total()
             try:
-                with _backend(backend), torch.no_grad():
+                with sdpa_backend(backend), torch.no_grad():
                     ms = time_cuda_ms([lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)],
                                       warmup=MASKED_WARMUP, reps=MASKED_REPS)  # fmt: skip
                 if backend == "ours" and problems.served_total() == served:
