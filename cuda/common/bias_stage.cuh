@@ -107,57 +107,42 @@ struct WarpBiasTile {
 };
 
 // The sm90 backward's tile (S^T's key rows): one warp's 16 keys x 64 queries of a step, kept
-// query-major as the bias is (each query row's keys 0-7 and 8-15 of the warp: two 16-byte chunks),
-// staged a step ahead into the part of a dS buffer that the warp's own dS values overwrite only
-// later in the step it is read in (bwd_kernel_sm90.cuh says why that buffer is free then). Before:
-// 2-byte __ldg's per element after the S^T GEMM, each its own 32-byte sector, the round trip in
-// every step's chain (the bias backward ran at 79 TFLOP/s, 0.76x of PyTorch's efficient kernel,
-// H200). Where the chunks sit is the Layout's (chunk_offset(q, c), c = 0 / 1), one per dS layout:
-// - KeyRowsChunks (dS^T in the buffer): the warp's 2 KB of it, 64 rows of 32 bytes, row q's chunk c
-//   at q * 32 + ((c ^ ((q / 4) % 2)) * 16): a fragment read (rows q, q + 2, q + 4, q + 6 at one
-//   chunk) then covers 16 distinct words (conflict-free);
-// - QueryRowsChunks (dS in query rows, kDsQueryRows): the warpgroup's half of the buffer, 64 query
-//   rows of 128 bytes, chunk c' of row q at q * 128 + ((c' ^ (q % 8)) * 16) (the TMA's 128-byte
-//   swizzle: the half is the box the d_bias store writes); the warp's keys 16 w .. 16 w + 15 are
-//   chunks c' = 2 w + c, where its dS values go, so the __syncwarp argument holds as for dS^T. A
-//   fragment read (8 query rows, one chunk) covers 8 distinct chunk positions: conflict-free.
-struct KeyRowsChunks {
-  __device__ __forceinline__ uint32_t operator()(int q, int c) const { return q * 32 + ((c ^ ((q >> 2) & 1)) << 4); }
-};
-struct QueryRowsChunks {
-  int chunk0;  // 2 * warp
-  __device__ __forceinline__ uint32_t operator()(int q, int c) const { return q * 128 + (((chunk0 + c) ^ (q & 7)) << 4); }
-};
-
-template <typename Layout>
-struct WarpBiasTileKeys {
+// query-major as the bias is, staged a step ahead into the part of a dS buffer that the warp's own
+// dS values overwrite only later in the step it is read in (bwd_kernel_sm90.cuh says why that
+// buffer is free then). Before staging: 2-byte __ldg's per element after the S^T GEMM, each its own
+// 32-byte sector, the round trip in every step's chain (the bias backward ran at 79 TFLOP/s, 0.76x
+// of PyTorch's efficient kernel, H200). The buffer holds dS in query rows (kDsQueryRows, session
+// 54): the warpgroup's half is 64 query rows of 128 bytes, 16-byte chunk c' of row q at q * 128 +
+// ((c' ^ (q % 8)) * 16) (the TMA's 128-byte swizzle: the half is the box of d_bias's store and of
+// the bias's TMA load); the warp's keys 16 w .. 16 w + 15 are chunks c' = 2 w + c, c = 0 / 1, where
+// its dS values go, so the __syncwarp argument holds. A fragment read (8 query rows, one chunk)
+// covers 8 distinct chunk positions: conflict-free. (Until session 54 the tile was the warp's 2 KB
+// of a dS^T buffer, 64 rows of 32 bytes: scripts/dev/ab/bias_grad_rows.patch.)
+struct WarpBiasTileQ {
   static constexpr int kQueries = 64;
 
-  uint32_t base;  // KeyRowsChunks: the warp's 2 KB; QueryRowsChunks: the warpgroup's half
-  Layout layout;
+  uint32_t base;  // the warpgroup's half of the dS buffer
+  int chunk0;     // 2 * warp
 
-  __device__ __forceinline__ uint32_t chunk_offset(int q, int c) const { return layout(q, c); }
+  __device__ __forceinline__ uint32_t chunk_offset(int q, int c) const { return q * 128 + (((chunk0 + c) ^ (q & 7)) << 4); }
 
   // Queries q0..q0+63 (sequence rows; >= seqlen_q zero) x keys key0..key0+15 (>= seqlen_k zero):
   // 4 16-byte copies per lane, or 16 4-byte pairs (stage_rows).
   __device__ __forceinline__ void load(const uint16_t* plane, int64_t row_stride, bool aligned16, int q0, int key0,
                                        int seqlen_q, int seqlen_k, int lane) const {
-    stage_rows<WarpBiasTileKeys, kQueries, 16, 4>(*this, plane, row_stride, aligned16, q0, key0, seqlen_q, seqlen_k,
-                                                  lane);
+    stage_rows<WarpBiasTileQ, kQueries, 16, 4>(*this, plane, row_stride, aligned16, q0, key0, seqlen_q, seqlen_k, lane);
   }
 
   // Elements (key lane / 4 + 8 (k % 2), queries 8 (j + k / 2) + 2 (lane % 4) + {0, 1}: S^T's
   // fragment layout) as the low / high half of w[k], k = 0..3, with one ldmatrix.x4.trans (one
   // 16-bit LDS an element before: 32 a thread a step): its matrices are queries 8 j .. 8 j + 7 /
   // 8 (j + 1) .. + 7 (rows) of chunk 0 / 1 (keys 0-7 / 8-15), transposed, so each thread gets one
-  // key's two adjacent queries; lane l gives query row 8 (j + l / 16) + l % 8 of chunk l / 8 % 2
-  // (distinct banks: either layout's swizzle). Every lane of the warp calls it.
+  // key's two adjacent queries; lane l gives query row 8 (j + l / 16) + l % 8 of chunk l / 8 % 2.
+  // Every lane of the warp calls it.
   __device__ __forceinline__ void quad(int j, uint32_t (&w)[4]) const {
     const int lane = threadIdx.x % 32;
     ldmatrix_x4_trans(w, base + chunk_offset(8 * (j + lane / 16) + lane % 8, lane / 8 % 2));
   }
 };
-using WarpBiasTileT = WarpBiasTileKeys<KeyRowsChunks>;
-using WarpBiasTileQ = WarpBiasTileKeys<QueryRowsChunks>;
 
 }  // namespace flashsdpa

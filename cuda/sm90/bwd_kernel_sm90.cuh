@@ -198,11 +198,10 @@ struct BwdTraitsSm90 {
   // 16-byte stores a thread a step, half of each 32-byte sector per store): ncu (H100, bias 2k
   // backward, session 54) put 20-25% of the consumer loop's stall samples there (short scoreboard
   // at the packing, long at the stores) and L2 at 84.7% of its peak with half-sector writes.
-  // -DFLASHSDPA_SM90_BWD_DBIAS_TMA=0 builds the dS^T layout and store_bias_grad.
-#ifndef FLASHSDPA_SM90_BWD_DBIAS_TMA
-#define FLASHSDPA_SM90_BWD_DBIAS_TMA 1
-#endif
-  static constexpr bool kDsQueryRows = FLASHSDPA_SM90_BWD_DBIAS_TMA && kModsKind == kModsBias && !kTall && !kWide;
+  // Session 54, H100, 3 alternating rounds of `bench --masks`: bias 2k backward 1.245x (235 -> 291
+  // TFLOP/s), key padding 0.99-1.00; the former dS^T road (store_bias_grad's reads and 16-byte
+  // row stores) is scripts/dev/ab/bias_grad_rows.patch (-DFLASHSDPA_SM90_BWD_DBIAS_TMA=0 there).
+  static constexpr bool kDsQueryRows = kModsKind == kModsBias && !kTall && !kWide;
   // With dS in query rows the staged bias's half is a TMA box too (the bias's own map), so it may
   // arrive by TMA where the map can be encoded (args.bias_tma: any bias but a zero row stride, e.g.
   // key padding's (B, 1, 1, S), or unaligned rows, which keep the warps' cp.async copies): thread 0
@@ -922,18 +921,15 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
     sm90::wgmma_commit();
   };
 
-  // kModsBias: the bias of step i, staged by each warp a step ahead (cp.async, one group per step)
-  // in its own 2 KB of dS^T buffer i % 2 (bias_stage.cuh's WarpBiasTileT: the warp's 16 keys x 64
-  // queries; the d128 kernel's shared memory has no 16 KB to spare). That buffer last held step
-  // i - 2's dS^T, whose readers (both warpgroups' dQ GEMMs and gradient stores of step i - 2) are
-  // done once both warpgroups have passed step i - 1's dS^T barrier, where the copy is issued; the
-  // warp's own dS^T rows of step i overwrite it only after every lane has read it (__syncwarp).
+  // kModsBias: the bias of step i, staged by each warp a step ahead (cp.async, one group per step;
+  // kBiasTmaLoad: the warpgroup's TMA load) into dS buffer i % 2, in the chunks of its warpgroup's
+  // half that the warp's dS values take later (bias_stage.cuh's WarpBiasTileQ: the warp's 16 keys x
+  // 64 queries; the d128 kernel's shared memory has no 16 KB to spare). That buffer last held step
+  // i - 2's dS, whose readers (both warpgroups' dQ GEMMs, late dK, the d_bias store of step i - 2)
+  // are done once both warpgroups have passed step i - 1's dS barrier, where the copy is issued;
+  // the warp's own dS values of step i overwrite it only after every lane has read it (__syncwarp).
   [[maybe_unused]] auto bias_tile = [&](int buf) {
-    if constexpr (Traits::kDsQueryRows) {
-      return WarpBiasTileQ{sm.ds_buf(buf) + cwg * kBlockM * 128, {2 * warp}};
-    } else {
-      return WarpBiasTileT{sm.ds_buf(buf) + (cwg * 64 + warp * 16) * 128};
-    }
+    return WarpBiasTileQ{sm.ds_buf(buf) + cwg * kBlockM * 128, 2 * warp};
   };
   [[maybe_unused]] auto step_need = [&](int step) {
     if constexpr (Traits::kModsKind == kModsBias) {
@@ -977,17 +973,10 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
       cp_async_commit();
     }
   };
-  // kModsBias with a 16-byte aligned gradient (Sk % 8 == 0 for the dense one Python allocates):
-  // the warpgroup's 64 keys x 64 queries of dS^T, read back from the buffer after the dS^T barrier
-  // (each thread 8 keys of one query: 8 conflict-free 16-bit reads) and stored as 16-byte rows of
-  // d_bias (queries x keys), instead of 32 scattered 16-bit stores per thread (bias_grad_t, kept
-  // for other strides and the chunk that straddles seqlen_k).
-  // (kDsQueryRows: the TMA store of the warpgroup's half where the launcher encoded d_bias's map,
-  // i.e. where its base and strides are 16-byte multiples; bias_grad_t otherwise.)
-  [[maybe_unused]] const bool dbias_rows =
-      Traits::kModsKind == kModsBias && p.d_bias != nullptr &&
-      (Traits::kDsQueryRows ? args.dbias_tma != 0
-                            : rows_aligned16(p.d_bias, p.d_bias_batch_stride, p.d_bias_head_stride, p.d_bias_row_stride));
+  // kModsBias (kDsQueryRows): d_bias by one TMA store of the warpgroup's half a step, where the
+  // launcher encoded its map (base and strides 16-byte multiples: the dense buffer Python allocates
+  // when Sk % 8 == 0); bias_grad_t's 16-bit stores from registers otherwise.
+  [[maybe_unused]] const bool dbias_rows = Traits::kDsQueryRows && p.d_bias != nullptr && args.dbias_tma != 0;
   auto store_bias_grad = [&](int step, int buf) {
     if constexpr (Traits::kDsQueryRows) {
       // One thread of the warpgroup: the half is read by the TMA unit beside the dQ GEMM, and
@@ -997,37 +986,6 @@ __device__ __forceinline__ void consume(const BwdSm90Args& args, const SmemLayou
         sm90::tma_store_4d(&args.tma_dbias, sm.ds_buf(buf) + cwg * kBlockM * 128, n_block * kBlockN + cwg * 64,
                            range.m_block(step) * kBlockM, range.head(step), batch);
         sm90::tma_store_commit();
-      }
-    } else if constexpr (Traits::kModsKind == kModsBias) {
-      uint16_t* out = static_cast<uint16_t*>(p.d_bias) +
-                      bias_plane(batch, range.head(step), p.d_bias_batch_stride, p.d_bias_head_stride);
-      const int q_first = range.m_block(step) * kBlockM, k_first = n_block * kBlockN + cwg * 64;
-      // The thread's query is the same in every pass below (tid % 64: 128 threads, 64 queries),
-      // its chunks tid / 64 + 2 it: the row check, the shared-memory column and the d_bias row
-      // address once, a pass 16 keys further right (past seqlen_k, so is every later pass).
-      const int q = tid % 64, c0 = tid / 64;
-      if (q_first + q < seq.seqlen_q) {
-        const uint32_t col = sm.ds_buf(buf) + (cwg * 64 + 8 * c0) * 128 + (q % 8) * 2;
-        uint16_t* row = out + static_cast<int64_t>(q_first + q) * p.d_bias_row_stride + k_first + 8 * c0;
-#pragma unroll
-        for (int it = 0; it < 64 * 8 / 128; ++it) {
-          const int k = k_first + 8 * (c0 + 2 * it);
-          if (k >= seq.seqlen_k) break;
-          uint32_t w[4];
-#pragma unroll
-          for (int r = 0; r < 8; ++r) {  // key row 8 (c0 + 2 it) + r: (row % 8) = r
-            const uint16_t v = ld_shared_u16(col + (16 * it + r) * 128 + (((q / 8) ^ r) << 4));
-            w[r / 2] = r % 2 ? w[r / 2] | (static_cast<uint32_t>(v) << 16) : static_cast<uint32_t>(v);
-          }
-          uint16_t* dst = row + 16 * it;
-          if (k + 8 <= seq.seqlen_k) {
-            *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-          } else {
-#pragma unroll
-            for (int r = 0; r < 8; ++r)
-              if (k + r < seq.seqlen_k) dst[r] = static_cast<uint16_t>(w[r / 2] >> (16 * (r % 2)));
-          }
-        }
       }
     }
   };

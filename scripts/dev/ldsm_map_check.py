@@ -7,7 +7,8 @@ bank groups; and the lean stage_rows copies and store_bias_grad stores against t
 same for every lane); and (session 54) the bias backward's dS in query rows: stmatrix.x4.trans into the TMA
 box's positions, WarpBiasTileQ's reads (bwd_query_rows). Prints "fwd ok (block_n 128 / 64)" / "bwd ok" /
 "stage_rows lean ok" / "store_bias_grad lean ok" / "store_bias_grad ldsm ok" (the variant in
-scripts/dev/ab/bias_grad_ldsm.patch) / "bwd query rows ok".
+scripts/dev/ab/bias_grad_ldsm.patch) / "bwd query rows ok". Since session 54 the backward's dS^T tile
+(bwd, the bwd part of stage_rows_lean, store_bias_grad_*) is scripts/dev/ab/bias_grad_rows.patch's code.
 
     python3 scripts/dev/ldsm_map_check.py
 """

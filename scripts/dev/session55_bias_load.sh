@@ -15,9 +15,9 @@
 #   BUILD_DTYPES="bf16;fp16" bash scripts/dev/prebuild.sh full "64;128;256"
 #   BUILD_DTYPES="bf16;fp16" bash scripts/dev/prebuild.sh tmaload "64;128" CUDAFLAGS=-DFLASHSDPA_SM90_BWD_BIAS_TMA_LOAD=1
 #   run(command="bash scripts/dev/session55_bias_load.sh", carry=[".whl", ".prebuilt"], timeout_s=420)
-# NAME / VARIANT: another variant of the bias kernel against the tree, e.g. session 54's A/B of the
-# d_bias TMA stores (scripts/dev/session54_dbias.sh in history at 898e20c: the same pair, the tree
-# then the variant here): NAME=base VARIANT=-DFLASHSDPA_SM90_BWD_DBIAS_TMA=0 (prebuilt as `base`).
+# NAME / VARIANT: another variant of the bias kernel (its CUDAFLAGS) against the tree. (Session 54's
+# A/B of the d_bias TMA stores was scripts/dev/session54_dbias.sh, in history at 898e20c; its losing
+# side is scripts/dev/ab/bias_grad_rows.patch.)
 set -uo pipefail
 LIMIT=${LIMIT:-420}
 NAME=${NAME:-tmaload}
